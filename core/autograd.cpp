@@ -1,0 +1,325 @@
+// The backward engine: dependency counting over the graph reachable from the roots, then nodes
+// run in an order where each sees its complete output gradient. No recursion anywhere.
+#include "core/autograd.h"
+
+#include <algorithm>
+#include <unordered_map>
+
+namespace seqgrad {
+namespace {
+
+thread_local bool grad_enabled = true;
+thread_local const char* current_backward_op = nullptr;
+autograd::AddFn add_function = nullptr;
+
+Tensor add_grads(const Tensor& a, const Tensor& b) {
+  SG_CHECK(add_function != nullptr, "autograd: no add function registered (link the ops library)");
+  return add_function(a, b);
+}
+
+}  // namespace
+
+bool GradMode::is_enabled() { return grad_enabled; }
+void GradMode::set_enabled(bool enabled) { grad_enabled = enabled; }
+
+const Tensor& SavedTensor::get() const {
+  if (tensor_.defined() && tensor_.version() != version_) {
+    throw Error(fmt::format(
+        "{}: a tensor it saved for backward (shape {}, {}) was modified by an in-place operation "
+        "(version {}, saved at version {}); use an out-of-place op or clone() before modifying it",
+        current_backward_op ? current_backward_op : "backward", tensor_.shape(), tensor_.dtype(),
+        tensor_.version(), version_));
+  }
+  return tensor_;
+}
+
+void Grads::add(int i, const Tensor& g) {
+  const InputEdge& in = node_.inputs[i];
+  if (!in.wants_grad() || !g.defined()) return;
+  SG_CHECK_SHAPE(g.shape() == in.shape, "{} backward: gradient for input {} has shape {}, expected {}",
+                 node_.name, i, g.shape(), in.shape);
+  SG_CHECK_DTYPE(g.dtype() == in.dtype, "{} backward: gradient for input {} has dtype {}, expected {}",
+                 node_.name, i, g.dtype(), in.dtype);
+  SG_CHECK_DEVICE(g.device() == in.device, "{} backward: gradient for input {} is on {}, expected {}",
+                  node_.name, i, g.device(), in.device);
+  Tensor& slot = results_[i];
+  slot = slot.defined() ? add_grads(slot, g) : g;
+}
+
+Tensor Grads::output() const {
+  SG_CHECK(node_.saved_output != nullptr, "{} backward: the op did not save its output", node_.name);
+  if (node_.saved_output->storage->version != node_.saved_output_version) {
+    throw Error(fmt::format(
+        "{}: its output was modified by an in-place operation after being saved for backward "
+        "(version {}, saved at version {}); use an out-of-place op or clone() first",
+        node_.name, node_.saved_output->storage->version, node_.saved_output_version));
+  }
+  auto impl = std::make_shared<TensorImpl>(*node_.saved_output);
+  if (GradMode::is_enabled()) {  // create_graph: the output keeps its history
+    impl->grad_fn = self_;
+    impl->requires_grad = true;
+  }
+  return Tensor(std::move(impl));
+}
+
+bool any_requires_grad(std::span<const Tensor> inputs) {
+  for (const Tensor& t : inputs)
+    if (t.defined() && t.requires_grad()) return true;
+  return false;
+}
+
+Tensor record_node(const char* op, Tensor y, std::span<const Tensor> inputs, BackwardFn fn,
+                   SaveOutput save_output) {
+  auto node = std::make_shared<Node>();
+  node->name = op;
+  node->backward = std::move(fn);
+  node->inputs.reserve(inputs.size());
+  for (const Tensor& t : inputs) {
+    InputEdge edge;
+    if (t.defined()) {
+      edge.shape = t.shape();
+      edge.dtype = t.dtype();
+      edge.device = t.device();
+      if (t.requires_grad()) {
+        if (t.grad_fn()) edge.fn = t.grad_fn();
+        else edge.leaf = t.impl_ptr();
+      }
+    }
+    node->inputs.push_back(std::move(edge));
+  }
+  if (save_output == SaveOutput::yes) {
+    node->saved_output = std::make_shared<TensorImpl>(*y.impl());
+    node->saved_output->grad_fn.reset();
+    node->saved_output->requires_grad = false;
+    node->saved_output_version = y.version();
+  }
+  TensorImpl* impl = y.impl();
+  impl->grad_fn = std::move(node);
+  impl->requires_grad = true;
+  return y;
+}
+
+namespace {
+
+// Sets up dependency counts for every node reachable from the roots (iterative DFS).
+std::vector<Node*> collect_graph(const std::vector<Node*>& roots) {
+  std::vector<Node*> order, stack;
+  std::unordered_map<Node*, bool> seen;
+  for (Node* r : roots) {
+    if (r && !seen[r]) {
+      seen[r] = true;
+      stack.push_back(r);
+    }
+  }
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    order.push_back(n);
+    n->dependencies = 0;
+    for (const InputEdge& e : n->inputs) {
+      if (!e.fn) continue;
+      if (!seen[e.fn.get()]) {
+        seen[e.fn.get()] = true;
+        e.fn->dependencies = 0;
+        stack.push_back(e.fn.get());
+      }
+    }
+  }
+  for (Node* n : order)
+    for (const InputEdge& e : n->inputs)
+      if (e.fn) ++e.fn->dependencies;
+  return order;
+}
+
+// Leaf accumulation: .grad owns its memory (never aliases another gradient), like PyTorch.
+void accumulate_leaf(TensorImpl& leaf, Tensor g, bool create_graph) {
+  if (!create_graph) g = g.detach();
+  if (!leaf.grad) {
+    bool exclusive = g.impl_ptr().use_count() == 1 && g.impl()->storage.use_count() == 1 &&
+                     g.is_contiguous();
+    leaf.grad = exclusive ? g.impl_ptr() : g.clone().impl_ptr();
+  } else {
+    leaf.grad = add_grads(Tensor(leaf.grad), g).impl_ptr();
+  }
+}
+
+struct BackwardTargets {  // for autograd::grad: capture instead of accumulating into .grad
+  std::unordered_map<const TensorImpl*, Tensor>* leaf_grads = nullptr;
+  std::unordered_map<const Node*, Tensor>* node_grads = nullptr;
+};
+
+void run_node(const std::shared_ptr<Node>& node, bool retain_graph, bool create_graph,
+              std::vector<Node*>& ready, const BackwardTargets& targets) {
+  Tensor dy = std::move(node->grad);
+  node->grad = Tensor();
+  if (targets.node_grads && targets.node_grads->count(node.get()))
+    (*targets.node_grads)[node.get()] = dy;
+  std::vector<Tensor> results;
+  if (dy.defined()) {
+    if (node->released) {
+      throw Error(fmt::format(
+          "{}: trying to backward through the graph a second time, but its saved tensors were "
+          "freed; pass retain_graph = true to the first backward()",
+          node->name));
+    }
+    Grads g(*node, node);
+    g.results().resize(node->inputs.size());
+    const char* previous = current_backward_op;
+    current_backward_op = node->name;
+    try {
+      node->backward(dy, g);
+    } catch (...) {
+      current_backward_op = previous;
+      throw;
+    }
+    current_backward_op = previous;
+    results = std::move(g.results());
+    if (!retain_graph) {
+      node->backward = nullptr;
+      node->saved_output.reset();
+      node->released = true;
+    }
+  }
+  for (size_t i = 0; i < node->inputs.size(); ++i) {
+    const InputEdge& e = node->inputs[i];
+    Tensor gi = i < results.size() ? std::move(results[i]) : Tensor();
+    if (e.fn) {
+      if (gi.defined()) e.fn->grad = e.fn->grad.defined() ? add_grads(e.fn->grad, gi) : gi;
+      if (--e.fn->dependencies == 0) ready.push_back(e.fn.get());
+    } else if (e.leaf && gi.defined()) {
+      if (targets.leaf_grads) {
+        auto it = targets.leaf_grads->find(e.leaf.get());
+        if (it != targets.leaf_grads->end())
+          it->second = it->second.defined() ? add_grads(it->second, gi) : gi;
+      } else {
+        accumulate_leaf(*e.leaf, std::move(gi), create_graph);
+      }
+    }
+  }
+}
+
+void check_root(const Tensor& out, const Tensor& grad, const char* what) {
+  SG_CHECK(out.defined(), "{}: output tensor is undefined", what);
+  SG_CHECK(out.requires_grad(),
+           "{}: element 0 of tensors does not require grad and does not have a grad_fn "
+           "(shape {}); did you run it under NoGradGuard or forget requires_grad_()?",
+           what, out.shape());
+  if (grad.defined()) {
+    SG_CHECK_SHAPE(grad.shape() == out.shape(), "{}: gradient shape {} does not match output shape {}",
+                   what, grad.shape(), out.shape());
+  } else {
+    SG_CHECK(out.numel() == 1,
+             "{}: grad can be implicitly created only for scalar outputs; output has shape {}, pass a "
+             "gradient of that shape",
+             what, out.shape());
+  }
+}
+
+struct GradModeRestore {
+  bool previous = GradMode::is_enabled();
+  ~GradModeRestore() { GradMode::set_enabled(previous); }
+};
+
+void run_backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs,
+                  bool retain_graph, bool create_graph, const BackwardTargets& targets,
+                  const char* what) {
+  SG_CHECK(grad_outputs.empty() || grad_outputs.size() == outputs.size(),
+           "{}: got {} outputs but {} gradients", what, outputs.size(), grad_outputs.size());
+  std::vector<Node*> roots;
+  std::vector<Tensor> seeds;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    Tensor g = grad_outputs.empty() ? Tensor() : grad_outputs[i];
+    check_root(outputs[i], g, what);
+    if (!g.defined()) g = ones_like(outputs[i]);
+    seeds.push_back(g);
+    roots.push_back(outputs[i].grad_fn().get());
+  }
+  std::vector<Node*> order = collect_graph(roots);
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (!roots[i]) {  // a leaf passed as output: its gradient is the seed itself
+      if (targets.leaf_grads) {
+        auto it = targets.leaf_grads->find(outputs[i].impl());
+        if (it != targets.leaf_grads->end()) it->second = seeds[i];
+      } else {
+        accumulate_leaf(*outputs[i].impl(), seeds[i], create_graph);
+      }
+      continue;
+    }
+    roots[i]->grad = roots[i]->grad.defined() ? add_grads(roots[i]->grad, seeds[i]) : seeds[i];
+  }
+  GradMode::set_enabled(create_graph);  // the caller restores the previous mode
+  std::vector<Node*> ready;
+  for (Node* r : roots)
+    if (r && r->dependencies == 0 && std::find(ready.begin(), ready.end(), r) == ready.end())
+      ready.push_back(r);
+  // Nodes are kept alive by the shared_ptrs in `outputs`' graph; hold them during the pass.
+  std::unordered_map<Node*, std::shared_ptr<Node>> owners;
+  for (const Tensor& t : outputs)
+    if (t.grad_fn()) owners[t.grad_fn().get()] = t.grad_fn();
+  for (Node* n : order)
+    for (const InputEdge& e : n->inputs)
+      if (e.fn) owners[e.fn.get()] = e.fn;
+  try {
+    while (!ready.empty()) {
+      Node* n = ready.back();
+      ready.pop_back();
+      run_node(owners[n], retain_graph, create_graph, ready, targets);
+    }
+  } catch (...) {
+    for (Node* n : order) n->grad = Tensor();
+    throw;
+  }
+}
+
+}  // namespace
+
+void Tensor::backward(const Tensor& grad, BackwardOptions options) const {
+  SG_CHECK(defined(), "backward: called on an undefined tensor");
+  GradModeRestore restore;
+  std::vector<Tensor> grads;
+  if (grad.defined()) grads.push_back(grad);
+  run_backward({*this}, grads, options.retain_graph, options.create_graph, {}, "backward");
+}
+
+namespace autograd {
+
+void set_add_function(AddFn add) { add_function = add; }
+
+void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs,
+              BackwardOptions options) {
+  GradModeRestore restore;
+  run_backward(outputs, grad_outputs, options.retain_graph, options.create_graph, {},
+               "autograd::backward");
+}
+
+std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                         const std::vector<Tensor>& grad_outputs, GradOptions options) {
+  std::unordered_map<const TensorImpl*, Tensor> leaf_grads;
+  std::unordered_map<const Node*, Tensor> node_grads;
+  for (const Tensor& x : inputs) {
+    SG_CHECK(x.defined() && x.requires_grad(),
+             "autograd::grad: every input must require grad (got shape {})",
+             x.defined() ? x.shape() : Shape{});
+    if (x.grad_fn()) node_grads[x.grad_fn().get()] = Tensor();
+    else leaf_grads[x.impl()] = Tensor();
+  }
+  {
+    GradModeRestore restore;
+    run_backward(outputs, grad_outputs, options.retain_graph || options.create_graph,
+                 options.create_graph, {&leaf_grads, &node_grads}, "autograd::grad");
+  }
+  std::vector<Tensor> result;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& x = inputs[i];
+    Tensor g = x.grad_fn() ? node_grads[x.grad_fn().get()] : leaf_grads[x.impl()];
+    SG_CHECK(g.defined() || options.allow_unused,
+             "autograd::grad: input {} (shape {}) was not used to compute the outputs; pass "
+             "allow_unused = true to get an undefined gradient for it",
+             i, x.shape());
+    result.push_back(g);
+  }
+  return result;
+}
+
+}  // namespace autograd
+}  // namespace seqgrad

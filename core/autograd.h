@@ -1,0 +1,138 @@
+// Define-by-run reverse-mode autograd: each op records a Node holding its backward function;
+// backward() walks the graph in topological order without recursion.
+#pragma once
+#include <functional>
+#include <initializer_list>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace seqgrad {
+
+// Grad mode is per thread. Backward runs with it off unless create_graph is set.
+struct GradMode {
+  static bool is_enabled();
+  static void set_enabled(bool enabled);
+};
+
+struct NoGradGuard {
+  NoGradGuard() : previous_(GradMode::is_enabled()) { GradMode::set_enabled(false); }
+  ~NoGradGuard() { GradMode::set_enabled(previous_); }
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+struct EnableGradGuard {
+  EnableGradGuard() : previous_(GradMode::is_enabled()) { GradMode::set_enabled(true); }
+  ~EnableGradGuard() { GradMode::set_enabled(previous_); }
+  EnableGradGuard(const EnableGradGuard&) = delete;
+  EnableGradGuard& operator=(const EnableGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// Where the gradient for one input goes: the input's own node, or the leaf tensor itself.
+struct InputEdge {
+  std::shared_ptr<Node> fn;
+  std::shared_ptr<TensorImpl> leaf;
+  Shape shape;
+  DType dtype = DType::f32;
+  Device device;
+  bool wants_grad() const { return fn || leaf; }
+};
+
+// A tensor kept for backward, with the storage version it had when saved: using it after an
+// in-place edit throws instead of computing a wrong gradient.
+class SavedTensor {
+ public:
+  SavedTensor() = default;
+  explicit SavedTensor(const Tensor& t) : tensor_(t), version_(t.defined() ? t.version() : 0) {}
+  const Tensor& get() const;
+
+ private:
+  Tensor tensor_;
+  uint32_t version_ = 0;
+};
+inline SavedTensor save(const Tensor& t) { return SavedTensor(t); }
+
+class Grads;
+using BackwardFn = std::function<void(const Tensor& dy, Grads& g)>;
+
+struct Node {
+  const char* name = "";
+  std::vector<InputEdge> inputs;
+  BackwardFn backward;
+  // The op's output without history (no cycle); rebuilt with this node as grad_fn when needed.
+  std::shared_ptr<TensorImpl> saved_output;
+  uint32_t saved_output_version = 0;
+  bool released = false;  // saved tensors freed after a backward without retain_graph
+  // engine scratch, valid during one backward pass
+  Tensor grad;
+  int dependencies = 0;
+};
+
+// What a backward function sees: which inputs want gradients, and where to add them.
+class Grads {
+ public:
+  Grads(Node& node, const std::shared_ptr<Node>& self) : node_(node), self_(self) {}
+  bool needs(int i) const { return node_.inputs[i].wants_grad(); }
+  // Accumulates g into input i's gradient; shape, dtype and device must equal the input's.
+  void add(int i, const Tensor& g);
+  // The op's forward result (for ops whose gradient is written in terms of it: exp, tanh, ...).
+  Tensor output() const;
+  std::vector<Tensor>& results() { return results_; }
+
+ private:
+  Node& node_;
+  const std::shared_ptr<Node>& self_;
+  std::vector<Tensor> results_;
+};
+
+enum class SaveOutput : bool { no, yes };
+
+bool any_requires_grad(std::span<const Tensor> inputs);
+Tensor record_node(const char* op, Tensor y, std::span<const Tensor> inputs, BackwardFn fn,
+                   SaveOutput save_output);
+
+// check -> compute -> record: attaches `backward` to y when grad mode is on and an input requires
+// grad; otherwise returns y untouched without building anything.
+template <class F>
+Tensor record(const char* op, Tensor y, std::span<const Tensor> inputs, F&& backward,
+              SaveOutput save_output = SaveOutput::no) {
+  if (!GradMode::is_enabled() || !any_requires_grad(inputs)) return y;
+  return record_node(op, std::move(y), inputs, BackwardFn(std::forward<F>(backward)), save_output);
+}
+template <class F>
+Tensor record(const char* op, Tensor y, std::initializer_list<Tensor> inputs, F&& backward,
+              SaveOutput save_output = SaveOutput::no) {
+  return record(op, std::move(y), std::span<const Tensor>(inputs.begin(), inputs.size()),
+                std::forward<F>(backward), save_output);
+}
+
+namespace autograd {
+
+// Gradients of sum(outputs[i] * grad_outputs[i]) with respect to `inputs`, returned instead of
+// accumulated into .grad. Inputs not reached get an undefined tensor when allow_unused is set.
+struct GradOptions {
+  bool retain_graph = false;
+  bool create_graph = false;
+  bool allow_unused = false;
+};
+std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                         const std::vector<Tensor>& grad_outputs = {}, GradOptions options = {});
+
+void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs = {},
+              BackwardOptions options = {});
+
+// Gradient accumulation needs a (differentiable) add, which ops/ provides at start-up.
+using AddFn = Tensor (*)(const Tensor&, const Tensor&);
+void set_add_function(AddFn add);
+
+}  // namespace autograd
+}  // namespace seqgrad

@@ -1,0 +1,284 @@
+// Tensor metadata, storage, factories and printing. Math is in ops/.
+#include "core/tensor.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/autograd.h"
+#include "core/rng.h"
+
+namespace seqgrad {
+
+Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
+  int n = std::max(a.size(), b.size());
+  Shape out;
+  out.resize(n);
+  for (int i = 0; i < n; ++i) {
+    int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
+    int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
+    SG_CHECK_SHAPE(da == db || da == 1 || db == 1,
+                   "{}: shapes {} and {} cannot be broadcast together (dimension {}: {} vs {})", op, a,
+                   b, i, da, db);
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+Storage::Storage(size_t bytes, Device dev) : nbytes(bytes), device(dev) {
+  SG_CHECK_DEVICE(dev.is_cpu(), "storage: {} memory needs a seqgrad build with the CUDA backend", dev);
+  size_t rounded = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;  // 64-byte aligned for AVX-512
+  data = std::aligned_alloc(64, rounded);
+  SG_CHECK(data != nullptr, "storage: out of memory allocating {} bytes", bytes);
+}
+
+Storage::~Storage() { std::free(data); }
+
+Tensor Tensor::empty(const Shape& shape, TensorOptions options) {
+  for (int64_t d : shape)
+    SG_CHECK_SHAPE(d >= 0, "empty: negative dimension in shape {}", shape);
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::make_shared<Storage>(shape.numel() * element_size(options.dtype), options.device);
+  impl->shape = shape;
+  impl->strides = contiguous_strides(shape);
+  impl->dtype = options.dtype;
+  if (options.requires_grad) {
+    SG_CHECK_DTYPE(is_floating(options.dtype), "requires_grad: only floating tensors can require "
+                                               "gradients, got {}", options.dtype);
+    impl->requires_grad = true;
+  }
+  return Tensor(std::move(impl));
+}
+
+int64_t Tensor::size(int64_t dim) const { return shape()[wrap_dim(dim, ndim(), "size")]; }
+
+bool Tensor::is_contiguous() const {
+  int64_t expected = 1;
+  for (int i = ndim() - 1; i >= 0; --i) {
+    if (shape()[i] == 1) continue;
+    if (strides()[i] != expected) return false;
+    expected *= shape()[i];
+  }
+  return true;
+}
+
+Tensor& Tensor::requires_grad_(bool on) {
+  SG_CHECK(is_leaf() || on, "requires_grad_: can only change requires_grad of leaf tensors");
+  SG_CHECK_DTYPE(!on || is_floating(dtype()), "requires_grad_: only floating tensors can require "
+                                              "gradients, got {}", dtype());
+  impl_->requires_grad = on;
+  return *this;
+}
+
+Tensor Tensor::detach() const {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = impl_->storage;
+  impl->shape = impl_->shape;
+  impl->strides = impl_->strides;
+  impl->offset = impl_->offset;
+  impl->dtype = impl_->dtype;
+  impl->is_view = true;
+  return Tensor(std::move(impl));
+}
+
+namespace {
+
+// Calls f(element_offset) for every element in row-major order of a strided CPU tensor.
+template <class F>
+void for_each_offset(const Tensor& t, F&& f) {
+  int n = t.ndim();
+  int64_t total = t.numel();
+  if (total == 0) return;
+  Shape index;
+  index.resize(n);
+  int64_t off = 0;
+  for (int64_t i = 0; i < total; ++i) {
+    f(off);
+    for (int d = n - 1; d >= 0; --d) {
+      if (++index[d] < t.shape()[d]) {
+        off += t.strides()[d];
+        break;
+      }
+      off -= t.strides()[d] * (t.shape()[d] - 1);
+      index[d] = 0;
+    }
+  }
+}
+
+double value_at(const Tensor& t, int64_t element) {
+  const char* base = static_cast<const char*>(t.impl()->storage->data);
+  return dispatch_all(t.dtype(), [&]<class T>() -> double {
+    return static_cast<double>(reinterpret_cast<const T*>(base)[element]);
+  });
+}
+
+}  // namespace
+
+double Tensor::item() const {
+  SG_CHECK(defined(), "item: tensor is undefined");
+  SG_CHECK_SHAPE(numel() == 1, "item: only one-element tensors can be converted to a number, got shape {}",
+                 shape());
+  SG_CHECK_DEVICE(device().is_cpu(), "item: tensor is on {}; call .cpu() first", device());
+  return value_at(*this, offset());
+}
+
+template <class T>
+std::vector<T> Tensor::to_vector() const {
+  SG_CHECK(defined(), "to_vector: tensor is undefined");
+  Tensor t = device().is_cpu() ? *this : cpu();
+  std::vector<T> out;
+  out.reserve(t.numel());
+  dispatch_all(t.dtype(), [&]<class S>() {
+    const S* base = static_cast<const S*>(t.impl()->storage->data) + t.offset();
+    for_each_offset(t, [&](int64_t off) { out.push_back(static_cast<T>(base[off])); });
+  });
+  return out;
+}
+template std::vector<float> Tensor::to_vector<float>() const;
+template std::vector<double> Tensor::to_vector<double>() const;
+template std::vector<int64_t> Tensor::to_vector<int64_t>() const;
+template std::vector<bool> Tensor::to_vector<bool>() const;
+template std::vector<int> Tensor::to_vector<int>() const;
+
+// ---- printing
+
+namespace {
+
+void print_scalar(std::string& out, DType dtype, double v) {
+  if (dtype == DType::b8) out += v != 0 ? "true" : "false";
+  else if (dtype == DType::i64) out += fmt::format("{}", static_cast<int64_t>(v));
+  else out += fmt::format("{:.4g}", v);
+}
+
+// Prints the block of `values` (row-major) starting at `base` for dimensions dim.., eliding the
+// middle of dimensions longer than 2 * kEdge + 1.
+void print_block(std::string& out, const Tensor& t, const std::vector<double>& values, int dim,
+                 int64_t base) {
+  constexpr int64_t kEdge = 3;
+  int64_t n = t.shape()[dim], block = 1;
+  for (int d = dim + 1; d < t.ndim(); ++d) block *= t.shape()[d];
+  std::vector<int64_t> shown;
+  for (int64_t i = 0; i < n; ++i)
+    if (n <= 2 * kEdge + 1 || i < kEdge || i >= n - kEdge) shown.push_back(i);
+  out += '[';
+  for (size_t k = 0; k < shown.size(); ++k) {
+    if (k > 0) out += shown[k] == shown[k - 1] + 1 ? ", " : ", ..., ";
+    if (dim + 1 == t.ndim()) print_scalar(out, t.dtype(), values[base + shown[k]]);
+    else print_block(out, t, values, dim + 1, base + shown[k] * block);
+  }
+  out += ']';
+}
+
+}  // namespace
+
+std::string to_string(const Tensor& t) {
+  if (!t.defined()) return "tensor(undefined)";
+  std::string out = "tensor(";
+  std::vector<double> values = t.to_vector<double>();
+  if (t.ndim() == 0) {
+    print_scalar(out, t.dtype(), values[0]);
+  } else {
+    print_block(out, t, values, 0, 0);
+  }
+  out += fmt::format(", shape={}, dtype={}", t.shape(), t.dtype());
+  if (!t.device().is_cpu()) out += fmt::format(", device={}", t.device());
+  if (t.requires_grad()) out += ", requires_grad=true";
+  return out + ")";
+}
+
+// ---- factories
+
+Tensor empty(const Shape& shape, TensorOptions options) { return Tensor::empty(shape, options); }
+
+Tensor full(const Shape& shape, double value, TensorOptions options) {
+  bool wants_grad = options.requires_grad;
+  options.requires_grad = false;
+  Tensor t = Tensor::empty(shape, options);
+  dispatch_all(options.dtype, [&]<class T>() {
+    T* p = t.data<T>();
+    T v = static_cast<T>(value);
+    for (int64_t i = 0, n = t.numel(); i < n; ++i) p[i] = v;
+  });
+  if (wants_grad) t.requires_grad_();
+  return t;
+}
+
+Tensor zeros(const Shape& shape, TensorOptions options) { return full(shape, 0.0, options); }
+Tensor ones(const Shape& shape, TensorOptions options) { return full(shape, 1.0, options); }
+Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), {.dtype = t.dtype(), .device = t.device()}); }
+Tensor ones_like(const Tensor& t) { return ones(t.shape(), {.dtype = t.dtype(), .device = t.device()}); }
+Tensor full_like(const Tensor& t, double value) {
+  return full(t.shape(), value, {.dtype = t.dtype(), .device = t.device()});
+}
+Tensor scalar_tensor(double value, TensorOptions options) { return full({}, value, options); }
+
+Tensor arange(double start, double end, double step, TensorOptions options) {
+  SG_CHECK_VALUE(step != 0, "arange: step must be non-zero");
+  SG_CHECK_VALUE((end - start) / step >= 0, "arange: empty or backwards range [{}, {}) with step {}",
+                 start, end, step);
+  auto n = static_cast<int64_t>(std::ceil((end - start) / step));
+  Tensor t = Tensor::empty({n}, {.dtype = options.dtype, .device = options.device});
+  dispatch_all(options.dtype, [&]<class T>() {
+    T* p = t.data<T>();
+    for (int64_t i = 0; i < n; ++i) p[i] = static_cast<T>(start + step * static_cast<double>(i));
+  });
+  if (options.requires_grad) t.requires_grad_();
+  return t;
+}
+
+namespace {
+template <class Sample>
+Tensor random_tensor(const Shape& shape, TensorOptions options, const char* op, Sample sample) {
+  Tensor t = Tensor::empty(shape, {.dtype = options.dtype, .device = options.device});
+  Generator& gen = default_generator();
+  uint64_t seed = gen.seed(), first = gen.reserve(t.numel());
+  dispatch_floating(options.dtype, op, [&]<class T>() {
+    T* p = t.data<T>();
+    for (int64_t i = 0, n = t.numel(); i < n; ++i)
+      p[i] = static_cast<T>(sample.template operator()<T>(seed, first, i));
+  });
+  if (options.requires_grad) t.requires_grad_();
+  return t;
+}
+}  // namespace
+
+Tensor rand(const Shape& shape, TensorOptions options) {
+  return random_tensor(shape, options, "rand", []<class T>(uint64_t s, uint64_t f, uint64_t i) -> double {
+    if constexpr (std::is_same_v<T, float>) return uniform_at(s, f, i);
+    else return uniform_at_f64(s, f, i);
+  });
+}
+
+Tensor randn(const Shape& shape, TensorOptions options) {
+  return random_tensor(shape, options, "randn",
+                       []<class T>(uint64_t s, uint64_t f, uint64_t i) -> double { return normal_at(s, f, i); });
+}
+
+template <class T>
+Tensor from_vector(const std::vector<T>& values, const Shape& shape, TensorOptions options) {
+  SG_CHECK_SHAPE(static_cast<int64_t>(values.size()) == shape.numel(),
+                 "from_vector: {} values cannot fill shape {} ({} elements)", values.size(), shape,
+                 shape.numel());
+  Tensor t = Tensor::empty(shape, {.dtype = options.dtype, .device = options.device});
+  dispatch_all(options.dtype, [&]<class D>() {
+    D* p = t.data<D>();
+    for (size_t i = 0; i < values.size(); ++i) p[i] = static_cast<D>(values[i]);
+  });
+  if (options.requires_grad) t.requires_grad_();
+  return t;
+}
+template Tensor from_vector<float>(const std::vector<float>&, const Shape&, TensorOptions);
+template Tensor from_vector<double>(const std::vector<double>&, const Shape&, TensorOptions);
+template Tensor from_vector<int64_t>(const std::vector<int64_t>&, const Shape&, TensorOptions);
+template Tensor from_vector<int>(const std::vector<int>&, const Shape&, TensorOptions);
+template Tensor from_vector<bool>(const std::vector<bool>&, const Shape&, TensorOptions);
+
+Tensor tensor(std::initializer_list<double> values, const Shape& shape, TensorOptions options) {
+  return from_vector(std::vector<double>(values), shape, options);
+}
+
+Tensor tensor(std::initializer_list<double> values, TensorOptions options) {
+  return from_vector(std::vector<double>(values), Shape{static_cast<int64_t>(values.size())}, options);
+}
+
+}  // namespace seqgrad

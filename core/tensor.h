@@ -1,0 +1,201 @@
+// Tensor: a shared handle over storage + shape + strides + dtype + device, with autograd metadata.
+// Views share storage (and its version counter); math lives in ops/ops.h (members here forward to it).
+#pragma once
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "core/device.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/shape.h"
+
+namespace seqgrad {
+
+struct Node;
+
+// A block of memory on one device. `version` counts in-place writes to any view of it, so that
+// backward can tell when a tensor it saved was modified after being saved (as PyTorch does).
+struct Storage {
+  void* data = nullptr;
+  size_t nbytes = 0;
+  Device device;
+  uint32_t version = 0;
+
+  Storage(size_t nbytes, Device device);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+};
+
+struct TensorImpl {
+  std::shared_ptr<Storage> storage;
+  Shape shape;
+  Shape strides;       // in elements
+  int64_t offset = 0;  // in elements
+  DType dtype = DType::f32;
+  bool requires_grad = false;
+  bool is_view = false;            // shares storage with another tensor
+  std::shared_ptr<Node> grad_fn;   // null for leaves
+  std::shared_ptr<TensorImpl> grad;
+};
+
+struct TensorOptions {
+  DType dtype = DType::f32;
+  Device device = Device::cpu();
+  bool requires_grad = false;
+};
+
+struct BackwardOptions {
+  bool retain_graph = false;  // keep saved tensors so backward can run again
+  bool create_graph = false;  // record the backward pass itself (for higher-order gradients)
+};
+
+class Tensor {
+ public:
+  Tensor() = default;
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  // A fresh contiguous tensor with uninitialised memory.
+  static Tensor empty(const Shape& shape, TensorOptions options = {});
+
+  bool defined() const { return impl_ != nullptr; }
+  TensorImpl* impl() const { return impl_.get(); }
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
+
+  // ---- metadata
+  const Shape& shape() const { return impl_->shape; }
+  const Shape& strides() const { return impl_->strides; }
+  int ndim() const { return impl_->shape.size(); }
+  int64_t size(int64_t dim) const;  // negative dims count from the end
+  int64_t numel() const { return impl_->shape.numel(); }
+  DType dtype() const { return impl_->dtype; }
+  Device device() const { return impl_->storage->device; }
+  int64_t offset() const { return impl_->offset; }
+  bool is_contiguous() const;
+  uint32_t version() const { return impl_->storage->version; }
+  void bump_version() const { ++impl_->storage->version; }
+
+  // Pointer to element 0 (CPU). T must match dtype().
+  template <class T>
+  T* data() const {
+    SG_CHECK_DTYPE(dtype_of<T>() == dtype(), "data<{}>: tensor has dtype {}", dtype_name(dtype_of<T>()),
+                   dtype());
+    return static_cast<T*>(impl_->storage->data) + impl_->offset;
+  }
+  void* raw_data() const {
+    return static_cast<char*>(impl_->storage->data) + impl_->offset * element_size(dtype());
+  }
+
+  // ---- values
+  double item() const;  // a one-element tensor's value as double
+  template <class T>
+  std::vector<T> to_vector() const;  // all values in row-major order, converted to T
+
+  // ---- autograd
+  bool requires_grad() const { return impl_->requires_grad; }
+  Tensor& requires_grad_(bool on = true);
+  bool is_leaf() const { return impl_->grad_fn == nullptr; }
+  const std::shared_ptr<Node>& grad_fn() const { return impl_->grad_fn; }
+  Tensor grad() const { return Tensor(impl_->grad); }
+  void set_grad(const Tensor& g) const { impl_->grad = g.impl_; }
+  void zero_grad() const { impl_->grad.reset(); }
+  Tensor detach() const;  // shares storage, no history
+  void backward(const Tensor& grad = {}, BackwardOptions options = {}) const;
+
+  // ---- conversions and copies (ops/)
+  Tensor to(DType dtype) const;
+  Tensor to(Device device) const;
+  Tensor cpu() const { return to(Device::cpu()); }
+  Tensor clone() const;
+  Tensor contiguous() const;
+
+  // ---- views (ops/shape_ops.cpp); each shares storage and is differentiable
+  Tensor view(const Shape& shape) const;
+  Tensor reshape(const Shape& shape) const;
+  Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
+  Tensor permute(const Shape& dims) const;
+  Tensor transpose(int64_t dim0, int64_t dim1) const;
+  Tensor t() const;
+  Tensor squeeze(int64_t dim) const;
+  Tensor unsqueeze(int64_t dim) const;
+  Tensor expand(const Shape& shape) const;
+  Tensor expand_as(const Tensor& other) const { return expand(other.shape()); }
+  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
+  Tensor select(int64_t dim, int64_t index) const;
+  Tensor slice(int64_t dim, int64_t start, int64_t end, int64_t step = 1) const;
+  std::vector<Tensor> chunk(int64_t chunks, int64_t dim = 0) const;
+  std::vector<Tensor> split(int64_t split_size, int64_t dim = 0) const;
+
+  // ---- math shortcuts (ops/ops.h has the full list and the formulas)
+  Tensor sum() const;
+  Tensor sum(const Shape& dims, bool keepdim = false) const;
+  Tensor mean() const;
+  Tensor mean(const Shape& dims, bool keepdim = false) const;
+  Tensor max(int64_t dim, bool keepdim = false) const;
+  Tensor argmax(int64_t dim, bool keepdim = false) const;
+  Tensor exp() const;
+  Tensor log() const;
+  Tensor sqrt() const;
+  Tensor tanh() const;
+  Tensor sigmoid() const;
+  Tensor relu() const;
+  Tensor abs() const;
+  Tensor pow(double exponent) const;
+  Tensor clamp(double min, double max) const;
+  Tensor softmax(int64_t dim) const;
+  Tensor log_softmax(int64_t dim) const;
+  Tensor matmul(const Tensor& other) const;
+  Tensor masked_fill(const Tensor& mask, double value) const;
+
+  // ---- in place (bump the version counter; see ops/elementwise.cpp for the autograd rules)
+  Tensor& zero_();
+  Tensor& fill_(double value);
+  Tensor& copy_(const Tensor& src);
+  Tensor& add_(const Tensor& other, double alpha = 1.0);
+  Tensor& mul_(const Tensor& other);
+  Tensor& mul_(double value);
+  Tensor& masked_fill_(const Tensor& mask, double value);
+  Tensor& clamp_(double min, double max);
+  Tensor& uniform_(double low, double high);
+  Tensor& normal_(double mean = 0.0, double std = 1.0);
+
+ private:
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+// Values printed with shape and dtype, eliding the middle of long dimensions:
+//   tensor([[0.1, 0.2], [0.3, 0.4]], shape=(2, 2), dtype=float32)
+std::string to_string(const Tensor& t);
+
+// ---- factories
+Tensor empty(const Shape& shape, TensorOptions options = {});
+Tensor zeros(const Shape& shape, TensorOptions options = {});
+Tensor ones(const Shape& shape, TensorOptions options = {});
+Tensor full(const Shape& shape, double value, TensorOptions options = {});
+Tensor zeros_like(const Tensor& t);
+Tensor ones_like(const Tensor& t);
+Tensor full_like(const Tensor& t, double value);
+Tensor arange(double start, double end, double step = 1.0, TensorOptions options = {.dtype = DType::i64});
+Tensor scalar_tensor(double value, TensorOptions options = {});
+// Uniform [0, 1) and standard normal values from the seeded counter-based generator (core/rng.h).
+Tensor rand(const Shape& shape, TensorOptions options = {});
+Tensor randn(const Shape& shape, TensorOptions options = {});
+// From values in row-major order; the shape's element count must match.
+template <class T>
+Tensor from_vector(const std::vector<T>& values, const Shape& shape, TensorOptions options = {});
+Tensor tensor(std::initializer_list<double> values, const Shape& shape, TensorOptions options = {});
+Tensor tensor(std::initializer_list<double> values, TensorOptions options = {});
+
+}  // namespace seqgrad
+
+template <>
+struct fmt::formatter<seqgrad::Tensor> : fmt::formatter<std::string_view> {
+  auto format(const seqgrad::Tensor& t, format_context& ctx) const {
+    return fmt::format_to(ctx.out(), "{}", seqgrad::to_string(t));
+  }
+};

@@ -1,0 +1,636 @@
+// CPU kernels for the primitives in core/backend.h.
+#include "ops/cpu/kernels.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <vector>
+
+#include "core/blas.h"
+#include "core/rng.h"
+#include "core/threads.h"
+
+namespace seqgrad::cpu {
+namespace {
+
+constexpr int64_t kGrain = 32768;  // elements per thread below which loops stay serial
+
+// ---- strided iteration over N operands with broadcasting (stride 0) and dimension coalescing
+
+template <int N>
+struct Loop {
+  int ndim = 0;
+  int64_t shape[kMaxDims];
+  int64_t stride[N][kMaxDims];  // bytes
+  char* base[N];
+  int64_t numel = 1;
+};
+
+// Operand views of `shape`: each tensor's strides, with 0 where it is broadcast.
+template <int N>
+Loop<N> make_loop(const Shape& shape, const std::array<const Tensor*, N>& ts) {
+  Loop<N> L;
+  int nd = shape.size();
+  for (int k = 0; k < N; ++k) {
+    const Tensor& t = *ts[k];
+    L.base[k] = static_cast<char*>(t.raw_data());
+    int64_t es = static_cast<int64_t>(element_size(t.dtype()));
+    int off = nd - t.ndim();
+    for (int d = 0; d < nd; ++d) {
+      int td = d - off;
+      bool broadcast = td < 0 || (t.shape()[td] == 1 && shape[d] != 1);
+      L.stride[k][d] = broadcast ? 0 : t.strides()[td] * es;
+    }
+  }
+  // drop size-1 dims, merge dims that are contiguous for every operand
+  int out = 0;
+  for (int d = 0; d < nd; ++d) {
+    if (shape[d] == 1) continue;
+    if (out > 0) {
+      bool mergeable = true;
+      for (int k = 0; k < N; ++k)
+        if (L.stride[k][out - 1] != L.stride[k][d] * shape[d]) mergeable = false;
+      if (mergeable) {
+        L.shape[out - 1] *= shape[d];
+        for (int k = 0; k < N; ++k) L.stride[k][out - 1] = L.stride[k][d];
+        continue;
+      }
+    }
+    L.shape[out] = shape[d];
+    for (int k = 0; k < N; ++k) L.stride[k][out] = L.stride[k][d];
+    ++out;
+  }
+  if (out == 0) {  // a scalar
+    L.shape[0] = 1;
+    for (int k = 0; k < N; ++k) L.stride[k][0] = 0;
+    out = 1;
+  }
+  L.ndim = out;
+  L.numel = shape.numel();
+  return L;
+}
+
+// Calls inner(ptrs, inner_strides, n) over runs of the innermost dimension, threads splitting the
+// flat index range.
+template <int N, class Inner>
+void run_loop(const Loop<N>& L, Inner&& inner, int64_t grain = kGrain) {
+  if (L.numel == 0) return;
+  int last = L.ndim - 1;
+  int64_t inner_strides[N];
+  for (int k = 0; k < N; ++k) inner_strides[k] = L.stride[k][last];
+  parallel_for(L.numel, grain, [&](int64_t begin, int64_t end) {
+    int64_t idx[kMaxDims];
+    int64_t rem = begin;
+    for (int d = last; d >= 0; --d) {
+      idx[d] = rem % L.shape[d];
+      rem /= L.shape[d];
+    }
+    char* p[N];
+    for (int k = 0; k < N; ++k) {
+      p[k] = L.base[k];
+      for (int d = 0; d <= last; ++d) p[k] += idx[d] * L.stride[k][d];
+    }
+    for (int64_t i = begin; i < end;) {
+      int64_t n = std::min(L.shape[last] - idx[last], end - i);
+      inner(p, inner_strides, n);
+      i += n;
+      idx[last] += n;
+      for (int k = 0; k < N; ++k) p[k] += n * inner_strides[k];
+      for (int d = last; d > 0 && idx[d] == L.shape[d]; --d) {  // carry
+        idx[d] = 0;
+        ++idx[d - 1];
+        for (int k = 0; k < N; ++k) p[k] += L.stride[k][d - 1] - L.shape[d] * L.stride[k][d];
+      }
+    }
+  });
+}
+
+// out[i] = f(a[i]) with contiguous fast path.
+template <class O, class A, class F>
+void map1(const Tensor& a, const Tensor& out, F f) {
+  auto L = make_loop<2>(out.shape(), {&out, &a});
+  run_loop(L, [&](char** p, const int64_t* s, int64_t n) {
+    O* o = reinterpret_cast<O*>(p[0]);
+    const A* x = reinterpret_cast<const A*>(p[1]);
+    if (s[0] == sizeof(O) && s[1] == sizeof(A)) {
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) o[i] = f(x[i]);
+    } else {
+      for (int64_t i = 0; i < n; ++i)
+        *reinterpret_cast<O*>(p[0] + i * s[0]) = f(*reinterpret_cast<const A*>(p[1] + i * s[1]));
+    }
+  });
+}
+
+template <class O, class A, class B, class F>
+void map2(const Tensor& a, const Tensor& b, const Tensor& out, F f) {
+  auto L = make_loop<3>(out.shape(), {&out, &a, &b});
+  run_loop(L, [&](char** p, const int64_t* s, int64_t n) {
+    O* o = reinterpret_cast<O*>(p[0]);
+    const A* x = reinterpret_cast<const A*>(p[1]);
+    const B* y = reinterpret_cast<const B*>(p[2]);
+    if (s[0] == sizeof(O) && s[1] == sizeof(A) && s[2] == sizeof(B)) {
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) o[i] = f(x[i], y[i]);
+    } else if (s[0] == sizeof(O) && s[1] == sizeof(A) && s[2] == 0) {
+      const B yv = *y;
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) o[i] = f(x[i], yv);
+    } else if (s[0] == sizeof(O) && s[1] == 0 && s[2] == sizeof(B)) {
+      const A xv = *x;
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) o[i] = f(xv, y[i]);
+    } else {
+      for (int64_t i = 0; i < n; ++i)
+        *reinterpret_cast<O*>(p[0] + i * s[0]) =
+            f(*reinterpret_cast<const A*>(p[1] + i * s[1]), *reinterpret_cast<const B*>(p[2] + i * s[2]));
+    }
+  });
+}
+
+class CpuBackend;
+Tensor dense(const Tensor& t);
+
+template <class T>
+T sigmoid(T x) {
+  return x >= 0 ? T(1) / (T(1) + std::exp(-x)) : std::exp(x) / (T(1) + std::exp(x));
+}
+
+class CpuBackend final : public Backend {
+ public:
+  const char* name() const override { return "cpu"; }
+
+  void copy(const Tensor& src, const Tensor& dst) override {
+    if (src.dtype() == dst.dtype() && src.is_contiguous() && dst.is_contiguous()) {
+      std::memcpy(dst.raw_data(), src.raw_data(), src.numel() * element_size(src.dtype()));
+      return;
+    }
+    dispatch_all(dst.dtype(), [&]<class D>() {
+      dispatch_all(src.dtype(), [&]<class S>() {
+        map1<D, S>(src, dst, [](S x) { return static_cast<D>(x); });
+      });
+    });
+  }
+
+  void fill(const Tensor& dst, double value) override {
+    dispatch_all(dst.dtype(), [&]<class T>() {
+      T v = static_cast<T>(value);
+      map1<T, T>(dst, dst, [v](T) { return v; });
+    });
+  }
+
+  void unary(UnaryOp op, const Tensor& x, const Tensor& out, UnaryParams p) override {
+    if (op == UnaryOp::logical_not) {
+      map1<bool, bool>(x, out, [](bool v) { return !v; });
+      return;
+    }
+    dispatch_numeric(x.dtype(), "unary", [&]<class T>() {
+      T a = static_cast<T>(p.a), b = static_cast<T>(p.b);
+      switch (op) {
+        case UnaryOp::neg: return map1<T, T>(x, out, [](T v) { return -v; });
+        case UnaryOp::abs: return map1<T, T>(x, out, [](T v) { return v < 0 ? -v : v; });
+        case UnaryOp::sign: return map1<T, T>(x, out, [](T v) { return T((v > 0) - (v < 0)); });
+        case UnaryOp::relu: return map1<T, T>(x, out, [](T v) { return v > 0 ? v : T(0); });
+        case UnaryOp::clamp: return map1<T, T>(x, out, [a, b](T v) { return std::min(std::max(v, a), b); });
+        case UnaryOp::affine: return map1<T, T>(x, out, [a, b](T v) { return a * v + b; });
+        default: break;
+      }
+      if constexpr (std::is_floating_point_v<T>) {
+        switch (op) {
+          case UnaryOp::exp: return map1<T, T>(x, out, [](T v) { return std::exp(v); });
+          case UnaryOp::log: return map1<T, T>(x, out, [](T v) { return std::log(v); });
+          case UnaryOp::sqrt: return map1<T, T>(x, out, [](T v) { return std::sqrt(v); });
+          case UnaryOp::tanh: return map1<T, T>(x, out, [](T v) { return std::tanh(v); });
+          case UnaryOp::sigmoid: return map1<T, T>(x, out, [](T v) { return sigmoid(v); });
+          case UnaryOp::reciprocal: return map1<T, T>(x, out, [](T v) { return T(1) / v; });
+          case UnaryOp::pow_scalar:
+            if (p.a == 2) return map1<T, T>(x, out, [](T v) { return v * v; });
+            return map1<T, T>(x, out, [a](T v) { return std::pow(v, a); });
+          default: break;
+        }
+      }
+      throw Error(fmt::format("unary: op {} not supported for {}", static_cast<int>(op), x.dtype()));
+    });
+  }
+
+  void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) override {
+    switch (op) {
+      case BinaryOp::eq: case BinaryOp::ne: case BinaryOp::lt:
+      case BinaryOp::le: case BinaryOp::gt: case BinaryOp::ge:
+        return compare(op, a, b, out);
+      case BinaryOp::logical_and: return map2<bool, bool, bool>(a, b, out, [](bool x, bool y) { return x && y; });
+      case BinaryOp::logical_or: return map2<bool, bool, bool>(a, b, out, [](bool x, bool y) { return x || y; });
+      default: break;
+    }
+    dispatch_numeric(out.dtype(), "binary", [&]<class T>() {
+      switch (op) {
+        case BinaryOp::add: return map2<T, T, T>(a, b, out, [](T x, T y) { return x + y; });
+        case BinaryOp::sub: return map2<T, T, T>(a, b, out, [](T x, T y) { return x - y; });
+        case BinaryOp::mul: return map2<T, T, T>(a, b, out, [](T x, T y) { return x * y; });
+        case BinaryOp::div: return map2<T, T, T>(a, b, out, [](T x, T y) { return x / y; });
+        case BinaryOp::maximum: return map2<T, T, T>(a, b, out, [](T x, T y) { return x > y ? x : y; });
+        case BinaryOp::minimum: return map2<T, T, T>(a, b, out, [](T x, T y) { return x < y ? x : y; });
+        case BinaryOp::pow: return map2<T, T, T>(a, b, out, [](T x, T y) { return static_cast<T>(std::pow(x, y)); });
+        case BinaryOp::tanh_backward: return map2<T, T, T>(a, b, out, [](T dy, T y) { return dy * (T(1) - y * y); });
+        case BinaryOp::sigmoid_backward: return map2<T, T, T>(a, b, out, [](T dy, T y) { return dy * y * (T(1) - y); });
+        case BinaryOp::relu_backward: return map2<T, T, T>(a, b, out, [](T dy, T x) { return x > 0 ? dy : T(0); });
+        default: break;
+      }
+    });
+  }
+
+  void compare(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
+    dispatch_all(a.dtype(), [&]<class T>() {
+      switch (op) {
+        case BinaryOp::eq: return map2<bool, T, T>(a, b, out, [](T x, T y) { return x == y; });
+        case BinaryOp::ne: return map2<bool, T, T>(a, b, out, [](T x, T y) { return x != y; });
+        case BinaryOp::lt: return map2<bool, T, T>(a, b, out, [](T x, T y) { return x < y; });
+        case BinaryOp::le: return map2<bool, T, T>(a, b, out, [](T x, T y) { return x <= y; });
+        case BinaryOp::gt: return map2<bool, T, T>(a, b, out, [](T x, T y) { return x > y; });
+        default: return map2<bool, T, T>(a, b, out, [](T x, T y) { return x >= y; });
+      }
+    });
+  }
+
+  void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) override {
+    dispatch_all(out.dtype(), [&]<class T>() {
+      auto L = make_loop<4>(out.shape(), {&out, &cond, &a, &b});
+      run_loop(L, [&](char** p, const int64_t* s, int64_t n) {
+        for (int64_t i = 0; i < n; ++i) {
+          bool c = *reinterpret_cast<const bool*>(p[1] + i * s[1]);
+          *reinterpret_cast<T*>(p[0] + i * s[0]) =
+              *reinterpret_cast<const T*>(p[c ? 2 : 3] + i * s[c ? 2 : 3]);
+        }
+      });
+    });
+  }
+
+  void reduce(ReduceOp op, const Tensor& x, const Tensor& out) override;
+
+  void gemm(const Tensor& a, const Tensor& b, const Tensor& c, double alpha, double beta) override;
+
+  void index_select(const Tensor& x, int dim, const Tensor& index, const Tensor& out) override;
+  void index_add(const Tensor& out, int dim, const Tensor& index, const Tensor& src) override;
+  void gather(const Tensor& x, int dim, const Tensor& index, const Tensor& out) override;
+  void scatter_add(const Tensor& out, int dim, const Tensor& index, const Tensor& src) override;
+  void softmax_rows(const Tensor& x, const Tensor& out, bool log) override;
+  void softmax_rows_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, bool log) override;
+  void topk(const Tensor& x, int64_t k, bool largest, const Tensor& values, const Tensor& indices) override;
+
+  void random_uniform(const Tensor& out, double a, double b, uint64_t seed, uint64_t offset) override {
+    dispatch_floating(out.dtype(), "uniform_", [&]<class T>() {
+      T* p = out.data<T>();
+      parallel_for(out.numel(), kGrain, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+          double u = std::is_same_v<T, float> ? uniform_at(seed, offset, i) : uniform_at_f64(seed, offset, i);
+          p[i] = static_cast<T>(a + (b - a) * u);
+        }
+      });
+    });
+  }
+
+  void random_normal(const Tensor& out, double mean, double stddev, uint64_t seed, uint64_t offset) override {
+    dispatch_floating(out.dtype(), "normal_", [&]<class T>() {
+      T* p = out.data<T>();
+      parallel_for(out.numel(), kGrain, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) p[i] = static_cast<T>(mean + stddev * normal_at(seed, offset, i));
+      });
+    });
+  }
+};
+
+// ---- reductions
+
+// Reduces x over the dims where out has size 1 and x does not. The reduced dims are moved
+// innermost, so each output element owns one (possibly strided) block: threads split outputs.
+void CpuBackend::reduce(ReduceOp op, const Tensor& x, const Tensor& out) {
+  int nd = x.ndim();
+  std::vector<int> kept, reduced;
+  for (int d = 0; d < nd; ++d) (out.shape()[d] == 1 && x.shape()[d] != 1 ? reduced : kept).push_back(d);
+  int64_t n_out = out.numel(), n_red = 1;
+  for (int d : reduced) n_red *= x.shape()[d];
+  // contiguous input reduced over leading dims (bias gradients): accumulate whole rows
+  bool prefix = !reduced.empty() && reduced.back() == static_cast<int>(reduced.size()) - 1 &&
+                x.is_contiguous() && out.is_contiguous() && op == ReduceOp::sum;
+  if (prefix) {
+    dispatch_numeric(x.dtype(), "sum", [&]<class T>() {
+      const T* px = x.data<T>();
+      T* po = out.data<T>();
+      parallel_for(n_out, 1024, [&](int64_t begin, int64_t end) {
+        std::vector<double> acc(end - begin, 0.0);
+        for (int64_t r = 0; r < n_red; ++r) {
+          const T* row = px + r * n_out;
+#pragma omp simd
+          for (int64_t j = begin; j < end; ++j) acc[j - begin] += row[j];
+        }
+        for (int64_t j = begin; j < end; ++j) po[j] = static_cast<T>(acc[j - begin]);
+      });
+    });
+    return;
+  }
+  // index arithmetic: output element o -> base offset in x; reduced index r -> offset
+  Shape kept_shape, red_shape, kept_stride, red_stride, out_stride;
+  for (int d : kept) {
+    kept_shape.push_back(x.shape()[d]);
+    kept_stride.push_back(x.strides()[d]);
+    out_stride.push_back(out.strides()[d]);
+  }
+  for (int d : reduced) {
+    red_shape.push_back(x.shape()[d]);
+    red_stride.push_back(x.strides()[d]);
+  }
+  auto offset_of = [](int64_t flat, const Shape& shape, const Shape& stride) {
+    int64_t off = 0;
+    for (int d = shape.size() - 1; d >= 0; --d) {
+      off += (flat % shape[d]) * stride[d];
+      flat /= shape[d];
+    }
+    return off;
+  };
+  bool inner_contiguous = red_shape.size() == 1 && red_stride[0] == 1;
+  dispatch_all(x.dtype(), [&]<class T>() {
+    if constexpr (std::is_same_v<T, bool>) {
+      throw DTypeError("reduce: bool tensors cannot be reduced; convert with to(DType::i64) first");
+    } else {
+      const T* px = static_cast<const T*>(x.impl()->storage->data) + x.offset();
+      parallel_for(n_out, std::max<int64_t>(1, kGrain / std::max<int64_t>(n_red, 1)), [&](int64_t begin, int64_t end) {
+        for (int64_t o = begin; o < end; ++o) {
+          const T* block = px + offset_of(o, kept_shape, kept_stride);
+          int64_t out_off = offset_of(o, kept_shape, out_stride);
+          auto at = [&](int64_t r) { return inner_contiguous ? block[r] : block[offset_of(r, red_shape, red_stride)]; };
+          if (op == ReduceOp::sum) {
+            using Acc = std::conditional_t<std::is_floating_point_v<T>, double, int64_t>;
+            Acc acc = 0;
+            if (inner_contiguous) {
+#pragma omp simd reduction(+ : acc)
+              for (int64_t r = 0; r < n_red; ++r) acc += block[r];
+            } else {
+              for (int64_t r = 0; r < n_red; ++r) acc += at(r);
+            }
+            out.data<T>()[out_off] = static_cast<T>(acc);
+          } else if (op == ReduceOp::max || op == ReduceOp::min) {
+            T best = at(0);
+            for (int64_t r = 1; r < n_red; ++r) {
+              T v = at(r);
+              if (op == ReduceOp::max ? (v > best || v != v) : (v < best || v != v)) best = v;
+            }
+            out.data<T>()[out_off] = best;
+          } else {  // argmax / argmin: the first index of the extreme value, as PyTorch
+            T best = at(0);
+            int64_t arg = 0;
+            for (int64_t r = 1; r < n_red; ++r) {
+              T v = at(r);
+              if (op == ReduceOp::argmax ? v > best : v < best) best = v, arg = r;
+            }
+            out.data<int64_t>()[out_off] = arg;
+          }
+        }
+      });
+    }
+  });
+}
+
+// ---- GEMM: read transposes and leading dimensions from the strides
+
+struct MatrixArg {
+  blas::Trans trans = blas::Trans::no;
+  int64_t ld = 0;
+  bool usable = false;
+};
+
+MatrixArg as_blas(int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride) {
+  if (col_stride == 1 && (row_stride >= std::max<int64_t>(cols, 1) || rows == 1))
+    return {blas::Trans::no, std::max<int64_t>(rows == 1 ? cols : row_stride, 1), true};
+  if (row_stride == 1 && (col_stride >= std::max<int64_t>(rows, 1) || cols == 1))
+    return {blas::Trans::yes, std::max<int64_t>(cols == 1 ? rows : col_stride, 1), true};
+  return {};
+}
+
+void CpuBackend::gemm(const Tensor& a_in, const Tensor& b_in, const Tensor& c, double alpha, double beta) {
+  int64_t batch = c.shape()[0], m = c.shape()[1], n = c.shape()[2], k = a_in.shape()[2];
+  auto prepare = [](const Tensor& t) {
+    MatrixArg arg = as_blas(t.shape()[1], t.shape()[2], t.strides()[1], t.strides()[2]);
+    return arg.usable ? t : dense(t);
+  };
+  Tensor a = prepare(a_in), b = prepare(b_in);
+  MatrixArg ma = as_blas(m, k, a.strides()[1], a.strides()[2]);
+  MatrixArg mb = as_blas(k, n, b.strides()[1], b.strides()[2]);
+  SG_ASSERT(c.strides()[2] == 1);
+  int64_t ldc = std::max<int64_t>(m == 1 ? n : c.strides()[1], 1);
+  auto a_stride = a.shape()[0] == 1 ? 0 : a.strides()[0];
+  auto b_stride = b.shape()[0] == 1 ? 0 : b.strides()[0];
+  dispatch_floating(c.dtype(), "matmul", [&]<class T>() {
+    const T* pa = a.data<T>();
+    const T* pb = b.data<T>();
+    T* pc = c.data<T>();
+    auto one = [&](int64_t i) {
+      if (k == 0) {  // BLAS leaves C untouched for k = 0; the product of empty matrices is zero
+        for (int64_t r = 0; r < m; ++r)
+          for (int64_t j = 0; j < n; ++j) pc[i * c.strides()[0] + r * ldc + j] *= static_cast<T>(beta);
+        return;
+      }
+      if constexpr (std::is_same_v<T, float>)
+        blas::sgemm(ma.trans, mb.trans, m, n, k, float(alpha), pa + i * a_stride, ma.ld, pb + i * b_stride, mb.ld,
+                    float(beta), pc + i * c.strides()[0], ldc);
+      else
+        blas::dgemm(ma.trans, mb.trans, m, n, k, alpha, pa + i * a_stride, ma.ld, pb + i * b_stride, mb.ld, beta,
+                    pc + i * c.strides()[0], ldc);
+    };
+    // many small products: one per thread (OpenBLAS would not thread them anyway)
+    bool small = m * n * k < 64 * 64 * 64;
+    if (batch > 1 && small && get_num_threads() > 1) {
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < batch; ++i) one(i);
+    } else {
+      for (int64_t i = 0; i < batch; ++i) one(i);
+    }
+  });
+}
+
+// ---- indexing
+
+// Views x as (outer, size, inner) around `dim`; returns (outer, inner).
+std::pair<int64_t, int64_t> outer_inner(const Tensor& t, int dim) {
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < dim; ++d) outer *= t.shape()[d];
+  for (int d = dim + 1; d < t.ndim(); ++d) inner *= t.shape()[d];
+  return {outer, inner};
+}
+
+void CpuBackend::index_select(const Tensor& x_in, int dim, const Tensor& index, const Tensor& out) {
+  Tensor x = dense(x_in);
+  auto [outer, inner] = outer_inner(x, dim);
+  int64_t n_in = x.shape()[dim], n_idx = index.numel();
+  const int64_t* idx = index.data<int64_t>();
+  size_t es = element_size(x.dtype());
+  const char* px = static_cast<const char*>(x.raw_data());
+  char* po = static_cast<char*>(out.raw_data());
+  parallel_for(outer * n_idx, std::max<int64_t>(1, kGrain / std::max<int64_t>(inner, 1)), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      int64_t o = r / n_idx, j = r % n_idx;
+      std::memcpy(po + (o * n_idx + j) * inner * es, px + (o * n_in + idx[j]) * inner * es, inner * es);
+    }
+  });
+}
+
+void CpuBackend::index_add(const Tensor& out, int dim, const Tensor& index, const Tensor& src_in) {
+  Tensor src = dense(src_in);
+  auto [outer, inner] = outer_inner(out, dim);
+  int64_t n_out = out.shape()[dim], n_idx = index.numel();
+  const int64_t* idx = index.data<int64_t>();
+  dispatch_numeric(out.dtype(), "index_add", [&]<class T>() {
+    T* po = out.data<T>();
+    const T* ps = src.data<T>();
+    // threads split the inner (feature) dimension so repeated ids never race
+    parallel_for(inner, 256, [&](int64_t begin, int64_t end) {
+      for (int64_t o = 0; o < outer; ++o)
+        for (int64_t j = 0; j < n_idx; ++j) {
+          T* dst = po + (o * n_out + idx[j]) * inner;
+          const T* s = ps + (o * n_idx + j) * inner;
+#pragma omp simd
+          for (int64_t i = begin; i < end; ++i) dst[i] += s[i];
+        }
+    });
+  });
+}
+
+void CpuBackend::gather(const Tensor& x_in, int dim, const Tensor& index_in, const Tensor& out) {
+  Tensor x = dense(x_in), index = dense(index_in);
+  auto [outer, inner] = outer_inner(index, dim);
+  int64_t n_idx = index.shape()[dim], n_x = x.shape()[dim];
+  auto [x_outer, x_inner] = outer_inner(x, dim);
+  (void)x_outer;
+  const int64_t* idx = index.data<int64_t>();
+  dispatch_all(x.dtype(), [&]<class T>() {
+    const T* px = x.data<T>();
+    T* po = out.data<T>();
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t j = 0; j < n_idx; ++j)
+        for (int64_t i = 0; i < inner; ++i)
+          po[(o * n_idx + j) * inner + i] = px[(o * n_x + idx[(o * n_idx + j) * inner + i]) * x_inner + i];
+  });
+}
+
+void CpuBackend::scatter_add(const Tensor& out, int dim, const Tensor& index_in, const Tensor& src_in) {
+  Tensor index = dense(index_in), src = dense(src_in);
+  auto [outer, inner] = outer_inner(index, dim);
+  int64_t n_idx = index.shape()[dim], n_out = out.shape()[dim];
+  auto [o_outer, o_inner] = outer_inner(out, dim);
+  (void)o_outer;
+  const int64_t* idx = index.data<int64_t>();
+  dispatch_numeric(out.dtype(), "scatter_add", [&]<class T>() {
+    T* po = out.data<T>();
+    const T* ps = src.data<T>();
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t j = 0; j < n_idx; ++j)
+        for (int64_t i = 0; i < inner; ++i)
+          po[(o * n_out + idx[(o * n_idx + j) * inner + i]) * o_inner + i] += ps[(o * n_idx + j) * inner + i];
+  });
+}
+
+// ---- softmax over contiguous rows; max-subtraction keeps exp() from overflowing
+
+void CpuBackend::softmax_rows(const Tensor& x, const Tensor& out, bool log) {
+  int64_t cols = x.shape().back(), rows = x.numel() / std::max<int64_t>(cols, 1);
+  dispatch_floating(x.dtype(), "softmax", [&]<class T>() {
+    const T* px = x.data<T>();
+    T* po = out.data<T>();
+    parallel_for(rows, std::max<int64_t>(1, kGrain / std::max<int64_t>(cols, 1)), [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const T* in = px + r * cols;
+        T* o = po + r * cols;
+        T mx = -std::numeric_limits<T>::infinity();
+        for (int64_t j = 0; j < cols; ++j) mx = std::max(mx, in[j]);
+        if (mx == -std::numeric_limits<T>::infinity()) mx = 0;  // all -inf: avoid inf - inf
+        T sum = 0;
+        if (log) {
+          for (int64_t j = 0; j < cols; ++j) sum += std::exp(in[j] - mx);
+          T lse = mx + std::log(sum);
+          for (int64_t j = 0; j < cols; ++j) o[j] = in[j] - lse;
+        } else {
+          for (int64_t j = 0; j < cols; ++j) sum += (o[j] = std::exp(in[j] - mx));
+          T inv = T(1) / sum;
+          for (int64_t j = 0; j < cols; ++j) o[j] *= inv;
+        }
+      }
+    });
+  });
+}
+
+// softmax: dx = y * (dy - sum(dy * y));  log_softmax: dx = dy - exp(y) * sum(dy)
+void CpuBackend::softmax_rows_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, bool log) {
+  int64_t cols = y.shape().back(), rows = y.numel() / std::max<int64_t>(cols, 1);
+  dispatch_floating(y.dtype(), "softmax_backward", [&]<class T>() {
+    const T* py = y.data<T>();
+    const T* pdy = dy.data<T>();
+    T* pdx = dx.data<T>();
+    parallel_for(rows, std::max<int64_t>(1, kGrain / std::max<int64_t>(cols, 1)), [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const T* yr = py + r * cols;
+        const T* g = pdy + r * cols;
+        T* o = pdx + r * cols;
+        T dot = 0;
+        if (log) {
+          for (int64_t j = 0; j < cols; ++j) dot += g[j];
+          for (int64_t j = 0; j < cols; ++j) o[j] = g[j] - std::exp(yr[j]) * dot;
+        } else {
+          for (int64_t j = 0; j < cols; ++j) dot += g[j] * yr[j];
+          for (int64_t j = 0; j < cols; ++j) o[j] = yr[j] * (g[j] - dot);
+        }
+      }
+    });
+  });
+}
+
+void CpuBackend::topk(const Tensor& x_in, int64_t k, bool largest, const Tensor& values, const Tensor& indices) {
+  Tensor x = dense(x_in);
+  int64_t cols = x.shape().back(), rows = x.numel() / std::max<int64_t>(cols, 1);
+  dispatch_numeric(x.dtype(), "topk", [&]<class T>() {
+    const T* px = x.data<T>();
+    T* pv = values.data<T>();
+    int64_t* pi = indices.data<int64_t>();
+    std::vector<int64_t> order(cols);
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* row = px + r * cols;
+      std::iota(order.begin(), order.end(), 0);
+      std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int64_t i, int64_t j) {
+        return largest ? (row[i] > row[j] || (row[i] == row[j] && i < j)) : (row[i] < row[j] || (row[i] == row[j] && i < j));
+      });
+      for (int64_t j = 0; j < k; ++j) {
+        pv[r * k + j] = row[order[j]];
+        pi[r * k + j] = order[j];
+      }
+    }
+  });
+}
+
+// A contiguous copy for kernels that need one (no autograd: kernels sit below it).
+Tensor dense(const Tensor& t) {
+  if (t.is_contiguous()) return t;
+  Tensor out = Tensor::empty(t.shape(), {.dtype = t.dtype(), .device = t.device()});
+  backend().copy(t, out);
+  return out;
+}
+
+}  // namespace
+
+Backend& backend() {
+  static CpuBackend instance;
+  return instance;
+}
+
+}  // namespace seqgrad::cpu
+
+namespace seqgrad {
+
+// The single backend-registration point: the CUDA backend joins here when built.
+Backend& backend_for(Device device) {
+  SG_CHECK_DEVICE(device.is_cpu(), "{}: this seqgrad build has no CUDA backend (configure with -Dcuda=enabled)",
+                  device);
+  return cpu::backend();
+}
+
+}  // namespace seqgrad

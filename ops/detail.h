@@ -1,0 +1,45 @@
+// Helpers shared by the op files: argument checks that name the op, and output allocation.
+#pragma once
+#include "ops/ops.h"
+
+namespace seqgrad::detail {
+
+inline Tensor empty_like_shape(const Shape& shape, const Tensor& like) {
+  return Tensor::empty(shape, {.dtype = like.dtype(), .device = like.device()});
+}
+
+inline void check_defined(const char* op, const Tensor& t, const char* name = "input") {
+  SG_CHECK(t.defined(), "{}: {} is an undefined tensor", op, name);
+}
+
+inline void check_floating(const char* op, const Tensor& t) {
+  check_defined(op, t);
+  SG_CHECK_DTYPE(is_floating(t.dtype()), "{}: expected a floating tensor (float32 or float64), got {} {}",
+                 op, t.dtype(), t.shape());
+}
+
+inline void check_same(const char* op, const Tensor& a, const Tensor& b) {
+  check_defined(op, a, "first operand");
+  check_defined(op, b, "second operand");
+  SG_CHECK_DEVICE(a.device() == b.device(), "{}: operands on different devices: {} on {}, {} on {}", op,
+                  a.shape(), a.device(), b.shape(), b.device());
+  SG_CHECK_DTYPE(a.dtype() == b.dtype(),
+                 "{}: dtype mismatch: {} {} and {} {}; convert one with .to(DType::...)", op, a.dtype(),
+                 a.shape(), b.dtype(), b.shape());
+}
+
+inline void check_index_tensor(const char* op, const Tensor& index) {
+  check_defined(op, index, "index");
+  SG_CHECK_DTYPE(index.dtype() == DType::i64, "{}: indices must be int64, got {} {}", op, index.dtype(),
+                 index.shape());
+}
+
+// In-place ops: a leaf that requires grad may only be edited under NoGradGuard (as optimizers
+// do); views of tensors in a graph are not rebased, so edits to them are refused.
+void check_inplace(const char* op, const Tensor& self, bool recording);
+
+// Replaces self's contents and history with those of `result` (an in-place op recorded as its
+// out-of-place twin); bumps the version counter.
+void commit_inplace(const Tensor& self, const Tensor& result);
+
+}  // namespace seqgrad::detail

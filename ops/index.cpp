@@ -1,0 +1,107 @@
+// Indexing ops. Every index is range-checked at the op boundary, naming the bad index and size.
+#include "ops/detail.h"
+
+namespace seqgrad {
+namespace {
+
+void check_range(const char* op, const Tensor& index, int64_t size, const char* what) {
+  const int64_t* p = index.contiguous().data<int64_t>();
+  for (int64_t i = 0, n = index.numel(); i < n; ++i)
+    SG_CHECK_INDEX(p[i] >= 0 && p[i] < size, "{}: index {} is out of range for {} of size {}", op, p[i], what, size);
+}
+
+}  // namespace
+
+// index_select  y = x[..., index, ...] along dim     dx = index_add(zeros, dim, index, dy)
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index_in) {
+  detail::check_defined("index_select", x);
+  detail::check_index_tensor("index_select", index_in);
+  SG_CHECK_SHAPE(index_in.ndim() <= 1, "index_select: index must be 0-D or 1-D, got {}", index_in.shape());
+  int d = wrap_dim(dim, x.ndim(), "index_select");
+  Tensor index = index_in.reshape({-1}).contiguous();
+  check_range("index_select", index, x.shape()[d], fmt::format("dimension {}", d).c_str());
+  Shape shape = x.shape();
+  shape[d] = index.numel();
+  Tensor y = detail::empty_like_shape(shape, x);
+  backend_for(x).index_select(x, d, index, y);
+  return record("index_select", y, {x}, [d, index, in = x.shape()](const Tensor& dy, Grads& g) {
+    g.add(0, index_add(zeros(in, {.dtype = dy.dtype(), .device = dy.device()}), d, index, dy));
+  });
+}
+
+// index_add  y = x; y[index[j]] += src[j] along dim     dx = dy     dsrc = index_select(dy, dim, index)
+Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index_in, const Tensor& src) {
+  detail::check_same("index_add", x, src);
+  detail::check_index_tensor("index_add", index_in);
+  int d = wrap_dim(dim, x.ndim(), "index_add");
+  Tensor index = index_in.reshape({-1}).contiguous();
+  Shape expected = x.shape();
+  expected[d] = index.numel();
+  SG_CHECK_SHAPE(src.shape() == expected, "index_add: source shape {} != {} (input {}, {} indices)", src.shape(),
+                 expected, x.shape(), index.numel());
+  check_range("index_add", index, x.shape()[d], fmt::format("dimension {}", d).c_str());
+  Tensor y = clone(x.detach());
+  backend_for(x).index_add(y, d, index, src);
+  return record("index_add", y, {x, src}, [d, index](const Tensor& dy, Grads& g) {
+    if (g.needs(0)) g.add(0, dy);
+    if (g.needs(1)) g.add(1, index_select(dy, d, index));
+  });
+}
+
+// gather  y[i][j] = x[i][index[i][j]] (dim 1 shown)     dx = scatter_add(zeros, dim, index, dy)
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
+  detail::check_defined("gather", x);
+  detail::check_index_tensor("gather", index);
+  int d = wrap_dim(dim, x.ndim(), "gather");
+  SG_CHECK_SHAPE(index.ndim() == x.ndim(), "gather: index {} must have as many dims as the input {}", index.shape(),
+                 x.shape());
+  for (int k = 0; k < x.ndim(); ++k)
+    SG_CHECK_SHAPE(k == d || index.shape()[k] <= x.shape()[k],
+                   "gather: index {} is larger than the input {} in dimension {}", index.shape(), x.shape(), k);
+  check_range("gather", index, x.shape()[d], fmt::format("dimension {}", d).c_str());
+  Tensor y = detail::empty_like_shape(index.shape(), x);
+  if (y.numel() > 0) backend_for(x).gather(x, d, index, y);
+  return record("gather", y, {x}, [d, index, in = x.shape()](const Tensor& dy, Grads& g) {
+    g.add(0, scatter_add(zeros(in, {.dtype = dy.dtype(), .device = dy.device()}), d, index, dy));
+  });
+}
+
+// scatter_add  y = x; y[index[i][j]][j] += src[i][j] (dim 0 shown)   dx = dy   dsrc = gather(dy, dim, index)
+Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
+  detail::check_same("scatter_add", x, src);
+  detail::check_index_tensor("scatter_add", index);
+  int d = wrap_dim(dim, x.ndim(), "scatter_add");
+  SG_CHECK_SHAPE(index.shape() == src.shape(), "scatter_add: index {} and source {} must have the same shape",
+                 index.shape(), src.shape());
+  check_range("scatter_add", index, x.shape()[d], fmt::format("dimension {}", d).c_str());
+  Tensor y = clone(x.detach());
+  if (src.numel() > 0) backend_for(x).scatter_add(y, d, index, src);
+  return record("scatter_add", y, {x, src}, [d, index](const Tensor& dy, Grads& g) {
+    if (g.needs(0)) g.add(0, dy);
+    if (g.needs(1)) g.add(1, gather(dy, d, index));
+  });
+}
+
+// embedding  y[..., :] = weight[ids[...], :]        dweight = index_add of dy rows (padding rows: 0)
+Tensor embedding(const Tensor& weight, const Tensor& ids, int64_t padding_idx) {
+  detail::check_floating("embedding", weight);
+  SG_CHECK_DTYPE(ids.dtype() == DType::i64, "embedding: ids must be int64, got {} {}", ids.dtype(), ids.shape());
+  SG_CHECK_SHAPE(weight.ndim() == 2, "embedding: weight must be 2-D (num_embeddings, dim), got {}", weight.shape());
+  Tensor flat = ids.reshape({-1}).contiguous();
+  const int64_t* p = flat.data<int64_t>();
+  for (int64_t i = 0, n = flat.numel(); i < n; ++i)
+    SG_CHECK_INDEX(p[i] >= 0 && p[i] < weight.size(0), "embedding: id {} is out of range for a table of {} rows",
+                   p[i], weight.size(0));
+  Tensor rows = detail::empty_like_shape({flat.numel(), weight.size(1)}, weight);
+  backend_for(weight).index_select(weight, 0, flat, rows);
+  Shape out_shape = ids.shape();
+  out_shape.push_back(weight.size(1));
+  Tensor y = rows.view(out_shape);
+  return record("embedding", y, {weight}, [flat, padding_idx, in = weight.shape()](const Tensor& dy, Grads& g) {
+    Tensor drows = dy.reshape({flat.numel(), in[1]});
+    if (padding_idx >= 0) drows = where(ne(flat, static_cast<double>(padding_idx)).unsqueeze(1), drows, zeros_like(drows));
+    g.add(0, index_add(zeros(in, {.dtype = dy.dtype(), .device = dy.device()}), 0, flat, drows));
+  });
+}
+
+}  // namespace seqgrad

@@ -1,0 +1,108 @@
+// Matrix products on OpenBLAS. Transposed operands are passed to GEMM as strides, never copied.
+#include "ops/detail.h"
+
+namespace seqgrad {
+namespace {
+
+// a as a 3-D view (batch, rows, cols) over `batch` leading dims: a view when the batch dims
+// collapse to one stride (including broadcast stride 0), a copy otherwise.
+Tensor as_batch3(const Tensor& t, const Shape& batch) {
+  Shape full = batch;
+  full.push_back(t.shape()[t.ndim() - 2]);
+  full.push_back(t.shape()[t.ndim() - 1]);
+  Tensor e = t.detach().expand(full);
+  int nb = batch.size();
+  int64_t n = batch.numel();
+  // batch dims collapse into one when each stride is the next one's stride times its size
+  int64_t stride = 0, inner_stride = 0, inner_size = 0;
+  bool collapsible = true, first = true;
+  for (int d = nb - 1; d >= 0; --d) {
+    if (batch[d] == 1) continue;
+    int64_t s = e.strides()[d];
+    if (first) stride = s, first = false;
+    else if (s != inner_stride * inner_size) collapsible = false;
+    inner_stride = s;
+    inner_size = batch[d];
+  }
+  if (!collapsible) e = e.contiguous(), stride = e.shape()[nb] * e.shape()[nb + 1];
+  auto impl = std::make_shared<TensorImpl>(*e.impl());
+  impl->shape = {n, full[nb], full[nb + 1]};
+  impl->strides = {stride, e.strides()[nb], e.strides()[nb + 1]};
+  impl->is_view = true;
+  return Tensor(std::move(impl));
+}
+
+// The batched product of two tensors of rank >= 2 with broadcast batch dims.
+Tensor matmul_nd(const Tensor& a, const Tensor& b) {
+  Shape ba(std::span<const int64_t>(a.shape().begin(), a.ndim() - 2));
+  Shape bb(std::span<const int64_t>(b.shape().begin(), b.ndim() - 2));
+  Shape batch = broadcast_shapes(ba, bb, "matmul");
+  int64_t m = a.size(-2), n = b.size(-1);
+  Shape out_shape = batch;
+  out_shape.push_back(m);
+  out_shape.push_back(n);
+  Tensor y = detail::empty_like_shape(out_shape, a);
+  if (y.numel() == 0) return y;
+  Tensor y3 = y.view({batch.numel(), m, n});
+  backend_for(a).gemm(as_batch3(a, batch), as_batch3(b, batch), y3, 1.0, 0.0);
+  return y;
+}
+
+}  // namespace
+
+// matmul  y = a · b (batched, broadcasting batch dims)
+//   da = sum_to(dy · bᵀ, a)        db = sum_to(aᵀ · dy, b)
+// A 2-D right operand with a batched left one folds the batch into the rows (one big GEMM, and
+// db becomes one GEMM instead of a batch of them followed by a sum), as PyTorch does.
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  detail::check_same("matmul", a, b);
+  detail::check_floating("matmul", a);
+  SG_CHECK_SHAPE(a.ndim() >= 1 && b.ndim() >= 1, "matmul: both operands need at least one dimension, got {} @ {}",
+                 a.shape(), b.shape());
+  if (a.ndim() == 1 && b.ndim() == 1) {
+    SG_CHECK_SHAPE(a.size(0) == b.size(0), "matmul: inner dimensions differ: {} @ {}", a.shape(), b.shape());
+    return matmul(a.unsqueeze(0), b.unsqueeze(1)).reshape({});
+  }
+  if (a.ndim() == 1) return matmul(a.unsqueeze(0), b).squeeze(-2);
+  if (b.ndim() == 1) return matmul(a, b.unsqueeze(1)).squeeze(-1);
+  SG_CHECK_SHAPE(a.size(-1) == b.size(-2), "matmul: inner dimensions differ: {} @ {}", a.shape(), b.shape());
+  if (a.ndim() > 2 && b.ndim() == 2) {
+    Shape out_shape = a.shape();
+    out_shape[out_shape.size() - 1] = b.size(-1);
+    return matmul(a.reshape({-1, a.size(-1)}), b).view(out_shape);
+  }
+  Tensor y = matmul_nd(a, b);
+  return record("matmul", y, {a, b}, [a = save(a), b = save(b)](const Tensor& dy, Grads& g) {
+    const Tensor &av = a.get(), &bv = b.get();
+    if (g.needs(0)) g.add(0, sum_to(matmul(dy, bv.transpose(-1, -2)), av.shape()));
+    if (g.needs(1)) g.add(1, sum_to(matmul(av.transpose(-1, -2), dy), bv.shape()));
+  });
+}
+
+// bmm  y[i] = a[i] · b[i]: (N, M, K) · (N, K, P) -> (N, M, P), no broadcasting
+Tensor bmm(const Tensor& a, const Tensor& b) {
+  detail::check_same("bmm", a, b);
+  SG_CHECK_SHAPE(a.ndim() == 3 && b.ndim() == 3, "bmm: expected 3-D tensors, got {} and {}", a.shape(), b.shape());
+  SG_CHECK_SHAPE(a.size(0) == b.size(0), "bmm: batch sizes differ: {} and {}", a.shape(), b.shape());
+  SG_CHECK_SHAPE(a.size(2) == b.size(1), "bmm: inner dimensions differ: {} @ {}", a.shape(), b.shape());
+  return matmul(a, b);
+}
+
+// linear  y = x · Wᵀ + b     x: (..., in), W: (out, in), b: (out)
+//   dx = dy · W    dW = dyᵀ · x    db = Σ dy over all but the last dim
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  detail::check_same("linear", x, weight);
+  SG_CHECK_SHAPE(weight.ndim() == 2, "linear: weight must be 2-D (out_features, in_features), got {}", weight.shape());
+  SG_CHECK_SHAPE(x.ndim() >= 1 && x.size(-1) == weight.size(1),
+                 "linear: input feature size {} != in_features {} (x: {}, weight: {})", x.ndim() ? x.size(-1) : 0,
+                 weight.size(1), x.shape(), weight.shape());
+  Tensor y = matmul(x, weight.t());
+  if (!bias.defined()) return y;
+  SG_CHECK_SHAPE(bias.ndim() == 1 && bias.size(0) == weight.size(0), "linear: bias shape {} != ({},)", bias.shape(),
+                 weight.size(0));
+  return add(y, bias);
+}
+
+Tensor Tensor::matmul(const Tensor& other) const { return seqgrad::matmul(*this, other); }
+
+}  // namespace seqgrad

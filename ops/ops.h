@@ -1,0 +1,130 @@
+// seqgrad's differentiable ops: the public API. Each op's forward, backward and math comment sit
+// together in ops/<family>.cpp. Binary ops broadcast like NumPy; both tensor operands must have
+// the same dtype and device (a double operand takes the tensor's dtype).
+#pragma once
+#include <utility>
+#include <vector>
+
+#include "core/autograd.h"
+#include "core/backend.h"
+#include "core/tensor.h"
+
+namespace seqgrad {
+
+// ---- element-wise (ops/elementwise.cpp)
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor pow(const Tensor& a, const Tensor& b);
+Tensor add(const Tensor& a, double b);
+Tensor mul(const Tensor& a, double b);
+Tensor pow(const Tensor& a, double exponent);
+Tensor neg(const Tensor& x);
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+Tensor tanh(const Tensor& x);
+Tensor sigmoid(const Tensor& x);
+Tensor relu(const Tensor& x);
+Tensor abs(const Tensor& x);
+Tensor clamp(const Tensor& x, double min, double max);
+Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b);
+Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);
+// Fused backward helpers with composed twins (used when the backward is itself recorded).
+Tensor tanh_backward(const Tensor& dy, const Tensor& y);
+Tensor sigmoid_backward(const Tensor& dy, const Tensor& y);
+
+Tensor operator+(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& x);
+Tensor operator+(const Tensor& a, double b);
+Tensor operator+(double a, const Tensor& b);
+Tensor operator-(const Tensor& a, double b);
+Tensor operator-(double a, const Tensor& b);
+Tensor operator*(const Tensor& a, double b);
+Tensor operator*(double a, const Tensor& b);
+Tensor operator/(const Tensor& a, double b);
+Tensor operator/(double a, const Tensor& b);
+
+// ---- comparisons and logic: bool results, not differentiable
+Tensor eq(const Tensor& a, const Tensor& b);
+Tensor ne(const Tensor& a, const Tensor& b);
+Tensor lt(const Tensor& a, const Tensor& b);
+Tensor le(const Tensor& a, const Tensor& b);
+Tensor gt(const Tensor& a, const Tensor& b);
+Tensor ge(const Tensor& a, const Tensor& b);
+Tensor eq(const Tensor& a, double b);
+Tensor ne(const Tensor& a, double b);
+Tensor lt(const Tensor& a, double b);
+Tensor le(const Tensor& a, double b);
+Tensor gt(const Tensor& a, double b);
+Tensor ge(const Tensor& a, double b);
+Tensor logical_not(const Tensor& x);
+Tensor logical_and(const Tensor& a, const Tensor& b);
+Tensor logical_or(const Tensor& a, const Tensor& b);
+Tensor isfinite(const Tensor& x);
+
+// ---- reductions (ops/reduce.cpp); empty dims = all dims
+Tensor sum(const Tensor& x, const Shape& dims = {}, bool keepdim = false);
+Tensor mean(const Tensor& x, const Shape& dims = {}, bool keepdim = false);
+Tensor max(const Tensor& x);                                  // over all elements
+Tensor max(const Tensor& x, int64_t dim, bool keepdim = false);  // values; gradient to the argmax
+Tensor min(const Tensor& x, int64_t dim, bool keepdim = false);
+Tensor amax(const Tensor& x, const Shape& dims, bool keepdim = false);  // not differentiable
+Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);
+Tensor argmin(const Tensor& x, int64_t dim, bool keepdim = false);
+Tensor logsumexp(const Tensor& x, const Shape& dims, bool keepdim = false);
+// Sums a broadcast gradient back to `shape` (the backward of broadcasting).
+Tensor sum_to(const Tensor& x, const Shape& shape);
+std::pair<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim = -1, bool largest = true);
+
+// ---- linear algebra (ops/matmul.cpp)
+Tensor matmul(const Tensor& a, const Tensor& b);  // torch.matmul semantics (1-D, 2-D, batched)
+Tensor bmm(const Tensor& a, const Tensor& b);     // (N, M, K) · (N, K, P) -> (N, M, P)
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});  // x·Wᵀ + b
+
+// ---- softmax family (ops/softmax.cpp)
+Tensor softmax(const Tensor& x, int64_t dim);
+Tensor log_softmax(const Tensor& x, int64_t dim);
+
+// ---- shape (ops/shape_ops.cpp); views share storage
+Tensor view(const Tensor& x, const Shape& shape);
+Tensor reshape(const Tensor& x, const Shape& shape);
+Tensor permute(const Tensor& x, const Shape& dims);
+Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1);
+Tensor squeeze(const Tensor& x, int64_t dim);
+Tensor unsqueeze(const Tensor& x, int64_t dim);
+Tensor expand(const Tensor& x, const Shape& shape);
+Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length);
+Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step = 1);
+Tensor select(const Tensor& x, int64_t dim, int64_t index);
+Tensor contiguous(const Tensor& x);
+Tensor clone(const Tensor& x);
+Tensor to_dtype(const Tensor& x, DType dtype);
+Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
+Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
+std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim = 0);
+std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim = 0);
+// A zero tensor of `shape` with `src` written into the slice [start : start + step * n : step]
+// of `dim` (the backward of slice; differentiable for higher-order gradients).
+Tensor slice_scatter(const Shape& shape, const Tensor& src, int64_t dim, int64_t start, int64_t step);
+
+// ---- indexing (ops/index.cpp); indices are int64
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
+Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
+Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
+// Rows of weight (V, E) for ids of any shape -> (ids..., E); rows equal to padding_idx get no
+// gradient (pass -1 for none).
+Tensor embedding(const Tensor& weight, const Tensor& ids, int64_t padding_idx = -1);
+
+// ---- randomness (ops/random.cpp), drawn from the seeded default generator
+// Zeroes each element with probability p and scales the rest by 1 / (1 - p); identity when
+// training is false.
+Tensor dropout(const Tensor& x, double p, bool training = true);
+Tensor bernoulli_mask(const Shape& shape, double p_keep, TensorOptions options);
+
+}  // namespace seqgrad

@@ -1,0 +1,10 @@
+// The nn API in one include: modules, layers, attention family, losses and init.
+#pragma once
+#include "nn/attention.h"
+#include "nn/dropout.h"
+#include "nn/embedding.h"
+#include "nn/init.h"
+#include "nn/linear.h"
+#include "nn/loss.h"
+#include "nn/module.h"
+#include "nn/rnn.h"

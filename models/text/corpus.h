@@ -1,0 +1,181 @@
+// Parallel corpora: reading (aligned files or TSV) with cleaning and a report of what was skipped,
+// tokenizing, encoding to ids, subsets, and length-bucketed batches shuffled by a portable RNG.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "models/text/tokenizer.h"
+#include "models/text/vocab.h"
+
+namespace seqgrad::text {
+
+// ---- reading ------------------------------------------------------------------------------------
+
+// The lines of a file without their '\n' (nothing else is touched: BLEU references are read raw).
+// Throws IOError naming the file when it cannot be opened or read.
+std::vector<std::string> read_lines(const std::string& path);
+
+struct SentencePair {
+  std::string src, tgt;
+};
+
+enum class OnBadLine { error, skip };
+
+struct ReadOptions {
+  // A sentence equal to one of these marks a missing translation and the pair is skipped
+  // (Multi30k train.de lines 16510 and 16664 are "@@").
+  std::vector<std::string> placeholders = {"@@"};
+  int64_t columns = 0;  // TSV: expected column count; 0 = that of the first line
+  OnBadLine on_bad_line = OnBadLine::error;  // TSV: a line with another column count
+};
+
+// What reading did to the corpus. Counts are of pairs (one line of each file, or one TSV line)
+// except the two "sides_" counts, which count sentences.
+struct ReadReport {
+  static constexpr std::size_t kMaxExamples = 10;
+
+  int64_t lines = 0;                // pairs read
+  int64_t kept = 0;                 // pairs returned
+  int64_t skipped_empty = 0;        // a side empty after normalisation
+  int64_t skipped_placeholder = 0;  // a side is a placeholder such as "@@"
+  int64_t skipped_bad_columns = 0;  // TSV lines with the wrong column count (OnBadLine::skip)
+  int64_t sides_respaced = 0;       // TAB, no-break, narrow, thin or zero-width spaces, space runs
+  int64_t sides_trimmed = 0;        // leading or trailing spaces removed
+  int64_t carriage_returns = 0;     // a CR before the LF removed
+  std::vector<std::string> examples;  // "file:line: what happened", the first kMaxExamples
+
+  std::string summary() const;  // one line for the trainer's log
+};
+
+struct ParallelCorpus {
+  std::vector<SentencePair> pairs;
+  ReadReport report;
+};
+
+// One sentence per line in each file, aligned by line number. Sentences go through
+// normalize_spaces(); empty and placeholder pairs are skipped and counted. Throws IOError naming
+// both files and both line counts when they differ, and file:line for invalid UTF-8.
+ParallelCorpus read_parallel(const std::string& src_path, const std::string& tgt_path,
+                             const ReadOptions& options = {});
+
+// Tab-separated pairs (e.g. Tatoeba's "english<TAB>french"), columns counted from 0. A line whose
+// column count differs from the expected one throws IOError "file:line: expected N ... found M"
+// (or is skipped and counted with OnBadLine::skip).
+ParallelCorpus read_tsv_pairs(const std::string& path, int64_t src_col, int64_t tgt_col,
+                              const ReadOptions& options = {});
+
+// ---- tokens and ids -----------------------------------------------------------------------------
+
+struct TokenizedPair {
+  std::vector<std::string> src, tgt;
+};
+
+std::vector<TokenizedPair> tokenize_pairs(std::span<const SentencePair> pairs,
+                                          const TokenizeOptions& src_options = {},
+                                          const TokenizeOptions& tgt_options = {});
+
+std::vector<std::vector<std::string>> source_side(std::span<const TokenizedPair> pairs);
+std::vector<std::vector<std::string>> target_side(std::span<const TokenizedPair> pairs);
+
+// Ids of each side followed by <eos>.
+struct EncodedPair {
+  std::vector<int64_t> src, tgt;
+};
+
+struct EncodeOptions {
+  int64_t max_src_tokens = 0;  // keep the first N tokens (then <eos>); 0 = no limit
+  int64_t max_tgt_tokens = 0;
+};
+
+struct EncodedCorpus {
+  std::vector<EncodedPair> pairs;
+  int64_t truncated_src = 0, truncated_tgt = 0;  // how many sides lost tokens
+};
+
+EncodedCorpus encode_pairs(std::span<const TokenizedPair> pairs, const Vocab& src_vocab,
+                           const Vocab& tgt_vocab, const EncodeOptions& options = {});
+
+// ---- deterministic shuffling --------------------------------------------------------------------
+
+// xoshiro256** seeded through splitmix64: the same seed gives the same stream on every platform
+// and standard library (std::shuffle and std distributions do not promise that).
+class ShuffleRng {
+ public:
+  explicit ShuffleRng(uint64_t seed);
+  uint64_t next();
+  uint64_t below(uint64_t n);  // uniform in [0, n) by rejection, n >= 1
+
+ private:
+  std::array<uint64_t, 4> s_;
+};
+
+// Fisher-Yates from the back: for i = n-1 .. 1, swap item i with item below(i + 1).
+template <class T>
+void shuffle(std::vector<T>& items, ShuffleRng& rng) {
+  for (std::size_t i = items.size(); i > 1; --i) std::swap(items[i - 1], items[rng.below(i)]);
+}
+
+// ---- subsets ------------------------------------------------------------------------------------
+
+enum class SubsetMode { first, random };
+
+struct SubsetOptions {
+  int64_t count = 0;
+  SubsetMode mode = SubsetMode::first;
+  uint64_t seed = 0;  // SubsetMode::random only
+};
+
+// `count` distinct indices in [0, n), ascending so the subset keeps corpus order. Throws
+// ValueError when count is negative or larger than n.
+std::vector<int64_t> subset_indices(int64_t n, const SubsetOptions& options);
+
+template <class T>
+struct Split {
+  std::vector<T> taken, rest;
+};
+
+template <class T>
+Split<T> split_subset(const std::vector<T>& items, const SubsetOptions& options) {
+  const std::vector<int64_t> chosen = subset_indices(static_cast<int64_t>(items.size()), options);
+  Split<T> out;
+  std::size_t next = 0;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const bool take = next < chosen.size() && chosen[next] == static_cast<int64_t>(i);
+    (take ? out.taken : out.rest).push_back(items[i]);
+    next += take;
+  }
+  return out;
+}
+
+// ---- batches ------------------------------------------------------------------------------------
+
+// Row-major padded ids: src (B, S), tgt_in and tgt_out (B, T). Teacher forcing: tgt_in is
+// <bos> + target, tgt_out is target + <eos>, so tgt_out[t] is what the decoder predicts after
+// reading tgt_in[..t]. Lengths count <eos>; padding is <pad> (0). index[b] is the row's position
+// in the pairs given to make_batches, to put outputs back in corpus order.
+struct Batch {
+  int64_t batch = 0, src_len_max = 0, tgt_len_max = 0;
+  std::vector<int64_t> src, tgt_in, tgt_out;
+  std::vector<int64_t> src_lengths, tgt_lengths;
+  std::vector<int64_t> index;
+};
+
+struct BatchOptions {
+  int64_t batch_size = 32;
+  uint64_t seed = 0;             // vary per epoch (e.g. seed + epoch) for new batches
+  bool bucket_by_length = true;  // batch pairs of similar source (then target) length
+  bool shuffle = true;           // random tie order inside buckets and random batch order
+  bool drop_last = false;        // drop the final short batch
+};
+
+// Bucketing: shuffle the pairs (when shuffle), stable-sort by (source length, target length),
+// cut into batches of batch_size, then shuffle the batch order. Without shuffle the batches come
+// in sorted (or, without bucketing, corpus) order. Throws ValueError on batch_size < 1 or a pair
+// that does not end with <eos>.
+std::vector<Batch> make_batches(std::span<const EncodedPair> pairs, const BatchOptions& options);
+
+}  // namespace seqgrad::text

@@ -1,1 +1,329 @@
-// (being written)
+// GRU and LSTM: the per-step gate math (derivation in rnn.h), the cells, and the layer runner that
+// projects every step's input with one GEMM and masks padded steps with where().
+#include "nn/rnn.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "nn/init.h"
+
+namespace seqgrad::nn {
+namespace {
+
+// ---- per-step math. xp is the step's input projection W_ih x + b_ih, computed outside.
+
+// GRU step.  xp: (B, 3H) [r | z | n],  h: (B, H)  ->  h': (B, H)
+Tensor gru_step(const Tensor& xp, const Tensor& h, const Tensor& weight_hh, const Tensor& bias_hh) {
+  const int64_t H = h.size(1);
+  Tensor hp = linear(h, weight_hh, bias_hh);                              // (B, 3H): W_hh h + b_hh
+  Tensor rz = sigmoid(xp.narrow(1, 0, 2 * H) + hp.narrow(1, 0, 2 * H));  // (B, 2H): [r | z]
+  Tensor r = rz.narrow(1, 0, H);                                          // (B, H)
+  Tensor z = rz.narrow(1, H, H);                                          // (B, H)
+  Tensor n = tanh(xp.narrow(1, 2 * H, H) + r * hp.narrow(1, 2 * H, H));   // (B, H)
+  return n + z * (h - n);                                                 // (1 - z) n + z h
+}
+
+// LSTM step.  xp: (B, 4H) [i | f | g | o],  state h, c: (B, H)  ->  {h', c'}
+LSTMState lstm_step(const Tensor& xp, const LSTMState& state, const Tensor& weight_hh, const Tensor& bias_hh) {
+  const int64_t H = state.h.size(1);
+  Tensor a = xp + linear(state.h, weight_hh, bias_hh);  // (B, 4H): gate pre-activations
+  Tensor i = sigmoid(a.narrow(1, 0, H));                // (B, H) input gate
+  Tensor f = sigmoid(a.narrow(1, H, H));                // (B, H) forget gate
+  Tensor g = tanh(a.narrow(1, 2 * H, H));               // (B, H) cell candidate
+  Tensor o = sigmoid(a.narrow(1, 3 * H, H));            // (B, H) output gate
+  Tensor c = f * state.c + i * g;                       // (B, H)
+  return {.h = o * tanh(c), .c = c};
+}
+
+// The runner below is written once for both; these adapt the state type.
+struct GRUMath {
+  using State = Tensor;
+  static State step(const Tensor& xp, const State& h, const RNNWeights& w) {
+    return gru_step(xp, h, w.weight_hh, w.bias_hh);
+  }
+  static const Tensor& hidden(const State& h) { return h; }
+  static State keep_where(const Tensor& valid, const State& next, const State& prev) {
+    return where(valid, next, prev);
+  }
+};
+
+struct LSTMMath {
+  using State = LSTMState;
+  static State step(const Tensor& xp, const State& s, const RNNWeights& w) {
+    return lstm_step(xp, s, w.weight_hh, w.bias_hh);
+  }
+  static const Tensor& hidden(const State& s) { return s.h; }
+  static State keep_where(const Tensor& valid, const State& next, const State& prev) {
+    return {.h = where(valid, next.h, prev.h), .c = where(valid, next.c, prev.c)};
+  }
+};
+
+// Which steps need masking, from the valid lengths.
+struct StepMask {
+  int64_t all_valid = 0;  // steps t < all_valid are valid in every sequence: no where() needed
+  int64_t any_valid = 0;  // steps t >= any_valid are padding in every sequence: not computed
+  Tensor valid;           // (T, B, 1) bool, t < lengths[b]; undefined without lengths
+};
+
+StepMask make_step_mask(const char* op, const Tensor& lengths, const Tensor& x) {
+  const int64_t B = x.size(0), T = x.size(1);
+  if (!lengths.defined()) return {.all_valid = T, .any_valid = T, .valid = {}};
+  SG_CHECK_DTYPE(lengths.dtype() == DType::i64, "{}: lengths must be int64, got {} {}", op, lengths.dtype(),
+                 lengths.shape());
+  SG_CHECK_SHAPE(lengths.ndim() == 1 && lengths.size(0) == B, "{}: lengths {} must be (B,) = ({},) (x: {})", op,
+                 lengths.shape(), B, x.shape());
+  std::vector<int64_t> values = lengths.cpu().to_vector<int64_t>();
+  for (int64_t b = 0; b < B; ++b)
+    SG_CHECK_VALUE(values[b] >= 0 && values[b] <= T, "{}: lengths[{}] = {} not in [0, T = {}] (x: {})", op, b,
+                   values[b], T, x.shape());
+  StepMask mask;
+  mask.all_valid = B > 0 ? *std::min_element(values.begin(), values.end()) : T;
+  mask.any_valid = B > 0 ? *std::max_element(values.begin(), values.end()) : 0;
+  Tensor steps = arange(0, static_cast<double>(T), 1, {.dtype = DType::i64, .device = lengths.device()});
+  mask.valid = lt(steps.reshape({T, 1, 1}), lengths.reshape({1, B, 1}));  // (T, B, 1)
+  return mask;
+}
+
+// Runs one layer in one direction over time-major projected inputs xp (T, B, G·H), starting from
+// `state`. Returns the per-step outputs stacked along `stack_dim` ((T, B, H) for 0, (B, T, H) for
+// 1) and the final state.
+template <class Math>
+std::pair<Tensor, typename Math::State> run_direction(const Tensor& xp, typename Math::State state,
+                                                      const RNNWeights& w, const StepMask& mask,
+                                                      Direction direction, int64_t stack_dim) {
+  const int64_t T = xp.size(0);
+  const Tensor& h0 = Math::hidden(state);
+  Tensor padding = zeros(h0.shape(), {.dtype = h0.dtype(), .device = h0.device()});  // (B, H)
+  std::vector<Tensor> outputs(T, padding);
+  for (int64_t i = 0; i < mask.any_valid; ++i) {
+    const int64_t t = direction == Direction::forward ? i : mask.any_valid - 1 - i;
+    typename Math::State next = Math::step(xp.select(0, t), state, w);
+    if (t < mask.all_valid) {
+      state = std::move(next);
+      outputs[t] = Math::hidden(state);
+    } else {  // some sequences end before t: their state is kept and their output is zero
+      Tensor valid = mask.valid.select(0, t);  // (B, 1)
+      outputs[t] = where(valid, Math::hidden(next), padding);
+      state = Math::keep_where(valid, next, state);
+    }
+  }
+  return {stack(outputs, stack_dim), std::move(state)};
+}
+
+// All layers and directions. x: (B, T, F); states: one initial state per layer · dirs + direction,
+// replaced by the final ones. Returns the top layer's output (B, T, dirs · H).
+template <class Math>
+Tensor run_layers(const RNNOptions& options, const std::vector<RNNWeights>& weights, bool training,
+                  const Tensor& x, std::vector<typename Math::State>& states, const StepMask& mask) {
+  const int64_t dirs = options.bidirectional ? 2 : 1;
+  // Time-major, so that each step's rows of the projection are one contiguous block.
+  Tensor input = x.transpose(0, 1).contiguous();  // (T, B, F)
+  for (int64_t layer = 0;; ++layer) {
+    const bool last = layer + 1 == options.num_layers;
+    std::vector<Tensor> outputs;
+    for (int64_t d = 0; d < dirs; ++d) {
+      const int64_t k = layer * dirs + d;
+      const RNNWeights& w = weights[k];
+      Tensor xp = linear(input, w.weight_ih, w.bias_ih);  // (T, B, G·H): every step in one GEMM
+      auto [output, final_state] = run_direction<Math>(xp, states[k], w, mask, d == 0 ? Direction::forward : Direction::reverse,
+                                                       last ? 1 : 0);
+      outputs.push_back(output);  // (B, T, H) for the last layer, else (T, B, H)
+      states[k] = std::move(final_state);
+    }
+    Tensor y = dirs == 1 ? outputs[0] : cat(outputs, -1);  // [forward | reverse]
+    if (last) return y;
+    input = training && options.dropout > 0 ? dropout(y, options.dropout) : y;
+  }
+}
+
+std::string layer_suffix(int64_t layer, int64_t direction) {
+  return fmt::format("_l{}{}", layer, direction == 1 ? "_reverse" : "");
+}
+
+void check_cell_input(const char* op, const Tensor& x, int64_t input_size, const Tensor& weight) {
+  SG_CHECK(x.defined(), "{}: input is undefined", op);
+  SG_CHECK_SHAPE(x.ndim() == 2, "{}: expected input (B, input_size = {}), got x: {}", op, input_size, x.shape());
+  SG_CHECK_SHAPE(x.size(1) == input_size, "{}: input feature size {} != input_size {} (x: {})", op, x.size(1),
+                 input_size, x.shape());
+  SG_CHECK_DTYPE(x.dtype() == weight.dtype(),
+                 "{}: input dtype {} != parameter dtype {} (x: {}); convert the module with .to()", op, x.dtype(),
+                 weight.dtype(), x.shape());
+}
+
+// A state tensor given by the caller must be `expected`, with the input's dtype; undefined means zeros.
+Tensor state_or_zeros(const char* op, const char* name, const Tensor& state, const Shape& expected,
+                      const Tensor& x) {
+  if (!state.defined()) return zeros(expected, {.dtype = x.dtype(), .device = x.device()});
+  SG_CHECK_SHAPE(state.shape() == expected, "{}: {} shape {} != {} (x: {})", op, name, state.shape(), expected,
+                 x.shape());
+  SG_CHECK_DTYPE(state.dtype() == x.dtype(), "{}: {} dtype {} != input dtype {}", op, name, state.dtype(),
+                 x.dtype());
+  return state;
+}
+
+void check_sizes(const char* op, int64_t input_size, int64_t hidden_size) {
+  SG_CHECK_VALUE(input_size > 0, "{}: input_size = {} must be positive", op, input_size);
+  SG_CHECK_VALUE(hidden_size > 0, "{}: hidden_size = {} must be positive", op, hidden_size);
+}
+
+void uniform_all(const std::vector<Tensor*>& params, int64_t hidden_size) {
+  const double bound = 1.0 / std::sqrt(static_cast<double>(hidden_size));
+  for (Tensor* p : params)
+    if (p->defined()) init::uniform_(*p, -bound, bound);
+}
+
+}  // namespace
+
+// ---- GRUCell
+
+GRUCell::GRUCell(Options options) : Module("GRUCell"), options_(options) {
+  check_sizes("gru_cell", options.input_size, options.hidden_size);
+  const int64_t H = options.hidden_size;
+  weight_ih = empty({3 * H, options.input_size});
+  weight_hh = empty({3 * H, H});
+  if (options.bias) {
+    bias_ih = empty({3 * H});
+    bias_hh = empty({3 * H});
+  }
+  register_parameter("weight_ih", weight_ih);
+  register_parameter("weight_hh", weight_hh);
+  register_parameter("bias_ih", bias_ih);
+  register_parameter("bias_hh", bias_hh);
+  reset_parameters();
+}
+
+void GRUCell::reset_parameters() { uniform_all({&weight_ih, &weight_hh, &bias_ih, &bias_hh}, options_.hidden_size); }
+
+Tensor GRUCell::operator()(const Tensor& x, const Tensor& h) const {
+  check_cell_input("gru_cell", x, options_.input_size, weight_ih);
+  Tensor h0 = state_or_zeros("gru_cell", "h", h, {x.size(0), options_.hidden_size}, x);  // (B, H)
+  return gru_step(linear(x, weight_ih, bias_ih), h0, weight_hh, bias_hh);
+}
+
+// ---- LSTMCell
+
+LSTMCell::LSTMCell(Options options) : Module("LSTMCell"), options_(options) {
+  check_sizes("lstm_cell", options.input_size, options.hidden_size);
+  const int64_t H = options.hidden_size;
+  weight_ih = empty({4 * H, options.input_size});
+  weight_hh = empty({4 * H, H});
+  if (options.bias) {
+    bias_ih = empty({4 * H});
+    bias_hh = empty({4 * H});
+  }
+  register_parameter("weight_ih", weight_ih);
+  register_parameter("weight_hh", weight_hh);
+  register_parameter("bias_ih", bias_ih);
+  register_parameter("bias_hh", bias_hh);
+  reset_parameters();
+}
+
+void LSTMCell::reset_parameters() { uniform_all({&weight_ih, &weight_hh, &bias_ih, &bias_hh}, options_.hidden_size); }
+
+LSTMState LSTMCell::operator()(const Tensor& x, const LSTMState& state) const {
+  check_cell_input("lstm_cell", x, options_.input_size, weight_ih);
+  const Shape shape{x.size(0), options_.hidden_size};  // (B, H)
+  LSTMState s{.h = state_or_zeros("lstm_cell", "h", state.h, shape, x),
+              .c = state_or_zeros("lstm_cell", "c", state.c, shape, x)};
+  return lstm_step(linear(x, weight_ih, bias_ih), s, weight_hh, bias_hh);
+}
+
+// ---- RNNBase
+
+RNNBase::RNNBase(std::string type_name, const char* op, RNNOptions options, int64_t gates)
+    : Module(std::move(type_name)), op_(op), options_(options), gates_(gates) {
+  check_sizes(op, options.input_size, options.hidden_size);
+  SG_CHECK_VALUE(options.num_layers > 0, "{}: num_layers = {} must be positive", op, options.num_layers);
+  SG_CHECK_VALUE(options.dropout >= 0 && options.dropout < 1, "{}: dropout = {} not in [0, 1)", op, options.dropout);
+  const int64_t H = options.hidden_size, dirs = num_directions();
+  weights_.resize(options.num_layers * dirs);  // registered by address below: never resized again
+  for (int64_t layer = 0; layer < options.num_layers; ++layer) {
+    for (int64_t d = 0; d < dirs; ++d) {
+      RNNWeights& w = weights_[layer * dirs + d];
+      const int64_t in = layer == 0 ? options.input_size : dirs * H;
+      w.weight_ih = empty({gates * H, in});
+      w.weight_hh = empty({gates * H, H});
+      if (options.bias) {
+        w.bias_ih = empty({gates * H});
+        w.bias_hh = empty({gates * H});
+      }
+      const std::string suffix = layer_suffix(layer, d);
+      register_parameter("weight_ih" + suffix, w.weight_ih);
+      register_parameter("weight_hh" + suffix, w.weight_hh);
+      register_parameter("bias_ih" + suffix, w.bias_ih);
+      register_parameter("bias_hh" + suffix, w.bias_hh);
+    }
+  }
+  reset_parameters();
+}
+
+RNNWeights& RNNBase::weights(int64_t layer, Direction direction) {
+  return const_cast<RNNWeights&>(std::as_const(*this).weights(layer, direction));
+}
+
+const RNNWeights& RNNBase::weights(int64_t layer, Direction direction) const {
+  SG_CHECK_INDEX(layer >= 0 && layer < options_.num_layers, "{}: layer {} out of range for num_layers = {}", op_,
+                 layer, options_.num_layers);
+  SG_CHECK_INDEX(direction == Direction::forward || options_.bidirectional,
+                 "{}: the reverse direction exists only when bidirectional", op_);
+  return weights_[layer * num_directions() + (direction == Direction::reverse ? 1 : 0)];
+}
+
+void RNNBase::reset_parameters() {
+  for (RNNWeights& w : weights_) uniform_all({&w.weight_ih, &w.weight_hh, &w.bias_ih, &w.bias_hh}, options_.hidden_size);
+}
+
+namespace {
+
+void check_sequence_input(const char* op, const Tensor& x, const RNNOptions& options, const Tensor& weight) {
+  SG_CHECK(x.defined(), "{}: input is undefined", op);
+  SG_CHECK_SHAPE(x.ndim() == 3, "{}: expected a batch-first input (B, T, input_size = {}), got x: {}", op,
+                 options.input_size, x.shape());
+  SG_CHECK_SHAPE(x.size(2) == options.input_size, "{}: input feature size {} != input_size {} (x: {})", op, x.size(2),
+                 options.input_size, x.shape());
+  SG_CHECK_SHAPE(x.size(1) > 0, "{}: input has no time steps (x: {})", op, x.shape());
+  SG_CHECK_DTYPE(x.dtype() == weight.dtype(),
+                 "{}: input dtype {} != parameter dtype {} (x: {}); convert the module with .to()", op, x.dtype(),
+                 weight.dtype(), x.shape());
+}
+
+}  // namespace
+
+// ---- GRU
+
+GRU::GRU(Options options) : RNNBase("GRU", "gru", options, 3) {}
+
+GRUOutput GRU::operator()(const Tensor& x, const GRUArgs& args) const {
+  check_sequence_input(op_, x, options_, weights_[0].weight_ih);
+  const int64_t B = x.size(0), H = options_.hidden_size, n = options_.num_layers * num_directions();
+  StepMask mask = make_step_mask(op_, args.lengths, x);
+  Tensor h0 = state_or_zeros(op_, "h0", args.h0, {n, B, H}, x);  // (L·dirs, B, H)
+  std::vector<Tensor> states;
+  for (int64_t k = 0; k < n; ++k) states.push_back(h0.select(0, k));
+  Tensor output = run_layers<GRUMath>(options_, weights_, is_training(), x, states, mask);
+  return {.output = output, .h_n = stack(states, 0)};
+}
+
+// ---- LSTM
+
+LSTM::LSTM(Options options) : RNNBase("LSTM", "lstm", options, 4) {}
+
+LSTMOutput LSTM::operator()(const Tensor& x, const LSTMArgs& args) const {
+  check_sequence_input(op_, x, options_, weights_[0].weight_ih);
+  const int64_t B = x.size(0), H = options_.hidden_size, n = options_.num_layers * num_directions();
+  StepMask mask = make_step_mask(op_, args.lengths, x);
+  Tensor h0 = state_or_zeros(op_, "h0", args.h0, {n, B, H}, x);  // (L·dirs, B, H)
+  Tensor c0 = state_or_zeros(op_, "c0", args.c0, {n, B, H}, x);
+  std::vector<LSTMState> states;
+  for (int64_t k = 0; k < n; ++k) states.push_back({.h = h0.select(0, k), .c = c0.select(0, k)});
+  Tensor output = run_layers<LSTMMath>(options_, weights_, is_training(), x, states, mask);
+  std::vector<Tensor> h, c;
+  for (const LSTMState& s : states) {
+    h.push_back(s.h);
+    c.push_back(s.c);
+  }
+  return {.output = output, .state = {.h = stack(h, 0), .c = stack(c, 0)}};
+}
+
+}  // namespace seqgrad::nn

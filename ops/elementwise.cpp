@@ -317,12 +317,14 @@ void commit_inplace(const Tensor& self, const Tensor& result) {
 
 namespace {
 // Runs an in-place op: directly on the storage when nothing is recorded, else as its
-// out-of-place twin whose result and history replace self's.
+// out-of-place twin whose result and history replace self's. The twin then reads a clone of
+// self, because a twin that saves its input for backward (mul, clamp) would otherwise save self,
+// whose contents the commit below overwrites.
 template <class OutOfPlace>
 Tensor& inplace(const char* op, Tensor& self, bool operand_requires_grad, OutOfPlace f) {
   bool recording = GradMode::is_enabled() && (self.requires_grad() || operand_requires_grad);
   detail::check_inplace(op, self, recording);
-  Tensor result = f();
+  Tensor result = f(recording ? clone(self) : self);
   SG_CHECK_SHAPE(result.shape() == self.shape(), "{}: result shape {} does not match the tensor's shape {}", op,
                  result.shape(), self.shape());
   if (recording) {
@@ -351,31 +353,32 @@ Tensor& Tensor::fill_(double value) {
 Tensor& Tensor::copy_(const Tensor& src) {
   SG_CHECK_SHAPE(broadcast_shapes(shape(), src.shape(), "copy_") == shape(),
                  "copy_: source shape {} cannot be broadcast to {}", src.shape(), shape());
-  return inplace("copy_", *this, src.requires_grad(), [&] {
+  return inplace("copy_", *this, src.requires_grad(), [&](const Tensor& self) {
     Tensor s = src.dtype() == dtype() ? src : to_dtype(src, dtype());
-    return add(mul(*this, 0.0), s);
+    return add(mul(self, 0.0), s);
   });
 }
 
 Tensor& Tensor::add_(const Tensor& other, double alpha) {
   return inplace("add_", *this, other.requires_grad(),
-                 [&] { return alpha == 1.0 ? add(*this, other) : add(*this, mul(other, alpha)); });
+                 [&](const Tensor& self) { return alpha == 1.0 ? add(self, other) : add(self, mul(other, alpha)); });
 }
 
 Tensor& Tensor::mul_(const Tensor& other) {
-  return inplace("mul_", *this, other.requires_grad(), [&] { return mul(*this, other); });
+  return inplace("mul_", *this, other.requires_grad(), [&](const Tensor& self) { return mul(self, other); });
 }
 
 Tensor& Tensor::mul_(double value) {
-  return inplace("mul_", *this, false, [&] { return mul(*this, value); });
+  return inplace("mul_", *this, false, [&](const Tensor& self) { return mul(self, value); });
 }
 
 Tensor& Tensor::masked_fill_(const Tensor& mask, double value) {
-  return inplace("masked_fill_", *this, false, [&] { return seqgrad::masked_fill(*this, mask, value); });
+  return inplace("masked_fill_", *this, false,
+                 [&](const Tensor& self) { return seqgrad::masked_fill(self, mask, value); });
 }
 
 Tensor& Tensor::clamp_(double lo, double hi) {
-  return inplace("clamp_", *this, false, [&] { return seqgrad::clamp(*this, lo, hi); });
+  return inplace("clamp_", *this, false, [&](const Tensor& self) { return seqgrad::clamp(self, lo, hi); });
 }
 
 // ---- Tensor member shortcuts

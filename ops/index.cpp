@@ -73,6 +73,11 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
   int d = wrap_dim(dim, x.ndim(), "scatter_add");
   SG_CHECK_SHAPE(index.shape() == src.shape(), "scatter_add: index {} and source {} must have the same shape",
                  index.shape(), src.shape());
+  SG_CHECK_SHAPE(index.ndim() == x.ndim(), "scatter_add: index {} must have as many dims as the input {}",
+                 index.shape(), x.shape());
+  for (int k = 0; k < x.ndim(); ++k)
+    SG_CHECK_SHAPE(k == d || index.shape()[k] <= x.shape()[k],
+                   "scatter_add: index {} is larger than the input {} in dimension {}", index.shape(), x.shape(), k);
   check_range("scatter_add", index, x.shape()[d], fmt::format("dimension {}", d).c_str());
   Tensor y = clone(x.detach());
   if (src.numel() > 0) backend_for(x).scatter_add(y, d, index, src);

@@ -497,37 +497,50 @@ void CpuBackend::index_add(const Tensor& out, int dim, const Tensor& index, cons
   });
 }
 
+// gather / scatter_add: the index may be smaller than x (or out) in the dims other than `dim`, so
+// each index element's position is mapped through x's own strides, not through the index's shape.
+// Calls f(e, base) for every element e of a contiguous tensor of `shape`, where base is the offset
+// of the same multi-index in a tensor of `strides`, with the `dim` coordinate left out.
+template <class F>
+void for_each_index_position(const Shape& shape, const Shape& strides, int dim, F&& f) {
+  int nd = shape.size();
+  int64_t index[kMaxDims] = {};
+  int64_t base = 0;
+  for (int64_t e = 0, n = shape.numel(); e < n; ++e) {
+    f(e, base);
+    for (int d = nd - 1; d >= 0; --d) {
+      int64_t step = d == dim ? 0 : strides[d];
+      if (++index[d] < shape[d]) {
+        base += step;
+        break;
+      }
+      base -= step * (shape[d] - 1);
+      index[d] = 0;
+    }
+  }
+}
+
 void CpuBackend::gather(const Tensor& x_in, int dim, const Tensor& index_in, const Tensor& out) {
   Tensor x = dense(x_in), index = dense(index_in);
-  auto [outer, inner] = outer_inner(index, dim);
-  int64_t n_idx = index.shape()[dim], n_x = x.shape()[dim];
-  auto [x_outer, x_inner] = outer_inner(x, dim);
-  (void)x_outer;
   const int64_t* idx = index.data<int64_t>();
+  int64_t dim_stride = x.ndim() ? x.strides()[dim] : 0;
   dispatch_all(x.dtype(), [&]<class T>() {
     const T* px = x.data<T>();
     T* po = out.data<T>();
-    for (int64_t o = 0; o < outer; ++o)
-      for (int64_t j = 0; j < n_idx; ++j)
-        for (int64_t i = 0; i < inner; ++i)
-          po[(o * n_idx + j) * inner + i] = px[(o * n_x + idx[(o * n_idx + j) * inner + i]) * x_inner + i];
+    for_each_index_position(index.shape(), x.strides(), dim,
+                            [&](int64_t e, int64_t base) { po[e] = px[base + idx[e] * dim_stride]; });
   });
 }
 
 void CpuBackend::scatter_add(const Tensor& out, int dim, const Tensor& index_in, const Tensor& src_in) {
   Tensor index = dense(index_in), src = dense(src_in);
-  auto [outer, inner] = outer_inner(index, dim);
-  int64_t n_idx = index.shape()[dim], n_out = out.shape()[dim];
-  auto [o_outer, o_inner] = outer_inner(out, dim);
-  (void)o_outer;
   const int64_t* idx = index.data<int64_t>();
+  int64_t dim_stride = out.ndim() ? out.strides()[dim] : 0;
   dispatch_numeric(out.dtype(), "scatter_add", [&]<class T>() {
     T* po = out.data<T>();
     const T* ps = src.data<T>();
-    for (int64_t o = 0; o < outer; ++o)
-      for (int64_t j = 0; j < n_idx; ++j)
-        for (int64_t i = 0; i < inner; ++i)
-          po[(o * n_out + idx[(o * n_idx + j) * inner + i]) * o_inner + i] += ps[(o * n_idx + j) * inner + i];
+    for_each_index_position(index.shape(), out.strides(), dim,
+                            [&](int64_t e, int64_t base) { po[base + idx[e] * dim_stride] += ps[e]; });
   });
 }
 

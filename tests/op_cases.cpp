@@ -1,0 +1,617 @@
+// The op table's rows (see op_cases.h): gradcheck rows, error rows and golden rows for every op
+// in ops/ops.h, plus the in-place Tensor methods.
+#include "tests/op_cases.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <set>
+
+#include "core/autograd.h"
+#include "core/rng.h"
+#include "ops/ops.h"
+
+namespace seqgrad::op_cases {
+namespace {
+
+using Inputs = std::vector<Tensor>;
+using X = const Inputs&;
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kKinkMargin = 0.1;
+
+uint64_t hash_name(const std::string& s) {  // FNV-1a: a stable seed per row
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+std::vector<double> generate(const InputSpec& spec, const Shape& shape, uint64_t seed,
+                             const std::vector<double>& kinks) {
+  int64_t n = shape.numel();
+  std::vector<double> v(n);
+  switch (spec.gen) {
+    case Gen::normal:
+      for (int64_t i = 0; i < n; ++i) v[i] = normal_at(seed, 0, i);
+      break;
+    case Gen::positive:
+      for (int64_t i = 0; i < n; ++i) v[i] = 0.5 + 1.5 * uniform_at_f64(seed, 0, i);
+      break;
+    case Gen::distinct: {
+      std::vector<int64_t> order(n);
+      std::iota(order.begin(), order.end(), 0);
+      std::sort(order.begin(), order.end(),
+                [&](int64_t a, int64_t b) { return uniform_at_f64(seed, 0, a) < uniform_at_f64(seed, 0, b); });
+      for (int64_t r = 0; r < n; ++r) v[order[r]] = (static_cast<double>(r) - (n - 1) / 2.0) * 0.3 + 0.05;
+      break;
+    }
+    case Gen::values:
+      SG_CHECK_VALUE(static_cast<int64_t>(spec.values.size()) == n, "op table: {} values for shape {}",
+                     spec.values.size(), shape);
+      return spec.values;
+  }
+  for (double& x : v)
+    for (double k : kinks)
+      if (std::abs(x - k) < kKinkMargin) x = k + std::copysign(kKinkMargin + std::abs(x - k), x - k);
+  return v;
+}
+
+// Each part scaled by its position, flattened and concatenated: one output for multi-output ops
+// (split, chunk), in which every part's gradient is distinguishable.
+Tensor weighted_cat(const std::vector<Tensor>& parts) {
+  std::vector<Tensor> scaled;
+  for (size_t i = 0; i < parts.size(); ++i) scaled.push_back(mul(parts[i].reshape({-1}), static_cast<double>(i + 1)));
+  return cat(scaled);
+}
+
+Tensor f64(std::initializer_list<double> v, Shape shape) { return tensor(v, shape, {.dtype = DType::f64}); }
+Tensor f64(std::initializer_list<double> v) { return tensor(v, {.dtype = DType::f64}); }
+Tensor i64(std::initializer_list<double> v, Shape shape) { return tensor(v, shape, {.dtype = DType::i64}); }
+Tensor i64(std::initializer_list<double> v) { return tensor(v, {.dtype = DType::i64}); }
+Tensor b8(std::initializer_list<double> v) { return tensor(v, {.dtype = DType::b8}); }
+
+// ---------------------------------------------------------------------------------------------
+// gradcheck rows
+
+std::vector<OpCase> build_op_cases() {
+  const Layout T = Layout::transposed, S = Layout::sliced;
+  std::vector<OpCase> rows = {
+      // ---- element-wise, broadcasting, scalars
+      {.op = "add", .variant = "same_shape", .inputs = {in({2, 3}), in({2, 3})}, .fn = [](X x) { return add(x[0], x[1]); }},
+      {.op = "add", .variant = "broadcast_row", .inputs = {in({2, 3}), in({3})}, .fn = [](X x) { return add(x[0], x[1]); }},
+      {.op = "add", .variant = "broadcast_both", .inputs = {in({2, 1, 3}), in({4, 1})},
+       .fn = [](X x) { return x[0] + x[1]; }},
+      {.op = "add", .variant = "noncontiguous", .inputs = {in({3, 4}, T), in({3, 4}, S)},
+       .fn = [](X x) { return add(x[0], x[1]); }},
+      {.op = "add", .variant = "scalar", .inputs = {in({2, 3})}, .fn = [](X x) { return add(x[0], 1.5) + 2.0; }},
+      {.op = "add", .variant = "one_input_twice", .inputs = {in({2, 3})}, .fn = [](X x) { return add(x[0], x[0]); }},
+      {.op = "sub", .variant = "broadcast", .inputs = {in({2, 3}), in({2, 1})}, .fn = [](X x) { return sub(x[0], x[1]); }},
+      {.op = "sub", .variant = "scalar_operators", .inputs = {in({3})}, .fn = [](X x) { return (2.0 - x[0]) - 0.5; }},
+      {.op = "mul", .variant = "broadcast", .inputs = {in({2, 3}), in({1, 3})}, .fn = [](X x) { return mul(x[0], x[1]); }},
+      {.op = "mul", .variant = "transposed", .inputs = {in({3, 2}, T), in({3, 2})}, .fn = [](X x) { return x[0] * x[1]; }},
+      {.op = "mul", .variant = "scalar", .inputs = {in({2, 3})}, .fn = [](X x) { return -1.5 * mul(x[0], 2.0); }},
+      {.op = "mul", .variant = "square_by_reuse", .inputs = {in({4})}, .fn = [](X x) { return mul(x[0], x[0]); }},
+      // denominators kept at least 0.1 from 0
+      {.op = "div", .variant = "broadcast", .inputs = {in({2, 3}), in({3})}, .fn = [](X x) { return div(x[0], x[1]); },
+       .kinks = {0.0}},
+      {.op = "div", .variant = "scalar_operators", .inputs = {in({2, 2})}, .fn = [](X x) { return 1.0 / x[0] + x[0] / 4.0; },
+       .kinks = {0.0}},
+      {.op = "pow", .variant = "tensor", .inputs = {positive({2, 3}), in({2, 3})}, .fn = [](X x) { return pow(x[0], x[1]); }},
+      {.op = "pow", .variant = "tensor_broadcast", .inputs = {positive({2, 3}), in({3})},
+       .fn = [](X x) { return pow(x[0], x[1]); }},
+      {.op = "pow", .variant = "scalar_fractional", .inputs = {positive({2, 3})}, .fn = [](X x) { return pow(x[0], 2.5); }},
+      {.op = "pow", .variant = "scalar_square", .inputs = {in({2, 3})}, .fn = [](X x) { return pow(x[0], 2.0); }},
+      {.op = "pow", .variant = "scalar_cube", .inputs = {in({4})}, .fn = [](X x) { return x[0].pow(3.0); }},
+      {.op = "pow", .variant = "scalar_negative", .inputs = {positive({3})}, .fn = [](X x) { return pow(x[0], -1.5); }},
+      {.op = "pow", .variant = "scalar_zero", .inputs = {in({3})}, .fn = [](X x) { return pow(x[0], 0.0); }},
+      {.op = "neg", .variant = "transposed", .inputs = {in({2, 3}, T)}, .fn = [](X x) { return neg(x[0]); }},
+      {.op = "exp", .variant = "", .inputs = {in({2, 3})}, .fn = [](X x) { return exp(x[0]); }},
+      {.op = "exp", .variant = "sliced", .inputs = {in({2, 3}, S)}, .fn = [](X x) { return x[0].exp(); }},
+      {.op = "log", .variant = "", .inputs = {positive({2, 3})}, .fn = [](X x) { return log(x[0]); }},
+      {.op = "log", .variant = "transposed", .inputs = {positive({2, 3}, T)}, .fn = [](X x) { return x[0].log(); }},
+      {.op = "sqrt", .variant = "", .inputs = {positive({2, 3})}, .fn = [](X x) { return sqrt(x[0]); }},
+      {.op = "tanh", .variant = "", .inputs = {in({2, 3})}, .fn = [](X x) { return tanh(x[0]); }},
+      {.op = "tanh", .variant = "transposed", .inputs = {in({3, 2}, T)}, .fn = [](X x) { return x[0].tanh(); }},
+      {.op = "sigmoid", .variant = "", .inputs = {in({2, 3})}, .fn = [](X x) { return sigmoid(x[0]); }},
+      {.op = "sigmoid", .variant = "saturated", .inputs = {values({-30, -4, 0.5, 4, 30}, {5})},
+       .fn = [](X x) { return x[0].sigmoid(); }},
+      {.op = "relu", .variant = "", .inputs = {in({3, 4})}, .fn = [](X x) { return relu(x[0]); }, .kinks = {0.0}},
+      {.op = "abs", .variant = "", .inputs = {in({3, 4})}, .fn = [](X x) { return abs(x[0]); }, .kinks = {0.0}},
+      {.op = "clamp", .variant = "", .inputs = {in({3, 4})}, .fn = [](X x) { return clamp(x[0], -0.5, 0.7); },
+       .kinks = {-0.5, 0.7}},
+      {.op = "where", .variant = "", .inputs = {mask({1, 0, 0, 1, 1, 0}, {2, 3}), in({2, 3}), in({2, 3})},
+       .fn = [](X x) { return where(x[0], x[1], x[2]); }},
+      {.op = "where", .variant = "broadcast", .inputs = {mask({1, 0, 1}, {3}), in({2, 3}), in({2, 1})},
+       .fn = [](X x) { return where(x[0], x[1], x[2]); }},
+      {.op = "masked_fill", .variant = "", .inputs = {in({2, 3}), mask({1, 0, 0, 1, 1, 0}, {2, 3})},
+       .fn = [](X x) { return masked_fill(x[0], x[1], -1.0); }},
+      {.op = "masked_fill", .variant = "broadcast_mask", .inputs = {in({2, 3}), mask({0, 1, 0}, {3})},
+       .fn = [](X x) { return x[0].masked_fill(x[1], -1e9); }},
+      // fused backward helpers: autograd records the composed twin, the numerical pass runs the fused kernel
+      {.op = "tanh_backward", .variant = "", .inputs = {in({2, 3}), in({2, 3})},
+       .fn = [](X x) { return tanh_backward(x[0], x[1]); }},
+      {.op = "sigmoid_backward", .variant = "", .inputs = {in({2, 3}), in({2, 3})},
+       .fn = [](X x) { return sigmoid_backward(x[0], x[1]); }},
+
+      // ---- reductions
+      {.op = "sum", .variant = "all", .inputs = {in({2, 3})}, .fn = [](X x) { return sum(x[0]); }},
+      {.op = "sum", .variant = "dims", .inputs = {in({2, 3, 4})}, .fn = [](X x) { return sum(x[0], {0, 2}); }},
+      {.op = "sum", .variant = "keepdim", .inputs = {in({2, 3})}, .fn = [](X x) { return x[0].sum({-1}, true); }},
+      {.op = "sum", .variant = "transposed", .inputs = {in({3, 4}, T)}, .fn = [](X x) { return sum(x[0], {0}); }},
+      {.op = "mean", .variant = "all", .inputs = {in({2, 3})}, .fn = [](X x) { return mean(x[0]); }},
+      {.op = "mean", .variant = "dim_keepdim", .inputs = {in({2, 3, 2})}, .fn = [](X x) { return mean(x[0], {1}, true); }},
+      {.op = "max", .variant = "all", .inputs = {distinct({2, 3})}, .fn = [](X x) { return max(x[0]); }},
+      {.op = "max", .variant = "dim", .inputs = {distinct({3, 4})}, .fn = [](X x) { return max(x[0], 1); }},
+      {.op = "max", .variant = "dim_keepdim", .inputs = {distinct({3, 4})}, .fn = [](X x) { return x[0].max(0, true); }},
+      {.op = "max", .variant = "transposed", .inputs = {distinct({3, 4}, T)}, .fn = [](X x) { return max(x[0], -1); }},
+      {.op = "min", .variant = "dim", .inputs = {distinct({3, 4})}, .fn = [](X x) { return min(x[0], 1); }},
+      {.op = "min", .variant = "dim_keepdim", .inputs = {distinct({2, 3, 2})}, .fn = [](X x) { return min(x[0], 1, true); }},
+      {.op = "logsumexp", .variant = "dim", .inputs = {in({3, 4})}, .fn = [](X x) { return logsumexp(x[0], {1}); }},
+      {.op = "logsumexp", .variant = "all_keepdim", .inputs = {in({2, 3})},
+       .fn = [](X x) { return logsumexp(x[0], {0, 1}, true); }},
+      {.op = "logsumexp", .variant = "large_values", .inputs = {values({1000, 1001, 999, 1000.5}, {2, 2})},
+       .fn = [](X x) { return logsumexp(x[0], {1}); }},
+      {.op = "sum_to", .variant = "", .inputs = {in({2, 3, 4})}, .fn = [](X x) { return sum_to(x[0], {3, 1}); }},
+
+      // ---- linear algebra
+      {.op = "matmul", .variant = "vector_vector", .inputs = {in({3}), in({3})}, .fn = [](X x) { return matmul(x[0], x[1]); }},
+      {.op = "matmul", .variant = "vector_matrix", .inputs = {in({3}), in({3, 2})}, .fn = [](X x) { return matmul(x[0], x[1]); }},
+      {.op = "matmul", .variant = "matrix_vector", .inputs = {in({2, 3}), in({3})}, .fn = [](X x) { return matmul(x[0], x[1]); }},
+      {.op = "matmul", .variant = "matrix", .inputs = {in({2, 3}), in({3, 4})}, .fn = [](X x) { return matmul(x[0], x[1]); }},
+      {.op = "matmul", .variant = "transposed_operands", .inputs = {in({2, 3}, T), in({3, 4}, T)},
+       .fn = [](X x) { return x[0].matmul(x[1]); }},
+      {.op = "matmul", .variant = "sliced_operand", .inputs = {in({2, 3}, S), in({3, 2})},
+       .fn = [](X x) { return matmul(x[0], x[1]); }},
+      {.op = "matmul", .variant = "batched_broadcast", .inputs = {in({2, 1, 2, 3}), in({3, 3, 2})},
+       .fn = [](X x) { return matmul(x[0], x[1]); }},
+      {.op = "matmul", .variant = "3d_2d", .inputs = {in({2, 3, 4}), in({4, 2})}, .fn = [](X x) { return matmul(x[0], x[1]); }},
+      {.op = "matmul", .variant = "2d_3d", .inputs = {in({2, 3}), in({4, 3, 2})}, .fn = [](X x) { return matmul(x[0], x[1]); }},
+      {.op = "matmul", .variant = "batched_vector", .inputs = {in({2, 3, 4}), in({4})}, .fn = [](X x) { return matmul(x[0], x[1]); }},
+      {.op = "bmm", .variant = "", .inputs = {in({2, 2, 3}), in({2, 3, 4})}, .fn = [](X x) { return bmm(x[0], x[1]); }},
+      {.op = "bmm", .variant = "transposed", .inputs = {in({2, 2, 3}, T), in({2, 3, 4})}, .fn = [](X x) { return bmm(x[0], x[1]); }},
+      {.op = "linear", .variant = "bias", .inputs = {in({2, 3}), in({4, 3}), in({4})},
+       .fn = [](X x) { return linear(x[0], x[1], x[2]); }},
+      {.op = "linear", .variant = "no_bias", .inputs = {in({2, 3}), in({4, 3})}, .fn = [](X x) { return linear(x[0], x[1]); }},
+      {.op = "linear", .variant = "3d_input", .inputs = {in({2, 2, 3}), in({4, 3}), in({4})},
+       .fn = [](X x) { return linear(x[0], x[1], x[2]); }},
+
+      // ---- softmax family
+      {.op = "softmax", .variant = "last", .inputs = {in({2, 3})}, .fn = [](X x) { return softmax(x[0], -1); }},
+      {.op = "softmax", .variant = "dim0", .inputs = {in({3, 2})}, .fn = [](X x) { return softmax(x[0], 0); }},
+      {.op = "softmax", .variant = "middle", .inputs = {in({2, 3, 2})}, .fn = [](X x) { return x[0].softmax(1); }},
+      {.op = "softmax", .variant = "transposed", .inputs = {in({3, 4}, T)}, .fn = [](X x) { return softmax(x[0], 1); }},
+      {.op = "log_softmax", .variant = "last", .inputs = {in({2, 3})}, .fn = [](X x) { return log_softmax(x[0], -1); }},
+      {.op = "log_softmax", .variant = "dim0", .inputs = {in({3, 2})}, .fn = [](X x) { return log_softmax(x[0], 0); }},
+      {.op = "log_softmax", .variant = "sliced", .inputs = {in({2, 3}, S)}, .fn = [](X x) { return x[0].log_softmax(-1); }},
+
+      // ---- shape ops
+      {.op = "view", .variant = "", .inputs = {in({2, 6})}, .fn = [](X x) { return view(x[0], {3, -1}); }},
+      {.op = "reshape", .variant = "contiguous", .inputs = {in({2, 3, 2})}, .fn = [](X x) { return reshape(x[0], {6, 2}); }},
+      {.op = "reshape", .variant = "transposed_copies", .inputs = {in({3, 4}, T)}, .fn = [](X x) { return x[0].reshape({-1}); }},
+      {.op = "reshape", .variant = "flatten", .inputs = {in({2, 3, 2})}, .fn = [](X x) { return x[0].flatten(1); }},
+      {.op = "permute", .variant = "", .inputs = {in({2, 3, 4})}, .fn = [](X x) { return permute(x[0], {2, 0, 1}); }},
+      {.op = "transpose", .variant = "", .inputs = {in({2, 3, 4})}, .fn = [](X x) { return transpose(x[0], 0, 2); }},
+      {.op = "transpose", .variant = "t", .inputs = {in({2, 3})}, .fn = [](X x) { return x[0].t(); }},
+      {.op = "squeeze", .variant = "", .inputs = {in({2, 1, 3})}, .fn = [](X x) { return squeeze(x[0], 1); }},
+      {.op = "unsqueeze", .variant = "", .inputs = {in({2, 3})}, .fn = [](X x) { return unsqueeze(x[0], -1); }},
+      {.op = "expand", .variant = "", .inputs = {in({3, 1})}, .fn = [](X x) { return expand(x[0], {2, 3, 4}); }},
+      {.op = "expand", .variant = "operand", .inputs = {in({1, 3}), in({2, 3})},
+       .fn = [](X x) { return mul(x[0].expand_as(x[1]), x[1]); }},
+      {.op = "narrow", .variant = "", .inputs = {in({4, 3})}, .fn = [](X x) { return narrow(x[0], 0, 1, 2); }},
+      {.op = "slice", .variant = "step", .inputs = {in({3, 7})}, .fn = [](X x) { return slice(x[0], 1, 1, 6, 2); }},
+      {.op = "slice", .variant = "negative_start", .inputs = {in({5})}, .fn = [](X x) { return x[0].slice(0, -3, 5); }},
+      {.op = "select", .variant = "", .inputs = {in({3, 4})}, .fn = [](X x) { return select(x[0], 1, -1); }},
+      {.op = "contiguous", .variant = "", .inputs = {in({3, 4}, T)}, .fn = [](X x) { return contiguous(x[0]); }},
+      {.op = "clone", .variant = "", .inputs = {in({2, 3}, S)}, .fn = [](X x) { return clone(x[0]); }},
+      // a float32 round trip: exact for the linear map, but the step must exceed float32 rounding
+      {.op = "to", .variant = "float32_roundtrip", .inputs = {in({2, 3})},
+       .fn = [](X x) { return to_dtype(mul(to_dtype(x[0], DType::f32), 3.0), DType::f64); },
+       .eps = 1e-2, .atol = 1e-4},
+      {.op = "cat", .variant = "dim0", .inputs = {in({2, 3}), in({1, 3})}, .fn = [](X x) { return cat({x[0], x[1]}, 0); }},
+      {.op = "cat", .variant = "dim1_three", .inputs = {in({2, 1}), in({2, 3}), in({2, 2})},
+       .fn = [](X x) { return cat({x[0], x[1], x[2]}, 1); }},
+      {.op = "cat", .variant = "noncontiguous", .inputs = {in({2, 3}, T), in({2, 3}, S)},
+       .fn = [](X x) { return cat({x[0], x[1]}, -1); }},
+      {.op = "stack", .variant = "dim0", .inputs = {in({2, 3}), in({2, 3})}, .fn = [](X x) { return stack({x[0], x[1]}); }},
+      {.op = "stack", .variant = "last", .inputs = {in({2, 3}), in({2, 3}, T)}, .fn = [](X x) { return stack({x[0], x[1]}, -1); }},
+      {.op = "split", .variant = "", .inputs = {in({5, 2})}, .fn = [](X x) { return weighted_cat(split(x[0], 2)); }},
+      {.op = "chunk", .variant = "", .inputs = {in({2, 6})}, .fn = [](X x) { return weighted_cat(x[0].chunk(3, 1)); }},
+      {.op = "slice_scatter", .variant = "", .inputs = {in({2, 2})},
+       .fn = [](X x) { return slice_scatter({2, 5}, x[0], 1, 1, 2); }},
+
+      // ---- indexing (repeated ids check accumulation)
+      {.op = "index_select", .variant = "dim0", .inputs = {in({4, 3}), ids({2, 0, 2}, {3})},
+       .fn = [](X x) { return index_select(x[0], 0, x[1]); }},
+      {.op = "index_select", .variant = "dim1_transposed", .inputs = {in({2, 4}, T), ids({3, 1}, {2})},
+       .fn = [](X x) { return index_select(x[0], 1, x[1]); }},
+      {.op = "index_add", .variant = "", .inputs = {in({4, 3}), ids({1, 3, 1}, {3}), in({3, 3})},
+       .fn = [](X x) { return index_add(x[0], 0, x[1], x[2]); }},
+      {.op = "gather", .variant = "dim1", .inputs = {in({3, 4}), ids({0, 3, 3, 1, 2, 0}, {3, 2})},
+       .fn = [](X x) { return gather(x[0], 1, x[1]); }},
+      {.op = "gather", .variant = "dim0", .inputs = {in({3, 2}), ids({2, 0, 1, 1}, {2, 2})},
+       .fn = [](X x) { return gather(x[0], 0, x[1]); }},
+      // an index smaller than the input in the other dims: out[i][j][k] = x[index[i][j][k]][j][k]
+      {.op = "gather", .variant = "smaller_index_3d", .inputs = {in({2, 3, 4}), ids({1, 0, 0, 1}, {1, 2, 2})},
+       .fn = [](X x) { return gather(x[0], 0, x[1]); }},
+      {.op = "scatter_add", .variant = "dim1", .inputs = {in({3, 4}), ids({0, 3, 3, 1, 2, 0}, {3, 2}), in({3, 2})},
+       .fn = [](X x) { return scatter_add(x[0], 1, x[1], x[2]); }},
+      {.op = "scatter_add", .variant = "smaller_index_3d",
+       .inputs = {in({2, 3, 4}), ids({1, 0, 0, 1}, {1, 2, 2}), in({1, 2, 2})},
+       .fn = [](X x) { return scatter_add(x[0], 0, x[1], x[2]); }},
+      {.op = "embedding", .variant = "", .inputs = {in({5, 3}), ids({1, 4, 1, 0, 2, 4}, {2, 3})},
+       .fn = [](X x) { return embedding(x[0], x[1]); }},
+      // Rows equal to padding_idx get no gradient by definition, so the output is masked there too
+      // (then the numerical gradient of row 0 is also zero and every other row is still checked).
+      {.op = "embedding", .variant = "padding_idx", .inputs = {in({5, 3}), ids({1, 0, 1, 0, 2, 4}, {2, 3})},
+       .fn = [](X x) {
+         Tensor keep = to_dtype(ne(x[1], 0.0), DType::f64).unsqueeze(-1);
+         return mul(embedding(x[0], x[1], 0), keep);
+       }},
+
+      // ---- randomness: reseeded on every call, so every evaluation draws the same mask
+      {.op = "dropout", .variant = "seeded", .inputs = {in({4, 5})},
+       .fn = [](X x) {
+         manual_seed(1234);
+         return dropout(x[0], 0.4);
+       }},
+      {.op = "dropout", .variant = "eval", .inputs = {in({2, 3})}, .fn = [](X x) { return dropout(x[0], 0.4, false); }},
+
+      // ---- in-place Tensor methods on non-leaf tensors (recorded as their out-of-place twins)
+      {.op = "add_", .variant = "broadcast_alpha", .inputs = {in({2, 3}), in({3})},
+       .fn = [](X x) {
+         Tensor h = mul(x[0], 1.0);
+         h.add_(x[1], 0.5);
+         return h;
+       }},
+      {.op = "mul_", .variant = "", .inputs = {in({2, 3}), in({2, 3})},
+       .fn = [](X x) {
+         Tensor h = mul(x[0], 1.0);
+         h.mul_(x[1]);
+         return h.mul_(2.0);
+       }},
+      {.op = "copy_", .variant = "broadcast", .inputs = {in({2, 3}), in({3})},
+       .fn = [](X x) {
+         Tensor h = mul(x[0], 2.0);
+         return h.copy_(x[1]);
+       }},
+      {.op = "masked_fill_", .variant = "", .inputs = {in({2, 3}), mask({0, 1, 1}, {3})},
+       .fn = [](X x) {
+         Tensor h = mul(x[0], 3.0);
+         return h.masked_fill_(x[1], 0.25);
+       }},
+      {.op = "clamp_", .variant = "", .inputs = {in({3, 3})},
+       .fn = [](X x) {
+         Tensor h = mul(x[0], 1.0);
+         return h.clamp_(-0.5, 0.5);
+       },
+       .kinks = {-0.5, 0.5}},
+  };
+  return rows;
+}
+
+// ---------------------------------------------------------------------------------------------
+// error rows: the bad call and a substring of the message it must throw
+
+std::vector<ErrorCase> build_error_cases() {
+  using K = ErrorKind;
+  auto x23 = [] { return zeros({2, 3}, {.dtype = DType::f64}); };
+  return {
+      {"add", "broadcast_mismatch", [=] { add(x23(), zeros({4}, {.dtype = DType::f64})); },
+       "add: shapes (2, 3) and (4,) cannot be broadcast together", K::shape},
+      {"sub", "broadcast_mismatch", [=] { sub(x23(), zeros({3, 3}, {.dtype = DType::f64})); },
+       "sub: shapes (2, 3) and (3, 3) cannot be broadcast together", K::shape},
+      {"mul", "dtype_mismatch", [=] { mul(x23(), zeros({2, 3})); }, "mul: dtype mismatch: float64 (2, 3) and float32 (2, 3)",
+       K::dtype},
+      {"div", "dtype_mismatch", [=] { div(x23(), zeros({2, 3}, {.dtype = DType::i64})); }, "div: dtype mismatch", K::dtype},
+      {"pow", "integer_base", [] { pow(zeros({2}, {.dtype = DType::i64}), 2.0); },
+       "pow: expected a floating tensor (float32 or float64), got int64 (2,)", K::dtype},
+      {"exp", "integer", [] { exp(zeros({2}, {.dtype = DType::i64})); }, "exp: expected a floating tensor", K::dtype},
+      {"log", "bool", [] { log(zeros({2}, {.dtype = DType::b8})); }, "log: expected a floating tensor", K::dtype},
+      {"tanh", "integer", [] { tanh(zeros({3}, {.dtype = DType::i64})); },
+       "tanh: expected a floating tensor (float32 or float64), got int64 (3,)", K::dtype},
+      {"sigmoid", "integer", [] { sigmoid(zeros({3}, {.dtype = DType::i64})); }, "sigmoid: expected a floating tensor",
+       K::dtype},
+      {"relu", "undefined", [] { relu(Tensor()); }, "relu: input is an undefined tensor", K::any},
+      {"clamp", "min_above_max", [=] { clamp(x23(), 1.0, -1.0); }, "clamp: min 1 is greater than max -1", K::value},
+      {"where", "condition_not_bool", [=] { where(x23(), x23(), x23()); }, "where: condition must be bool, got float64",
+       K::dtype},
+      {"where", "broadcast_mismatch",
+       [=] { where(zeros({4}, {.dtype = DType::b8}), x23(), x23()); }, "where: shapes (4,) and (2, 3) cannot be broadcast",
+       K::shape},
+      {"masked_fill", "mask_not_bool", [=] { masked_fill(x23(), x23(), 0.0); }, "masked_fill: mask must be bool", K::dtype},
+      {"masked_fill", "mask_grows_input", [] {
+         masked_fill(zeros({3}, {.dtype = DType::f64}), zeros({2, 3}, {.dtype = DType::b8}), 0.0);
+       }, "masked_fill: mask (2, 3) must broadcast to the input's shape (3,)", K::shape},
+      {"sum", "repeated_dim", [=] { sum(x23(), {0, -2}); }, "sum: dimension -2 appears twice in (0, -2)", K::value},
+      {"sum", "dim_out_of_range", [=] { sum(x23(), {2}); }, "sum: dimension 2 out of range for a tensor of 2 dimensions",
+       K::index},
+      {"sum", "bool", [] { sum(zeros({2}, {.dtype = DType::b8})); }, "sum: cannot sum a bool tensor", K::dtype},
+      {"mean", "integer", [] { mean(zeros({2}, {.dtype = DType::i64})); }, "mean: expected a floating tensor", K::dtype},
+      {"max", "dim_out_of_range", [=] { max(x23(), 3); }, "max: dimension 3 out of range", K::index},
+      {"max", "empty", [] { max(zeros({0}, {.dtype = DType::f64})); }, "cannot take max/min/argmax of an empty tensor",
+       K::shape},
+      {"logsumexp", "integer", [] { logsumexp(zeros({2}, {.dtype = DType::i64}), {0}); },
+       "logsumexp: expected a floating tensor", K::dtype},
+      {"sum_to", "larger_target", [=] { sum_to(x23(), {4, 2, 3}); }, "sum_to: cannot reduce (2, 3) to the larger shape",
+       K::shape},
+      {"topk", "k_too_large", [=] { topk(x23(), 4); }, "topk: k = 4 out of range for dimension -1 of size 3", K::value},
+      {"matmul", "inner_mismatch", [=] { matmul(x23(), zeros({4, 5}, {.dtype = DType::f64})); },
+       "matmul: inner dimensions differ: (2, 3) @ (4, 5)", K::shape},
+      {"matmul", "vector_mismatch",
+       [] { matmul(zeros({3}, {.dtype = DType::f64}), zeros({4}, {.dtype = DType::f64})); },
+       "matmul: inner dimensions differ: (3,) @ (4,)", K::shape},
+      {"matmul", "batch_mismatch",
+       [] { matmul(zeros({2, 3, 4}, {.dtype = DType::f64}), zeros({3, 4, 5}, {.dtype = DType::f64})); },
+       "matmul: shapes (2,) and (3,) cannot be broadcast together", K::shape},
+      {"matmul", "scalar_operand", [=] { matmul(zeros({}, {.dtype = DType::f64}), x23()); },
+       "matmul: both operands need at least one dimension", K::shape},
+      {"matmul", "integer", [] { matmul(zeros({2, 2}, {.dtype = DType::i64}), zeros({2, 2}, {.dtype = DType::i64})); },
+       "matmul: expected a floating tensor", K::dtype},
+      {"bmm", "not_3d", [=] { bmm(x23(), zeros({3, 2}, {.dtype = DType::f64})); },
+       "bmm: expected 3-D tensors, got (2, 3) and (3, 2)", K::shape},
+      {"bmm", "batch_mismatch",
+       [] { bmm(zeros({2, 2, 3}, {.dtype = DType::f64}), zeros({3, 3, 2}, {.dtype = DType::f64})); },
+       "bmm: batch sizes differ: (2, 2, 3) and (3, 3, 2)", K::shape},
+      {"linear", "in_features", [=] { linear(x23(), zeros({4, 2}, {.dtype = DType::f64})); },
+       "linear: input feature size 3 != in_features 2 (x: (2, 3), weight: (4, 2))", K::shape},
+      {"linear", "bias_shape",
+       [=] { linear(x23(), zeros({4, 3}, {.dtype = DType::f64}), zeros({3}, {.dtype = DType::f64})); },
+       "linear: bias shape (3,) != (4,)", K::shape},
+      {"softmax", "dim_out_of_range", [=] { softmax(x23(), 2); }, "softmax: dimension 2 out of range", K::index},
+      {"log_softmax", "integer", [] { log_softmax(zeros({2}, {.dtype = DType::i64}), 0); },
+       "log_softmax: expected a floating tensor", K::dtype},
+      {"view", "element_count", [=] { view(x23(), {4}); }, "view: shape (4,) is invalid for input of size 6", K::shape},
+      {"view", "noncontiguous", [=] { view(x23().t(), {6}); },
+       "view: size (6,) is not compatible with input (3, 2) of strides (1, 3)", K::shape},
+      {"reshape", "element_count", [=] { reshape(x23(), {4, 2}); },
+       "reshape: shape (4, 2) is invalid for input of size 6 (shape (2, 3))", K::shape},
+      {"reshape", "two_inferred", [=] { reshape(x23(), {-1, -1}); }, "reshape: only one dimension can be -1", K::shape},
+      {"permute", "wrong_rank", [=] { permute(x23(), {0}); }, "permute: got 1 dims (0,) for a tensor of shape (2, 3)",
+       K::shape},
+      {"permute", "repeated", [=] { permute(x23(), {1, 1}); }, "permute: dimension 1 repeated in (1, 1)", K::shape},
+      {"transpose", "dim_out_of_range", [=] { transpose(x23(), 0, 2); }, "transpose: dimension 2 out of range", K::index},
+      {"squeeze", "dim_out_of_range", [=] { squeeze(x23(), -3); }, "squeeze: dimension -3 out of range", K::index},
+      {"unsqueeze", "dim_out_of_range", [=] { unsqueeze(x23(), 4); }, "unsqueeze: dimension 4 out of range", K::index},
+      {"expand", "incompatible", [=] { expand(x23(), {2, 4}); },
+       "expand: the expanded size 4 must match the existing size 3 at dimension 1", K::shape},
+      {"expand", "fewer_dims", [=] { expand(x23(), {6}); }, "expand: target (6,) has fewer dims than the input (2, 3)",
+       K::shape},
+      {"narrow", "past_end", [=] { narrow(x23(), 1, 2, 2); },
+       "narrow: start 2 + length 2 exceeds dimension 1 of size 3 (shape (2, 3))", K::index},
+      {"slice", "zero_step", [=] { slice(x23(), 1, 0, 3, 0); }, "slice: step must be positive, got 0", K::value},
+      {"select", "index_out_of_range", [=] { select(x23(), 0, 2); },
+       "select: index 2 is out of range for dimension 0 of size 2 (shape (2, 3))", K::index},
+      {"cat", "empty_list", [] { cat({}); }, "cat: expected a non-empty list of tensors", K::value},
+      {"cat", "size_mismatch", [=] { cat({x23(), zeros({2, 2}, {.dtype = DType::f64})}, 0); },
+       "cat: sizes must match except in dimension 0: tensor 0 (2, 3) vs tensor 1 (2, 2)", K::shape},
+      {"cat", "dtype_mismatch", [=] { cat({x23(), zeros({2, 3})}); }, "cat: dtype mismatch: float64 (2, 3) and float32",
+       K::dtype},
+      {"stack", "shape_mismatch", [=] { stack({x23(), zeros({3, 2}, {.dtype = DType::f64})}); },
+       "stack: all tensors must have the same shape: tensor 0 (2, 3) vs tensor 1 (3, 2)", K::shape},
+      {"split", "zero_size", [=] { split(x23(), 0); }, "split: split_size must be positive, got 0", K::value},
+      {"chunk", "zero_chunks", [=] { chunk(x23(), 0); }, "chunk: number of chunks must be positive, got 0", K::value},
+      {"to", "cuda", [=] { x23().to(Device::cuda()); }, "to: moving cpu tensors to cuda:0 needs the CUDA backend",
+       K::device},
+      {"index_select", "out_of_range", [] { index_select(zeros({3, 2}, {.dtype = DType::f64}), 0, i64({1, 3})); },
+       "index_select: index 3 is out of range for dimension 0 of size 3", K::index},
+      {"index_select", "negative", [] { index_select(zeros({3, 2}, {.dtype = DType::f64}), 1, i64({-1})); },
+       "index_select: index -1 is out of range for dimension 1 of size 2", K::index},
+      {"index_select", "float_index", [] { index_select(zeros({3, 2}, {.dtype = DType::f64}), 0, f64({1})); },
+       "index_select: indices must be int64, got float64 (1,)", K::dtype},
+      {"index_add", "source_shape", [] {
+         index_add(zeros({3, 2}, {.dtype = DType::f64}), 0, i64({0, 1}), zeros({3, 2}, {.dtype = DType::f64}));
+       }, "index_add: source shape (3, 2) != (2, 2) (input (3, 2), 2 indices)", K::shape},
+      {"index_add", "out_of_range", [] {
+         index_add(zeros({3, 2}, {.dtype = DType::f64}), 0, i64({5}), zeros({1, 2}, {.dtype = DType::f64}));
+       }, "index_add: index 5 is out of range for dimension 0 of size 3", K::index},
+      {"gather", "rank_mismatch", [] { gather(zeros({3, 2}, {.dtype = DType::f64}), 1, i64({0, 1})); },
+       "gather: index (2,) must have as many dims as the input (3, 2)", K::shape},
+      {"gather", "out_of_range", [] { gather(zeros({3, 2}, {.dtype = DType::f64}), 1, i64({0, 2}, {1, 2})); },
+       "gather: index 2 is out of range for dimension 1 of size 2", K::index},
+      {"scatter_add", "index_source_shape", [] {
+         scatter_add(zeros({3, 2}, {.dtype = DType::f64}), 0, i64({0, 1}, {1, 2}), zeros({2, 2}, {.dtype = DType::f64}));
+       }, "scatter_add: index (1, 2) and source (2, 2) must have the same shape", K::shape},
+      {"scatter_add", "out_of_range", [] {
+         scatter_add(zeros({3, 2}, {.dtype = DType::f64}), 0, i64({0, 3}, {1, 2}), zeros({1, 2}, {.dtype = DType::f64}));
+       }, "scatter_add: index 3 is out of range for dimension 0 of size 3", K::index},
+      {"scatter_add", "index_larger_than_input", [] {
+         scatter_add(zeros({3, 2}, {.dtype = DType::f64}), 0, i64({0, 1, 2}, {1, 3}), zeros({1, 3}, {.dtype = DType::f64}));
+       }, "scatter_add: index (1, 3) is larger than the input (3, 2) in dimension 1", K::shape},
+      {"embedding", "id_out_of_range", [] { embedding(zeros({5, 3}, {.dtype = DType::f64}), i64({1, 7})); },
+       "embedding: id 7 is out of range for a table of 5 rows", K::index},
+      {"embedding", "negative_id", [] { embedding(zeros({5, 3}, {.dtype = DType::f64}), i64({-1})); },
+       "embedding: id -1 is out of range for a table of 5 rows", K::index},
+      {"embedding", "float_ids", [] { embedding(zeros({5, 3}, {.dtype = DType::f64}), f64({1})); },
+       "embedding: ids must be int64, got float64 (1,)", K::dtype},
+      {"embedding", "weight_rank", [] { embedding(zeros({5}, {.dtype = DType::f64}), i64({1})); },
+       "embedding: weight must be 2-D (num_embeddings, dim), got (5,)", K::shape},
+      {"dropout", "probability", [=] { dropout(x23(), 1.5); }, "dropout: probability p = 1.5 not in [0, 1]", K::value},
+      {"dropout", "integer", [] { dropout(zeros({2}, {.dtype = DType::i64}), 0.5); }, "dropout: expected a floating tensor",
+       K::dtype},
+      {"add_", "leaf_requires_grad", [] {
+         Tensor w = zeros({2}, {.dtype = DType::f64, .requires_grad = true});
+         w.add_(ones({2}, {.dtype = DType::f64}));
+       }, "add_: a leaf tensor that requires grad (shape (2,)) is used in an in-place operation", K::any},
+      {"copy_", "broadcast_mismatch", [=] { x23().copy_(zeros({4}, {.dtype = DType::f64})); },
+       "copy_: shapes (2, 3) and (4,) cannot be broadcast together", K::shape},
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// golden rows for the non-differentiable ops
+
+std::vector<GoldenCase> build_golden_cases() {
+  std::vector<double> all_true(1000, 1.0);
+  return {
+      {"eq", "tensor", [] { return eq(f64({1, 2, 3}), f64({1, 0, 3})); }, {3}, DType::b8, {1, 0, 1}},
+      {"ne", "scalar", [] { return ne(f64({1, 2, 3}), 2.0); }, {3}, DType::b8, {1, 0, 1}},
+      // (3, 1) vs (1, 2) broadcast to (3, 2): row r compares r + 1 with 2
+      {"lt", "broadcast", [] { return lt(f64({1, 2, 3}, {3, 1}), f64({2, 2}, {1, 2})); }, {3, 2}, DType::b8,
+       {1, 1, 0, 0, 0, 0}},
+      {"le", "scalar", [] { return le(f64({1, 2, 3}), 2.0); }, {3}, DType::b8, {1, 1, 0}},
+      {"gt", "integer", [] { return gt(i64({-1, 0, 5}), i64({0, 0, 0})); }, {3}, DType::b8, {0, 0, 1}},
+      {"ge", "nan_is_false", [] { return ge(f64({kNaN, 1}), 0.0); }, {2}, DType::b8, {0, 1}},
+      {"logical_not", "", [] { return logical_not(b8({1, 0})); }, {2}, DType::b8, {0, 1}},
+      {"logical_and", "", [] { return logical_and(b8({1, 1, 0, 0}), b8({1, 0, 1, 0})); }, {4}, DType::b8, {1, 0, 0, 0}},
+      {"logical_or", "", [] { return logical_or(b8({1, 1, 0, 0}), b8({1, 0, 1, 0})); }, {4}, DType::b8, {1, 1, 1, 0}},
+      {"isfinite", "", [] { return isfinite(f64({1, kInf, -kInf, kNaN})); }, {4}, DType::b8, {1, 0, 0, 0}},
+      {"argmax", "ties_first", [] { return argmax(f64({1, 3, 3, 2}), 0); }, {}, DType::i64, {1}},
+      {"argmax", "dim1_keepdim", [] { return argmax(f64({1, 5, 2, 7, 0, 7}, {2, 3}), 1, true); }, {2, 1}, DType::i64,
+       {1, 0}},
+      {"argmin", "ties_first", [] { return argmin(f64({2, 1, 1}), 0); }, {}, DType::i64, {1}},
+      {"amax", "dim0", [] { return amax(f64({1, 5, 4, 2}, {2, 2}), {0}); }, {2}, DType::f64, {4, 5}},
+      {"max", "all_value", [] { return max(f64({1, 7, 3})); }, {}, DType::f64, {7}},
+      {"min", "dim_value", [] { return min(f64({1, 7, 3, -2}, {2, 2}), 1); }, {2}, DType::f64, {1, -2}},
+      {"topk", "largest_values", [] { return topk(f64({1, 5, 3, 5, 2}), 2).first; }, {2}, DType::f64, {5, 5}},
+      {"topk", "largest_indices_ties_first", [] { return topk(f64({1, 5, 3, 5, 2}), 2).second; }, {2}, DType::i64, {1, 3}},
+      {"topk", "smallest", [] { return topk(f64({1, 5, 3, 5, 2}), 2, -1, false).second; }, {2}, DType::i64, {0, 4}},
+      // dim 0 of [[1, 9], [8, 2], [5, 5]]: column 0 -> 8 (row 1), 5 (row 2); column 1 -> 9 (row 0), 5 (row 2)
+      {"topk", "dim0", [] { return topk(f64({1, 9, 8, 2, 5, 5}, {3, 2}), 2, 0).second; }, {2, 2}, DType::i64,
+       {1, 0, 2, 2}},
+      {"to", "int64_truncates", [] { return to_dtype(f64({3.7, -3.7, 0.2}), DType::i64); }, {3}, DType::i64, {3, -3, 0}},
+      {"to", "bool", [] { return to_dtype(f64({0, -0.5, 2}), DType::b8); }, {3}, DType::b8, {0, 1, 1}},
+      {"sum", "int64", [] { return sum(i64({1, 2, 3})); }, {}, DType::i64, {6}},
+      {"bernoulli_mask", "values_are_0_or_inverse_keep",
+       [] {
+         manual_seed(3);
+         Tensor m = bernoulli_mask({1000}, 0.75, {.dtype = DType::f64});
+         return logical_or(eq(m, 0.0), eq(m, 1.0 / 0.75));
+       },
+       {1000}, DType::b8, all_true},
+      {"dropout", "eval_is_identity", [] { return dropout(f64({1, 2}), 0.5, false); }, {2}, DType::f64, {1, 2}},
+  };
+}
+
+}  // namespace
+
+// ---- spec helpers
+
+InputSpec in(Shape shape, Layout layout) { return {.shape = shape, .layout = layout}; }
+InputSpec positive(Shape shape, Layout layout) { return {.shape = shape, .gen = Gen::positive, .layout = layout}; }
+InputSpec distinct(Shape shape, Layout layout) { return {.shape = shape, .gen = Gen::distinct, .layout = layout}; }
+InputSpec constant(Shape shape) { return {.shape = shape, .requires_grad = false}; }
+InputSpec values(std::vector<double> v, Shape shape) { return {.shape = shape, .gen = Gen::values, .values = std::move(v)}; }
+InputSpec ids(std::vector<double> v, Shape shape) {
+  return {.shape = shape, .gen = Gen::values, .dtype = DType::i64, .values = std::move(v), .requires_grad = false};
+}
+InputSpec mask(std::vector<double> v, Shape shape) {
+  return {.shape = shape, .gen = Gen::values, .dtype = DType::b8, .values = std::move(v), .requires_grad = false};
+}
+
+const char* error_kind_name(ErrorKind kind) {
+  switch (kind) {
+    case ErrorKind::any: return "Error";
+    case ErrorKind::shape: return "ShapeError";
+    case ErrorKind::dtype: return "DTypeError";
+    case ErrorKind::index: return "IndexError";
+    case ErrorKind::value: return "ValueError";
+    case ErrorKind::device: return "DeviceError";
+  }
+  return "?";
+}
+
+const std::vector<OpCase>& op_cases() {
+  static const std::vector<OpCase> rows = build_op_cases();
+  return rows;
+}
+
+const std::vector<ErrorCase>& error_cases() {
+  static const std::vector<ErrorCase> rows = build_error_cases();
+  return rows;
+}
+
+const std::vector<GoldenCase>& golden_cases() {
+  static const std::vector<GoldenCase> rows = build_golden_cases();
+  return rows;
+}
+
+std::vector<Tensor> make_inputs(const OpCase& row) {
+  std::vector<Tensor> out;
+  uint64_t seed = hash_name(row.name());
+  for (size_t k = 0; k < row.inputs.size(); ++k) {
+    const InputSpec& spec = row.inputs[k];
+    if (!is_floating(spec.dtype)) {
+      out.push_back(from_vector(spec.values, spec.shape, {.dtype = spec.dtype}));
+      continue;
+    }
+    // Non-contiguous layouts are views of a larger contiguous buffer, made before requires_grad_,
+    // so the input is still a leaf.
+    Shape base = spec.shape;
+    int nd = base.size();
+    if (spec.layout == Layout::transposed) {
+      SG_CHECK_SHAPE(nd >= 2, "op table {}: a transposed input needs 2 dims, got {}", row.name(), base);
+      std::swap(base[nd - 1], base[nd - 2]);
+    } else if (spec.layout == Layout::sliced) {
+      SG_CHECK_SHAPE(nd >= 1, "op table {}: a sliced input needs 1 dim", row.name());
+      base[nd - 1] *= 2;
+    }
+    Tensor t = from_vector(generate(spec, base, seed + 7919 * k, row.kinks), base, {.dtype = spec.dtype});
+    if (spec.layout == Layout::transposed) t = t.transpose(-1, -2);
+    if (spec.layout == Layout::sliced) t = t.slice(-1, 0, base[nd - 1], 2);
+    if (spec.requires_grad) t.requires_grad_();
+    out.push_back(t);
+  }
+  return out;
+}
+
+GradcheckOptions options_for(const OpCase& row) {
+  return {.eps = row.eps, .atol = row.atol, .rtol = row.rtol, .name = row.name()};
+}
+
+std::vector<std::string> op_names() {
+  std::set<std::string> names;
+  for (const OpCase& r : op_cases()) names.insert(r.op);
+  for (const ErrorCase& r : error_cases()) names.insert(r.op);
+  for (const GoldenCase& r : golden_cases()) names.insert(r.op);
+  return {names.begin(), names.end()};
+}
+
+std::string check_error_case(const ErrorCase& row) {
+  try {
+    row.call();
+  } catch (const Error& e) {
+    std::string what = e.what();
+    bool type_ok = false;
+    switch (row.kind) {
+      case ErrorKind::any: type_ok = true; break;
+      case ErrorKind::shape: type_ok = dynamic_cast<const ShapeError*>(&e) != nullptr; break;
+      case ErrorKind::dtype: type_ok = dynamic_cast<const DTypeError*>(&e) != nullptr; break;
+      case ErrorKind::index: type_ok = dynamic_cast<const IndexError*>(&e) != nullptr; break;
+      case ErrorKind::value: type_ok = dynamic_cast<const ValueError*>(&e) != nullptr; break;
+      case ErrorKind::device: type_ok = dynamic_cast<const DeviceError*>(&e) != nullptr; break;
+    }
+    if (!type_ok) return fmt::format("threw the wrong Error subclass (expected {}): {}", error_kind_name(row.kind), what);
+    if (what.find(row.expected) == std::string::npos)
+      return fmt::format("message \"{}\" does not contain \"{}\"", what, row.expected);
+    return "";
+  } catch (const std::exception& e) {
+    return fmt::format("threw a non-seqgrad exception: {}", e.what());
+  }
+  return fmt::format("did not throw (expected {} containing \"{}\")", error_kind_name(row.kind), row.expected);
+}
+
+std::string check_golden_case(const GoldenCase& row) {
+  Tensor y;
+  try {
+    y = row.compute();
+  } catch (const std::exception& e) {
+    return fmt::format("threw: {}", e.what());
+  }
+  if (y.shape() != row.shape) return fmt::format("shape {}, expected {}", y.shape(), row.shape);
+  if (y.dtype() != row.dtype) return fmt::format("dtype {}, expected {}", y.dtype(), row.dtype);
+  std::vector<double> got = y.to_vector<double>();
+  if (got.size() != row.expected.size())
+    return fmt::format("{} values, but the row lists {}", got.size(), row.expected.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    bool same = got[i] == row.expected[i] || (std::isnan(got[i]) && std::isnan(row.expected[i]));
+    if (!same) return fmt::format("element {} is {}, expected {}", i, got[i], row.expected[i]);
+  }
+  return "";
+}
+
+bool matches(const std::string& pattern, const std::string& op, const std::string& name) {
+  return pattern == op || pattern == name;
+}
+
+}  // namespace seqgrad::op_cases

@@ -1,0 +1,6 @@
+// Subcommands of the `seqgrad` tool; tools/seqgrad.cpp dispatches to them. Each is called like a
+// main(): argv[0] names the subcommand and its arguments follow; it returns the exit status.
+#pragma once
+
+// seqgrad gradcheck [OP ...] [--list] [--help]: float64 gradient checks of the op table's rows.
+int gradcheck_main(int argc, char** argv);

@@ -1,2 +1,48 @@
+// Losses with PyTorch's exact semantics: cross_entropy (label smoothing, ignore_index), nll_loss,
+// mse_loss. Composed from differentiable ops, so their gradients come from autograd.
+//
+// Layout: classes are on the LAST dimension. logits (..., C) pair with targets (...): (N, C) with
+// (N,), (B, T, C) with (B, T), (C,) with a 0-d target. PyTorch puts classes on dimension 1 for
+// inputs of more than two dimensions ((N, C, d...)); permuting dimension 1 to the end converts that layout.
 #pragma once
-// (being written)
+#include <cstdint>
+
+#include "ops/ops.h"
+
+namespace seqgrad::nn {
+
+enum class Reduction { none, mean, sum };
+
+struct CrossEntropyOptions {
+  double label_smoothing = 0.0;  // in [0, 1]
+  int64_t ignore_index = -100;   // targets equal to it add nothing, not even to the mean's count
+  Reduction reduction = Reduction::mean;
+};
+
+struct NLLLossOptions {
+  int64_t ignore_index = -100;
+  Reduction reduction = Reduction::mean;
+};
+
+// cross_entropy  logits (..., C), targets (...) int64 -> () for mean/sum, (...) for none
+//   logp     = log_softmax(logits, -1)
+//   loss_i   = (1 - ε) · (-logp[i, y_i]) + (ε / C) · Σ_c (-logp[i, c])     (ε = label_smoothing)
+//   loss_i   = 0 where y_i == ignore_index
+//   mean     = Σ_i loss_i / #{i : y_i != ignore_index}
+// The smoothing mass ε is spread over all C classes, the target included (as PyTorch does).
+// When every target is ignored the mean is 0/0 = NaN, as in PyTorch, and the gradient is zero.
+// Throws for non-int64 targets, targets whose shape is not logits' without the class dimension,
+// a target outside [0, C) that is not ignore_index (naming the value and C), and
+// label_smoothing outside [0, 1].
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, CrossEntropyOptions options = {});
+
+// nll_loss  log_probs (..., C), targets (...) int64
+//   loss_i = -log_probs[i, y_i], 0 where y_i == ignore_index; mean divides by the non-ignored count
+//   (NaN when all are ignored, as in PyTorch).
+Tensor nll_loss(const Tensor& log_probs, const Tensor& targets, NLLLossOptions options = {});
+
+// mse_loss  input and target of the same shape:  loss_i = (input_i - target_i)²
+//   d input = 2 (input - target) · dy (/ n for mean); target is differentiable too.
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::mean);
+
+}  // namespace seqgrad::nn

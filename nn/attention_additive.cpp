@@ -1,0 +1,80 @@
+// AdditiveAttention: composed from ops (linear, tanh, masked softmax, bmm); autograd supplies the
+// backward, whose formulas are written out in docs/attention.md.
+#include "nn/attention_additive.h"
+
+namespace seqgrad::nn {
+namespace {
+
+// Validates the options before any member is built, so errors name the attention, not Linear.
+const AdditiveAttention::Options& checked(const AdditiveAttention::Options& o, const char* op) {
+  SG_CHECK_VALUE(o.query_size > 0, "{}: query_size = {} must be positive", op, o.query_size);
+  SG_CHECK_VALUE(o.key_size > 0, "{}: key_size = {} must be positive", op, o.key_size);
+  SG_CHECK_VALUE(o.hidden_size > 0, "{}: hidden_size = {} must be positive", op, o.hidden_size);
+  SG_CHECK_VALUE(o.dropout >= 0 && o.dropout < 1, "{}: dropout = {} not in [0, 1)", op, o.dropout);
+  return o;
+}
+
+}  // namespace
+
+Tensor additive_scores(const Tensor& projected_queries, const Tensor& projected_keys, const Tensor& w_v) {
+  // features: (B, Q, 1, A) + (B, 1, K, A) -> (B, Q, K, A)
+  Tensor features = tanh(add(projected_queries.unsqueeze(2), projected_keys.unsqueeze(1)));
+  return linear(features, w_v).squeeze(-1);  // (B, Q, K)
+}
+
+AdditiveAttention::AdditiveAttention(Options options)
+    : AdditiveAttention("AdditiveAttention", "additive_attention", options) {}
+
+AdditiveAttention::AdditiveAttention(std::string type_name, const char* op, Options options)
+    : Attention(std::move(type_name)),
+      w_q({.in_features = checked(options, op).query_size, .out_features = options.hidden_size, .bias = false}),
+      w_k({.in_features = options.key_size, .out_features = options.hidden_size, .bias = false}),
+      w_v({.in_features = options.hidden_size, .out_features = 1, .bias = false}),
+      dropout({.p = options.dropout}),
+      op_name_(op),
+      options_(options) {
+  register_module("w_q", w_q);
+  register_module("w_k", w_k);
+  register_module("w_v", w_v);
+  register_module("dropout", dropout);
+}
+
+Tensor AdditiveAttention::project_keys(const Tensor& keys) const {
+  SG_CHECK(keys.defined(), "{}: project_keys: keys are undefined", op_name_);
+  SG_CHECK_SHAPE(keys.ndim() == 3, "{}: project_keys: keys must be 3-D (B, K, Dk), got {}", op_name_, keys.shape());
+  check_feature_size(op_name_, "keys", keys, options_.key_size, "key_size");
+  return w_k(keys);  // (B, K, A)
+}
+
+Tensor AdditiveAttention::score(const Tensor& queries, const Tensor& keys) const {
+  check_attention_args(op_name_, queries, keys, keys, {});
+  check_feature_size(op_name_, "queries", queries, options_.query_size, "query_size");
+  check_feature_size(op_name_, "keys", keys, options_.key_size, "key_size");
+  return additive_scores(w_q(queries), w_k(keys), w_v.weight);  // (B, Q, K)
+}
+
+Tensor AdditiveAttention::forward(const Tensor& queries, const Tensor& keys, const Tensor& values,
+                                  const Tensor& valid_lengths) const {
+  Tensor mask = check_attention_args(op_name_, queries, keys, values, valid_lengths);  // (B, 1 | Q, K)
+  check_feature_size(op_name_, "queries", queries, options_.query_size, "query_size");
+  check_feature_size(op_name_, "keys", keys, options_.key_size, "key_size");
+  return attend(queries, w_k(keys), values, mask);
+}
+
+Tensor AdditiveAttention::attend_projected(const Tensor& queries, const Tensor& projected_keys, const Tensor& values,
+                                           const Tensor& valid_lengths) const {
+  Tensor mask = check_attention_args(op_name_, queries, projected_keys, values, valid_lengths);  // (B, 1 | Q, K)
+  check_feature_size(op_name_, "queries", queries, options_.query_size, "query_size");
+  check_feature_size(op_name_, "projected keys", projected_keys, options_.hidden_size, "hidden_size");
+  return attend(queries, projected_keys, values, mask);
+}
+
+Tensor AdditiveAttention::attend(const Tensor& queries, const Tensor& projected_keys, const Tensor& values,
+                                 const Tensor& mask) const {
+  Tensor scores = additive_scores(w_q(queries), projected_keys, w_v.weight);  // (B, Q, K)
+  Tensor weights = softmax_with_mask(scores, mask);                           // (B, Q, K)
+  keep(scores, weights);
+  return matmul(dropout(weights), values);  // (B, Q, Dv)
+}
+
+}  // namespace seqgrad::nn

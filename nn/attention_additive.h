@@ -1,0 +1,68 @@
+// AdditiveAttention (Bahdanau et al. 2015): score(q, k) = vᵀ tanh(W_q q + W_k k). The key
+// projection can be computed once per batch (project_keys) and reused at every decoder step
+// (attend_projected). Derivation, cost and gradients: docs/attention.md.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "nn/attention_base.h"
+#include "nn/dropout.h"
+#include "nn/linear.h"
+
+namespace seqgrad::nn {
+
+// The additive energies from projected queries and keys:
+//   s_bij = w_v · tanh(qp_bi + kp_bj)
+// qp (B, Q, A), kp (B, K, A), w_v (1, A) -> scores (B, Q, K). Materialises the (B, Q, K, A) tanh
+// features (ChunkedAdditiveAttention bounds them to (B, Q, C, A)).
+//   dqp_bi = Σ_j dz_bij   dkp_bj = Σ_i dz_bij   dw_v = Σ_bij ds_bij · f_bij
+//   with f = tanh(qp + kp) and dz_bij = ds_bij · w_v ∘ (1 - f_bij²)
+Tensor additive_scores(const Tensor& projected_queries, const Tensor& projected_keys, const Tensor& w_v);
+
+class AdditiveAttention : public Attention {
+ public:
+  struct Options {
+    int64_t query_size = 0;   // Dq
+    int64_t key_size = 0;     // Dk (may differ from Dq)
+    int64_t hidden_size = 0;  // A, the width of the tanh layer
+    double dropout = 0.0;     // on the attention weights, in [0, 1)
+  };
+  explicit AdditiveAttention(Options options);
+
+  // queries (B, Q, Dq), keys (B, K, Dk), values (B, K, Dv), valid_lengths (B,) / (B, Q) -> (B, Q, Dv)
+  //   scores = vᵀ tanh(W_q q + W_k k)   weights = masked_softmax(scores)   context = dropout(weights) · values
+  Tensor forward(const Tensor& queries, const Tensor& keys, const Tensor& values,
+                 const Tensor& valid_lengths = {}) const override;
+
+  // W_k keys: (B, K, Dk) -> (B, K, A). Compute it once per batch; the decoder then calls
+  // attend_projected at every step instead of forward, saving one (B·K·Dk·A) product per step.
+  Tensor project_keys(const Tensor& keys) const;
+  // forward with keys already projected: projected_keys (B, K, A) from project_keys.
+  Tensor attend_projected(const Tensor& queries, const Tensor& projected_keys, const Tensor& values,
+                          const Tensor& valid_lengths = {}) const;
+
+  // The unmasked energies vᵀ tanh(W_q q + W_k k): queries (B, Q, Dq), keys (B, K, Dk) -> (B, Q, K).
+  Tensor score(const Tensor& queries, const Tensor& keys) const;
+
+  const Options& options() const { return options_; }
+
+  Linear w_q;  // weight (A, Dq), no bias
+  Linear w_k;  // weight (A, Dk), no bias
+  Linear w_v;  // weight (1, A), no bias
+  Dropout dropout;
+
+ protected:
+  // For ChunkedAdditiveAttention: the same parameters under another type name; `op` names the
+  // kind in error messages.
+  AdditiveAttention(std::string type_name, const char* op, Options options);
+  // The part after the checks: queries (B, Q, Dq), projected keys (B, K, A), values (B, K, Dv),
+  // mask (B, 1 | Q, K) bool or undefined -> context (B, Q, Dv); keeps scores and weights.
+  virtual Tensor attend(const Tensor& queries, const Tensor& projected_keys, const Tensor& values,
+                        const Tensor& mask) const;
+  const char* op_name_;
+
+ private:
+  Options options_;
+};
+
+}  // namespace seqgrad::nn

@@ -1,0 +1,76 @@
+// What every attention kind shares: masked_softmax over valid lengths (a fully masked row gives
+// zeros, never NaN), the argument checks, and the Attention base class with the last weights and
+// scores kept for plots. The derivations are in docs/attention.md.
+//
+// Shapes (README legend; the attention family uses Q query positions and K key positions):
+//   queries (B, Q, Dq)   keys (B, K, Dk)   values (B, K, Dv)   context (B, Q, Dv)
+//   valid_lengths: int64 (B,) (one length per batch row) or (B, Q) (one per query), each in [0, K];
+//   key positions j >= valid length are masked.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "nn/module.h"
+
+namespace seqgrad::nn {
+
+// softmax over the last dimension of scores (B, ..., Q, K) with keys j >= valid_lengths masked:
+//   w_ij = exp(s_ij) / Σ_{j' < len_i} exp(s_ij')   for j < len_i,   0 otherwise.
+// valid_lengths: int64 (B,) or (B, Q) (Q = scores.size(-2)), values in [0, K]; undefined = no mask.
+// A row with no valid key (length 0) gives all zeros and a zero gradient.
+//   ds_ij = w_ij (dw_ij - Σ_j' w_ij' dw_ij')   (zero on masked keys and on fully masked rows)
+Tensor masked_softmax(const Tensor& scores, const Tensor& valid_lengths);
+
+// The same with an explicit boolean mask (true = masked out, as torch's key_padding_mask) that
+// broadcasts to scores' shape. This is the primitive: masked_softmax builds its mask with
+// length_mask() and calls it. Masked scores become -inf; a row with every key masked is
+// softmaxed unmasked and multiplied by 0, so it gives zeros with a zero (not NaN) gradient.
+Tensor softmax_with_mask(const Tensor& scores, const Tensor& mask);
+
+// The bool mask (true = masked) for valid_lengths (B,) -> (B, 1, K) or (B, Q) -> (B, Q, K).
+// Values are checked to lie in [0, K]; `op` names the caller in error messages.
+Tensor length_mask(const Tensor& valid_lengths, int64_t batch, int64_t queries, int64_t keys,
+                   const char* op = "masked_softmax");
+
+// Argument checks shared by the family; each error names `op` and prints the shapes:
+//   queries, keys, values are defined, 3-D, floating, of one dtype and device; one batch size;
+//   keys and values have the same number of positions K; valid_lengths as above.
+// Returns length_mask(valid_lengths) (B, 1 | Q, K), or an undefined tensor when there are none.
+Tensor check_attention_args(const char* op, const Tensor& queries, const Tensor& keys, const Tensor& values,
+                            const Tensor& valid_lengths);
+// The feature size `what` of `t` (its last dimension) must equal `expected` (an option).
+void check_feature_size(const char* op, const char* what, const Tensor& t, int64_t expected,
+                        const char* option);
+
+// The base of every attention kind: context = forward(queries, keys, values, valid_lengths).
+// After each call the kind keeps, detached, for visualisation (docs/attention.md says what each
+// kind stores; the weights are taken before dropout):
+//   last_weights()  (B, Q, K) the attention distribution over keys (rows sum to 1, or 0 when
+//                   fully masked);
+//   last_scores()   (B, Q, K) the pre-softmax energies before masking (undefined for kinds that
+//                   have no single score, e.g. hybrid).
+class Attention : public Module {
+ public:
+  using Module::Module;
+
+  // queries (B, Q, Dq), keys (B, K, Dk), values (B, K, Dv), valid_lengths int64 (B,) / (B, Q)
+  // or undefined -> context (B, Q, Dv) (MultiLevelAttention: the levels' contexts concatenated).
+  virtual Tensor forward(const Tensor& queries, const Tensor& keys, const Tensor& values,
+                         const Tensor& valid_lengths = {}) const = 0;
+  Tensor operator()(const Tensor& queries, const Tensor& keys, const Tensor& values,
+                    const Tensor& valid_lengths = {}) const {
+    return forward(queries, keys, values, valid_lengths);
+  }
+
+  const Tensor& last_weights() const { return last_weights_; }
+  const Tensor& last_scores() const { return last_scores_; }
+
+ protected:
+  // Stores detached copies of the handles (no graph is kept alive by them).
+  void keep(const Tensor& scores, const Tensor& weights) const;
+
+  mutable Tensor last_scores_;   // (B, Q, K)
+  mutable Tensor last_weights_;  // (B, Q, K)
+};
+
+}  // namespace seqgrad::nn

@@ -1,0 +1,103 @@
+// MultiHeadAttention, composed from ops: input projections, per-head scaled dot, output projection.
+#include "nn/attention_multihead.h"
+
+#include <cmath>
+
+#include "nn/init.h"
+
+namespace seqgrad::nn {
+namespace {
+
+constexpr const char* kOp = "multihead_attention";
+
+const MultiHeadAttention::Options& checked(const MultiHeadAttention::Options& o) {
+  SG_CHECK_VALUE(o.embed_dim > 0, "{}: embed_dim = {} must be positive", kOp, o.embed_dim);
+  SG_CHECK_VALUE(o.num_heads > 0 && o.embed_dim % o.num_heads == 0,
+                 "{}: num_heads = {} must be positive and divide embed_dim = {}", kOp, o.num_heads, o.embed_dim);
+  SG_CHECK_VALUE(o.kdim >= 0 && o.vdim >= 0, "{}: kdim = {} and vdim = {} must be >= 0 (0 = embed_dim)", kOp, o.kdim,
+                 o.vdim);
+  SG_CHECK_VALUE(o.dropout >= 0 && o.dropout < 1, "{}: dropout = {} not in [0, 1)", kOp, o.dropout);
+  return o;
+}
+
+// (B, T, E) -> (B, h, T, d)
+Tensor split_heads(const Tensor& x, int64_t heads) {
+  int64_t batch = x.size(0), steps = x.size(1), head_dim = x.size(2) / heads;
+  return x.reshape({batch, steps, heads, head_dim}).permute({0, 2, 1, 3});
+}
+
+}  // namespace
+
+MultiHeadAttention::MultiHeadAttention(Options options)
+    : Attention("MultiHeadAttention"),
+      out_proj({.in_features = checked(options).embed_dim, .out_features = options.embed_dim, .bias = options.bias}),
+      dropout({.p = options.dropout}),
+      options_(options) {
+  int64_t e = options.embed_dim;
+  if (options_.kdim == 0) options_.kdim = e;
+  if (options_.vdim == 0) options_.vdim = e;
+  if (options_.kdim == e && options_.vdim == e) {
+    in_proj_weight = empty({3 * e, e});
+    register_parameter("in_proj_weight", in_proj_weight);
+  } else {
+    q_proj_weight = empty({e, e});
+    k_proj_weight = empty({e, options_.kdim});
+    v_proj_weight = empty({e, options_.vdim});
+    register_parameter("q_proj_weight", q_proj_weight);
+    register_parameter("k_proj_weight", k_proj_weight);
+    register_parameter("v_proj_weight", v_proj_weight);
+  }
+  if (options.bias) {
+    in_proj_bias = empty({3 * e});
+    register_parameter("in_proj_bias", in_proj_bias);
+  }
+  register_module("out_proj", out_proj);
+  register_module("dropout", dropout);
+  reset_parameters();
+}
+
+void MultiHeadAttention::reset_parameters() {
+  if (packed()) {
+    init::xavier_uniform_(in_proj_weight);
+  } else {
+    init::xavier_uniform_(q_proj_weight);
+    init::xavier_uniform_(k_proj_weight);
+    init::xavier_uniform_(v_proj_weight);
+  }
+  if (in_proj_bias.defined()) init::zeros_(in_proj_bias);
+  out_proj.reset_parameters();
+  if (out_proj.bias.defined()) init::zeros_(out_proj.bias);
+}
+
+Tensor MultiHeadAttention::forward(const Tensor& queries, const Tensor& keys, const Tensor& values,
+                                   const Tensor& valid_lengths) const {
+  Tensor mask = check_attention_args(kOp, queries, keys, values, valid_lengths);  // (B, 1 | Q, K)
+  int64_t e = options_.embed_dim, heads = options_.num_heads;
+  check_feature_size(kOp, "queries", queries, e, "embed_dim");
+  check_feature_size(kOp, "keys", keys, options_.kdim, "kdim");
+  check_feature_size(kOp, "values", values, options_.vdim, "vdim");
+  int64_t batch = queries.size(0), n_queries = queries.size(1);
+  Tensor w_q = packed() ? in_proj_weight.narrow(0, 0, e) : q_proj_weight;      // (E, E)
+  Tensor w_k = packed() ? in_proj_weight.narrow(0, e, e) : k_proj_weight;      // (E, kdim)
+  Tensor w_v = packed() ? in_proj_weight.narrow(0, 2 * e, e) : v_proj_weight;  // (E, vdim)
+  Tensor b_q, b_k, b_v;                                                        // (E,) each
+  if (in_proj_bias.defined()) {
+    b_q = in_proj_bias.narrow(0, 0, e);
+    b_k = in_proj_bias.narrow(0, e, e);
+    b_v = in_proj_bias.narrow(0, 2 * e, e);
+  }
+  Tensor q = split_heads(linear(queries, w_q, b_q), heads);  // (B, h, Q, d)
+  Tensor k = split_heads(linear(keys, w_k, b_k), heads);     // (B, h, K, d)
+  Tensor v = split_heads(linear(values, w_v, b_v), heads);   // (B, h, K, d)
+  double scale = 1.0 / std::sqrt(static_cast<double>(e / heads));
+  Tensor scores = mul(matmul(q, k.transpose(2, 3)), scale);                              // (B, h, Q, K)
+  Tensor weights = softmax_with_mask(scores, mask.defined() ? mask.unsqueeze(1) : mask);  // (B, h, Q, K)
+  Tensor heads_out = matmul(dropout(weights), v);                                        // (B, h, Q, d)
+  Tensor merged = heads_out.permute({0, 2, 1, 3}).reshape({batch, n_queries, e});         // (B, Q, E)
+  last_head_scores_ = scores.detach();
+  last_head_weights_ = weights.detach();
+  keep(mean(scores.detach(), {1}), mean(weights.detach(), {1}));  // (B, Q, K) head averages
+  return out_proj(merged);                       // (B, Q, E)
+}
+
+}  // namespace seqgrad::nn

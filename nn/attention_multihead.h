@@ -1,0 +1,62 @@
+// MultiHeadAttention with torch.nn.MultiheadAttention's semantics and parameter layout
+// (batch_first = True; key padding given as valid lengths). h heads of size d = E / h:
+//   q_i = (x_q W_q^T + b_q) split into heads   (B, h, Q, d), likewise k_i, v_i (B, h, K, d)
+//   head_i = softmax(q_i k_iᵀ / √d, masked) v_i      out = concat(head_1..h) W_oᵀ + b_o   (B, Q, E)
+// Parameters: in_proj_weight (3E, E) = [W_q; W_k; W_v] and in_proj_bias (3E,) when kdim = vdim = E,
+// else q_proj_weight (E, E), k_proj_weight (E, kdim), v_proj_weight (E, vdim) (and in_proj_bias);
+// out_proj.weight (E, E), out_proj.bias (E,). A torch state_dict loads as is.
+// Differences from torch: a query whose keys are all masked gets a zero context (then out_proj's
+// bias), where torch gives NaN; last weights are taken before dropout; no bias_k/bias_v,
+// add_zero_attn or attn_mask (the valid lengths may be per query instead).
+#pragma once
+#include <cstdint>
+
+#include "nn/attention_base.h"
+#include "nn/dropout.h"
+#include "nn/linear.h"
+
+namespace seqgrad::nn {
+
+class MultiHeadAttention : public Attention {
+ public:
+  struct Options {
+    int64_t embed_dim = 0;  // E (query size and output size)
+    int64_t num_heads = 1;  // h; must divide E
+    double dropout = 0.0;   // on the attention weights, in [0, 1)
+    bool bias = true;       // in_proj_bias and out_proj.bias
+    int64_t kdim = 0;       // key size (0 = E)
+    int64_t vdim = 0;       // value size (0 = E)
+  };
+  explicit MultiHeadAttention(Options options);
+
+  // queries (B, Q, E), keys (B, K, kdim), values (B, K, vdim), valid_lengths (B,) (torch's
+  // key_padding_mask) or (B, Q) -> (B, Q, E)
+  Tensor forward(const Tensor& queries, const Tensor& keys, const Tensor& values,
+                 const Tensor& valid_lengths = {}) const override;
+
+  // torch's init: xavier_uniform on the input projections, zero biases, out_proj.weight as Linear.
+  void reset_parameters();
+
+  // last_weights(): averaged over heads (B, Q, K), as torch's average_attn_weights = True;
+  // per head: last_head_weights() (B, h, Q, K) and last_head_scores() (B, h, Q, K) (scaled,
+  // before masking). last_scores() is the head average of the energies.
+  const Tensor& last_head_weights() const { return last_head_weights_; }
+  const Tensor& last_head_scores() const { return last_head_scores_; }
+  const Options& options() const { return options_; }
+  bool packed() const { return in_proj_weight.defined(); }
+
+  Tensor in_proj_weight;  // (3E, E) when kdim = vdim = E
+  Tensor q_proj_weight;   // (E, E)    otherwise
+  Tensor k_proj_weight;   // (E, kdim) otherwise
+  Tensor v_proj_weight;   // (E, vdim) otherwise
+  Tensor in_proj_bias;    // (3E,) when bias
+  Linear out_proj;        // weight (E, E), bias (E,)
+  Dropout dropout;
+
+ private:
+  Options options_;
+  mutable Tensor last_head_weights_;  // (B, h, Q, K)
+  mutable Tensor last_head_scores_;   // (B, h, Q, K)
+};
+
+}  // namespace seqgrad::nn

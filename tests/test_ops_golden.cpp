@@ -1,0 +1,270 @@
+// Golden values small enough to derive by hand (each derivation is in a comment), and the
+// fused-vs-composed twins: each fused kernel must agree with the composition it replaces.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "core/autograd.h"
+#include "core/rng.h"
+#include "ops/ops.h"
+
+using namespace seqgrad;
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr TensorOptions kF64 = {.dtype = DType::f64};
+
+Tensor f64(std::initializer_list<double> v, Shape shape) { return tensor(v, shape, kF64); }
+Tensor f64(std::initializer_list<double> v) { return tensor(v, kF64); }
+
+void check_close(const Tensor& got, const std::vector<double>& expected, double tol = 1e-12) {
+  std::vector<double> v = got.to_vector<double>();
+  REQUIRE(v.size() == expected.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    INFO("element " << i << ": got " << v[i] << ", expected " << expected[i]);
+    if (std::isinf(expected[i])) CHECK(v[i] == expected[i]);
+    else CHECK(std::abs(v[i] - expected[i]) <= tol * std::max(1.0, std::abs(expected[i])));
+  }
+}
+
+void check_same_values(const Tensor& a, const Tensor& b, double tol = 1e-12) { check_close(a, b.to_vector<double>(), tol); }
+
+}  // namespace
+
+TEST_CASE("softmax of [0, ln 2] is [1/3, 2/3]") {
+  // exp(0) = 1 and exp(ln 2) = 2, so the normaliser is 3: [1/3, 2/3]. log_softmax = [-ln 3, ln 2 - ln 3].
+  Tensor x = f64({0, std::log(2.0)});
+  check_close(softmax(x, 0), {1.0 / 3, 2.0 / 3});
+  check_close(log_softmax(x, 0), {-std::log(3.0), std::log(2.0) - std::log(3.0)});
+  // Shifting every logit by 1000 changes nothing (max-subtraction keeps exp finite).
+  check_close(softmax(add(x, 1000.0), 0), {1.0 / 3, 2.0 / 3});
+  // A -inf logit gets probability 0: softmax([0, -inf]) = [1, 0].
+  check_close(softmax(f64({0, -kInf}), 0), {1, 0});
+}
+
+TEST_CASE("softmax gradient by hand") {
+  // y = softmax([0, ln 2]) = [1/3, 2/3]; loss = y0, so dy = [1, 0] and
+  // dx = y * (dy - Σ dy y) = [1/3 (1 - 1/3), 2/3 (0 - 1/3)] = [2/9, -2/9].
+  Tensor x = f64({0, std::log(2.0)}).requires_grad_();
+  softmax(x, 0).select(0, 0).backward();
+  check_close(x.grad(), {2.0 / 9, -2.0 / 9});
+}
+
+TEST_CASE("matmul of small integers") {
+  // [[1, 2], [3, 4]] · [[5, 6], [7, 8]] = [[1·5 + 2·7, 1·6 + 2·8], [3·5 + 4·7, 3·6 + 4·8]] = [[19, 22], [43, 50]]
+  Tensor a = f64({1, 2, 3, 4}, {2, 2}), b = f64({5, 6, 7, 8}, {2, 2});
+  check_close(matmul(a, b), {19, 22, 43, 50});
+  // [1, 2, 3] · [4, 5, 6] = 4 + 10 + 18 = 32, a 0-d result
+  Tensor dot = matmul(f64({1, 2, 3}), f64({4, 5, 6}));
+  CHECK(dot.shape() == Shape{});
+  CHECK(dot.item() == 32);
+  // [1, 2] · [[5, 6], [7, 8]] = [19, 22]; [[1, 2], [3, 4]] · [1, 1] = [3, 7]
+  check_close(matmul(f64({1, 2}), b), {19, 22});
+  check_close(matmul(a, f64({1, 1})), {3, 7});
+  // float32 too (the same GEMM path, single precision)
+  check_close(matmul(a.to(DType::f32), b.to(DType::f32)), {19, 22, 43, 50});
+  // d(sum(a·b))/da = ones · bᵀ: each row is [5 + 6, 7 + 8] = [11, 15]
+  Tensor ag = a.detach().requires_grad_();
+  matmul(ag, b).sum().backward();
+  check_close(ag.grad(), {11, 15, 11, 15});
+}
+
+TEST_CASE("matmul and broadcasting result shapes") {
+  auto z = [](Shape s) { return zeros(s, kF64); };
+  CHECK(matmul(z({2, 1, 3, 4}), z({5, 4, 2})).shape() == Shape{2, 5, 3, 2});  // batch (2, 1) x (5,) -> (2, 5)
+  CHECK(matmul(z({2, 3, 4}), z({4, 2})).shape() == Shape{2, 3, 2});
+  CHECK(matmul(z({3, 4}), z({6, 4, 2})).shape() == Shape{6, 3, 2});
+  CHECK(matmul(z({2, 3, 4}), z({4})).shape() == Shape{2, 3});
+  CHECK(matmul(z({4}), z({2, 4, 5})).shape() == Shape{2, 5});
+  CHECK(add(z({2, 1, 3}), z({4, 1})).shape() == Shape{2, 4, 3});
+  CHECK(add(z({}), z({3})).shape() == Shape{3});
+  CHECK(mul(z({5, 1}), z({1, 6})).shape() == Shape{5, 6});
+  CHECK(where(zeros({3}, {.dtype = DType::b8}), z({2, 1}), z({})).shape() == Shape{2, 3});
+  CHECK(broadcast_shapes({1}, {}, "test") == Shape{1});
+  // (2, 3) + (3,): row [10, 20, 30] is added to each row
+  check_close(add(f64({1, 2, 3, 4, 5, 6}, {2, 3}), f64({10, 20, 30})), {11, 22, 33, 14, 25, 36});
+  // and the gradient of the broadcast operand sums over the broadcast rows: [2, 2, 2]
+  Tensor b = f64({10, 20, 30}).requires_grad_();
+  add(f64({1, 2, 3, 4, 5, 6}, {2, 3}), b).sum().backward();
+  check_close(b.grad(), {2, 2, 2});
+}
+
+TEST_CASE("logsumexp: hand values, large values, and an all -inf row gives -inf, not NaN") {
+  // log(e^0 + e^(ln 3)) = log(1 + 3) = ln 4
+  check_close(logsumexp(f64({0, std::log(3.0)}), {0}), {std::log(4.0)});
+  // log(2 e^1000) = 1000 + ln 2: no overflow although e^1000 is not representable
+  check_close(logsumexp(f64({1000, 1000}), {0}), {1000 + std::log(2.0)});
+  // row 0 is entirely -inf: the max used for stabilisation is replaced by 0, so the result is
+  // 0 + log(0) = -inf (not -inf - -inf = NaN); row 1 = ln 4 as above
+  Tensor y = logsumexp(f64({-kInf, -kInf, 0, std::log(3.0)}, {2, 2}), {1});
+  check_close(y, {-kInf, std::log(4.0)});
+}
+
+TEST_CASE("reductions by hand") {
+  Tensor x = f64({1, 2, 3, 4, 5, 6}, {2, 3});
+  check_close(sum(x), {21});
+  check_close(sum(x, {0}), {5, 7, 9});
+  check_close(mean(x, {1}), {2, 5});
+  CHECK(sum(x, {1}, true).shape() == Shape{2, 1});
+  check_close(max(x, 1), {3, 6});
+  check_close(min(x, 0), {1, 2, 3});
+  check_close(sum_to(x, {1, 3}), {5, 7, 9});
+  // the gradient of max goes to the first maximum only: max([1, 3, 3]) -> dx = [0, 1, 0]
+  Tensor t = f64({1, 3, 3}).requires_grad_();
+  max(t, 0).backward();
+  check_close(t.grad(), {0, 1, 0});
+  // mean's gradient is 1/n everywhere
+  Tensor m = f64({1, 2, 3, 4}).requires_grad_();
+  mean(m).backward();
+  check_close(m.grad(), {0.25, 0.25, 0.25, 0.25});
+}
+
+TEST_CASE("argmax ties pick the first index; topk; comparisons") {
+  // [[1, 5, 5], [7, 7, 0]]: row 0 ties at 1 and 2 -> 1; row 1 ties at 0 and 1 -> 0
+  Tensor x = f64({1, 5, 5, 7, 7, 0}, {2, 3});
+  CHECK(argmax(x, 1).to_vector<int64_t>() == std::vector<int64_t>{1, 0});
+  // column-wise argmin of [[1, 5, 5], [7, 7, 0]]: [0, 0, 1]
+  CHECK(argmin(x, 0).to_vector<int64_t>() == std::vector<int64_t>{0, 0, 1});
+  // top-2 of [3, 1, 4, 1, 5] = 5 (index 4), 4 (index 2); bottom-2 = 1 (index 1), 1 (index 3)
+  auto [values, indices] = topk(f64({3, 1, 4, 1, 5}), 2);
+  check_close(values, {5, 4});
+  CHECK(indices.to_vector<int64_t>() == std::vector<int64_t>{4, 2});
+  auto [low, low_idx] = topk(f64({3, 1, 4, 1, 5}), 2, 0, false);
+  check_close(low, {1, 1});
+  CHECK(low_idx.to_vector<int64_t>() == std::vector<int64_t>{1, 3});
+  CHECK(indices.dtype() == DType::i64);
+  // comparisons give bool tensors and broadcast
+  Tensor c = lt(f64({1, 2, 3}, {3, 1}), f64({2, 3}, {1, 2}));  // [[1<2, 1<3], [2<2, 2<3], [3<2, 3<3]]
+  CHECK(c.dtype() == DType::b8);
+  CHECK(c.to_vector<bool>() == std::vector<bool>{true, true, false, true, false, false});
+  CHECK(eq(f64({1, 2}), 2.0).to_vector<bool>() == std::vector<bool>{false, true});
+  CHECK(ge(f64({1, 2}), 2.0).to_vector<bool>() == std::vector<bool>{false, true});
+  CHECK(ne(f64({1, 2}), f64({1, 3})).to_vector<bool>() == std::vector<bool>{false, true});
+}
+
+TEST_CASE("gradients at conventional points: relu and abs at 0, clamp bounds, pow with base 0") {
+  // relu'(0) = 0 and |x|'(0) = sign(0) = 0, as PyTorch
+  Tensor x = f64({-1, 0, 2}).requires_grad_();
+  relu(x).sum().backward();
+  check_close(x.grad(), {0, 0, 1});
+  x.zero_grad();
+  abs(x).sum().backward();
+  check_close(x.grad(), {-1, 0, 1});
+  // clamp passes the gradient on its closed interval [lo, hi], bounds included
+  Tensor c = f64({-2, -1, 0, 1, 2}).requires_grad_();
+  clamp(c, -1, 1).sum().backward();
+  check_close(c.grad(), {0, 1, 1, 1, 0});
+  // pow(a, b) at a = 0, b = 2: y = 0, dy/da = 2·0 = 0, dy/db = y·ln a = 0·(-inf), taken as 0
+  Tensor a = f64({0}).requires_grad_(), b = f64({2}).requires_grad_();
+  pow(a, b).sum().backward();
+  check_close(a.grad(), {0});
+  check_close(b.grad(), {0});
+  // sigmoid saturates without NaN
+  check_close(sigmoid(f64({-1000, 0, 1000})), {0, 0.5, 1});
+}
+
+TEST_CASE("embedding with padding_idx: the padding row gets exactly zero gradient") {
+  // ids [[1, 0], [0, 2]] with padding 0: row 1 and row 2 are used once, row 0 twice but masked
+  Tensor w = f64({0, 1, 10, 11, 20, 21}, {3, 2}).requires_grad_();
+  Tensor ids = tensor({1, 0, 0, 2}, {2, 2}, {.dtype = DType::i64});
+  Tensor y = embedding(w, ids, 0);
+  CHECK(y.shape() == Shape{2, 2, 2});
+  check_close(y, {10, 11, 0, 1, 0, 1, 20, 21});  // the forward still reads row 0
+  y.sum().backward();
+  check_close(w.grad(), {0, 0, 1, 1, 1, 1});
+}
+
+TEST_CASE("dropout: a fixed seed gives the same mask; kept values scale by 1/(1-p)") {
+  Tensor x = ones({10000}, kF64);
+  manual_seed(42);
+  Tensor a = dropout(x, 0.25);
+  manual_seed(42);
+  Tensor b = dropout(x, 0.25);
+  CHECK(a.to_vector<double>() == b.to_vector<double>());
+  Tensor c = dropout(x, 0.25);  // the generator moved on: a different mask
+  CHECK(c.to_vector<double>() != a.to_vector<double>());
+  std::vector<double> v = a.to_vector<double>();
+  int kept = 0;
+  for (double e : v) {
+    CHECK((e == 0 || std::abs(e - 1 / 0.75) < 1e-15));
+    kept += e != 0;
+  }
+  // kept ~ Binomial(10000, 0.75): mean 7500, sd 43; 5 sd either way
+  CHECK(kept > 7500 - 217);
+  CHECK(kept < 7500 + 217);
+  // the gradient is the same mask
+  Tensor xg = ones({8}, kF64).requires_grad_();
+  manual_seed(7);
+  Tensor y = dropout(xg, 0.5);
+  y.sum().backward();
+  check_same_values(xg.grad(), y.detach());
+  CHECK(dropout(x, 0.0).to_vector<double>() == x.to_vector<double>());
+}
+
+// ---- fused vs composed twins: the fused kernel (used when backward is not recorded) and the
+// composition (used under create_graph) must agree on values.
+
+TEST_CASE("fused vs composed: tanh_backward and sigmoid_backward") {
+  manual_seed(11);
+  Tensor dy = randn({3, 4}, kF64), y = tanh(randn({3, 4}, kF64));
+  Tensor fused, composed;
+  {
+    NoGradGuard no_grad;
+    fused = tanh_backward(dy, y);
+  }
+  composed = tanh_backward(dy.detach().requires_grad_(), y);  // recording -> composed twin
+  CHECK(composed.requires_grad());
+  check_same_values(fused, composed);
+  check_same_values(fused, mul(dy, sub(ones_like(y), mul(y, y))));  // dy (1 - y²)
+
+  Tensor s = sigmoid(randn({3, 4}, kF64));
+  {
+    NoGradGuard no_grad;
+    fused = sigmoid_backward(dy, s);
+  }
+  composed = sigmoid_backward(dy.detach().requires_grad_(), s);
+  CHECK(composed.requires_grad());
+  check_same_values(fused, composed);
+  check_same_values(fused, mul(dy, mul(s, sub(ones_like(s), s))));  // dy y (1 - y)
+}
+
+TEST_CASE("fused vs composed: tanh and sigmoid values and gradients") {
+  manual_seed(12);
+  Tensor x = randn({2, 5}, kF64).requires_grad_();
+  // tanh x = (e^2x - 1) / (e^2x + 1); sigmoid x = 1 / (1 + e^-x)
+  Tensor e2 = exp(mul(x, 2.0));
+  check_same_values(tanh(x), (e2 - 1.0) / (e2 + 1.0), 1e-12);
+  check_same_values(sigmoid(x), div(ones_like(x), add(exp(neg(x)), 1.0)), 1e-12);
+  auto grad_of = [&](Tensor y) { return autograd::grad({y.sum()}, {x})[0]; };
+  check_same_values(grad_of(tanh(x)), grad_of((exp(mul(x, 2.0)) - 1.0) / (exp(mul(x, 2.0)) + 1.0)), 1e-12);
+  check_same_values(grad_of(sigmoid(x)), grad_of(div(ones_like(x), add(exp(neg(x)), 1.0))), 1e-12);
+}
+
+TEST_CASE("fused vs composed: softmax and log_softmax backward, fused path vs create_graph path") {
+  manual_seed(13);
+  for (int64_t dim : {0, 1, -1}) {
+    CAPTURE(dim);
+    Tensor x = randn({3, 4}, kF64).requires_grad_();
+    Tensor w = randn({3, 4}, kF64);
+    for (bool log : {false, true}) {
+      CAPTURE(log);
+      auto f = [&] { return mul(log ? log_softmax(x, dim) : softmax(x, dim), w).sum(); };
+      // plain backward: the backward runs without recording, so the fused kernel runs
+      Tensor fused = autograd::grad({f()}, {x})[0];
+      CHECK_FALSE(fused.requires_grad());
+      // create_graph: the backward is recorded, so the composed twin runs
+      Tensor composed = autograd::grad({f()}, {x}, {}, {.create_graph = true})[0];
+      CHECK(composed.requires_grad());
+      check_same_values(fused, composed, 1e-12);
+      // and both equal the fully composed forward: softmax = exp(x - logsumexp(x))
+      Tensor lse = logsumexp(x, {dim}, true);
+      Tensor reference = log ? sub(x, lse) : exp(sub(x, lse));
+      check_same_values(log ? log_softmax(x, dim) : softmax(x, dim), reference, 1e-12);
+      Tensor by_composition = autograd::grad({mul(reference, w).sum()}, {x})[0];
+      check_same_values(fused, by_composition, 1e-12);
+    }
+  }
+}

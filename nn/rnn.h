@@ -73,8 +73,8 @@ class GRUCell : public Module {
 
 // An LSTM's state; for the cell each is (B, H), for LSTM each is (num_layers · dirs, B, H).
 struct LSTMState {
-  Tensor h;
-  Tensor c;
+  Tensor h = {};
+  Tensor c = {};
 };
 
 class LSTMCell : public Module {
@@ -119,31 +119,31 @@ enum class Direction { forward, reverse };
 // reverse direction. weight_ih is (G·H, F) for layer 0 and (G·H, dirs·H) above it; G = 3 (GRU), 4
 // (LSTM).
 struct RNNWeights {
-  Tensor weight_ih;
-  Tensor weight_hh;
-  Tensor bias_ih;  // undefined without bias
-  Tensor bias_hh;
+  Tensor weight_ih = {};
+  Tensor weight_hh = {};
+  Tensor bias_ih = {};  // undefined without bias
+  Tensor bias_hh = {};
 };
 
 // What GRU returns; use with structured bindings: auto [output, h_n] = gru(x);
 struct GRUOutput {
-  Tensor output;  // (B, T, dirs · H): the top layer's states, [forward | reverse]; 0 at padded steps
-  Tensor h_n;     // (num_layers · dirs, B, H), row layer · dirs + direction
+  Tensor output = {};  // (B, T, dirs · H): the top layer's states, [forward | reverse]; 0 at padded steps
+  Tensor h_n = {};     // (num_layers · dirs, B, H), row layer · dirs + direction
 };
 struct GRUArgs {
-  Tensor h0;       // (num_layers · dirs, B, H), undefined for zeros
-  Tensor lengths;  // int64 (B,), each in [0, T], undefined when every sequence has T steps
+  Tensor h0 = {};       // (num_layers · dirs, B, H), undefined for zeros
+  Tensor lengths = {};  // int64 (B,), each in [0, T], undefined when every sequence has T steps
 };
 
 // What LSTM returns: auto [output, state] = lstm(x); state.h, state.c: (num_layers · dirs, B, H)
 struct LSTMOutput {
-  Tensor output;  // (B, T, dirs · H)
-  LSTMState state;
+  Tensor output = {};  // (B, T, dirs · H)
+  LSTMState state = {};
 };
 struct LSTMArgs {
-  Tensor h0;  // (num_layers · dirs, B, H), undefined for zeros
-  Tensor c0;  // likewise
-  Tensor lengths;
+  Tensor h0 = {};  // (num_layers · dirs, B, H), undefined for zeros
+  Tensor c0 = {};  // likewise
+  Tensor lengths = {};
 };
 
 // What GRU and LSTM share: options, validation and the per-layer parameters.

@@ -5,7 +5,8 @@ namespace seqgrad {
 namespace {
 
 void check_range(const char* op, const Tensor& index, int64_t size, const char* what) {
-  const int64_t* p = index.contiguous().data<int64_t>();
+  Tensor dense = index.contiguous();  // kept alive: for a non-contiguous index this is a copy
+  const int64_t* p = dense.data<int64_t>();
   for (int64_t i = 0, n = index.numel(); i < n; ++i)
     SG_CHECK_INDEX(p[i] >= 0 && p[i] < size, "{}: index {} is out of range for {} of size {}", op, p[i], what, size);
 }

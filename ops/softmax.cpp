@@ -29,7 +29,7 @@ bool recording(const Tensor& a, const Tensor& b) {
 Tensor softmax(const Tensor& x, int64_t dim) {
   detail::check_floating("softmax", x);
   int d = wrap_dim(dim, x.ndim(), "softmax");
-  if (x.ndim() == 0) return ones_like(x);
+  if (x.ndim() == 0) return softmax(x.reshape({1}), 0).reshape({});  // 1, with history (dx = 0)
   Tensor y = softmax_kernel(x, d, false);
   return record("softmax", y, {x}, [d](const Tensor& dy, Grads& g) {
     Tensor yv = g.output();
@@ -42,7 +42,7 @@ Tensor softmax(const Tensor& x, int64_t dim) {
 Tensor log_softmax(const Tensor& x, int64_t dim) {
   detail::check_floating("log_softmax", x);
   int d = wrap_dim(dim, x.ndim(), "log_softmax");
-  if (x.ndim() == 0) return zeros_like(x);
+  if (x.ndim() == 0) return log_softmax(x.reshape({1}), 0).reshape({});  // 0, with history (dx = 0)
   Tensor y = softmax_kernel(x, d, true);
   return record("log_softmax", y, {x}, [d](const Tensor& dy, Grads& g) {
     Tensor yv = g.output();

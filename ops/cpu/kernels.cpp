@@ -193,7 +193,7 @@ class CpuBackend final : public Backend {
         case UnaryOp::neg: return map1<T, T>(x, out, [](T v) { return -v; });
         case UnaryOp::abs: return map1<T, T>(x, out, [](T v) { return v < 0 ? -v : v; });
         case UnaryOp::sign: return map1<T, T>(x, out, [](T v) { return T((v > 0) - (v < 0)); });
-        case UnaryOp::relu: return map1<T, T>(x, out, [](T v) { return v > 0 ? v : T(0); });
+        case UnaryOp::relu: return map1<T, T>(x, out, [](T v) { return v > 0 || v != v ? v : T(0); });  // NaN stays NaN
         case UnaryOp::clamp: return map1<T, T>(x, out, [a, b](T v) { return std::min(std::max(v, a), b); });
         case UnaryOp::affine: return map1<T, T>(x, out, [a, b](T v) { return a * v + b; });
         default: break;
@@ -378,12 +378,13 @@ void CpuBackend::reduce(ReduceOp op, const Tensor& x, const Tensor& out) {
               if (op == ReduceOp::max ? (v > best || v != v) : (v < best || v != v)) best = v;
             }
             out.data<T>()[out_off] = best;
-          } else {  // argmax / argmin: the first index of the extreme value, as PyTorch
+          } else {  // argmax / argmin: the first index of the extreme value, as PyTorch, where
+                    // NaN counts as the extreme (so max(dim) propagates NaN like amax)
             T best = at(0);
             int64_t arg = 0;
-            for (int64_t r = 1; r < n_red; ++r) {
+            for (int64_t r = 1; r < n_red && best == best; ++r) {
               T v = at(r);
-              if (op == ReduceOp::argmax ? v > best : v < best) best = v, arg = r;
+              if ((op == ReduceOp::argmax ? v > best : v < best) || v != v) best = v, arg = r;
             }
             out.data<int64_t>()[out_off] = arg;
           }

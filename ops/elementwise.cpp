@@ -80,18 +80,22 @@ Tensor div(const Tensor& a, const Tensor& b) {
   });
 }
 
-// pow  y = a ^ b            da = sum_to(dy * b * a^(b-1), a)
-//                           db = sum_to(dy * y * log(a), b), taken as 0 where a = 0 (PyTorch's rule)
+// pow  y = a ^ b            da = sum_to(dy * b * a^(b-1), a), taken as 0 where b = 0
+//                           db = sum_to(dy * y * log(a), b), taken as 0 where a = 0 and b >= 0
+// (PyTorch's rules: without them a = 0, b = 0 gives da = 0 * 0^-1 = NaN and db = 1 * log 0 = -inf)
 Tensor pow(const Tensor& a, const Tensor& b) {
   check_same("pow", a, b);
   check_floating("pow", a);
   Tensor y = binary_kernel(BinaryOp::pow, a, b, "pow");
   return record("pow", y, {a, b}, [a = save(a), b = save(b)](const Tensor& dy, Grads& g) {
     const Tensor &av = a.get(), &bv = b.get();
-    if (g.needs(0)) g.add(0, sum_to(mul(mul(dy, bv), pow(av, sub(bv, ones_like(bv)))), av.shape()));
+    if (g.needs(0)) {
+      Tensor da = mul(mul(dy, bv), pow(av, sub(bv, ones_like(bv))));
+      g.add(0, sum_to(where(eq(bv, 0.0), zeros_like(da), da), av.shape()));
+    }
     if (g.needs(1)) {
       Tensor y = pow(av, bv);
-      Tensor safe_log = where(eq(av, 0.0), zeros_like(av), log(av));
+      Tensor safe_log = where(logical_and(eq(av, 0.0), ge(bv, 0.0)), zeros_like(av), log(av));
       g.add(1, sum_to(mul(mul(dy, y), safe_log), bv.shape()));
     }
   });

@@ -70,15 +70,20 @@ Tensor isfinite(const Tensor& x);
 // ---- reductions (ops/reduce.cpp); empty dims = all dims
 Tensor sum(const Tensor& x, const Shape& dims = {}, bool keepdim = false);
 Tensor mean(const Tensor& x, const Shape& dims = {}, bool keepdim = false);
-Tensor max(const Tensor& x);                                  // over all elements
+// Over all elements. Its gradient goes to the first maximal element (row-major), like max over a
+// dim; PyTorch's torch.max(x) instead splits it evenly between tied maxima.
+Tensor max(const Tensor& x);
 Tensor max(const Tensor& x, int64_t dim, bool keepdim = false);  // values; gradient to the argmax
 Tensor min(const Tensor& x, int64_t dim, bool keepdim = false);
-Tensor amax(const Tensor& x, const Shape& dims, bool keepdim = false);  // not differentiable
+Tensor amax(const Tensor& x, const Shape& dims, bool keepdim = false);  // not differentiable (torch.amax is)
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor argmin(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor logsumexp(const Tensor& x, const Shape& dims, bool keepdim = false);
 // Sums a broadcast gradient back to `shape` (the backward of broadcasting).
 Tensor sum_to(const Tensor& x, const Shape& shape);
+// The k largest (or smallest) values along dim, in order, and their int64 indices. Not
+// differentiable (unlike torch.topk): it serves decoding; gather(x, dim, indices) gives values
+// with a gradient.
 std::pair<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim = -1, bool largest = true);
 
 // ---- linear algebra (ops/matmul.cpp)

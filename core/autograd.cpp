@@ -19,6 +19,27 @@ Tensor add_grads(const Tensor& a, const Tensor& b) {
 
 }  // namespace
 
+// Each node owns its inputs' nodes, so letting the members go would free a chain recursively, one
+// stack frame per node. Instead the nodes this one solely owns are collected and released in a loop.
+// Saved tensors go first: they may hold further references to the input nodes, never the last one.
+Node::~Node() {
+  std::vector<std::shared_ptr<Node>> pending;
+  auto release = [&pending](Node& n) {
+    n.backward = nullptr;
+    n.saved_output.reset();
+    n.grad = Tensor();
+    for (InputEdge& e : n.inputs)
+      if (e.fn) pending.push_back(std::move(e.fn));
+    n.inputs.clear();
+  };
+  release(*this);
+  while (!pending.empty()) {
+    std::shared_ptr<Node> n = std::move(pending.back());
+    pending.pop_back();
+    if (n.use_count() == 1) release(*n);  // n's destructor then has nothing left to free
+  }
+}
+
 bool GradMode::is_enabled() { return grad_enabled; }
 void GradMode::set_enabled(bool enabled) { grad_enabled = enabled; }
 

@@ -75,6 +75,11 @@ struct Node {
   // engine scratch, valid during one backward pass
   Tensor grad;
   int dependencies = 0;
+
+  Node() = default;
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+  ~Node();  // iterative: freeing a graph 100,000 nodes deep must not recurse 100,000 times
 };
 
 // What a backward function sees: which inputs want gradients, and where to add them.

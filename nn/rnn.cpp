@@ -13,10 +13,15 @@ namespace {
 
 // ---- per-step math. xp is the step's input projection W_ih x + b_ih, computed outside.
 
+// The recurrent weight is passed transposed, w_hh_t = W_hhᵀ (H, G·H), taken once per sequence:
+// every step's dW_hh then accumulates contiguously at that one transpose instead of as a strided
+// (transposed) add into the parameter's gradient at each step.
+
 // GRU step.  xp: (B, 3H) [r | z | n],  h: (B, H)  ->  h': (B, H)
-Tensor gru_step(const Tensor& xp, const Tensor& h, const Tensor& weight_hh, const Tensor& bias_hh) {
+Tensor gru_step(const Tensor& xp, const Tensor& h, const Tensor& w_hh_t, const Tensor& bias_hh) {
   const int64_t H = h.size(1);
-  Tensor hp = linear(h, weight_hh, bias_hh);                              // (B, 3H): W_hh h + b_hh
+  Tensor hp = matmul(h, w_hh_t);                                          // (B, 3H): W_hh h
+  if (bias_hh.defined()) hp = hp + bias_hh;                               //          + b_hh
   Tensor rz = sigmoid(xp.narrow(1, 0, 2 * H) + hp.narrow(1, 0, 2 * H));  // (B, 2H): [r | z]
   Tensor r = rz.narrow(1, 0, H);                                          // (B, H)
   Tensor z = rz.narrow(1, H, H);                                          // (B, H)
@@ -25,9 +30,10 @@ Tensor gru_step(const Tensor& xp, const Tensor& h, const Tensor& weight_hh, cons
 }
 
 // LSTM step.  xp: (B, 4H) [i | f | g | o],  state h, c: (B, H)  ->  {h', c'}
-LSTMState lstm_step(const Tensor& xp, const LSTMState& state, const Tensor& weight_hh, const Tensor& bias_hh) {
+LSTMState lstm_step(const Tensor& xp, const LSTMState& state, const Tensor& w_hh_t, const Tensor& bias_hh) {
   const int64_t H = state.h.size(1);
-  Tensor a = xp + linear(state.h, weight_hh, bias_hh);  // (B, 4H): gate pre-activations
+  Tensor a = xp + matmul(state.h, w_hh_t);              // (B, 4H): gate pre-activations
+  if (bias_hh.defined()) a = a + bias_hh;
   Tensor i = sigmoid(a.narrow(1, 0, H));                // (B, H) input gate
   Tensor f = sigmoid(a.narrow(1, H, H));                // (B, H) forget gate
   Tensor g = tanh(a.narrow(1, 2 * H, H));               // (B, H) cell candidate
@@ -39,8 +45,8 @@ LSTMState lstm_step(const Tensor& xp, const LSTMState& state, const Tensor& weig
 // The runner below is written once for both; these adapt the state type.
 struct GRUMath {
   using State = Tensor;
-  static State step(const Tensor& xp, const State& h, const RNNWeights& w) {
-    return gru_step(xp, h, w.weight_hh, w.bias_hh);
+  static State step(const Tensor& xp, const State& h, const Tensor& w_hh_t, const Tensor& bias_hh) {
+    return gru_step(xp, h, w_hh_t, bias_hh);
   }
   static const Tensor& hidden(const State& h) { return h; }
   static State keep_where(const Tensor& valid, const State& next, const State& prev) {
@@ -50,8 +56,8 @@ struct GRUMath {
 
 struct LSTMMath {
   using State = LSTMState;
-  static State step(const Tensor& xp, const State& s, const RNNWeights& w) {
-    return lstm_step(xp, s, w.weight_hh, w.bias_hh);
+  static State step(const Tensor& xp, const State& s, const Tensor& w_hh_t, const Tensor& bias_hh) {
+    return lstm_step(xp, s, w_hh_t, bias_hh);
   }
   static const Tensor& hidden(const State& s) { return s.h; }
   static State keep_where(const Tensor& valid, const State& next, const State& prev) {
@@ -85,6 +91,19 @@ StepMask make_step_mask(const char* op, const Tensor& lengths, const Tensor& x) 
   return mask;
 }
 
+// The T steps of x (T, ...) as views. Halving recursively keeps the backward O(T log T): each
+// narrow/select backward writes a zero tensor the size of its input, and the input sums those, so
+// selecting each step of x directly would cost T full-size passes (O(T²)).
+void split_steps(const Tensor& x, int64_t first, std::vector<Tensor>& steps) {
+  const int64_t n = x.size(0);
+  if (n <= 2) {
+    for (int64_t i = 0; i < n; ++i) steps[first + i] = x.select(0, i);
+    return;
+  }
+  split_steps(x.narrow(0, 0, n / 2), first, steps);
+  split_steps(x.narrow(0, n / 2, n - n / 2), first + n / 2, steps);
+}
+
 // Runs one layer in one direction over time-major projected inputs xp (T, B, G·H), starting from
 // `state`. Returns the per-step outputs stacked along `stack_dim` ((T, B, H) for 0, (B, T, H) for
 // 1) and the final state.
@@ -95,10 +114,12 @@ std::pair<Tensor, typename Math::State> run_direction(const Tensor& xp, typename
   const int64_t T = xp.size(0);
   const Tensor& h0 = Math::hidden(state);
   Tensor padding = zeros(h0.shape(), {.dtype = h0.dtype(), .device = h0.device()});  // (B, H)
-  std::vector<Tensor> outputs(T, padding);
+  const Tensor w_hh_t = w.weight_hh.t();  // (H, G·H)
+  std::vector<Tensor> outputs(T, padding), xp_steps(T);
+  split_steps(xp.narrow(0, 0, mask.any_valid), 0, xp_steps);
   for (int64_t i = 0; i < mask.any_valid; ++i) {
     const int64_t t = direction == Direction::forward ? i : mask.any_valid - 1 - i;
-    typename Math::State next = Math::step(xp.select(0, t), state, w);
+    typename Math::State next = Math::step(xp_steps[t], state, w_hh_t, w.bias_hh);
     if (t < mask.all_valid) {
       state = std::move(next);
       outputs[t] = Math::hidden(state);
@@ -198,7 +219,7 @@ void GRUCell::reset_parameters() { uniform_all({&weight_ih, &weight_hh, &bias_ih
 Tensor GRUCell::operator()(const Tensor& x, const Tensor& h) const {
   check_cell_input("gru_cell", x, options_.input_size, weight_ih);
   Tensor h0 = state_or_zeros("gru_cell", "h", h, {x.size(0), options_.hidden_size}, x);  // (B, H)
-  return gru_step(linear(x, weight_ih, bias_ih), h0, weight_hh, bias_hh);
+  return gru_step(linear(x, weight_ih, bias_ih), h0, weight_hh.t(), bias_hh);
 }
 
 // ---- LSTMCell
@@ -226,7 +247,7 @@ LSTMState LSTMCell::operator()(const Tensor& x, const LSTMState& state) const {
   const Shape shape{x.size(0), options_.hidden_size};  // (B, H)
   LSTMState s{.h = state_or_zeros("lstm_cell", "h", state.h, shape, x),
               .c = state_or_zeros("lstm_cell", "c", state.c, shape, x)};
-  return lstm_step(linear(x, weight_ih, bias_ih), s, weight_hh, bias_hh);
+  return lstm_step(linear(x, weight_ih, bias_ih), s, weight_hh.t(), bias_hh);
 }
 
 // ---- RNNBase

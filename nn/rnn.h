@@ -27,7 +27,10 @@
 // ---- How the layers compute (the hot path of the translator)
 // Per layer and direction, the input projections of ALL steps are one GEMM, (T·B, F) · W_ihᵀ;
 // then each step is one recurrent GEMM h · W_hhᵀ plus the element-wise gate math above, written
-// with ordinary ops (autograd derives the backward given above).
+// with ordinary ops (autograd derives the backward given above). Two details keep the backward
+// cheap: W_hhᵀ is taken once per sequence (each step's dW_hh accumulates there, contiguous), and
+// the projections are split into steps by recursive halving, O(T log T) instead of O(T²) work in
+// the slices' backward (split_steps in rnn.cpp).
 // Valid lengths: sequence b is valid at steps t < lengths[b]. A padded step keeps the state,
 //   h_t = where(t < len, h'_t, h_{t-1}),   output_t = where(t < len, h'_t, 0),
 // so dh'_t is zero there and the gradient passes straight to h_{t-1}. Outputs at padded steps are

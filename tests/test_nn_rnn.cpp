@@ -307,6 +307,10 @@ TEST_CASE("GRU: full lengths equal no lengths; a length of 0 keeps h0 and output
   CHECK(max_abs(out0.select(0, 0)) == 0);
   CHECK(max_abs_diff(h0_out.narrow(1, 0, 1), h0.narrow(1, 0, 1)) == 0);
   CHECK(max_abs_diff(out0.select(0, 1), out.select(0, 1)) == 0);
+
+  auto [out_none, h_none] = gru(x, {.h0 = h0, .lengths = lengths_of({0, 0})});
+  CHECK(max_abs(out_none) == 0);
+  CHECK(max_abs_diff(h_none, h0) == 0);
 }
 
 TEST_CASE("GRU: dropout between layers in training only, never after the last layer") {

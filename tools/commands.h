@@ -4,3 +4,6 @@
 
 // seqgrad gradcheck [OP ...] [--list] [--help]: float64 gradient checks of the op table's rows.
 int gradcheck_main(int argc, char** argv);
+// seqgrad attention demo [--kind KIND] [--seed N]: each attention kind's energies, weights and
+// contexts on a tiny fixed toy input (tools/cmd_attention_demo.cpp).
+int attention_demo_main(int argc, char** argv);

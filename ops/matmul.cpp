@@ -36,7 +36,13 @@ Tensor as_batch3(const Tensor& t, const Shape& batch) {
 Tensor matmul_nd(const Tensor& a, const Tensor& b) {
   Shape ba(std::span<const int64_t>(a.shape().begin(), a.ndim() - 2));
   Shape bb(std::span<const int64_t>(b.shape().begin(), b.ndim() - 2));
-  Shape batch = broadcast_shapes(ba, bb, "matmul");
+  Shape batch;
+  try {
+    batch = broadcast_shapes(ba, bb, "matmul");
+  } catch (const ShapeError&) {  // restate with the operands' full shapes
+    throw ShapeError(fmt::format("matmul: batch dimensions {} and {} cannot be broadcast together: {} @ {}", ba, bb,
+                                 a.shape(), b.shape()));
+  }
   int64_t m = a.size(-2), n = b.size(-1);
   Shape out_shape = batch;
   out_shape.push_back(m);

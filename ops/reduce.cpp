@@ -38,10 +38,11 @@ Shape dropped_shape(const Shape& shape, const Shape& dims) {
 }
 
 // Runs the reduce kernel; the result has the keepdim shape.
-Tensor reduce_kernel(ReduceOp op, const Tensor& x, const Shape& dims, DType out_dtype) {
+Tensor reduce_kernel(const char* name, ReduceOp op, const Tensor& x, const Shape& dims, DType out_dtype) {
   Tensor y = Tensor::empty(keepdim_shape(x.shape(), dims), {.dtype = out_dtype, .device = x.device()});
   if (x.numel() == 0) {
-    SG_CHECK_SHAPE(op == ReduceOp::sum, "reduce: cannot take max/min/argmax of an empty tensor {}", x.shape());
+    SG_CHECK_SHAPE(op == ReduceOp::sum, "{}: cannot reduce an empty tensor {} (there is no maximum or minimum)",
+                   name, x.shape());
     backend_for(x).fill(y, 0.0);
     return y;
   }
@@ -62,7 +63,7 @@ Tensor sum(const Tensor& x, const Shape& dims_in, bool keepdim) {
   SG_CHECK_DTYPE(x.dtype() != DType::b8, "sum: cannot sum a bool tensor {}; convert it with to(DType::i64)",
                  x.shape());
   Shape dims = normalize_dims(dims_in, x.ndim(), "sum");
-  Tensor y = reduce_kernel(ReduceOp::sum, x, dims, x.dtype());
+  Tensor y = reduce_kernel("sum", ReduceOp::sum, x, dims, x.dtype());
   if (!keepdim) y = y.view(dropped_shape(x.shape(), dims));
   return record("sum", y, {x}, [in_shape = x.shape(), dims](const Tensor& dy, Grads& g) {
     g.add(0, expand_back(dy, in_shape, dims));
@@ -82,7 +83,7 @@ Tensor mean(const Tensor& x, const Shape& dims_in, bool keepdim) {
 Tensor max(const Tensor& x, int64_t dim, bool keepdim) {
   detail::check_defined("max", x);
   int d = wrap_dim(dim, x.ndim(), "max");
-  Tensor idx = reduce_kernel(ReduceOp::argmax, x, {d}, DType::i64);
+  Tensor idx = reduce_kernel("max", ReduceOp::argmax, x, {d}, DType::i64);
   Tensor y = gather(x.detach(), d, idx);
   if (!keepdim && x.ndim() > 0) {
     y = y.squeeze(d);
@@ -104,21 +105,21 @@ Tensor max(const Tensor& x) {
 
 Tensor amax(const Tensor& x, const Shape& dims_in, bool keepdim) {
   Shape dims = normalize_dims(dims_in, x.ndim(), "amax");
-  Tensor y = reduce_kernel(ReduceOp::max, x, dims, x.dtype());
+  Tensor y = reduce_kernel("amax", ReduceOp::max, x, dims, x.dtype());
   return keepdim ? y : y.view(dropped_shape(x.shape(), dims));
 }
 
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
   detail::check_defined("argmax", x);
   int d = wrap_dim(dim, x.ndim(), "argmax");
-  Tensor y = reduce_kernel(ReduceOp::argmax, x, {d}, DType::i64);
+  Tensor y = reduce_kernel("argmax", ReduceOp::argmax, x, {d}, DType::i64);
   return keepdim ? y : y.view(dropped_shape(x.shape(), {d}));
 }
 
 Tensor argmin(const Tensor& x, int64_t dim, bool keepdim) {
   detail::check_defined("argmin", x);
   int d = wrap_dim(dim, x.ndim(), "argmin");
-  Tensor y = reduce_kernel(ReduceOp::argmin, x, {d}, DType::i64);
+  Tensor y = reduce_kernel("argmin", ReduceOp::argmin, x, {d}, DType::i64);
   return keepdim ? y : y.view(dropped_shape(x.shape(), {d}));
 }
 

@@ -43,15 +43,16 @@ bool selected(const std::vector<std::string>& patterns, const std::string& op, c
 
 void list_rows() {
   fmt::print("ops ({}):\n", oc::op_names().size());
-  std::string line = " ";
+  std::string line;
   for (const std::string& op : oc::op_names()) {
-    if (line.size() + op.size() + 1 > 100) {
-      fmt::print("{}\n", line);
-      line = " ";
+    if (!line.empty() && line.size() + op.size() > 96) {
+      fmt::print("  {}\n", line);
+      line.clear();
     }
-    line += " " + op;
+    if (!line.empty()) line += ' ';
+    line += op;
   }
-  fmt::print("{}\n", line);
+  if (!line.empty()) fmt::print("  {}\n", line);
   fmt::print("gradcheck rows ({}):\n", oc::op_cases().size());
   for (const oc::OpCase& row : oc::op_cases())
     fmt::print("  {}{}\n", row.name(), row.gradgrad() ? "" : "  (first order only)");

@@ -87,7 +87,7 @@ class StepLR : public LRScheduler {
 
 // lr = base · gamma^(number of milestones <= epoch); milestones in any order, repeats count twice.
 struct MultiStepLROptions {
-  std::vector<int64_t> milestones;
+  std::vector<int64_t> milestones = {};
   double gamma = 0.1;
 };
 
@@ -224,7 +224,7 @@ struct ReduceLROnPlateauOptions {
   ThresholdMode threshold_mode = ThresholdMode::rel;
   int64_t cooldown = 0;
   double min_lr = 0.0;
-  std::vector<double> min_lrs;  // per group; overrides min_lr when given
+  std::vector<double> min_lrs = {};  // per group; overrides min_lr when given
   double eps = 1e-8;
 };
 

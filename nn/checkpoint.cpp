@@ -1,0 +1,150 @@
+// Checkpoints over core/serialize: module state + extras + metadata, with a CRC-32 so that a
+// flipped byte anywhere is an error instead of silently different weights.
+#include "nn/checkpoint.h"
+
+#include <array>
+#include <cstdint>
+#include <set>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "core/serialize.h"
+
+namespace seqgrad::nn {
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* kFormatKey = "seqgrad.format";
+constexpr const char* kFormat = "seqgrad-checkpoint-1";
+constexpr const char* kExtraKey = "seqgrad.extra_tensors";
+constexpr const char* kChecksumKey = "seqgrad.crc32";
+constexpr std::string_view kReservedPrefix = "seqgrad.";
+
+// CRC-32 (IEEE 802.3, the zlib/PNG polynomial), one byte at a time.
+class Crc32 {
+ public:
+  void update(const void* data, size_t n) {
+    static const std::array<uint32_t, 256> table = [] {
+      std::array<uint32_t, 256> t{};
+      for (uint32_t i = 0; i < 256; ++i) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; ++k) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+        t[i] = c;
+      }
+      return t;
+    }();
+    const auto* p = static_cast<const unsigned char*>(data);
+    for (size_t i = 0; i < n; ++i) crc_ = table[(crc_ ^ p[i]) & 0xFF] ^ (crc_ >> 8);
+  }
+  void update(std::string_view s) {
+    update(s.data(), s.size());
+    update("\0", 1);  // separator: ("ab", "c") and ("a", "bc") differ
+  }
+  uint32_t value() const { return crc_ ^ 0xFFFFFFFFu; }
+
+ private:
+  uint32_t crc_ = 0xFFFFFFFFu;
+};
+
+// Over every tensor (name, dtype, shape, values; names in sorted order) and every metadata entry
+// except the checksum itself.
+std::string checksum(const std::map<std::string, Tensor>& tensors, const std::map<std::string, std::string>& metadata) {
+  Crc32 crc;
+  for (const auto& [name, t] : tensors) {
+    Tensor c = t.detach().cpu().contiguous();
+    crc.update(name);
+    crc.update(dtype_name(c.dtype()));
+    crc.update(fmt::format("{}", c.shape()));
+    crc.update(c.raw_data(), static_cast<size_t>(c.numel()) * element_size(c.dtype()));
+  }
+  for (const auto& [key, value] : metadata) {
+    if (key == kChecksumKey) continue;
+    crc.update(key);
+    crc.update(value);
+  }
+  return fmt::format("{:08x}", crc.value());
+}
+
+}  // namespace
+
+void save_checkpoint(const std::string& path, const Module& module, const std::map<std::string, Tensor>& extra,
+                     const std::map<std::string, std::string>& metadata) {
+  std::map<std::string, Tensor> tensors = module.state_dict();
+  json extra_names = json::array();
+  for (const auto& [name, t] : extra) {
+    SG_CHECK_VALUE(!tensors.count(name), "save_checkpoint: extra tensor '{}' has the name of a {} tensor", name,
+                   module.type_name());
+    SG_CHECK_VALUE(t.defined(), "save_checkpoint: extra tensor '{}' is undefined", name);
+    tensors[name] = t.detach();
+    extra_names.push_back(name);
+  }
+  std::map<std::string, std::string> meta;
+  for (const auto& [key, value] : metadata) {
+    SG_CHECK_VALUE(key.rfind(kReservedPrefix, 0) != 0, "save_checkpoint: metadata key '{}' is reserved (keys starting "
+                   "with \"seqgrad.\" belong to the checkpoint format)", key);
+    meta[key] = value;
+  }
+  meta[kFormatKey] = kFormat;
+  meta[kExtraKey] = extra_names.dump();
+  meta[kChecksumKey] = checksum(tensors, meta);
+  save_tensors(path, tensors, meta);
+}
+
+Checkpoint load_checkpoint(const std::string& path, Module& module, bool strict) {
+  TensorFile file = load_tensors(path);  // IOError for a missing, truncated or malformed file
+  Checkpoint out;
+  std::set<std::string> extra_names;
+  auto format = file.metadata.find(kFormatKey);
+  if (format != file.metadata.end()) {
+    SG_CHECK_IO(format->second == kFormat, "load_checkpoint: {} has format '{}'; this build reads '{}'", path,
+                format->second, kFormat);
+    auto stored = file.metadata.find(kChecksumKey);
+    SG_CHECK_IO(stored != file.metadata.end(), "load_checkpoint: {} is corrupted: its checksum entry is missing",
+                path);
+    std::string computed = checksum(file.tensors, file.metadata);
+    SG_CHECK_IO(stored->second == computed,
+                "load_checkpoint: {} is corrupted: checksum {} does not match its contents ({})", path,
+                stored->second, computed);
+    auto extra = file.metadata.find(kExtraKey);
+    SG_CHECK_IO(extra != file.metadata.end(), "load_checkpoint: {} is corrupted: '{}' is missing", path, kExtraKey);
+    try {
+      for (const auto& name : json::parse(extra->second)) extra_names.insert(name.get<std::string>());
+    } catch (const json::exception& e) {
+      throw IOError(fmt::format("load_checkpoint: {} is corrupted: '{}' is not a JSON list of names ({})", path,
+                                kExtraKey, e.what()));
+    }
+  }
+  std::map<std::string, Tensor> state;
+  for (auto& [name, t] : file.tensors) {
+    if (extra_names.count(name)) out.extra[name] = t;
+    else state[name] = t;
+  }
+  for (const auto& name : extra_names)
+    SG_CHECK_IO(out.extra.count(name), "load_checkpoint: {} is corrupted: extra tensor '{}' is listed but missing",
+                path, name);
+  for (auto& [key, value] : file.metadata)
+    if (key.rfind(kReservedPrefix, 0) != 0) out.metadata[key] = value;
+  try {
+    out.report = module.load_state_dict(state, strict);
+  } catch (const ValueError& e) {
+    throw ValueError(fmt::format("load_checkpoint: {} does not fit the model: {}", path, e.what()));
+  }
+  return out;
+}
+
+std::map<std::string, Tensor> add_prefix(const std::map<std::string, Tensor>& tensors, const std::string& prefix) {
+  std::map<std::string, Tensor> out;
+  for (const auto& [name, t] : tensors) out[prefix + name] = t;
+  return out;
+}
+
+std::map<std::string, Tensor> take_prefix(const std::map<std::string, Tensor>& tensors, const std::string& prefix) {
+  std::map<std::string, Tensor> out;
+  for (const auto& [name, t] : tensors)
+    if (name.rfind(prefix, 0) == 0) out[name.substr(prefix.size())] = t;
+  return out;
+}
+
+}  // namespace seqgrad::nn

@@ -1,0 +1,46 @@
+// Checkpoints: a module's parameters and buffers, extra tensors (optimizer state, ...) and string
+// metadata in one safetensors file, written atomically and guarded by a checksum.
+//
+//   auto os = opt.state_dict();
+//   save_checkpoint("ckpt.safetensors", model, add_prefix(os.tensors, "optim."),
+//                   {{"optim", os.metadata}, {"sched", sched.state_dict()}, {"epoch", "7"}});
+//   auto ckpt = load_checkpoint("ckpt.safetensors", model);
+//   opt.load_state_dict({take_prefix(ckpt.extra, "optim."), ckpt.metadata.at("optim")});
+//
+// File layout: module tensors under their state_dict names (a plain safetensors reader, e.g.
+// safetensors.torch.load_file, sees the model's weights), extra tensors under their own names,
+// and metadata keys "seqgrad.*" reserved for: the format version, the names of the extra tensors
+// (JSON list) and a CRC-32 over every name, dtype, shape, value and metadata entry.
+#pragma once
+#include <map>
+#include <string>
+
+#include "nn/module.h"
+
+namespace seqgrad::nn {
+
+struct Checkpoint {
+  LoadReport report;                            // what did not fit the module (non-strict loads)
+  std::map<std::string, Tensor> extra;          // the extra tensors, by the names they were saved as
+  std::map<std::string, std::string> metadata;  // the caller's metadata (without "seqgrad.*")
+};
+
+// Writes module.state_dict() plus `extra` and `metadata` to `path`, replacing it atomically.
+// Throws ValueError for an extra tensor named like a module tensor and for metadata keys starting
+// with "seqgrad.".
+void save_checkpoint(const std::string& path, const Module& module,
+                     const std::map<std::string, Tensor>& extra = {},
+                     const std::map<std::string, std::string>& metadata = {});
+
+// Loads a checkpoint into `module` (values are converted to the module's dtypes). A missing,
+// truncated or corrupted file throws IOError naming the path; with strict, missing, unexpected or
+// mis-shaped module keys throw ValueError naming every one of them, and nothing is loaded;
+// without strict, the matching keys are loaded and the report lists the rest. A plain safetensors
+// file without seqgrad's metadata loads too (all of its tensors are taken as module tensors).
+Checkpoint load_checkpoint(const std::string& path, Module& module, bool strict = true);
+
+// {"a": t} -> {"<prefix>a": t}, and the entries whose names start with prefix, with it removed.
+std::map<std::string, Tensor> add_prefix(const std::map<std::string, Tensor>& tensors, const std::string& prefix);
+std::map<std::string, Tensor> take_prefix(const std::map<std::string, Tensor>& tensors, const std::string& prefix);
+
+}  // namespace seqgrad::nn

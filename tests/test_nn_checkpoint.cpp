@@ -1,0 +1,192 @@
+// nn checkpoints: round trip with extras and metadata, resuming training identically, key
+// mismatches reported by name, and corrupted or truncated files rejected with a clear error.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/fileio.h"
+#include "core/rng.h"
+#include "core/serialize.h"
+#include "nn/checkpoint.h"
+#include "nn/linear.h"
+#include "nn/loss.h"
+#include "optim/optim.h"
+
+using namespace seqgrad;
+
+namespace {
+
+struct TwoLayer : nn::Module {
+  nn::Linear hidden, out;
+  explicit TwoLayer(int64_t width = 3)
+      : Module("TwoLayer"), hidden({.in_features = 4, .out_features = width}),
+        out({.in_features = width, .out_features = 2}) {
+    register_module("hidden", hidden);
+    register_module("out", out);
+  }
+  Tensor operator()(const Tensor& x) const { return out(hidden(x).tanh()); }
+};
+
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("seqgrad_test_checkpoint_" + name)).string();
+}
+
+// A plain (non-durable) write: thousands of corrupted copies need no fsync each.
+void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+std::vector<double> flat(const nn::Module& m) {
+  std::vector<double> out;
+  for (const Tensor& p : m.parameters())
+    for (double v : p.to_vector<double>()) out.push_back(v);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("checkpoint: round trip of parameters, extra tensors and metadata") {
+  manual_seed(1);
+  TwoLayer a;
+  manual_seed(2);
+  TwoLayer b;
+  REQUIRE(flat(a) != flat(b));
+  const std::string path = temp_path("roundtrip.safetensors");
+  Tensor step = tensor({7}, {}, {.dtype = DType::i64});
+  nn::save_checkpoint(path, a, {{"train.step", step}}, {{"epoch", "3"}, {"note", "ünïcode ok"}});
+  nn::Checkpoint ckpt = nn::load_checkpoint(path, b);
+  CHECK(flat(a) == flat(b));
+  CHECK(ckpt.report.ok());
+  REQUIRE(ckpt.extra.count("train.step") == 1);
+  CHECK(ckpt.extra.at("train.step").item() == 7);
+  CHECK(ckpt.metadata == std::map<std::string, std::string>{{"epoch", "3"}, {"note", "ünïcode ok"}});
+
+  // A plain reader sees the model's weights under their state_dict names.
+  TensorFile plain = load_tensors(path);
+  CHECK(plain.tensors.count("hidden.weight") == 1);
+  CHECK(plain.tensors.count("out.bias") == 1);
+  std::filesystem::remove(path);
+
+  CHECK_THROWS_WITH_AS(nn::save_checkpoint(path, a, {{"out.bias", step}}),
+                       "save_checkpoint: extra tensor 'out.bias' has the name of a TwoLayer tensor", ValueError);
+  CHECK_THROWS_WITH_AS(nn::save_checkpoint(path, a, {}, {{"seqgrad.crc32", "x"}}),
+                       doctest::Contains("metadata key 'seqgrad.crc32' is reserved"), ValueError);
+  CHECK_THROWS_WITH_AS(nn::load_checkpoint(temp_path("does_not_exist"), b), doctest::Contains("does_not_exist"),
+                       IOError);
+
+  // A plain safetensors file (e.g. written by PyTorch) loads as module tensors.
+  save_tensors(path, a.state_dict());
+  TwoLayer c;
+  CHECK(nn::load_checkpoint(path, c).report.ok());
+  CHECK(flat(c) == flat(a));
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("checkpoint: model + Adam + StepLR resume continues bit-identically") {
+  manual_seed(5);
+  Tensor x = randn({6, 4});
+  Tensor y = tensor({0, 1, 1, 0, 1, 0}, {6}, {.dtype = DType::i64});
+  auto train = [&](TwoLayer& m, optim::Adam& opt, optim::StepLR& sched, int steps) {
+    for (int i = 0; i < steps; ++i) {
+      opt.zero_grad();
+      nn::cross_entropy(m(x), y).backward();
+      opt.step();
+      sched.step();
+    }
+  };
+  manual_seed(9);
+  TwoLayer ref;
+  optim::Adam ref_opt(ref.parameters(), {.lr = 0.05, .amsgrad = true});
+  optim::StepLR ref_sched(ref_opt, {.step_size = 2, .gamma = 0.5});
+  train(ref, ref_opt, ref_sched, 3);
+
+  const std::string path = temp_path("resume.safetensors");
+  optim::OptimizerState os = ref_opt.state_dict();
+  nn::save_checkpoint(path, ref, nn::add_prefix(os.tensors, "optim."),
+                      {{"optim", os.metadata}, {"sched", ref_sched.state_dict()}});
+  train(ref, ref_opt, ref_sched, 4);
+
+  manual_seed(123);  // a different init, overwritten by the checkpoint
+  TwoLayer resumed;
+  optim::Adam opt(resumed.parameters(), {.lr = 0.05, .amsgrad = true});
+  optim::StepLR sched(opt, {.step_size = 2, .gamma = 0.5});
+  nn::Checkpoint ckpt = nn::load_checkpoint(path, resumed);
+  opt.load_state_dict({nn::take_prefix(ckpt.extra, "optim."), ckpt.metadata.at("optim")});
+  sched.load_state_dict(ckpt.metadata.at("sched"));
+  train(resumed, opt, sched, 4);
+  CHECK(flat(resumed) == flat(ref));
+  CHECK(opt.lr() == ref_opt.lr());
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("checkpoint: missing, unexpected and mis-shaped keys are reported by name") {
+  TwoLayer wide(3);
+  const std::string path = temp_path("keys.safetensors");
+  nn::save_checkpoint(path, wide);
+
+  TwoLayer narrow(2);
+  std::vector<double> before = flat(narrow);
+  CHECK_THROWS_WITH_AS(nn::load_checkpoint(path, narrow),
+                       doctest::Contains("hidden.weight: checkpoint (3, 4) vs model (2, 4)"), ValueError);
+  CHECK(flat(narrow) == before);  // strict: nothing loaded
+
+  nn::Checkpoint ckpt = nn::load_checkpoint(path, narrow, /*strict=*/false);
+  CHECK(ckpt.report.mismatched_keys.size() == 3);  // hidden.weight, hidden.bias, out.weight
+  CHECK(ckpt.report.missing_keys.empty());
+
+  // Only the output layer saved: the hidden layer is missing; an extra module tensor is unexpected.
+  std::map<std::string, Tensor> partial = wide.state_dict();
+  partial.erase("hidden.weight");
+  partial.erase("hidden.bias");
+  partial["decoder.weight"] = zeros({2});
+  save_tensors(path, partial);
+  CHECK_THROWS_WITH_AS(nn::load_checkpoint(path, wide),
+                       doctest::Contains("missing keys (2): hidden.bias hidden.weight; unexpected keys (1): "
+                                         "decoder.weight"),
+                       ValueError);
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("checkpoint: every flipped byte and every truncation is a clear error, never a crash") {
+  manual_seed(3);
+  TwoLayer model;
+  const std::string path = temp_path("corrupt_source.safetensors");
+  const std::string bad = temp_path("corrupt.safetensors");
+  nn::save_checkpoint(path, model, {{"extra", tensor({1, 2}, {2})}}, {{"epoch", "1"}});
+  const std::string bytes = read_file(path);
+  const std::vector<double> original = flat(model);
+
+  int errors = 0, harmless = 0;
+  // Every byte inverted, and a single-bit flip at every 4th byte (file writes are the slow part).
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    for (unsigned char mask : {0xFF, 0x01}) {
+      if (mask == 0x01 && i % 4 != 0) continue;
+      std::string flipped = bytes;
+      flipped[i] = static_cast<char>(flipped[i] ^ mask);
+      write_bytes(bad, flipped);
+      TwoLayer target;
+      try {
+        nn::load_checkpoint(bad, target);
+        // Only a change with no meaning may pass (e.g. one that JSON ignores); the model must
+        // then hold exactly the saved values.
+        CHECK(flat(target) == original);
+        ++harmless;
+      } catch (const Error& e) {
+        ++errors;
+        CHECK(std::string(e.what()).find(bad) != std::string::npos);  // names the file
+      }
+    }
+  }
+  INFO(errors << " errors, " << harmless << " harmless flips");
+  CHECK(errors > 0);
+  CHECK(harmless * 20 < errors);
+
+  for (size_t n = 0; n < bytes.size(); n += n < 16 ? 1 : 3) {  // every cut in the length prefix
+    write_bytes(bad, bytes.substr(0, n));
+    TwoLayer target;
+    CHECK_THROWS_AS(nn::load_checkpoint(bad, target), IOError);
+  }
+  std::filesystem::remove(path);
+  std::filesystem::remove(bad);
+}

@@ -7,3 +7,10 @@ int gradcheck_main(int argc, char** argv);
 // seqgrad attention demo [--kind KIND] [--seed N]: each attention kind's energies, weights and
 // contexts on a tiny fixed toy input (tools/cmd_attention_demo.cpp).
 int attention_demo_main(int argc, char** argv);
+
+namespace seqgrad::tools {
+int train_main(int argc, char** argv);
+int translate_main(int argc, char** argv);
+int eval_main(int argc, char** argv);
+int attention_main(int argc, char** argv);
+}  // namespace seqgrad::tools

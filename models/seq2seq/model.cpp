@@ -1,0 +1,183 @@
+// The seq2seq translator: see model.h for the architecture and shapes.
+#include "models/seq2seq/model.h"
+
+#include <cmath>
+
+namespace seqgrad::models {
+
+AttentionKind parse_attention_kind(const std::string& name) {
+  if (name == "additive") return AttentionKind::additive;
+  if (name == "scaled_dot") return AttentionKind::scaled_dot;
+  if (name == "hybrid") return AttentionKind::hybrid;
+  throw ValueError(fmt::format("attention kind '{}' is not one of: additive, scaled_dot, hybrid", name));
+}
+
+const char* attention_kind_name(AttentionKind kind) {
+  switch (kind) {
+    case AttentionKind::additive: return "additive";
+    case AttentionKind::scaled_dot: return "scaled_dot";
+    case AttentionKind::hybrid: return "hybrid";
+  }
+  return "?";
+}
+
+void Seq2SeqConfig::validate() const {
+  SG_CHECK_VALUE(src_vocab > 4 && tgt_vocab > 4, "seq2seq: vocabularies must have more than the 4 special tokens "
+                 "(src {}, tgt {})", src_vocab, tgt_vocab);
+  SG_CHECK_VALUE(embed_size > 0 && hidden_size > 0 && num_layers > 0,
+                 "seq2seq: embed_size {}, hidden_size {} and num_layers {} must be positive", embed_size, hidden_size,
+                 num_layers);
+  SG_CHECK_VALUE(attention_size >= 0, "seq2seq: attention_size {} must be >= 0", attention_size);
+  SG_CHECK_VALUE(dropout >= 0 && dropout < 1, "seq2seq: dropout = {} not in [0, 1)", dropout);
+}
+
+nlohmann::json Seq2SeqConfig::to_json() const {
+  return {{"src_vocab", src_vocab},       {"tgt_vocab", tgt_vocab},     {"embed_size", embed_size},
+          {"hidden_size", hidden_size},   {"num_layers", num_layers},   {"attention_size", attention_size},
+          {"dropout", dropout},           {"attention", attention_kind_name(attention)},
+          {"deep_output", deep_output},   {"pad_id", pad_id}};
+}
+
+Seq2SeqConfig Seq2SeqConfig::from_json(const nlohmann::json& j) {
+  Seq2SeqConfig c;
+  try {
+    c.src_vocab = j.at("src_vocab");
+    c.tgt_vocab = j.at("tgt_vocab");
+    c.embed_size = j.at("embed_size");
+    c.hidden_size = j.at("hidden_size");
+    c.num_layers = j.at("num_layers");
+    c.attention_size = j.at("attention_size");
+    c.dropout = j.at("dropout");
+    c.attention = parse_attention_kind(j.at("attention"));
+    c.deep_output = j.at("deep_output");
+    c.pad_id = j.at("pad_id");
+  } catch (const nlohmann::json::exception& e) {
+    throw ValueError(fmt::format("seq2seq config: {}", e.what()));
+  }
+  c.validate();
+  return c;
+}
+
+// ---- encoder
+
+Encoder::Encoder(const Seq2SeqConfig& c)
+    : nn::Module("Encoder"),
+      embedding({.num_embeddings = c.src_vocab, .embedding_dim = c.embed_size, .padding_idx = c.pad_id}),
+      dropout({.p = c.dropout}),
+      rnn({.input_size = c.embed_size, .hidden_size = c.hidden_size, .num_layers = c.num_layers,
+           .bidirectional = true, .dropout = c.dropout}),
+      bridge({.in_features = 2 * c.hidden_size, .out_features = c.hidden_size}),
+      num_layers_(c.num_layers),
+      hidden_size_(c.hidden_size) {
+  register_module("embedding", embedding);
+  register_module("dropout", dropout);
+  register_module("rnn", rnn);
+  register_module("bridge", bridge);
+}
+
+Encoder::Output Encoder::operator()(const Tensor& src, const Tensor& lengths) const {
+  Tensor x = dropout(embedding(src));                       // (B, S, E)
+  auto [outputs, h_n] = rnn(x, {.lengths = lengths});       // (B, S, 2H), (2L, B, H)
+  int64_t batch = src.size(0);
+  // h_n rows are ordered (layer, direction): pair each layer's forward and backward states
+  Tensor pairs = h_n.view({num_layers_, 2, batch, hidden_size_}).permute({0, 2, 1, 3});  // (L, B, 2, H)
+  Tensor state = tanh(bridge(pairs.reshape({num_layers_, batch, 2 * hidden_size_})));     // (L, B, H)
+  return {outputs, state};
+}
+
+// ---- decoder
+
+AttnDecoder::AttnDecoder(const Seq2SeqConfig& c)
+    : nn::Module("AttnDecoder"),
+      embedding({.num_embeddings = c.tgt_vocab, .embedding_dim = c.embed_size, .padding_idx = c.pad_id}),
+      dropout({.p = c.dropout}),
+      additive({.query_size = c.hidden_size, .key_size = 2 * c.hidden_size,
+                .hidden_size = c.attention_size ? c.attention_size : c.hidden_size}),
+      query_proj({.in_features = c.hidden_size, .out_features = 2 * c.hidden_size, .bias = false}),
+      rnn({.input_size = c.embed_size + 2 * c.hidden_size, .hidden_size = c.hidden_size, .num_layers = c.num_layers,
+           .dropout = c.dropout}),
+      out({.in_features = c.deep_output ? 3 * c.hidden_size + c.embed_size : c.hidden_size,
+           .out_features = c.tgt_vocab}),
+      config_(c) {
+  register_module("embedding", embedding);
+  register_module("dropout", dropout);
+  if (c.attention != AttentionKind::scaled_dot) register_module("attention", additive);
+  if (c.attention != AttentionKind::additive) register_module("query_proj", query_proj);
+  register_module("rnn", rnn);
+  register_module("out", out);
+}
+
+AttnDecoder::Memory AttnDecoder::prepare(const Tensor& encoder_outputs, const Tensor& lengths) const {
+  Memory m{encoder_outputs, encoder_outputs, lengths};
+  if (config_.attention != AttentionKind::scaled_dot) m.keys = additive.project_keys(encoder_outputs);  // (B, S, A)
+  return m;
+}
+
+AttnDecoder::Step AttnDecoder::step(const Tensor& y_prev, const Tensor& state, const Memory& memory) const {
+  Tensor query = state.select(0, config_.num_layers - 1).unsqueeze(1);  // (B, 1, H)
+  Tensor context, weights;                                              // (B, 1, 2H), (B, 1, S)
+  if (config_.attention != AttentionKind::scaled_dot) {
+    context = additive.attend_projected(query, memory.keys, memory.values, memory.lengths);
+    weights = additive.last_weights();
+  }
+  if (config_.attention != AttentionKind::additive) {
+    Tensor q = query_proj(query);                                                           // (B, 1, 2H)
+    Tensor scores = matmul(q, memory.values.transpose(1, 2)) * (1.0 / std::sqrt(double(q.size(-1))));
+    Tensor w = nn::masked_softmax(scores, memory.lengths);                                  // (B, 1, S)
+    Tensor c = matmul(w, memory.values);                                                    // (B, 1, 2H)
+    if (context.defined()) {  // hybrid: the mean of the additive and scaled-dot contexts
+      context = (context + c) * 0.5;
+      weights = (weights + w) * 0.5;
+    } else {
+      context = c;
+      weights = w;
+    }
+  }
+  Tensor embedded = dropout(embedding(y_prev)).unsqueeze(1);            // (B, 1, E)
+  auto [output, new_state] = rnn(cat({embedded, context}, 2), {.h0 = state});  // (B, 1, H), (L, B, H)
+  Tensor features = config_.deep_output ? cat({output, context, embedded}, 2) : output;
+  Tensor logits = out(features).squeeze(1);                             // (B, V)
+  return {logits, new_state, weights.squeeze(1)};
+}
+
+Tensor AttnDecoder::operator()(const Tensor& tgt_in, Tensor state, const Memory& memory) const {
+  std::vector<Tensor> steps;
+  for (int64_t t = 0; t < tgt_in.size(1); ++t) {
+    Step s = step(tgt_in.select(1, t), state, memory);
+    steps.push_back(s.logits);
+    state = s.state;
+  }
+  return stack(steps, 1);  // (B, T, V)
+}
+
+// ---- the whole model
+
+Seq2Seq::Seq2Seq(const Seq2SeqConfig& c) : nn::Module("Seq2Seq"), config_(c), encoder(c), decoder(c) {
+  config_.validate();
+  register_module("encoder", encoder);
+  register_module("decoder", decoder);
+}
+
+Tensor Seq2Seq::operator()(const Tensor& src, const Tensor& src_lengths, const Tensor& tgt_in) const {
+  SG_CHECK_SHAPE(src.ndim() == 2 && tgt_in.ndim() == 2 && src.size(0) == tgt_in.size(0),
+                 "seq2seq: src {} and tgt_in {} must be (B, S) and (B, T) with the same batch", src.shape(),
+                 tgt_in.shape());
+  Encoder::Output enc = encoder(src, src_lengths);
+  return decoder(tgt_in, enc.state, decoder.prepare(enc.outputs, src_lengths));
+}
+
+void init_xavier(Seq2Seq& model) {
+  NoGradGuard no_grad;
+  for (auto& [name, p] : model.named_parameters()) {
+    bool is_bias = name.find("bias") != std::string::npos;
+    if (is_bias || p.ndim() < 2) {
+      p.zero_();
+      continue;
+    }
+    nn::init::xavier_uniform_(p);
+  }
+  for (nn::Embedding* e : {&model.encoder.embedding, &model.decoder.embedding})
+    e->weight.select(0, model.config().pad_id).zero_();
+}
+
+}  // namespace seqgrad::models

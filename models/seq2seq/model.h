@@ -1,0 +1,104 @@
+// The seq2seq translator with attention (Bahdanau et al. 2015), made consistent (DESIGN.md):
+//   Encoder:  Embedding(V_src, E) -> bidirectional GRU(E, H, L) -> outputs (B, S, 2H);
+//             bridge: per layer, tanh(Linear(2H -> H)(concat(h_fwd, h_bwd))) -> decoder state (L, B, H).
+//   Decoder step t: query = top-layer state s_{t-1} (B, H); attention over the encoder outputs with
+//             the source lengths masked -> context (B, 2H); GRU input = concat(Embedding(y_{t-1}), context);
+//             logits = Linear(H [+ 2H + E with deep_output] -> V_tgt).
+// The attention key projection W_k k is computed once per batch (AttnDecoder::prepare).
+#pragma once
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "nn/nn.h"
+
+namespace seqgrad::models {
+
+enum class AttentionKind { additive, scaled_dot, hybrid };
+AttentionKind parse_attention_kind(const std::string& name);  // throws ValueError listing the kinds
+const char* attention_kind_name(AttentionKind kind);
+
+struct Seq2SeqConfig {
+  int64_t src_vocab = 0, tgt_vocab = 0;
+  int64_t embed_size = 256, hidden_size = 512, num_layers = 2;
+  int64_t attention_size = 0;  // A for additive attention; 0 means hidden_size
+  double dropout = 0.1;
+  AttentionKind attention = AttentionKind::additive;
+  bool deep_output = true;  // logits from [state; context; embedding], as in the paper
+  int64_t pad_id = 0;
+
+  void validate() const;  // throws ValueError naming the bad field
+  nlohmann::json to_json() const;
+  static Seq2SeqConfig from_json(const nlohmann::json& j);
+};
+
+class Encoder : public nn::Module {
+ public:
+  explicit Encoder(const Seq2SeqConfig& config);
+  struct Output {
+    Tensor outputs;  // (B, S, 2H), zero at padded positions
+    Tensor state;    // (L, B, H): the decoder's initial state
+  };
+  // src: (B, S) int64 ids; lengths: (B,) int64 valid lengths.
+  Output operator()(const Tensor& src, const Tensor& lengths) const;
+
+  nn::Embedding embedding;
+  nn::Dropout dropout;
+  nn::GRU rnn;
+  nn::Linear bridge;
+
+ private:
+  int64_t num_layers_, hidden_size_;
+};
+
+class AttnDecoder : public nn::Module {
+ public:
+  explicit AttnDecoder(const Seq2SeqConfig& config);
+
+  // What every decoder step attends to, prepared once per batch.
+  struct Memory {
+    Tensor values;     // encoder outputs (B, S, 2H)
+    Tensor keys;       // additive: W_k values (B, S, A), projected once; scaled dot: values
+    Tensor lengths;    // (B,) source lengths
+  };
+  Memory prepare(const Tensor& encoder_outputs, const Tensor& lengths) const;
+
+  struct Step {
+    Tensor logits;   // (B, V)
+    Tensor state;    // (L, B, H)
+    Tensor weights;  // (B, S) attention weights of this step
+  };
+  // y_prev: (B,) previous target ids; state: (L, B, H).
+  Step step(const Tensor& y_prev, const Tensor& state, const Memory& memory) const;
+
+  // Teacher forcing over tgt_in (B, T): logits (B, T, V).
+  Tensor operator()(const Tensor& tgt_in, Tensor state, const Memory& memory) const;
+
+  nn::Embedding embedding;
+  nn::Dropout dropout;
+  nn::AdditiveAttention additive;
+  nn::Linear query_proj;  // scaled dot: projects the query (H) into the key space (2H)
+  nn::GRU rnn;
+  nn::Linear out;
+
+ private:
+  Seq2SeqConfig config_;
+};
+
+class Seq2Seq : public nn::Module {
+ public:
+  explicit Seq2Seq(const Seq2SeqConfig& config);
+  // Teacher-forced logits (B, T, V) for src (B, S), src_lengths (B,), tgt_in (B, T).
+  Tensor operator()(const Tensor& src, const Tensor& src_lengths, const Tensor& tgt_in) const;
+  const Seq2SeqConfig& config() const { return config_; }
+
+  Seq2SeqConfig config_;
+  Encoder encoder;
+  AttnDecoder decoder;
+};
+
+// Xavier-uniform weights and zero biases (the seeds' init); the embeddings' padding rows stay 0.
+void init_xavier(Seq2Seq& model);
+
+}  // namespace seqgrad::models

@@ -1,0 +1,81 @@
+// The translator's data and training setup: presets, corpora, vocabularies, tensor batches and
+// checkpoints (one safetensors file holding weights, optimizer state, config and vocabularies).
+#pragma once
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "models/seq2seq/model.h"
+#include "models/text/corpus.h"
+#include "models/text/vocab.h"
+
+namespace seqgrad::models {
+
+struct TrainConfig {
+  std::string preset = "default";
+  std::string corpus = "multi30k";   // multi30k | fra-eng
+  std::string src_lang = "de", tgt_lang = "en";
+  std::string data_dir = "data";
+  int64_t train_subset = 0;          // first N training pairs; 0 = all
+  int64_t max_tokens = 20;           // per sentence, before <eos>
+  int64_t min_freq = 2;
+  int64_t batch_size = 64;
+  int64_t epochs = 10;
+  double lr = 0.005;
+  int64_t step_size = 10;            // StepLR
+  double gamma = 0.1;
+  double label_smoothing = 0.1;
+  double clip = 1.0;
+  uint64_t seed = 0;
+  Seq2SeqConfig model;
+
+  nlohmann::json to_json() const;
+  static TrainConfig from_json(const nlohmann::json& j);
+};
+
+// Presets: "seed" (the seeds' hyper-parameters), "d2l" (d2l.ai's tiny fra-eng model) and
+// "default" (a good result in about ten minutes on two cores). Throws ValueError for other names.
+TrainConfig preset(const std::string& name);
+std::vector<std::string> preset_names();
+
+struct Corpora {
+  std::vector<text::TokenizedPair> train, valid, test;
+  std::vector<std::string> test_references;  // raw target sentences, for sacreBLEU
+  std::vector<std::string> test_sources;
+  std::string report;                        // what reading skipped and normalised
+};
+// Reads and tokenizes the configured corpus (Multi30k splits, or a held-out tail of fra-eng).
+Corpora load_corpora(const TrainConfig& config);
+
+struct TensorBatch {
+  Tensor src, src_lengths, tgt_in, tgt_out;  // (B, S), (B,), (B, T), (B, T)
+  int64_t target_tokens = 0;
+  std::vector<int64_t> index;
+};
+TensorBatch to_tensors(const text::Batch& batch);
+
+std::vector<int64_t> encode_sentence(const text::Vocab& vocab, const std::vector<std::string>& tokens,
+                                     int64_t max_tokens);
+
+// Everything a checkpoint holds besides the module's weights.
+struct CheckpointInfo {
+  TrainConfig config;
+  text::Vocab src_vocab, tgt_vocab;
+  nlohmann::json train_state;  // epoch, step, best BLEU, RNG, scheduler, ...
+};
+void save_checkpoint(const std::string& path, const Seq2Seq& model, const CheckpointInfo& info,
+                     const std::map<std::string, Tensor>& extra_tensors = {});
+struct LoadedCheckpoint {
+  CheckpointInfo info;
+  std::map<std::string, Tensor> tensors;  // all tensors, "model." prefixed weights included
+};
+// Reads the file and checks that it is a seqgrad translator checkpoint.
+LoadedCheckpoint read_checkpoint(const std::string& path);
+// Loads the "model." weights into a model built from the checkpoint's config; a missing,
+// unexpected or mis-shaped tensor is an error naming it.
+void load_weights(Seq2Seq& model, const LoadedCheckpoint& checkpoint, const std::string& path);
+
+}  // namespace seqgrad::models

@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# Sets up, builds and runs every test suite: unit (doctest, incl. gradchecks) and PyTorch parity.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh build
+meson test -C build --print-errorlogs --num-processes 2 "$@"

@@ -1,0 +1,106 @@
+#include "tools/translator.h"
+
+#include <cmath>
+
+#include <fmt/core.h>
+
+#include "models/text/bleu.h"
+#include "models/text/tokenizer.h"
+#include "tools/plot/plot.h"
+
+namespace seqgrad::tools {
+
+Evaluation evaluate(models::Seq2Seq& model, const text::EncodedCorpus& corpus, const text::Vocab& tgt_vocab,
+                    const std::vector<text::TokenizedPair>& references, const models::DecodeOptions& options) {
+  Evaluation out;
+  out.hypotheses.resize(corpus.pairs.size());
+  bool was_training = model.is_training();
+  model.eval();
+  NoGradGuard no_grad;
+  double loss_sum = 0;
+  int64_t tokens = 0;
+  for (const text::Batch& batch : text::make_batches(corpus.pairs, {.batch_size = 128, .shuffle = false})) {
+    models::TensorBatch b = models::to_tensors(batch);
+    Tensor logits = model(b.src, b.src_lengths, b.tgt_in);
+    Tensor loss = nn::cross_entropy(logits.reshape({-1, logits.size(-1)}), b.tgt_out.reshape({-1}),
+                                    {.ignore_index = text::Vocab::kPad, .reduction = nn::Reduction::sum});
+    loss_sum += loss.item();
+    tokens += b.target_tokens;
+    std::vector<models::Hypothesis> hyps = models::decode(model, b.src, b.src_lengths, options);
+    for (size_t i = 0; i < hyps.size(); ++i) out.hypotheses[batch.index[i]] = std::move(hyps[i]);
+  }
+  model.train(was_training);
+  out.loss = tokens ? loss_sum / tokens : 0;
+  std::vector<std::vector<std::string>> hyp_tokens, ref_tokens;
+  for (size_t i = 0; i < corpus.pairs.size(); ++i) {
+    hyp_tokens.push_back(tgt_vocab.decode(out.hypotheses[i].tokens));
+    ref_tokens.push_back(references[i].tgt);
+  }
+  out.bleu = text::corpus_bleu_tokens(hyp_tokens, ref_tokens).score;
+  return out;
+}
+
+void write_attention_heatmap(const std::string& stem, const std::vector<std::string>& src_tokens,
+                             const std::vector<std::string>& tgt_tokens, const models::Hypothesis& hyp,
+                             const std::string& title) {
+  plot::Heatmap h;
+  h.rows = static_cast<int>(hyp.attention.size());
+  h.cols = static_cast<int>(hyp.attention.empty() ? 0 : hyp.attention[0].size());
+  for (const auto& row : hyp.attention) h.values.insert(h.values.end(), row.begin(), row.end());
+  h.col_labels = src_tokens;
+  h.col_labels.push_back("<eos>");
+  h.col_labels.resize(h.cols, "");
+  h.row_labels = tgt_tokens;
+  h.row_labels.push_back("<eos>");
+  h.row_labels.resize(h.rows, "");
+  h.title = title;
+  plot::write_heatmap_png(stem + ".png", h);
+  plot::write_heatmap_svg(stem + ".svg", h);
+}
+
+void report_test(models::Seq2Seq& model, const text::Vocab& src_vocab, const text::Vocab& tgt_vocab,
+                 const models::Corpora& data, const models::TrainConfig& config, const std::string& out_dir,
+                 int64_t beam_size) {
+  text::EncodeOptions truncate{.max_src_tokens = config.max_tokens, .max_tgt_tokens = config.max_tokens};
+  text::EncodedCorpus test = text::encode_pairs(data.test, src_vocab, tgt_vocab, truncate);
+  Evaluation ev = evaluate(model, test, tgt_vocab, data.test, {.max_len = 2 * config.max_tokens + 10, .beam_size = beam_size});
+  std::vector<std::string> detok;
+  for (const auto& h : ev.hypotheses) detok.push_back(text::detokenize(tgt_vocab.decode(h.tokens)));
+  text::BleuScore sacre = text::corpus_bleu(detok, data.test_references);
+  fmt::print("test: loss {:.3f}, ppl {:.2f}, BLEU {:.2f} (tokenised, lower-cased), sacreBLEU {:.2f} ({})\n", ev.loss,
+             std::exp(ev.loss), ev.bleu, sacre.score, beam_size > 1 ? fmt::format("beam {}", beam_size) : "greedy");
+  for (size_t i = 0; i < std::min<size_t>(5, detok.size()); ++i) {
+    fmt::print("  src: {}\n  ref: {}\n  out: {}\n", data.test_sources[i], data.test_references[i], detok[i]);
+    std::string stem = fmt::format("{}/attention_test{}", out_dir, i);
+    write_attention_heatmap(stem, data.test[i].src, tgt_vocab.decode(ev.hypotheses[i].tokens), ev.hypotheses[i],
+                            fmt::format("test sentence {}", i));
+  }
+  fmt::print("heatmaps: {}/attention_test0..{}.png\n", out_dir, std::min<size_t>(5, detok.size()) - 1);
+}
+
+}  // namespace seqgrad::tools
+
+namespace seqgrad::tools {
+
+// Optimizer tensors go into the checkpoint as "optim.<name>"; its metadata and the scheduler's
+// state as JSON in the tensor-free train_state (see cmd_train.cpp).
+std::map<std::string, Tensor> training_state_tensors(const optim::Optimizer& optimizer, const optim::StepLR&) {
+  std::map<std::string, Tensor> out;
+  for (auto& [name, t] : optimizer.state_dict().tensors) out["optim." + name] = t;
+  return out;
+}
+
+void restore_training_state(const models::LoadedCheckpoint& checkpoint, optim::Optimizer& optimizer,
+                            optim::StepLR& scheduler) {
+  const nlohmann::json& state = checkpoint.info.train_state;
+  SG_CHECK_IO(state.contains("optimizer") && state.contains("scheduler"),
+              "checkpoint: no optimizer/scheduler state to resume from");
+  optim::OptimizerState os;
+  os.metadata = state["optimizer"].get<std::string>();
+  for (const auto& [name, t] : checkpoint.tensors)
+    if (name.rfind("optim.", 0) == 0) os.tensors[name.substr(6)] = t;
+  optimizer.load_state_dict(os);
+  scheduler.load_state_dict(state["scheduler"].get<std::string>());
+}
+
+}  // namespace seqgrad::tools

@@ -1,0 +1,36 @@
+// Shared by the train, translate, eval and attention commands: evaluation (loss, perplexity,
+// BLEU), test reports with translations and heatmaps, and checkpointed training state.
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+#include "models/seq2seq/decode.h"
+#include "models/seq2seq/pipeline.h"
+#include "optim/optim.h"
+
+namespace seqgrad::tools {
+
+struct Evaluation {
+  double loss = 0;      // mean per-token cross-entropy (no label smoothing), teacher forced
+  double bleu = 0;      // tokenised lower-cased corpus BLEU of the decoded outputs
+  std::vector<models::Hypothesis> hypotheses;  // in corpus order
+};
+Evaluation evaluate(models::Seq2Seq& model, const text::EncodedCorpus& corpus, const text::Vocab& tgt_vocab,
+                    const std::vector<text::TokenizedPair>& references, const models::DecodeOptions& options);
+
+// Test BLEU (tokenised lower-cased and sacreBLEU 13a), sample translations and heatmaps.
+void report_test(models::Seq2Seq& model, const text::Vocab& src_vocab, const text::Vocab& tgt_vocab,
+                 const models::Corpora& data, const models::TrainConfig& config, const std::string& out_dir,
+                 int64_t beam_size);
+
+// Writes the attention heatmap (PNG and SVG) of one translation.
+void write_attention_heatmap(const std::string& path_stem, const std::vector<std::string>& src_tokens,
+                             const std::vector<std::string>& tgt_tokens, const models::Hypothesis& hyp,
+                             const std::string& title);
+
+std::map<std::string, Tensor> training_state_tensors(const optim::Optimizer& optimizer, const optim::StepLR& scheduler);
+void restore_training_state(const models::LoadedCheckpoint& checkpoint, optim::Optimizer& optimizer,
+                            optim::StepLR& scheduler);
+
+}  // namespace seqgrad::tools

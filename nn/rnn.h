@@ -36,7 +36,9 @@
 // so dh'_t is zero there and the gradient passes straight to h_{t-1}. Outputs at padded steps are
 // zero and h_n is the state at each sequence's last valid step, as PyTorch's
 // pack_padded_sequence + pad_packed_sequence give; the reverse direction starts at each
-// sequence's last valid step (its state stays h0 until then).
+// sequence's last valid step (its state stays h0 until then). Padded steps are still computed
+// (and discarded), so padded inputs must be finite: a NaN there would reach the weight gradients
+// as 0 · NaN.
 // Between layers (not after the last) dropout with probability `dropout` applies in training.
 #pragma once
 #include <cstdint>

@@ -202,6 +202,9 @@ TEST_CASE("gradcheck: inputs are restored after perturbation") {
   CHECK(r.ok());
   CHECK(x.to_vector<double>() == before);
   CHECK_FALSE(x.grad().defined());  // gradcheck returns gradients instead of accumulating them
+  NoGradGuard no_grad;                // and it records what it needs even when called without grad
+  CHECK(gradcheck([](const std::vector<Tensor>& in) { return exp(in[0]); }, {x}).ok());
+  CHECK(gradgradcheck([](const std::vector<Tensor>& in) { return exp(in[0]); }, {x}).ok());
 }
 
 TEST_CASE("gradgradcheck: catches a first-order gradient that is not differentiable correctly") {

@@ -157,7 +157,8 @@ GradcheckReport gradcheck_impl(const GradcheckFn& fn, const std::vector<Tensor>&
     return fn(inputs);
   };
 
-  // 2. Analytical gradients of sum(w * y).
+  // 2. Analytical gradients of sum(w * y) (recorded even if the caller is under NoGradGuard).
+  EnableGradGuard enable_grad;
   Tensor y, w;
   std::vector<Tensor> analytical;
   try {
@@ -167,8 +168,10 @@ GradcheckReport gradcheck_impl(const GradcheckFn& fn, const std::vector<Tensor>&
     w = weights_like(y, opt.seed);
     // An output without history does not depend on the inputs as far as autograd knows: every
     // analytical gradient is zero, which the numerical pass then confirms or refutes.
-    if (y.requires_grad()) analytical = autograd::grad({y}, wrt_tensors, {w}, {.retain_graph = true, .allow_unused = true});
-    else analytical.resize(wrt.size());
+    if (y.requires_grad())
+      analytical = autograd::grad({y}, wrt_tensors, {w}, {.retain_graph = true, .allow_unused = true});
+    else
+      analytical.resize(wrt.size());
   } catch (const std::exception& e) {
     report.failures.push_back(fmt::format("forward/backward threw: {}", e.what()));
     return report;
@@ -215,13 +218,16 @@ GradcheckReport gradcheck_impl(const GradcheckFn& fn, const std::vector<Tensor>&
     std::vector<Ranked> ranked;
     for (size_t e = 0; e < offs.size(); ++e) {
       double orig = read_at(x, offs[e]);
-      double difference = 0;
+      double difference = 0, step = 0;
       try {
-        // values are copied out at once: the output may be a view of the input being perturbed
+        // Values are copied out at once: the output may be a view of the input being perturbed.
+        // The step is what was actually stored (x ± eps rounds, coarsely so in float32).
         write_at(x, offs[e], orig + opt.eps);
+        step = read_at(x, offs[e]);
         Tensor plus = evaluate();
         std::vector<double> plus_values = plus.to_vector<double>();
         write_at(x, offs[e], orig - opt.eps);
+        step -= read_at(x, offs[e]);
         Tensor minus = evaluate();
         std::vector<double> minus_values = minus.to_vector<double>();
         write_at(x, offs[e], orig);
@@ -236,7 +242,7 @@ GradcheckReport gradcheck_impl(const GradcheckFn& fn, const std::vector<Tensor>&
       }
       GradcheckElement el;
       el.index = unravel(static_cast<int64_t>(e), x.shape());
-      el.numerical = difference / (2 * opt.eps);
+      el.numerical = difference / step;
       el.analytical = a[e];
       el.abs_err = std::abs(el.analytical - el.numerical);
       el.rel_err = el.abs_err / std::max(std::abs(el.numerical), opt.atol);

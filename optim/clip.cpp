@@ -10,20 +10,30 @@
 namespace seqgrad::optim {
 namespace {
 
-// Σ |g|^p (or max |g| for the inf norm) of one gradient, accumulated in double.
-double partial_norm(const Tensor& grad, double norm_type) {
-  std::vector<double> values = grad.to_vector<double>();
+template <class T>
+double partial_norm(const T* g, int64_t n, double norm_type) {
   double acc = 0.0;
   if (std::isinf(norm_type)) {
-    for (double v : values) acc = std::isnan(v) || std::isnan(acc) ? NAN : std::max(acc, std::abs(v));
+    for (int64_t i = 0; i < n; ++i) {
+      double a = std::abs(static_cast<double>(g[i]));
+      acc = std::isnan(a) || std::isnan(acc) ? NAN : std::max(acc, a);  // NaN wins, as in torch.max
+    }
   } else if (norm_type == 2.0) {
-    for (double v : values) acc += v * v;
+    for (int64_t i = 0; i < n; ++i) acc += static_cast<double>(g[i]) * static_cast<double>(g[i]);
   } else if (norm_type == 1.0) {
-    for (double v : values) acc += std::abs(v);
+    for (int64_t i = 0; i < n; ++i) acc += std::abs(static_cast<double>(g[i]));
   } else {
-    for (double v : values) acc += std::pow(std::abs(v), norm_type);
+    for (int64_t i = 0; i < n; ++i) acc += std::pow(std::abs(static_cast<double>(g[i])), norm_type);
   }
   return acc;
+}
+
+// Σ |g|^p (or max |g| for the inf norm) of one gradient, accumulated in double.
+double partial_norm(const Tensor& grad, double norm_type) {
+  Tensor g = grad.device().is_cpu() ? grad.contiguous() : grad.cpu().contiguous();
+  return dispatch_floating(g.dtype(), "clip_grad_norm_", [&]<class T>() {
+    return partial_norm(g.data<T>(), g.numel(), norm_type);
+  });
 }
 
 }  // namespace

@@ -23,3 +23,10 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
 void clip_grad_value_(const std::vector<Tensor>& params, double clip_value);
 
 }  // namespace seqgrad::optim
+
+// Also reachable where PyTorch users look for them (torch.nn.utils.clip_grad_norm_), as in the
+// design brief's example: seqgrad::nn::clip_grad_norm_(model.parameters(), 1.0).
+namespace seqgrad::nn {
+using optim::clip_grad_norm_;
+using optim::clip_grad_value_;
+}  // namespace seqgrad::nn

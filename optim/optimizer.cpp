@@ -201,10 +201,12 @@ void Optimizer::load_state_dict(const OptimizerState& state) {
   std::vector<std::map<std::string, Tensor>> buffers(where_is.size());
   for (const auto& [key, t] : state.tensors) {
     size_t index = 0;
-    auto dot = key.find('.', 6);
-    bool parsed = key.rfind("state.", 0) == 0 && dot != std::string::npos && dot + 1 < key.size() &&
-                  std::from_chars(key.data() + 6, key.data() + dot, index).ec == std::errc() &&
-                  std::from_chars(key.data() + 6, key.data() + dot, index).ptr == key.data() + dot;
+    const size_t dot = key.rfind("state.", 0) == 0 ? key.find('.', 6) : std::string::npos;
+    bool parsed = dot != std::string::npos && dot + 1 < key.size();
+    if (parsed) {
+      auto [end, ec] = std::from_chars(key.data() + 6, key.data() + dot, index);
+      parsed = ec == std::errc() && end == key.data() + dot;
+    }
     SG_CHECK_VALUE(parsed && index < where_is.size(), "{}: unexpected tensor '{}' (expected state.<0..{}>.<buffer>)",
                    op, key, where_is.size() - 1);
     const Tensor& param = params_[where_is[index].first][where_is[index].second];

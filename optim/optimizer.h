@@ -4,6 +4,9 @@
 //
 //   seqgrad::optim::Adam opt(model.parameters(), {.lr = 5e-3});
 //   loss.backward(); opt.step(); opt.zero_grad();
+//
+// The optimizer holds the parameter tensors themselves: build it after Module::to(dtype), which
+// replaces them (as in PyTorch).
 #pragma once
 #include <array>
 #include <cstddef>

@@ -170,6 +170,11 @@ void demo_chunked(const Toy& toy) {
   std::vector<double> avg = averaged.to_vector<double>();
   for (int64_t i = 0; i < kQ; ++i) fmt::print("  q{} [{} ]", i, row_of(avg, i * kDv, kDv));
   fmt::print("   (wrong: each chunk is normalised on its own)\n");
+  // The counterexample of docs/attention.md: energies [10, 0 | 0, 0], values [1, 0 | 0, 0].
+  double z1 = std::exp(10.0) + 1.0, z2 = 2.0;
+  fmt::print("sharper energies [10, 0 | 0, 0] with values [1, 0 | 0, 0]: attention = {:.5f}, "
+             "average of the two chunks = ½ ({:.5f} + 0) = {:.5f}\n",
+             std::exp(10.0) / (z1 + z2), std::exp(10.0) / z1, 0.5 * std::exp(10.0) / z1);
 }
 
 void demo_multihead(const Toy& toy) {

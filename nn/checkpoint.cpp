@@ -96,8 +96,12 @@ Checkpoint load_checkpoint(const std::string& path, Module& module, bool strict)
   TensorFile file = load_tensors(path);  // IOError for a missing, truncated or malformed file
   Checkpoint out;
   std::set<std::string> extra_names;
-  auto format = file.metadata.find(kFormatKey);
-  if (format != file.metadata.end()) {
+  // A seqgrad checkpoint has all three reserved keys; any one of them alone means a damaged file.
+  bool ours = false;
+  for (const char* key : {kFormatKey, kExtraKey, kChecksumKey}) ours = ours || file.metadata.count(key);
+  if (ours) {
+    auto format = file.metadata.find(kFormatKey);
+    SG_CHECK_IO(format != file.metadata.end(), "load_checkpoint: {} is corrupted: '{}' is missing", path, kFormatKey);
     SG_CHECK_IO(format->second == kFormat, "load_checkpoint: {} has format '{}'; this build reads '{}'", path,
                 format->second, kFormat);
     auto stored = file.metadata.find(kChecksumKey);

@@ -100,6 +100,9 @@ TEST_CASE("create_graph: second derivatives of x³ and tanh") {
   Tensor wg = w.grad();
   CHECK(wg.requires_grad());
   check_values(autograd::grad({sum(wg)}, {w})[0], {18});  // 6w
+  // w.grad's graph refers back to w: a reference cycle (as in PyTorch, which warns about it), so
+  // a program that uses backward(create_graph) clears the gradient when done
+  w.zero_grad();
 }
 
 TEST_CASE("NoGradGuard: nothing is recorded; guards nest and restore") {

@@ -4,3 +4,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh build
 meson test -C build --print-errorlogs --num-processes 2 "$@"
+tests/install/check_install.sh build

@@ -5,6 +5,7 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <fmt/format.h>
@@ -186,8 +187,17 @@ Tensor scalar_tensor(double value, TensorOptions options = {});
 Tensor rand(const Shape& shape, TensorOptions options = {});
 Tensor randn(const Shape& shape, TensorOptions options = {});
 // From values in row-major order; the shape's element count must match.
+// The dtype follows T unless given: float -> float32, double -> float64, integers -> int64, bool.
 template <class T>
-Tensor from_vector(const std::vector<T>& values, const Shape& shape, TensorOptions options = {});
+constexpr DType default_dtype_for() {
+  if constexpr (std::is_same_v<T, bool>) return DType::b8;
+  else if constexpr (std::is_integral_v<T>) return DType::i64;
+  else if constexpr (std::is_same_v<T, double>) return DType::f64;
+  else return DType::f32;
+}
+template <class T>
+Tensor from_vector(const std::vector<T>& values, const Shape& shape,
+                   TensorOptions options = {.dtype = default_dtype_for<T>()});
 Tensor tensor(std::initializer_list<double> values, const Shape& shape, TensorOptions options = {});
 Tensor tensor(std::initializer_list<double> values, TensorOptions options = {});
 

@@ -6,5 +6,6 @@
 #include "nn/init.h"
 #include "nn/linear.h"
 #include "nn/loss.h"
+#include "nn/checkpoint.h"
 #include "nn/module.h"
 #include "nn/rnn.h"

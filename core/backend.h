@@ -3,32 +3,10 @@
 #pragma once
 #include <cstdint>
 
+#include "core/backend_ops.h"
 #include "core/tensor.h"
 
 namespace seqgrad {
-
-enum class UnaryOp : uint8_t {
-  neg, exp, log, sqrt, tanh, sigmoid, relu, abs, sign, reciprocal,
-  clamp,       // min(max(x, p.a), p.b)
-  pow_scalar,  // x ^ p.a
-  affine,      // p.a * x + p.b
-  logical_not,
-};
-
-enum class BinaryOp : uint8_t {
-  add, sub, mul, div, pow, maximum, minimum,
-  eq, ne, lt, le, gt, ge, logical_and, logical_or,  // bool results
-  // fused backward helpers (each has a composed twin in ops/)
-  tanh_backward,     // dy * (1 - y^2), with b = y
-  sigmoid_backward,  // dy * y * (1 - y), with b = y
-  relu_backward,     // dy * (x > 0), with b = x
-};
-
-enum class ReduceOp : uint8_t { sum, max, min, argmax, argmin };
-
-struct UnaryParams {
-  double a = 0, b = 0;
-};
 
 class Backend {
  public:
@@ -44,8 +22,10 @@ class Backend {
   // out has x's rank with size 1 on every reduced dimension
   virtual void reduce(ReduceOp op, const Tensor& x, const Tensor& out) = 0;
   // c[i] = alpha * a[i] · b[i] + beta * c[i] over a batch; a: (N, M, K), b: (N, K, N'), c: (N, M, N')
-  // given as strided views (transposes are read from the strides, not copied).
-  virtual void gemm(const Tensor& a, const Tensor& b, const Tensor& c, double alpha, double beta) = 0;
+  // given as strided views (transposes are read from the strides, not copied). `precision` other
+  // than full applies to float32 only: the operands are rounded first, products accumulate in f32.
+  virtual void gemm(const Tensor& a, const Tensor& b, const Tensor& c, double alpha, double beta,
+                    GemmPrecision precision) = 0;
   // indexing along `dim`
   virtual void index_select(const Tensor& x, int dim, const Tensor& index, const Tensor& out) = 0;
   virtual void index_add(const Tensor& out, int dim, const Tensor& index, const Tensor& src) = 0;

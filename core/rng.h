@@ -3,6 +3,8 @@
 #pragma once
 #include <cstdint>
 
+#include "core/philox.h"  // philox(), uniform_at(), uniform_at_f64(), normal_at()
+
 namespace seqgrad {
 
 class Generator {
@@ -29,16 +31,5 @@ class Generator {
 
 Generator& default_generator();
 void manual_seed(uint64_t seed);
-
-struct Philox4 {
-  uint32_t v[4];
-};
-// Four 32-bit random words for (seed, counter).
-Philox4 philox(uint64_t seed, uint64_t counter);
-
-// Element i of a stream that starts at counter `first`: uniform in [0, 1) or standard normal.
-float uniform_at(uint64_t seed, uint64_t first, uint64_t i);
-double uniform_at_f64(uint64_t seed, uint64_t first, uint64_t i);
-double normal_at(uint64_t seed, uint64_t first, uint64_t i);
 
 }  // namespace seqgrad

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/autograd.h"
+#include "core/device_memory.h"
 #include "core/rng.h"
 
 namespace seqgrad {
@@ -26,13 +27,20 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
 }
 
 Storage::Storage(size_t bytes, Device dev) : nbytes(bytes), device(dev) {
-  SG_CHECK_DEVICE(dev.is_cpu(), "storage: {} memory needs a seqgrad build with the CUDA backend", dev);
+  if (!dev.is_cpu()) {  // device memory comes from the backend registered for the device kind
+    DeviceMemory& memory = device_memory_for(dev, "storage");
+    data = bytes > 0 ? memory.allocate(bytes, dev) : nullptr;
+    return;
+  }
   size_t rounded = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;  // 64-byte aligned for AVX-512
   data = std::aligned_alloc(64, rounded);
   SG_CHECK(data != nullptr, "storage: out of memory allocating {} bytes", bytes);
 }
 
-Storage::~Storage() { std::free(data); }
+Storage::~Storage() {
+  if (device.is_cpu()) std::free(data);
+  else if (data != nullptr) device_memory(device.kind)->deallocate(data, nbytes, device);
+}
 
 Tensor Tensor::empty(const Shape& shape, TensorOptions options) {
   for (int64_t d : shape)
@@ -118,14 +126,16 @@ double Tensor::item() const {
   SG_CHECK(defined(), "item: tensor is undefined");
   SG_CHECK_SHAPE(numel() == 1, "item: only one-element tensors can be converted to a number, got shape {}",
                  shape());
-  SG_CHECK_DEVICE(device().is_cpu(), "item: tensor is on {}; call .cpu() first", device());
-  return value_at(*this, offset());
+  if (device().is_cpu()) return value_at(*this, offset());
+  alignas(8) unsigned char value[8];
+  device_memory_for(device(), "item").copy(value, Device::cpu(), raw_data(), device(), element_size(dtype()));
+  return dispatch_all(dtype(), [&]<class T>() -> double { return static_cast<double>(*reinterpret_cast<T*>(value)); });
 }
 
 template <class T>
 std::vector<T> Tensor::to_vector() const {
   SG_CHECK(defined(), "to_vector: tensor is undefined");
-  Tensor t = device().is_cpu() ? *this : cpu();
+  Tensor t = device().is_cpu() ? *this : detach().cpu();
   std::vector<T> out;
   out.reserve(t.numel());
   dispatch_all(t.dtype(), [&]<class S>() {
@@ -186,7 +196,18 @@ std::string to_string(const Tensor& t) {
   return out + ")";
 }
 
-// ---- factories
+// ---- factories (values are computed on the CPU; other devices get them by one copy)
+
+namespace {
+Tensor on_device(const Tensor& host, Device device, const char* op) {
+  if (device.is_cpu()) return host;
+  Tensor t = Tensor::empty(host.shape(), {.dtype = host.dtype(), .device = device});
+  if (t.numel() > 0)
+    device_memory_for(device, op).copy(t.raw_data(), device, host.raw_data(), Device::cpu(),
+                                       t.numel() * element_size(t.dtype()));
+  return t;
+}
+}  // namespace
 
 Tensor empty(const Shape& shape, TensorOptions options) { return Tensor::empty(shape, options); }
 
@@ -195,8 +216,12 @@ Tensor full(const Shape& shape, double value, TensorOptions options) {
   options.requires_grad = false;
   Tensor t = Tensor::empty(shape, options);
   dispatch_all(options.dtype, [&]<class T>() {
-    T* p = t.data<T>();
     T v = static_cast<T>(value);
+    if (!options.device.is_cpu()) {  // filled in place on the device
+      if (t.numel() > 0) device_memory_for(options.device, "full").fill(t.raw_data(), options.device, &v, sizeof(T), t.numel());
+      return;
+    }
+    T* p = t.data<T>();
     for (int64_t i = 0, n = t.numel(); i < n; ++i) p[i] = v;
   });
   if (wants_grad) t.requires_grad_();
@@ -217,11 +242,12 @@ Tensor arange(double start, double end, double step, TensorOptions options) {
   SG_CHECK_VALUE((end - start) / step >= 0, "arange: empty or backwards range [{}, {}) with step {}",
                  start, end, step);
   auto n = static_cast<int64_t>(std::ceil((end - start) / step));
-  Tensor t = Tensor::empty({n}, {.dtype = options.dtype, .device = options.device});
+  Tensor t = Tensor::empty({n}, {.dtype = options.dtype});
   dispatch_all(options.dtype, [&]<class T>() {
     T* p = t.data<T>();
     for (int64_t i = 0; i < n; ++i) p[i] = static_cast<T>(start + step * static_cast<double>(i));
   });
+  t = on_device(t, options.device, "arange");
   if (options.requires_grad) t.requires_grad_();
   return t;
 }
@@ -229,7 +255,7 @@ Tensor arange(double start, double end, double step, TensorOptions options) {
 namespace {
 template <class Sample>
 Tensor random_tensor(const Shape& shape, TensorOptions options, const char* op, Sample sample) {
-  Tensor t = Tensor::empty(shape, {.dtype = options.dtype, .device = options.device});
+  Tensor t = Tensor::empty(shape, {.dtype = options.dtype});
   Generator& gen = default_generator();
   uint64_t seed = gen.seed(), first = gen.reserve(t.numel());
   dispatch_floating(options.dtype, op, [&]<class T>() {
@@ -237,6 +263,7 @@ Tensor random_tensor(const Shape& shape, TensorOptions options, const char* op, 
     for (int64_t i = 0, n = t.numel(); i < n; ++i)
       p[i] = static_cast<T>(sample.template operator()<T>(seed, first, i));
   });
+  t = on_device(t, options.device, op);
   if (options.requires_grad) t.requires_grad_();
   return t;
 }
@@ -259,11 +286,12 @@ Tensor from_vector(const std::vector<T>& values, const Shape& shape, TensorOptio
   SG_CHECK_SHAPE(static_cast<int64_t>(values.size()) == shape.numel(),
                  "from_vector: {} values cannot fill shape {} ({} elements)", values.size(), shape,
                  shape.numel());
-  Tensor t = Tensor::empty(shape, {.dtype = options.dtype, .device = options.device});
+  Tensor t = Tensor::empty(shape, {.dtype = options.dtype});
   dispatch_all(options.dtype, [&]<class D>() {
     D* p = t.data<D>();
     for (size_t i = 0; i < values.size(); ++i) p[i] = static_cast<D>(values[i]);
   });
+  t = on_device(t, options.device, "from_vector");
   if (options.requires_grad) t.requires_grad_();
   return t;
 }

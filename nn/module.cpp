@@ -111,6 +111,21 @@ Module& Module::to(DType dtype) {
   return *this;
 }
 
+Module& Module::to(Device device) {
+  NoGradGuard no_grad;
+  for (auto& [_, t] : params_) {
+    if (!t->defined() || t->device() == device) continue;
+    Tensor grad = t->grad();
+    *t = t->to(device).detach();
+    t->requires_grad_(true);
+    if (grad.defined()) t->set_grad(grad.to(device));
+  }
+  for (auto& [_, t] : buffers_)
+    if (t->defined()) *t = t->to(device).detach();
+  for (auto& [_, child] : children_) child->to(device);
+  return *this;
+}
+
 std::map<std::string, Tensor> Module::state_dict() const {
   std::map<std::string, Tensor> out;
   for (auto& [name, t] : named_parameters()) out[name] = t.detach();

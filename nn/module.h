@@ -44,6 +44,9 @@ class Module {
   void apply(const std::function<void(Module&)>& fn);
   // Converts every floating parameter and buffer (modules are gradchecked in float64).
   Module& to(DType dtype);
+  // Moves every parameter (with its gradient) and buffer to `device`. Like to(dtype) it replaces
+  // the tensors, so build optimizers afterwards (as in PyTorch).
+  Module& to(Device device);
 
   // Parameters and buffers by their nested names, sharing storage with the module.
   std::map<std::string, Tensor> state_dict() const;

@@ -28,6 +28,12 @@ inline void check_same(const char* op, const Tensor& a, const Tensor& b) {
                  a.shape(), b.dtype(), b.shape());
 }
 
+// An index, mask or condition must live on the device of the tensor it addresses.
+inline void check_device_of(const char* op, const Tensor& input, const Tensor& aux, const char* aux_name) {
+  SG_CHECK_DEVICE(aux.device() == input.device(), "{}: {} {} is on {}, but the input {} is on {}", op, aux_name,
+                  aux.shape(), aux.device(), input.shape(), input.device());
+}
+
 inline void check_index_tensor(const char* op, const Tensor& index) {
   check_defined(op, index, "index");
   SG_CHECK_DTYPE(index.dtype() == DType::i64, "{}: indices must be int64, got {} {}", op, index.dtype(),

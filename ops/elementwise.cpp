@@ -218,6 +218,7 @@ Tensor clamp(const Tensor& x, double lo, double hi) {
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   check_same("where", a, b);
   SG_CHECK_DTYPE(cond.dtype() == DType::b8, "where: condition must be bool, got {} {}", cond.dtype(), cond.shape());
+  detail::check_device_of("where", a, cond, "condition");
   Shape shape = broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
   Tensor y = detail::empty_like_shape(shape, a);
   backend_for(a).where(cond, a, b, y);

@@ -4,8 +4,14 @@
 namespace seqgrad {
 namespace {
 
+// Indices are read on the CPU (a device index is copied over first, one synchronising copy), so a
+// bad index is an IndexError naming the op, never a fault inside a kernel.
+Tensor host_indices(const Tensor& index) {
+  return index.device().is_cpu() ? index.contiguous() : to_device(index, Device::cpu());
+}
+
 void check_range(const char* op, const Tensor& index, int64_t size, const char* what) {
-  Tensor dense = index.contiguous();  // kept alive: for a non-contiguous index this is a copy
+  Tensor dense = host_indices(index);  // kept alive: for a non-contiguous index this is a copy
   const int64_t* p = dense.data<int64_t>();
   for (int64_t i = 0, n = index.numel(); i < n; ++i)
     SG_CHECK_INDEX(p[i] >= 0 && p[i] < size, "{}: index {} is out of range for {} of size {}", op, p[i], what, size);
@@ -17,6 +23,7 @@ void check_range(const char* op, const Tensor& index, int64_t size, const char* 
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index_in) {
   detail::check_defined("index_select", x);
   detail::check_index_tensor("index_select", index_in);
+  detail::check_device_of("index_select", x, index_in, "index");
   SG_CHECK_SHAPE(index_in.ndim() <= 1, "index_select: index must be 0-D or 1-D, got {}", index_in.shape());
   int d = wrap_dim(dim, x.ndim(), "index_select");
   Tensor index = index_in.reshape({-1}).contiguous();
@@ -34,6 +41,7 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index_in) {
 Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index_in, const Tensor& src) {
   detail::check_same("index_add", x, src);
   detail::check_index_tensor("index_add", index_in);
+  detail::check_device_of("index_add", x, index_in, "index");
   int d = wrap_dim(dim, x.ndim(), "index_add");
   Tensor index = index_in.reshape({-1}).contiguous();
   Shape expected = x.shape();
@@ -53,6 +61,7 @@ Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index_in, const Ten
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   detail::check_defined("gather", x);
   detail::check_index_tensor("gather", index);
+  detail::check_device_of("gather", x, index, "index");
   int d = wrap_dim(dim, x.ndim(), "gather");
   SG_CHECK_SHAPE(index.ndim() == x.ndim(), "gather: index {} must have as many dims as the input {}", index.shape(),
                  x.shape());
@@ -71,6 +80,7 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
 Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
   detail::check_same("scatter_add", x, src);
   detail::check_index_tensor("scatter_add", index);
+  detail::check_device_of("scatter_add", x, index, "index");
   int d = wrap_dim(dim, x.ndim(), "scatter_add");
   SG_CHECK_SHAPE(index.shape() == src.shape(), "scatter_add: index {} and source {} must have the same shape",
                  index.shape(), src.shape());
@@ -92,9 +102,11 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
 Tensor embedding(const Tensor& weight, const Tensor& ids, int64_t padding_idx) {
   detail::check_floating("embedding", weight);
   SG_CHECK_DTYPE(ids.dtype() == DType::i64, "embedding: ids must be int64, got {} {}", ids.dtype(), ids.shape());
+  detail::check_device_of("embedding", weight, ids, "ids");
   SG_CHECK_SHAPE(weight.ndim() == 2, "embedding: weight must be 2-D (num_embeddings, dim), got {}", weight.shape());
   Tensor flat = ids.reshape({-1}).contiguous();
-  const int64_t* p = flat.data<int64_t>();
+  Tensor host = host_indices(flat);
+  const int64_t* p = host.data<int64_t>();
   for (int64_t i = 0, n = flat.numel(); i < n; ++i)
     SG_CHECK_INDEX(p[i] >= 0 && p[i] < weight.size(0), "embedding: id {} is out of range for a table of {} rows",
                    p[i], weight.size(0));

@@ -1,4 +1,5 @@
 // Matrix products on OpenBLAS. Transposed operands are passed to GEMM as strides, never copied.
+#include "core/autocast.h"
 #include "ops/detail.h"
 
 namespace seqgrad {
@@ -50,7 +51,9 @@ Tensor matmul_nd(const Tensor& a, const Tensor& b) {
   Tensor y = detail::empty_like_shape(out_shape, a);
   if (y.numel() == 0) return y;
   Tensor y3 = y.view({batch.numel(), m, n});
-  backend_for(a).gemm(as_batch3(a, batch), as_batch3(b, batch), y3, 1.0, 0.0);
+  // float32 products follow the autocast scope (core/autocast.h); float64 ones are always full
+  GemmPrecision precision = a.dtype() == DType::f32 ? Autocast::current() : GemmPrecision::full;
+  backend_for(a).gemm(as_batch3(a, batch), as_batch3(b, batch), y3, 1.0, 0.0, precision);
   return y;
 }
 
@@ -78,7 +81,10 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
     return matmul(a.reshape({-1, a.size(-1)}), b).view(out_shape);
   }
   Tensor y = matmul_nd(a, b);
-  return record("matmul", y, {a, b}, [a = save(a), b = save(b)](const Tensor& dy, Grads& g) {
+  // backward runs its products at the forward's precision, wherever backward() is called
+  return record("matmul", y, {a, b}, [a = save(a), b = save(b), precision = Autocast::current()](const Tensor& dy,
+                                                                                                   Grads& g) {
+    Autocast scope(precision);
     const Tensor &av = a.get(), &bv = b.get();
     if (g.needs(0)) g.add(0, sum_to(matmul(dy, bv.transpose(-1, -2)), av.shape()));
     if (g.needs(1)) g.add(1, sum_to(matmul(av.transpose(-1, -2), dy), bv.shape()));

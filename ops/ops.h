@@ -109,6 +109,8 @@ Tensor select(const Tensor& x, int64_t dim, int64_t index);
 Tensor contiguous(const Tensor& x);
 Tensor clone(const Tensor& x);
 Tensor to_dtype(const Tensor& x, DType dtype);
+// A contiguous copy on another device (x itself when already there); the gradient goes back.
+Tensor to_device(const Tensor& x, Device device);
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
 Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
 std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim = 0);

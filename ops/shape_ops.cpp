@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "core/device_memory.h"
 #include "ops/detail.h"
 
 namespace seqgrad {
@@ -251,6 +252,20 @@ Tensor to_dtype(const Tensor& x, DType dtype) {
   return record("to", y, {x}, [from = x.dtype()](const Tensor& dy, Grads& g) { g.add(0, to_dtype(dy, from)); });
 }
 
+// to_device  y = x copied to `device` (contiguous)       dx = dy copied back to x's device
+Tensor to_device(const Tensor& x, Device device) {
+  detail::check_defined("to", x);
+  if (x.device() == device) return x;
+  DeviceMemory& memory = device_memory_for(device.is_cpu() ? x.device() : device, "to");
+  if (!device.is_cpu() && !x.device().is_cpu()) device_memory_for(x.device(), "to");
+  Tensor src = contiguous(x.detach());  // a dense copy on x's own device when x is a view
+  Tensor y = Tensor::empty(x.shape(), {.dtype = x.dtype(), .device = device});
+  if (y.numel() > 0)
+    memory.copy(y.raw_data(), device, src.raw_data(), x.device(), y.numel() * element_size(y.dtype()));
+  if (!is_floating(x.dtype())) return y;
+  return record("to", y, {x}, [from = x.device()](const Tensor& dy, Grads& g) { g.add(0, to_device(dy, from)); });
+}
+
 // cat  y = [a; b; ...] along dim       d(input i) = dy narrowed to its span
 Tensor cat(const std::vector<Tensor>& xs, int64_t dim) {
   SG_CHECK_VALUE(!xs.empty(), "cat: expected a non-empty list of tensors");
@@ -338,11 +353,7 @@ std::vector<Tensor> Tensor::split(int64_t s, int64_t d) const { return seqgrad::
 Tensor Tensor::contiguous() const { return seqgrad::contiguous(*this); }
 Tensor Tensor::clone() const { return seqgrad::clone(*this); }
 Tensor Tensor::to(DType dtype) const { return seqgrad::to_dtype(*this, dtype); }
-Tensor Tensor::to(Device device) const {
-  SG_CHECK_DEVICE(device == this->device(), "to: moving {} tensors to {} needs the CUDA backend", this->device(),
-                  device);
-  return *this;
-}
+Tensor Tensor::to(Device device) const { return seqgrad::to_device(*this, device); }
 Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
   if (ndim() == 0) return reshape({1});
   int s = wrap_dim(start_dim, ndim(), "flatten"), e = wrap_dim(end_dim, ndim(), "flatten");

@@ -1,5 +1,6 @@
-// The optim API in one include: optimizers, LR schedulers, gradient clipping.
+// The optim API in one include: optimizers, LR schedulers, gradient clipping, loss scaling.
 #pragma once
 #include "optim/clip.h"
+#include "optim/grad_scaler.h"
 #include "optim/optimizer.h"
 #include "optim/scheduler.h"

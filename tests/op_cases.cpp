@@ -393,8 +393,8 @@ std::vector<ErrorCase> build_error_cases() {
        "stack: all tensors must have the same shape: tensor 0 (2, 3) vs tensor 1 (3, 2)", K::shape},
       {"split", "zero_size", [=] { split(x23(), 0); }, "split: split_size must be positive, got 0", K::value},
       {"chunk", "zero_chunks", [=] { chunk(x23(), 0); }, "chunk: number of chunks must be positive, got 0", K::value},
-      {"to", "cuda", [=] { x23().to(Device::cuda()); }, "to: moving cpu tensors to cuda:0 needs the CUDA backend",
-       K::device},
+      // cuda:99 is missing in every build: CPU-only, CUDA without a GPU, or with fewer GPUs
+      {"to", "missing_device", [=] { x23().to(Device::cuda(99)); }, "to: cuda:99 is not available", K::device},
       {"index_select", "out_of_range", [] { index_select(zeros({3, 2}, {.dtype = DType::f64}), 0, i64({1, 3})); },
        "index_select: index 3 is out of range for dimension 0 of size 3", K::index},
       {"index_select", "negative", [] { index_select(zeros({3, 2}, {.dtype = DType::f64}), 1, i64({-1})); },

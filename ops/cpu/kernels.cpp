@@ -9,7 +9,9 @@
 #include <numeric>
 #include <vector>
 
+#include "core/backend_math.h"
 #include "core/blas.h"
+#include "core/half.h"
 #include "core/rng.h"
 #include "core/threads.h"
 
@@ -154,11 +156,6 @@ void map2(const Tensor& a, const Tensor& b, const Tensor& out, F f) {
 class CpuBackend;
 Tensor dense(const Tensor& t);
 
-template <class T>
-T sigmoid(T x) {
-  return x >= 0 ? T(1) / (T(1) + std::exp(-x)) : std::exp(x) / (T(1) + std::exp(x));
-}
-
 class CpuBackend final : public Backend {
  public:
   const char* name() const override { return "cpu"; }
@@ -182,6 +179,8 @@ class CpuBackend final : public Backend {
     });
   }
 
+  // The arithmetic is core/backend_math.h's (shared with CUDA); the switch on the op is hoisted out
+  // of the loop so each op's loop vectorises.
   void unary(UnaryOp op, const Tensor& x, const Tensor& out, UnaryParams p) override {
     if (op == UnaryOp::logical_not) {
       map1<bool, bool>(x, out, [](bool v) { return !v; });
@@ -189,68 +188,39 @@ class CpuBackend final : public Backend {
     }
     dispatch_numeric(x.dtype(), "unary", [&]<class T>() {
       T a = static_cast<T>(p.a), b = static_cast<T>(p.b);
-      switch (op) {
-        case UnaryOp::neg: return map1<T, T>(x, out, [](T v) { return -v; });
-        case UnaryOp::abs: return map1<T, T>(x, out, [](T v) { return v < 0 ? -v : v; });
-        case UnaryOp::sign: return map1<T, T>(x, out, [](T v) { return T((v > 0) - (v < 0)); });
-        case UnaryOp::relu: return map1<T, T>(x, out, [](T v) { return v > 0 || v != v ? v : T(0); });  // NaN stays NaN
-        case UnaryOp::clamp: return map1<T, T>(x, out, [a, b](T v) { return std::min(std::max(v, a), b); });
-        case UnaryOp::affine: return map1<T, T>(x, out, [a, b](T v) { return a * v + b; });
-        default: break;
-      }
-      if constexpr (std::is_floating_point_v<T>) {
-        switch (op) {
-          case UnaryOp::exp: return map1<T, T>(x, out, [](T v) { return std::exp(v); });
-          case UnaryOp::log: return map1<T, T>(x, out, [](T v) { return std::log(v); });
-          case UnaryOp::sqrt: return map1<T, T>(x, out, [](T v) { return std::sqrt(v); });
-          case UnaryOp::tanh: return map1<T, T>(x, out, [](T v) { return std::tanh(v); });
-          case UnaryOp::sigmoid: return map1<T, T>(x, out, [](T v) { return sigmoid(v); });
-          case UnaryOp::reciprocal: return map1<T, T>(x, out, [](T v) { return T(1) / v; });
-          case UnaryOp::pow_scalar:
-            if (p.a == 2) return map1<T, T>(x, out, [](T v) { return v * v; });
-            return map1<T, T>(x, out, [a](T v) { return std::pow(v, a); });
-          default: break;
-        }
-      }
-      throw Error(fmt::format("unary: op {} not supported for {}", static_cast<int>(op), x.dtype()));
+      if (op == UnaryOp::pow_scalar && p.a == 2) return map1<T, T>(x, out, [](T v) { return v * v; });
+      math::with_unary_op(op, [&]<UnaryOp Op>() {
+        if constexpr (math::unary_supported<Op, T>())
+          map1<T, T>(x, out, [a, b](T v) { return math::unary_value<Op>(v, a, b); });
+        else
+          throw DTypeError(fmt::format("unary: op {} is not supported for {}", unary_op_name(op), x.dtype()));
+      });
     });
   }
 
   void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) override {
+    if (math::is_comparison(op)) return compare(op, a, b, out);
     switch (op) {
-      case BinaryOp::eq: case BinaryOp::ne: case BinaryOp::lt:
-      case BinaryOp::le: case BinaryOp::gt: case BinaryOp::ge:
-        return compare(op, a, b, out);
       case BinaryOp::logical_and: return map2<bool, bool, bool>(a, b, out, [](bool x, bool y) { return x && y; });
       case BinaryOp::logical_or: return map2<bool, bool, bool>(a, b, out, [](bool x, bool y) { return x || y; });
       default: break;
     }
     dispatch_numeric(out.dtype(), "binary", [&]<class T>() {
-      switch (op) {
-        case BinaryOp::add: return map2<T, T, T>(a, b, out, [](T x, T y) { return x + y; });
-        case BinaryOp::sub: return map2<T, T, T>(a, b, out, [](T x, T y) { return x - y; });
-        case BinaryOp::mul: return map2<T, T, T>(a, b, out, [](T x, T y) { return x * y; });
-        case BinaryOp::div: return map2<T, T, T>(a, b, out, [](T x, T y) { return x / y; });
-        case BinaryOp::maximum: return map2<T, T, T>(a, b, out, [](T x, T y) { return x > y ? x : y; });
-        case BinaryOp::minimum: return map2<T, T, T>(a, b, out, [](T x, T y) { return x < y ? x : y; });
-        case BinaryOp::pow: return map2<T, T, T>(a, b, out, [](T x, T y) { return static_cast<T>(std::pow(x, y)); });
-        case BinaryOp::tanh_backward: return map2<T, T, T>(a, b, out, [](T dy, T y) { return dy * (T(1) - y * y); });
-        case BinaryOp::sigmoid_backward: return map2<T, T, T>(a, b, out, [](T dy, T y) { return dy * y * (T(1) - y); });
-        case BinaryOp::relu_backward: return map2<T, T, T>(a, b, out, [](T dy, T x) { return x > 0 ? dy : T(0); });
-        default: break;
-      }
+      math::with_binary_op(op, [&]<BinaryOp Op>() {
+        map2<T, T, T>(a, b, out, [](T x, T y) { return math::binary_value<Op>(x, y); });
+      });
     });
   }
 
   void compare(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
     dispatch_all(a.dtype(), [&]<class T>() {
       switch (op) {
-        case BinaryOp::eq: return map2<bool, T, T>(a, b, out, [](T x, T y) { return x == y; });
-        case BinaryOp::ne: return map2<bool, T, T>(a, b, out, [](T x, T y) { return x != y; });
-        case BinaryOp::lt: return map2<bool, T, T>(a, b, out, [](T x, T y) { return x < y; });
-        case BinaryOp::le: return map2<bool, T, T>(a, b, out, [](T x, T y) { return x <= y; });
-        case BinaryOp::gt: return map2<bool, T, T>(a, b, out, [](T x, T y) { return x > y; });
-        default: return map2<bool, T, T>(a, b, out, [](T x, T y) { return x >= y; });
+        case BinaryOp::eq: return map2<bool, T, T>(a, b, out, [](T x, T y) { return math::compare_value(BinaryOp::eq, x, y); });
+        case BinaryOp::ne: return map2<bool, T, T>(a, b, out, [](T x, T y) { return math::compare_value(BinaryOp::ne, x, y); });
+        case BinaryOp::lt: return map2<bool, T, T>(a, b, out, [](T x, T y) { return math::compare_value(BinaryOp::lt, x, y); });
+        case BinaryOp::le: return map2<bool, T, T>(a, b, out, [](T x, T y) { return math::compare_value(BinaryOp::le, x, y); });
+        case BinaryOp::gt: return map2<bool, T, T>(a, b, out, [](T x, T y) { return math::compare_value(BinaryOp::gt, x, y); });
+        default: return map2<bool, T, T>(a, b, out, [](T x, T y) { return math::compare_value(BinaryOp::ge, x, y); });
       }
     });
   }
@@ -270,7 +240,8 @@ class CpuBackend final : public Backend {
 
   void reduce(ReduceOp op, const Tensor& x, const Tensor& out) override;
 
-  void gemm(const Tensor& a, const Tensor& b, const Tensor& c, double alpha, double beta) override;
+  void gemm(const Tensor& a, const Tensor& b, const Tensor& c, double alpha, double beta,
+            GemmPrecision precision) override;
 
   void index_select(const Tensor& x, int dim, const Tensor& index, const Tensor& out) override;
   void index_add(const Tensor& out, int dim, const Tensor& index, const Tensor& src) override;
@@ -280,7 +251,9 @@ class CpuBackend final : public Backend {
   void softmax_rows_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, bool log) override;
   void topk(const Tensor& x, int64_t k, bool largest, const Tensor& values, const Tensor& indices) override;
 
-  void random_uniform(const Tensor& out, double a, double b, uint64_t seed, uint64_t offset) override {
+  // Random values go to element i in row-major order; a strided output is filled through a dense one.
+  void random_uniform(const Tensor& out_in, double a, double b, uint64_t seed, uint64_t offset) override {
+    Tensor out = out_in.is_contiguous() ? out_in : Tensor::empty(out_in.shape(), {.dtype = out_in.dtype()});
     dispatch_floating(out.dtype(), "uniform_", [&]<class T>() {
       T* p = out.data<T>();
       parallel_for(out.numel(), kGrain, [&](int64_t begin, int64_t end) {
@@ -290,15 +263,18 @@ class CpuBackend final : public Backend {
         }
       });
     });
+    if (!out_in.is_contiguous()) copy(out, out_in);
   }
 
-  void random_normal(const Tensor& out, double mean, double stddev, uint64_t seed, uint64_t offset) override {
+  void random_normal(const Tensor& out_in, double mean, double stddev, uint64_t seed, uint64_t offset) override {
+    Tensor out = out_in.is_contiguous() ? out_in : Tensor::empty(out_in.shape(), {.dtype = out_in.dtype()});
     dispatch_floating(out.dtype(), "normal_", [&]<class T>() {
       T* p = out.data<T>();
       parallel_for(out.numel(), kGrain, [&](int64_t begin, int64_t end) {
         for (int64_t i = begin; i < end; ++i) p[i] = static_cast<T>(mean + stddev * normal_at(seed, offset, i));
       });
     });
+    if (!out_in.is_contiguous()) copy(out, out_in);
   }
 };
 
@@ -373,10 +349,8 @@ void CpuBackend::reduce(ReduceOp op, const Tensor& x, const Tensor& out) {
             out.data<T>()[out_off] = static_cast<T>(acc);
           } else if (op == ReduceOp::max || op == ReduceOp::min) {
             T best = at(0);
-            for (int64_t r = 1; r < n_red; ++r) {
-              T v = at(r);
-              if (op == ReduceOp::max ? (v > best || v != v) : (v < best || v != v)) best = v;
-            }
+            for (int64_t r = 1; r < n_red; ++r)
+              best = op == ReduceOp::max ? math::max_combine(best, at(r)) : math::min_combine(best, at(r));
             out.data<T>()[out_off] = best;
           } else {  // argmax / argmin: the first index of the extreme value, as PyTorch, where
                     // NaN counts as the extreme (so max(dim) propagates NaN like amax)
@@ -384,7 +358,7 @@ void CpuBackend::reduce(ReduceOp op, const Tensor& x, const Tensor& out) {
             int64_t arg = 0;
             for (int64_t r = 1; r < n_red && best == best; ++r) {
               T v = at(r);
-              if ((op == ReduceOp::argmax ? v > best : v < best) || v != v) best = v, arg = r;
+              if (math::arg_better(op == ReduceOp::argmax, v, r, best, arg)) best = v, arg = r;
             }
             out.data<int64_t>()[out_off] = arg;
           }
@@ -410,9 +384,22 @@ MatrixArg as_blas(int64_t rows, int64_t cols, int64_t row_stride, int64_t col_st
   return {};
 }
 
-void CpuBackend::gemm(const Tensor& a_in, const Tensor& b_in, const Tensor& c, double alpha, double beta) {
+// A float32 operand rounded to bfloat16 / float16 values (core/half.h, as CUDA rounds its
+// operands), held in float32: products of 16-bit values are exact in float32, so a float32 GEMM of
+// the rounded operands is the mixed-precision product (16-bit inputs, float32 accumulation).
+Tensor rounded_operand(const Tensor& t, GemmPrecision precision) {
+  Tensor out = Tensor::empty(t.shape(), {.dtype = DType::f32});
+  if (precision == GemmPrecision::bf16) map1<float, float>(t, out, [](float v) { return half::round_bf16(v); });
+  else map1<float, float>(t, out, [](float v) { return half::round_f16(v); });
+  return out;
+}
+
+void CpuBackend::gemm(const Tensor& a_in, const Tensor& b_in, const Tensor& c, double alpha, double beta,
+                      GemmPrecision precision) {
   int64_t batch = c.shape()[0], m = c.shape()[1], n = c.shape()[2], k = a_in.shape()[2];
-  auto prepare = [](const Tensor& t) {
+  bool reduced = precision != GemmPrecision::full && c.dtype() == DType::f32;
+  auto prepare = [reduced, precision](const Tensor& t) {
+    if (reduced) return rounded_operand(t, precision);
     MatrixArg arg = as_blas(t.shape()[1], t.shape()[2], t.strides()[1], t.strides()[2]);
     return arg.usable ? t : dense(t);
   };
@@ -430,7 +417,10 @@ void CpuBackend::gemm(const Tensor& a_in, const Tensor& b_in, const Tensor& c, d
     auto one = [&](int64_t i) {
       if (k == 0) {  // BLAS leaves C untouched for k = 0; the product of empty matrices is zero
         for (int64_t r = 0; r < m; ++r)
-          for (int64_t j = 0; j < n; ++j) pc[i * c.strides()[0] + r * ldc + j] *= static_cast<T>(beta);
+          for (int64_t j = 0; j < n; ++j) {
+            T& cij = pc[i * c.strides()[0] + r * ldc + j];
+            cij = beta == 0 ? T(0) : cij * static_cast<T>(beta);  // beta = 0 ignores C (it may be garbage)
+          }
         return;
       }
       if constexpr (std::is_same_v<T, float>)
@@ -637,14 +627,3 @@ Backend& backend() {
 }
 
 }  // namespace seqgrad::cpu
-
-namespace seqgrad {
-
-// The single backend-registration point: the CUDA backend joins here when built.
-Backend& backend_for(Device device) {
-  SG_CHECK_DEVICE(device.is_cpu(), "{}: this seqgrad build has no CUDA backend (configure with -Dcuda=enabled)",
-                  device);
-  return cpu::backend();
-}
-
-}  // namespace seqgrad

@@ -1,0 +1,50 @@
+// The enumerations of the backend primitives (core/backend.h). Kept free of other headers so CUDA
+// kernels (compiled by nvcc) can switch on them too.
+#pragma once
+#include <cstdint>
+
+namespace seqgrad {
+
+enum class UnaryOp : uint8_t {
+  neg, exp, log, sqrt, tanh, sigmoid, relu, abs, sign, reciprocal,
+  clamp,       // min(max(x, p.a), p.b)
+  pow_scalar,  // x ^ p.a
+  affine,      // p.a * x + p.b
+  logical_not,
+};
+
+constexpr const char* unary_op_name(UnaryOp op) {
+  constexpr const char* kNames[] = {"neg",  "exp",        "log",   "sqrt",       "tanh",  "sigmoid",    "relu",
+                                    "abs",  "sign",       "reciprocal", "clamp", "pow_scalar", "affine",
+                                    "logical_not"};
+  return kNames[static_cast<int>(op)];
+}
+
+enum class BinaryOp : uint8_t {
+  add, sub, mul, div, pow, maximum, minimum,
+  eq, ne, lt, le, gt, ge, logical_and, logical_or,  // bool results
+  // fused backward helpers (each has a composed twin in ops/)
+  tanh_backward,     // dy * (1 - y^2), with b = y
+  sigmoid_backward,  // dy * y * (1 - y), with b = y
+  relu_backward,     // dy * (x > 0), with b = x
+};
+
+constexpr const char* binary_op_name(BinaryOp op) {
+  constexpr const char* kNames[] = {"add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq", "ne", "lt",
+                                    "le", "gt", "ge", "logical_and", "logical_or", "tanh_backward",
+                                    "sigmoid_backward", "relu_backward"};
+  return kNames[static_cast<int>(op)];
+}
+
+enum class ReduceOp : uint8_t { sum, max, min, argmax, argmin };
+
+struct UnaryParams {
+  double a = 0, b = 0;
+};
+
+// The arithmetic of a float32 matrix product: float32 throughout, or each operand rounded to
+// bfloat16 / float16 (round to nearest even, core/half.h) with float32 products and accumulation.
+// Mixed precision (core/autocast.h) selects the reduced ones; float64 products are always full.
+enum class GemmPrecision : uint8_t { full, bf16, f16 };
+
+}  // namespace seqgrad

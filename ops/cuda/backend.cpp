@@ -1,0 +1,415 @@
+// The CUDA backend: the primitives of core/backend.h on the device of their tensors. This file
+// turns tensors into pointers and geometry (strides, broadcasting, dimension coalescing, as
+// ops/cpu does) and checks dtypes; the kernels are in *.cu, GEMM is cuBLAS. Everything runs on the
+// device's default stream, in issue order, without synchronising with the host; only copies to the
+// CPU (Tensor::cpu(), item()) wait for the device.
+#include <array>
+#include <climits>
+#include <mutex>
+#include <vector>
+
+#include <cublas_v2.h>
+#include <fmt/format.h>
+
+#include "core/backend_math.h"
+#include "core/device_memory.h"
+#include "ops/cuda/check.h"
+#include "ops/cuda/cuda.h"
+#include "ops/cuda/device_guard.h"
+#include "ops/cuda/kernels.h"
+
+namespace seqgrad::cuda {
+
+[[noreturn]] void throw_error(const char* library, const char* call, const char* error, const char* error_name,
+                              const char* file, int line) {
+  throw DeviceError(fmt::format("{}: {} failed: {} ({}) at {}:{}", library, call, error, error_name, file, line));
+}
+
+namespace {
+
+static_assert(kDims == kMaxDims, "ops/cuda/kernels.h's kDims must equal core/shape.h's kMaxDims");
+static_assert(static_cast<int>(ElemType::f32) == static_cast<int>(DType::f32) &&
+              static_cast<int>(ElemType::f64) == static_cast<int>(DType::f64) &&
+              static_cast<int>(ElemType::i64) == static_cast<int>(DType::i64) &&
+              static_cast<int>(ElemType::b8) == static_cast<int>(DType::b8));
+
+ElemType elem(DType t) { return static_cast<ElemType>(t); }
+
+// Operand strides over `shape` (0 where an operand is broadcast), size-1 dims dropped and dims that
+// are contiguous for every operand merged.
+template <int N>
+Strided<N> strided(const Shape& shape, const std::array<const Tensor*, N>& ts) {
+  int nd = shape.size();
+  int64_t stride[N][kMaxDims];
+  for (int k = 0; k < N; ++k) {
+    const Tensor& t = *ts[k];
+    int off = nd - t.ndim();
+    for (int d = 0; d < nd; ++d) {
+      int td = d - off;
+      bool broadcast = td < 0 || (t.shape()[td] == 1 && shape[d] != 1);
+      stride[k][d] = broadcast ? 0 : t.strides()[td];
+    }
+  }
+  Strided<N> g;
+  int out = 0;
+  for (int d = 0; d < nd; ++d) {
+    if (shape[d] == 1) continue;
+    if (out > 0) {
+      bool mergeable = true;
+      for (int k = 0; k < N; ++k)
+        if (g.stride[k][out - 1] != stride[k][d] * shape[d]) mergeable = false;
+      if (mergeable) {
+        g.shape[out - 1] *= shape[d];
+        for (int k = 0; k < N; ++k) g.stride[k][out - 1] = stride[k][d];
+        continue;
+      }
+    }
+    g.shape[out] = shape[d];
+    for (int k = 0; k < N; ++k) g.stride[k][out] = stride[k][d];
+    ++out;
+  }
+  if (out == 0) {  // a scalar
+    g.shape[0] = 1;
+    out = 1;
+  }
+  g.ndim = out;
+  return g;
+}
+
+[[noreturn]] void not_supported(const char* what, DType dtype) {
+  throw DTypeError(fmt::format("{} is not implemented on cuda for {}", what, dtype));
+}
+
+// A dense copy on the same device for kernels that need one (no autograd: kernels sit below it).
+Tensor dense(const Tensor& t) {
+  if (t.is_contiguous()) return t;
+  Tensor out = Tensor::empty(t.shape(), {.dtype = t.dtype(), .device = t.device()});
+  copy(elem(out.dtype()), out.raw_data(), elem(t.dtype()), t.raw_data(), strided<2>(t.shape(), {&out, &t}), t.numel());
+  return out;
+}
+
+// Scratch device memory from the caching allocator (mixed-precision GEMM operands).
+class Scratch {
+ public:
+  Scratch(size_t bytes, Device device) : bytes_(bytes), device_(device) {
+    memory_ = &device_memory_for(device, "gemm");
+    ptr_ = bytes > 0 ? memory_->allocate(bytes, device) : nullptr;
+  }
+  ~Scratch() {
+    if (ptr_) memory_->deallocate(ptr_, bytes_, device_);
+  }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  void* get() const { return ptr_; }
+
+ private:
+  DeviceMemory* memory_;
+  void* ptr_;
+  size_t bytes_;
+  Device device_;
+};
+
+// One cuBLAS handle per device, created on first use; all of them on the default stream.
+cublasHandle_t cublas_handle(int device) {
+  static std::mutex mutex;
+  static std::vector<cublasHandle_t> handles;
+  std::lock_guard lock(mutex);
+  if (handles.size() <= static_cast<size_t>(device)) handles.resize(device + 1, nullptr);
+  if (!handles[device]) SG_CUBLAS_CHECK(cublasCreate(&handles[device]));
+  return handles[device];
+}
+
+// How cuBLAS reads a (rows, cols) row-major-indexed matrix with these strides, if it can.
+struct MatrixArg {
+  cublasOperation_t op = CUBLAS_OP_N;
+  int64_t ld = 0;
+  bool usable = false;
+};
+
+// Column-major cuBLAS sees a row-major matrix as its transpose: a row-major layout (column stride
+// 1) is OP_N of the transpose, a column-major one (row stride 1) OP_T (see gemm below).
+MatrixArg as_blas(int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride) {
+  if (col_stride == 1 && (row_stride >= std::max<int64_t>(cols, 1) || rows == 1))
+    return {CUBLAS_OP_N, std::max<int64_t>(rows == 1 ? cols : row_stride, 1), true};
+  if (row_stride == 1 && (col_stride >= std::max<int64_t>(rows, 1) || cols == 1))
+    return {CUBLAS_OP_T, std::max<int64_t>(cols == 1 ? rows : col_stride, 1), true};
+  return {};
+}
+
+// A (batch, rows, cols) GEMM operand whose batch stride is 0 (broadcast) is converted once.
+int64_t operand_copies(const Tensor& t, int64_t batch) { return t.shape()[0] == 1 || t.strides()[0] == 0 ? 1 : batch; }
+
+// The first `copies` matrices of a float32 (batch, rows, cols) operand as dense 16-bit patterns.
+void round_operand(GemmPrecision precision, const Tensor& t, int64_t copies, const Scratch& out) {
+  int64_t rows = t.shape()[1], cols = t.shape()[2];
+  Strided<2> g;  // operand 0: the dense output; operand 1: the strided input
+  g.ndim = 3;
+  int64_t shape[3] = {copies, rows, cols}, dense_strides[3] = {rows * cols, cols, 1};
+  for (int d = 0; d < 3; ++d) {
+    g.shape[d] = shape[d];
+    g.stride[0][d] = dense_strides[d];
+    g.stride[1][d] = t.strides()[d];
+  }
+  round_to_16bit(precision, static_cast<const float*>(t.raw_data()), g, static_cast<uint16_t*>(out.get()),
+                 copies * rows * cols);
+}
+
+int as_int(int64_t v, const char* what) {
+  SG_CHECK_SHAPE(v <= INT_MAX, "matmul: {} = {} exceeds cuBLAS's int range", what, v);
+  return static_cast<int>(v);
+}
+
+class CudaBackend final : public Backend {
+ public:
+  const char* name() const override { return "cuda"; }
+
+  void copy(const Tensor& src, const Tensor& dst) override {
+    DeviceGuard guard(dst.device().index);
+    if (src.numel() == 0) return;
+    if (src.dtype() == dst.dtype() && src.is_contiguous() && dst.is_contiguous()) {
+      SG_CUDA_CHECK(cudaMemcpyAsync(dst.raw_data(), src.raw_data(), src.numel() * element_size(src.dtype()),
+                                    cudaMemcpyDeviceToDevice, nullptr));
+      return;
+    }
+    cuda::copy(elem(dst.dtype()), dst.raw_data(), elem(src.dtype()), src.raw_data(),
+               strided<2>(dst.shape(), {&dst, &src}), dst.numel());
+  }
+
+  void fill(const Tensor& dst, double value) override {
+    DeviceGuard guard(dst.device().index);
+    cuda::fill(elem(dst.dtype()), dst.raw_data(), value, strided<1>(dst.shape(), {&dst}), dst.numel());
+  }
+
+  void unary(UnaryOp op, const Tensor& x, const Tensor& out, UnaryParams p) override {
+    DeviceGuard guard(out.device().index);
+    if (op == UnaryOp::logical_not) {
+      if (x.dtype() != DType::b8) not_supported("unary logical_not", x.dtype());
+    } else if (x.dtype() == DType::b8 || (x.dtype() == DType::i64 && !math::unary_works_on_integers(op))) {
+      throw DTypeError(fmt::format("unary: op {} is not supported for {}", unary_op_name(op), x.dtype()));
+    }
+    cuda::unary(op, elem(x.dtype()), out.raw_data(), x.raw_data(), p.a, p.b, strided<2>(out.shape(), {&out, &x}),
+                out.numel());
+  }
+
+  void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) override {
+    DeviceGuard guard(out.device().index);
+    bool logical = math::is_logical(op), comparison = math::is_comparison(op);
+    if (logical && a.dtype() != DType::b8) not_supported(binary_op_name(op), a.dtype());
+    if (!logical && !comparison && out.dtype() == DType::b8)
+      throw DTypeError(fmt::format("binary: expected a numeric dtype, got {}", out.dtype()));
+    cuda::binary(op, elem(a.dtype()), out.raw_data(), a.raw_data(), b.raw_data(),
+                 strided<3>(out.shape(), {&out, &a, &b}), out.numel());
+  }
+
+  void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) override {
+    DeviceGuard guard(out.device().index);
+    cuda::where(elem(out.dtype()), out.raw_data(), static_cast<const bool*>(cond.raw_data()), a.raw_data(),
+                b.raw_data(), strided<4>(out.shape(), {&out, &cond, &a, &b}), out.numel());
+  }
+
+  // Reduces x over the dims where out has size 1 and x does not (as ops/cpu).
+  void reduce(ReduceOp op, const Tensor& x, const Tensor& out) override {
+    DeviceGuard guard(out.device().index);
+    if (x.dtype() == DType::b8)
+      throw DTypeError("reduce: bool tensors cannot be reduced; convert with to(DType::i64) first");
+    ReduceGeometry g;
+    g.n_out = out.numel();
+    g.n_reduced = 1;
+    for (int d = 0; d < x.ndim(); ++d) {
+      if (out.shape()[d] == 1 && x.shape()[d] != 1) {
+        g.reduced_shape[g.reduced_ndim] = x.shape()[d];
+        g.reduced_stride[g.reduced_ndim++] = x.strides()[d];
+        g.n_reduced *= x.shape()[d];
+      } else {
+        g.kept_shape[g.kept_ndim] = x.shape()[d];
+        g.kept_stride[g.kept_ndim] = x.strides()[d];
+        g.out_stride[g.kept_ndim++] = out.strides()[d];
+      }
+    }
+    cuda::reduce(op, elem(x.dtype()), x.raw_data(), out.raw_data(), g);
+  }
+
+  void gemm(const Tensor& a, const Tensor& b, const Tensor& c, double alpha, double beta,
+            GemmPrecision precision) override;
+
+  void index_select(const Tensor& x_in, int dim, const Tensor& index, const Tensor& out) override {
+    DeviceGuard guard(out.device().index);
+    Tensor x = dense(x_in);
+    auto [outer, inner] = outer_inner(x, dim);
+    cuda::index_select(element_size(x.dtype()), x.raw_data(), static_cast<const int64_t*>(dense(index).raw_data()),
+                       out.raw_data(), outer, x.shape()[dim], index.numel(), inner);
+  }
+
+  void index_add(const Tensor& out, int dim, const Tensor& index, const Tensor& src_in) override {
+    DeviceGuard guard(out.device().index);
+    if (out.dtype() == DType::b8) not_supported("index_add", out.dtype());
+    Tensor src = dense(src_in), idx = dense(index);
+    auto [outer, inner] = outer_inner(out, dim);
+    cuda::index_add(elem(out.dtype()), out.raw_data(), static_cast<const int64_t*>(idx.raw_data()), src.raw_data(),
+                    outer, out.shape()[dim], index.numel(), inner);
+  }
+
+  void gather(const Tensor& x_in, int dim, const Tensor& index_in, const Tensor& out) override {
+    DeviceGuard guard(out.device().index);
+    Tensor x = dense(x_in), index = dense(index_in);
+    cuda::gather(element_size(x.dtype()), x.raw_data(), static_cast<const int64_t*>(index.raw_data()), out.raw_data(),
+                 index_geometry(index, x, dim), index.numel());
+  }
+
+  void scatter_add(const Tensor& out, int dim, const Tensor& index_in, const Tensor& src_in) override {
+    DeviceGuard guard(out.device().index);
+    if (out.dtype() == DType::b8) not_supported("scatter_add", out.dtype());
+    Tensor index = dense(index_in), src = dense(src_in);
+    cuda::scatter_add(elem(out.dtype()), out.raw_data(), static_cast<const int64_t*>(index.raw_data()),
+                      src.raw_data(), index_geometry(index, out, dim), index.numel());
+  }
+
+  void softmax_rows(const Tensor& x, const Tensor& out, bool log) override {
+    DeviceGuard guard(out.device().index);
+    check_floating("softmax", x);
+    auto [rows, cols] = rows_cols(x);
+    cuda::softmax_rows(elem(x.dtype()), x.raw_data(), out.raw_data(), rows, cols, log);
+  }
+
+  void softmax_rows_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, bool log) override {
+    DeviceGuard guard(dx.device().index);
+    check_floating("softmax_backward", y);
+    auto [rows, cols] = rows_cols(y);
+    cuda::softmax_rows_backward(elem(y.dtype()), y.raw_data(), dy.raw_data(), dx.raw_data(), rows, cols, log);
+  }
+
+  void topk(const Tensor& x_in, int64_t k, bool largest, const Tensor& values, const Tensor& indices) override {
+    DeviceGuard guard(values.device().index);
+    if (x_in.dtype() == DType::b8) not_supported("topk", x_in.dtype());
+    Tensor x = dense(x_in);
+    auto [rows, cols] = rows_cols(x);
+    cuda::topk(elem(x.dtype()), x.raw_data(), rows, cols, k, largest, values.raw_data(),
+               static_cast<int64_t*>(indices.raw_data()));
+  }
+
+  void random_uniform(const Tensor& out, double a, double b, uint64_t seed, uint64_t offset) override {
+    DeviceGuard guard(out.device().index);
+    check_floating("uniform_", out);
+    with_dense_output(out, [&](const Tensor& o) {
+      cuda::random_uniform(elem(o.dtype()), o.raw_data(), o.numel(), a, b, seed, offset);
+    });
+  }
+
+  void random_normal(const Tensor& out, double mean, double stddev, uint64_t seed, uint64_t offset) override {
+    DeviceGuard guard(out.device().index);
+    check_floating("normal_", out);
+    with_dense_output(out, [&](const Tensor& o) {
+      cuda::random_normal(elem(o.dtype()), o.raw_data(), o.numel(), mean, stddev, seed, offset);
+    });
+  }
+
+ private:
+  static void check_floating(const char* op, const Tensor& t) {
+    SG_CHECK_DTYPE(is_floating(t.dtype()), "{}: expected a floating dtype (float32 or float64), got {}", op,
+                   t.dtype());
+  }
+
+  static std::pair<int64_t, int64_t> rows_cols(const Tensor& t) {
+    int64_t cols = t.ndim() ? t.shape().back() : 1;
+    return {t.numel() / std::max<int64_t>(cols, 1), cols};
+  }
+
+  // (outer, inner) around `dim` of a dense tensor.
+  static std::pair<int64_t, int64_t> outer_inner(const Tensor& t, int dim) {
+    int64_t outer = 1, inner = 1;
+    for (int d = 0; d < dim; ++d) outer *= t.shape()[d];
+    for (int d = dim + 1; d < t.ndim(); ++d) inner *= t.shape()[d];
+    return {outer, inner};
+  }
+
+  static IndexGeometry index_geometry(const Tensor& index, const Tensor& data, int dim) {
+    IndexGeometry g;
+    g.ndim = index.ndim();
+    g.dim = dim;
+    for (int d = 0; d < index.ndim(); ++d) {
+      g.index_shape[d] = index.shape()[d];
+      g.data_stride[d] = data.strides()[d];
+    }
+    return g;
+  }
+
+  // Random values go to element i in row-major order: a strided output is filled through a dense one.
+  template <class F>
+  void with_dense_output(const Tensor& out, F&& fill_dense) {
+    if (out.is_contiguous()) return fill_dense(out);
+    Tensor tmp = Tensor::empty(out.shape(), {.dtype = out.dtype(), .device = out.device()});
+    fill_dense(tmp);
+    copy(tmp, out);
+  }
+};
+
+// C = alpha · A · B + beta · C for a batch of row-major matrices. cuBLAS is column-major, where
+// C's buffer reads as Cᵀ; so it computes Cᵀ = Bᵀ · Aᵀ, i.e. gemm(B, A) with m and n swapped, each
+// operand passed as stored (MatrixArg). Broadcast batch operands have batch stride 0.
+void CudaBackend::gemm(const Tensor& a_in, const Tensor& b_in, const Tensor& c, double alpha, double beta,
+                       GemmPrecision precision) {
+  DeviceGuard guard(c.device().index);
+  int64_t batch = c.shape()[0], m = c.shape()[1], n = c.shape()[2], k = a_in.shape()[2];
+  if (batch == 0 || m == 0 || n == 0) return;
+  if (k == 0) {  // the product of empty matrices is zero: C = beta · C
+    if (beta == 0) fill(c, 0.0);
+    else unary(UnaryOp::affine, c, c, {beta, 0.0});
+    return;
+  }
+  SG_ASSERT(c.strides()[2] == 1);
+  int ldc = as_int(std::max<int64_t>(m == 1 ? n : c.strides()[1], 1), "ldc");
+  int64_t c_stride = c.strides()[0];
+  cublasHandle_t handle = cublas_handle(c.device().index);
+  int bm = as_int(m, "rows"), bn = as_int(n, "columns"), bk = as_int(k, "inner size"),
+      bbatch = as_int(batch, "batch");
+
+  if (precision != GemmPrecision::full && c.dtype() == DType::f32) {
+    // Mixed precision: each operand rounded to 16 bits (core/half.h's rounding, as the CPU does)
+    // into a dense row-major buffer, then a float32-accumulating GEMM writing float32.
+    int64_t a_copies = operand_copies(a_in, batch), b_copies = operand_copies(b_in, batch);
+    Scratch a16(a_copies * m * k * sizeof(uint16_t), c.device()), b16(b_copies * k * n * sizeof(uint16_t), c.device());
+    round_operand(precision, a_in, a_copies, a16);
+    round_operand(precision, b_in, b_copies, b16);
+    int64_t a_stride = a_copies == 1 ? 0 : m * k, b_stride = b_copies == 1 ? 0 : k * n;
+    cudaDataType type16 = precision == GemmPrecision::bf16 ? CUDA_R_16BF : CUDA_R_16F;
+    float alpha_f = static_cast<float>(alpha), beta_f = static_cast<float>(beta);
+    SG_CUBLAS_CHECK(cublasGemmStridedBatchedEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, bn, bm, bk, &alpha_f, b16.get(),
+                                               type16, bn, b_stride, a16.get(), type16, bk, a_stride, &beta_f,
+                                               c.raw_data(), CUDA_R_32F, ldc, c_stride, bbatch, CUBLAS_COMPUTE_32F,
+                                               CUBLAS_GEMM_DEFAULT));
+    return;
+  }
+
+  auto prepare = [](const Tensor& t) {
+    return as_blas(t.shape()[1], t.shape()[2], t.strides()[1], t.strides()[2]).usable ? t : dense(t);
+  };
+  Tensor a = prepare(a_in), b = prepare(b_in);
+  MatrixArg ma = as_blas(m, k, a.strides()[1], a.strides()[2]);
+  MatrixArg mb = as_blas(k, n, b.strides()[1], b.strides()[2]);
+  int64_t a_stride = a.shape()[0] == 1 ? 0 : a.strides()[0];
+  int64_t b_stride = b.shape()[0] == 1 ? 0 : b.strides()[0];
+  int lda = as_int(ma.ld, "lda"), ldb = as_int(mb.ld, "ldb");
+  if (c.dtype() == DType::f32) {
+    float alpha_f = static_cast<float>(alpha), beta_f = static_cast<float>(beta);
+    SG_CUBLAS_CHECK(cublasSgemmStridedBatched(handle, mb.op, ma.op, bn, bm, bk, &alpha_f,
+                                              static_cast<const float*>(b.raw_data()), ldb, b_stride,
+                                              static_cast<const float*>(a.raw_data()), lda, a_stride, &beta_f,
+                                              static_cast<float*>(c.raw_data()), ldc, c_stride, bbatch));
+  } else if (c.dtype() == DType::f64) {
+    SG_CUBLAS_CHECK(cublasDgemmStridedBatched(handle, mb.op, ma.op, bn, bm, bk, &alpha,
+                                              static_cast<const double*>(b.raw_data()), ldb, b_stride,
+                                              static_cast<const double*>(a.raw_data()), lda, a_stride, &beta,
+                                              static_cast<double*>(c.raw_data()), ldc, c_stride, bbatch));
+  } else {
+    not_supported("matmul", c.dtype());
+  }
+}
+
+}  // namespace
+
+Backend& backend() {
+  static CudaBackend instance;
+  return instance;
+}
+
+}  // namespace seqgrad::cuda

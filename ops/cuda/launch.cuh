@@ -1,0 +1,60 @@
+// Helpers shared by the .cu files: launch geometry, strided offsets, and dispatch on ElemType.
+#pragma once
+#include <cstdint>
+
+#include "ops/cuda/check.h"
+#include "ops/cuda/kernels.h"
+
+namespace seqgrad::cuda {
+
+constexpr int kThreads = 256;
+
+// Blocks for a grid-stride loop over n elements (capped: each thread then handles several).
+inline unsigned blocks_for(int64_t n) {
+  int64_t blocks = (n + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > 65536 ? 65536 : blocks));
+}
+
+#define SG_GRID_STRIDE_LOOP(i, n)                                                              \
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n);       \
+       i += static_cast<int64_t>(blockDim.x) * gridDim.x)
+
+// Element offsets of the N operands for iteration index i.
+template <int N>
+__device__ inline void offsets_of(const Strided<N>& g, int64_t i, int64_t (&off)[N]) {
+#pragma unroll
+  for (int k = 0; k < N; ++k) off[k] = 0;
+  for (int d = g.ndim - 1; d >= 0; --d) {
+    int64_t size = g.shape[d];
+    int64_t index = i % size;
+    i /= size;
+#pragma unroll
+    for (int k = 0; k < N; ++k) off[k] += index * g.stride[k][d];
+  }
+}
+
+// Calls f.template operator()<T>() with T the C++ type of `type`.
+template <class F>
+void dispatch_type(ElemType type, F&& f) {
+  switch (type) {
+    case ElemType::f32: return f.template operator()<float>();
+    case ElemType::f64: return f.template operator()<double>();
+    case ElemType::i64: return f.template operator()<int64_t>();
+    case ElemType::b8: return f.template operator()<bool>();
+  }
+}
+template <class F>
+void dispatch_numeric(ElemType type, F&& f) {  // callers have refused bool
+  switch (type) {
+    case ElemType::f32: return f.template operator()<float>();
+    case ElemType::f64: return f.template operator()<double>();
+    default: return f.template operator()<int64_t>();
+  }
+}
+template <class F>
+void dispatch_floating(ElemType type, F&& f) {  // callers have refused the others
+  if (type == ElemType::f64) return f.template operator()<double>();
+  return f.template operator()<float>();
+}
+
+}  // namespace seqgrad::cuda

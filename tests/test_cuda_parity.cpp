@@ -1,0 +1,485 @@
+// The CUDA backend against the CPU backend (the oracle): every primitive of core/backend.h on
+// strided, broadcast and edge-case inputs, every op-table row forward and backward (float64), mixed
+// precision, random streams (uniform and dropout masks bit for bit), device movement, errors, and a
+// small GRU + attention model trained a few steps on both devices.
+// Without a CUDA device (or in a build without the CUDA backend) it prints why and exits with 77,
+// which meson reports as SKIP.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "core/autocast.h"
+#include "core/autograd.h"
+#include "core/backend.h"
+#include "core/backend_math.h"
+#include "core/device_memory.h"
+#include "core/rng.h"
+#include "nn/attention_additive.h"
+#include "nn/embedding.h"
+#include "nn/linear.h"
+#include "nn/loss.h"
+#include "nn/rnn.h"
+#include "ops/ops.h"
+#include "optim/optim.h"
+#include "tests/op_cases.h"
+
+using namespace seqgrad;
+namespace oc = seqgrad::op_cases;
+
+namespace {
+
+const Device kCuda = Device::cuda(0);
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+struct Tolerance {
+  double rtol, atol;
+};
+constexpr Tolerance kExact{0, 0};
+constexpr Tolerance kF64{1e-10, 1e-12};  // CUDA's exp/log/tanh differ from glibc's by an ulp or two;
+constexpr Tolerance kF32{1e-4, 1e-5};    // sums are accumulated in another order
+
+// A copy of t on `device` with the same shape, strides and offset (the whole storage is copied), so
+// non-contiguous inputs stay non-contiguous; a leaf that requires grad if t does.
+Tensor same_layout_on(const Tensor& t, Device device) {
+  const Storage& from = *t.impl()->storage;
+  auto storage = std::make_shared<Storage>(from.nbytes, device);
+  if (from.nbytes > 0) device_memory_for(device, "test").copy(storage->data, device, from.data, from.device, from.nbytes);
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = storage;
+  impl->shape = t.shape();
+  impl->strides = t.strides();
+  impl->offset = t.offset();
+  impl->dtype = t.dtype();
+  Tensor out(std::move(impl));
+  if (t.requires_grad()) out.requires_grad_();
+  return out;
+}
+
+Tensor tensor_on(const Tensor& t, Device device) { return same_layout_on(t.detach(), device); }
+
+// `got` (a device tensor) equals `want` (the CPU's) in shape and dtype, and in value within tol
+// (NaN matches NaN, infinities match exactly).
+void check_same(const Tensor& got, const Tensor& want, Tolerance tol, const std::string& what = "") {
+  INFO(what);
+  REQUIRE(got.defined());
+  CHECK(got.device() == kCuda);
+  REQUIRE(got.shape() == want.shape());
+  REQUIRE(got.dtype() == want.dtype());
+  std::vector<double> g = got.cpu().to_vector<double>(), w = want.to_vector<double>();
+  size_t bad = g.size();
+  for (size_t i = 0; i < g.size() && bad == g.size(); ++i) {
+    bool same = (std::isnan(g[i]) && std::isnan(w[i])) || g[i] == w[i] ||
+                (std::isfinite(w[i]) && std::abs(g[i] - w[i]) <= tol.atol + tol.rtol * std::abs(w[i]));
+    if (!same) bad = i;
+  }
+  INFO("shape " << fmt::format("{}", got.shape()) << ", element " << bad << ": cuda "
+                << (bad < g.size() ? g[bad] : 0) << " vs cpu " << (bad < g.size() ? w[bad] : 0));
+  CHECK(bad == g.size());
+}
+
+Tolerance tolerance_for(DType t) { return t == DType::f32 ? kF32 : t == DType::f64 ? kF64 : kExact; }
+
+// Values for every dtype: normal floats, small integers, alternating bools.
+Tensor sample(const Shape& shape, DType dtype, uint64_t seed) {
+  std::vector<double> v(shape.numel());
+  for (size_t i = 0; i < v.size(); ++i) {
+    double x = normal_at(seed, 0, i);
+    v[i] = dtype == DType::i64 ? std::round(3 * x) : dtype == DType::b8 ? (x > 0) : x;
+  }
+  return from_vector(v, shape, {.dtype = dtype});
+}
+
+// Runs a backend primitive on CPU tensors and on device copies (same layouts), then compares the
+// outputs (the tensors at `outputs` in the argument list).
+template <class F>
+void check_primitive(const std::string& what, const std::vector<Tensor>& cpu_args, const std::vector<int>& outputs,
+                     F&& call) {
+  std::vector<Tensor> dev_args;
+  for (const Tensor& t : cpu_args) dev_args.push_back(tensor_on(t, kCuda));
+  call(backend_for(Device::cpu()), cpu_args);
+  call(backend_for(kCuda), dev_args);
+  for (int i : outputs) check_same(dev_args[i], cpu_args[i], tolerance_for(cpu_args[i].dtype()), what);
+}
+
+}  // namespace
+
+// ---- primitives
+
+TEST_CASE("cuda copy: every dtype pair, strided source and destination") {
+  for (DType from : {DType::f32, DType::f64, DType::i64, DType::b8})
+    for (DType to : {DType::f32, DType::f64, DType::i64, DType::b8}) {
+      Tensor src = sample({6, 5}, from, 1).t();                                    // (5, 6), transposed
+      Tensor dst = zeros({5, 12}, {.dtype = to}).slice(1, 0, 12, 2);              // (5, 6), every other column
+      check_primitive(fmt::format("{} -> {}", dtype_name(from), dtype_name(to)), {src, dst}, {1},
+                      [](Backend& b, const std::vector<Tensor>& t) { b.copy(t[0], t[1]); });
+    }
+  Tensor big = sample({1 << 20}, DType::f32, 2);
+  check_same(big.to(kCuda), big, kExact, "1M floats host -> device");
+  check_same(big.to(kCuda).to(DType::f64), big.to(DType::f64), kExact, "device cast");
+}
+
+TEST_CASE("cuda fill: every dtype, into a strided view") {
+  for (DType t : {DType::f32, DType::f64, DType::i64, DType::b8}) {
+    Tensor dst = zeros({4, 6}, {.dtype = t}).slice(1, 1, 6, 2);
+    check_primitive(dtype_name(t), {dst}, {0}, [](Backend& b, const std::vector<Tensor>& a) { b.fill(a[0], 3.0); });
+  }
+  check_same(full({3, 3}, -2.5, {.device = kCuda}), full({3, 3}, -2.5), kExact, "full");
+  check_same(zeros({0}, {.device = kCuda}), zeros({0}), kExact, "empty");
+}
+
+TEST_CASE("cuda unary: every op and dtype, broadcast and transposed inputs") {
+  const UnaryOp ops[] = {UnaryOp::neg, UnaryOp::exp, UnaryOp::log, UnaryOp::sqrt, UnaryOp::tanh, UnaryOp::sigmoid,
+                         UnaryOp::relu, UnaryOp::abs, UnaryOp::sign, UnaryOp::reciprocal, UnaryOp::clamp,
+                         UnaryOp::pow_scalar, UnaryOp::affine};
+  for (UnaryOp op : ops)
+    for (DType t : {DType::f32, DType::f64, DType::i64}) {
+      if (t == DType::i64 && !math::unary_works_on_integers(op)) continue;
+      bool positive = op == UnaryOp::log || op == UnaryOp::sqrt || op == UnaryOp::pow_scalar;
+      Tensor x = sample({4, 5}, t, 3);
+      if (positive) x = add(abs(x), 0.5).to(t);
+      for (double exponent : {2.0, 0.5}) {
+        if (op != UnaryOp::pow_scalar && exponent != 2.0) continue;
+        UnaryParams p = op == UnaryOp::clamp ? UnaryParams{-0.5, 0.7} : op == UnaryOp::pow_scalar ? UnaryParams{exponent, 0}
+                        : op == UnaryOp::affine ? UnaryParams{1.5, -0.25} : UnaryParams{};
+        std::string name = fmt::format("{} {} ^{}", unary_op_name(op), dtype_name(t), exponent);
+        check_primitive(name + " transposed", {x.t(), zeros({5, 4}, {.dtype = t})}, {1},
+                        [&](Backend& b, const std::vector<Tensor>& a) { b.unary(op, a[0], a[1], p); });
+        check_primitive(name + " broadcast", {x.narrow(0, 0, 1).expand({3, 5}), zeros({3, 5}, {.dtype = t})}, {1},
+                        [&](Backend& b, const std::vector<Tensor>& a) { b.unary(op, a[0], a[1], p); });
+      }
+    }
+  Tensor mask = sample({7}, DType::b8, 4);
+  check_primitive("logical_not", {mask, zeros({7}, {.dtype = DType::b8})}, {1},
+                  [](Backend& b, const std::vector<Tensor>& a) { b.unary(UnaryOp::logical_not, a[0], a[1], {}); });
+  Tensor special = tensor({kNaN, kInf, -kInf, 0.0, -0.0, 1e-300}, {.dtype = DType::f64});
+  check_primitive("relu / abs / sign of NaN and inf", {special, zeros({6}, {.dtype = DType::f64})}, {1},
+                  [](Backend& b, const std::vector<Tensor>& a) { b.unary(UnaryOp::relu, a[0], a[1], {}); });
+}
+
+TEST_CASE("cuda binary: every op with broadcasting; comparisons on every dtype; logical on bool") {
+  const BinaryOp arithmetic[] = {BinaryOp::add, BinaryOp::sub, BinaryOp::mul, BinaryOp::div, BinaryOp::pow,
+                                 BinaryOp::maximum, BinaryOp::minimum, BinaryOp::tanh_backward,
+                                 BinaryOp::sigmoid_backward, BinaryOp::relu_backward};
+  for (BinaryOp op : arithmetic)
+    for (DType t : {DType::f32, DType::f64, DType::i64}) {
+      if (t == DType::i64 && (op == BinaryOp::div || op == BinaryOp::pow)) continue;
+      Tensor a = sample({3, 1, 4}, t, 5), b = sample({5, 4}, t, 6);
+      if (op == BinaryOp::pow) a = add(abs(a), 0.5).to(t);
+      check_primitive(fmt::format("{} {}", binary_op_name(op), dtype_name(t)),
+                      {a.expand({3, 5, 4}), b.expand({3, 5, 4}), zeros({3, 5, 4}, {.dtype = t})}, {2},
+                      [&](Backend& be, const std::vector<Tensor>& x) { be.binary(op, x[0], x[1], x[2]); });
+    }
+  for (BinaryOp op : {BinaryOp::eq, BinaryOp::ne, BinaryOp::lt, BinaryOp::le, BinaryOp::gt, BinaryOp::ge})
+    for (DType t : {DType::f32, DType::f64, DType::i64, DType::b8}) {
+      Tensor a = sample({4, 6}, t, 7), b = sample({6}, t, 8);
+      check_primitive(fmt::format("{} {}", binary_op_name(op), dtype_name(t)),
+                      {a, b.expand({4, 6}), zeros({4, 6}, {.dtype = DType::b8})}, {2},
+                      [&](Backend& be, const std::vector<Tensor>& x) { be.binary(op, x[0], x[1], x[2]); });
+    }
+  for (BinaryOp op : {BinaryOp::logical_and, BinaryOp::logical_or}) {
+    Tensor a = sample({5, 3}, DType::b8, 9), b = sample({5, 3}, DType::b8, 10);
+    check_primitive(binary_op_name(op), {a, b.t().contiguous().t(), zeros({5, 3}, {.dtype = DType::b8})}, {2},
+                    [&](Backend& be, const std::vector<Tensor>& x) { be.binary(op, x[0], x[1], x[2]); });
+  }
+}
+
+TEST_CASE("cuda where: broadcast condition and operands") {
+  for (DType t : {DType::f32, DType::f64, DType::i64, DType::b8}) {
+    Tensor cond = sample({4, 1}, DType::b8, 11), a = sample({4, 5}, t, 12), b = sample({5}, t, 13);
+    check_primitive(dtype_name(t), {cond.expand({4, 5}), a, b.expand({4, 5}), zeros({4, 5}, {.dtype = t})}, {3},
+                    [](Backend& be, const std::vector<Tensor>& x) { be.where(x[0], x[1], x[2], x[3]); });
+  }
+}
+
+TEST_CASE("cuda reduce: every op over dim sets, short and long reductions, NaN and ties") {
+  const ReduceOp ops[] = {ReduceOp::sum, ReduceOp::max, ReduceOp::min, ReduceOp::argmax, ReduceOp::argmin};
+  struct Case {
+    Shape shape;
+    Shape reduced;  // dims to reduce
+  };
+  const Case cases[] = {{{4, 5, 6}, {0}}, {{4, 5, 6}, {1}}, {{4, 5, 6}, {2}}, {{4, 5, 6}, {0, 2}},
+                        {{4, 5, 6}, {0, 1, 2}}, {{3, 1000}, {1}}, {{1000, 3}, {0}}, {{2, 300, 2}, {1}}};
+  for (ReduceOp op : ops)
+    for (DType t : {DType::f32, DType::f64, DType::i64})
+      for (const Case& c : cases) {
+        bool arg = op == ReduceOp::argmax || op == ReduceOp::argmin;
+        if (arg && c.reduced.size() != 1) continue;  // arg reductions run over one dim
+        Tensor x = sample(c.shape, t, 14);
+        Shape out_shape = c.shape;
+        for (int64_t d : c.reduced) out_shape[static_cast<int>(d)] = 1;
+        Tensor out = zeros(out_shape, {.dtype = arg ? DType::i64 : t});
+        check_primitive(fmt::format("op {} {} {} over {}", static_cast<int>(op), dtype_name(t), c.shape, c.reduced),
+                        {x, out}, {1}, [&](Backend& b, const std::vector<Tensor>& a) { b.reduce(op, a[0], a[1]); });
+        // the same reduction of a transposed input
+        Tensor out_t = zeros(out.transpose(0, -1).shape(), {.dtype = out.dtype()});
+        check_primitive("transposed", {x.transpose(0, -1), out_t}, {1},
+                        [&](Backend& b, const std::vector<Tensor>& a) { b.reduce(op, a[0], a[1]); });
+      }
+  // NaN propagates through max/min and wins argmax/argmin (the first NaN); ties give the first index
+  Tensor x = tensor({1, 3, 3, kNaN, 2, kNaN, 0, 3, 3, 1, 0, 0}, {2, 6}, {.dtype = DType::f64});
+  Tensor long_x = cat({sample({2, 400}, DType::f64, 15), x}, 1);  // the block kernel too
+  for (const Tensor& in : {x, long_x})
+    for (ReduceOp op : ops) {
+      Tensor out = zeros({2, 1}, {.dtype = op == ReduceOp::argmax || op == ReduceOp::argmin ? DType::i64 : DType::f64});
+      check_primitive(fmt::format("NaN/ties op {} width {}", static_cast<int>(op), in.size(1)), {in, out}, {1},
+                      [&](Backend& b, const std::vector<Tensor>& a) { b.reduce(op, a[0], a[1]); });
+    }
+}
+
+TEST_CASE("cuda gemm: float32/float64, transposed and broadcast operands, alpha/beta, edge shapes") {
+  struct Case {
+    int64_t batch, m, k, n;
+  };
+  for (DType t : {DType::f32, DType::f64})
+    for (Case c : {Case{1, 3, 4, 5}, Case{4, 7, 16, 9}, Case{2, 1, 8, 6}, Case{3, 5, 8, 1}, Case{2, 64, 130, 33}}) {
+      Tensor a = sample({c.batch, c.m, c.k}, t, 16), b = sample({c.batch, c.k, c.n}, t, 17);
+      Tensor at = a.transpose(1, 2).contiguous().transpose(1, 2), bt = b.transpose(1, 2).contiguous().transpose(1, 2);
+      Tensor a_bcast = a.narrow(0, 0, 1).expand({c.batch, c.m, c.k});
+      Tensor c0 = sample({c.batch, c.m, c.n}, t, 18);
+      Tensor a_wide = sample({c.batch, c.m, c.k + 3}, t, 37).slice(2, 1, c.k + 1);  // row stride k + 3
+      std::string name = fmt::format("{} ({}, {}, {}, {})", dtype_name(t), c.batch, c.m, c.k, c.n);
+      for (auto [x, y, label] : {std::tuple{a, b, "plain"}, std::tuple{at, b, "a transposed"},
+                                 std::tuple{a, bt, "b transposed"}, std::tuple{at, bt, "both transposed"},
+                                 std::tuple{a_bcast, b, "a broadcast"}, std::tuple{a_wide, b, "row stride > k"}})
+        check_primitive(name + " " + label, {x, y, c0.clone()}, {2}, [](Backend& be, const std::vector<Tensor>& v) {
+          be.gemm(v[0], v[1], v[2], 1.5, 0.5, GemmPrecision::full);
+        });
+      // an operand that is neither row- nor column-major (copied dense first)
+      Tensor odd = sample({c.batch, c.m, 2 * c.k}, t, 19).slice(2, 0, 2 * c.k, 2);
+      check_primitive(name + " strided", {odd, b, zeros({c.batch, c.m, c.n}, {.dtype = t})}, {2},
+                      [](Backend& be, const std::vector<Tensor>& v) { be.gemm(v[0], v[1], v[2], 1.0, 0.0, GemmPrecision::full); });
+    }
+  // k = 0: C = beta · C, and beta = 0 ignores whatever C held
+  Tensor a = zeros({1, 3, 0}), b = zeros({1, 0, 2});
+  Tensor garbage = full({1, 3, 2}, kNaN);
+  check_primitive("k = 0, beta = 0", {a, b, garbage}, {2},
+                  [](Backend& be, const std::vector<Tensor>& v) { be.gemm(v[0], v[1], v[2], 1.0, 0.0, GemmPrecision::full); });
+  check_primitive("k = 0, beta = 2", {a, b, ones({1, 3, 2})}, {2},
+                  [](Backend& be, const std::vector<Tensor>& v) { be.gemm(v[0], v[1], v[2], 1.0, 2.0, GemmPrecision::full); });
+  // through matmul, with broadcasting batch dims
+  Tensor x = sample({2, 1, 5, 6}, DType::f64, 20), y = sample({3, 6, 4}, DType::f64, 21);
+  check_same(matmul(x.to(kCuda), y.to(kCuda)), matmul(x, y), kF64, "matmul broadcast");
+}
+
+TEST_CASE("cuda gemm under autocast: 16-bit operands rounded as on the CPU, float32 accumulation") {
+  for (GemmPrecision precision : {GemmPrecision::bf16, GemmPrecision::f16}) {
+    Tensor a = sample({3, 20, 96}, DType::f32, 22), b = sample({96, 40}, DType::f32, 23);
+    Tensor a_dev = a.to(kCuda), b_dev = b.to(kCuda);
+    Autocast amp(precision);
+    // same rounded operands: only the float32 accumulation order differs
+    check_same(matmul(a_dev, b_dev), matmul(a, b), {1e-5, 1e-5}, gemm_precision_name(precision));
+    check_same(matmul(a_dev, b_dev.t().contiguous().t()), matmul(a, b), {1e-5, 1e-5}, "transposed b");
+    check_same(matmul(b_dev.t(), a_dev.select(0, 1).t()), matmul(b.t(), a.select(0, 1).t()), {1e-5, 1e-5},
+               "both transposed");
+  }
+}
+
+TEST_CASE("cuda indexing: index_select, index_add with repeated indices, gather, scatter_add") {
+  Tensor idx = tensor({2, 0, 2, 1, 2}, {.dtype = DType::i64});
+  for (DType t : {DType::f32, DType::f64, DType::i64, DType::b8}) {
+    Tensor x = sample({3, 4, 2}, t, 24);
+    for (int dim : {0, 1}) {
+      Shape out_shape = x.shape();
+      out_shape[dim] = idx.numel();
+      Tensor index = dim == 0 ? idx : tensor({3, 0, 3, 1, 0}, {.dtype = DType::i64});
+      check_primitive(fmt::format("index_select {} dim {}", dtype_name(t), dim),
+                      {x.transpose(0, 2).contiguous().transpose(0, 2), index, zeros(out_shape, {.dtype = t})}, {2},
+                      [&](Backend& b, const std::vector<Tensor>& a) { b.index_select(a[0], dim, a[1], a[2]); });
+      if (t == DType::b8) continue;
+      check_primitive(fmt::format("index_add {} dim {}", dtype_name(t), dim), {x.clone(), index, sample(out_shape, t, 25)},
+                      {0}, [&](Backend& b, const std::vector<Tensor>& a) { b.index_add(a[0], dim, a[1], a[2]); });
+    }
+    Tensor gidx = tensor({0, 2, 2, 1, 0, 0}, {2, 3, 1}, {.dtype = DType::i64});
+    check_primitive(fmt::format("gather {}", dtype_name(t)), {x, gidx.expand({2, 3, 1}).contiguous(), zeros({2, 3, 1}, {.dtype = t})},
+                    {2}, [](Backend& b, const std::vector<Tensor>& a) { b.gather(a[0], 1, a[1], a[2]); });
+    if (t == DType::b8) continue;
+    check_primitive(fmt::format("scatter_add {}", dtype_name(t)), {x.clone(), gidx, sample({2, 3, 1}, t, 26)}, {0},
+                    [](Backend& b, const std::vector<Tensor>& a) { b.scatter_add(a[0], 1, a[1], a[2]); });
+  }
+  // many updates of the same rows (atomics)
+  Tensor rows = from_vector(std::vector<double>(1000, 1.0), {1000}, {.dtype = DType::i64});
+  Tensor table = zeros({3, 64}, {.dtype = DType::f64});
+  check_primitive("index_add of 1000 equal ids", {table, rows, sample({1000, 64}, DType::f64, 27)}, {0},
+                  [](Backend& b, const std::vector<Tensor>& a) { b.index_add(a[0], 0, a[1], a[2]); });
+}
+
+TEST_CASE("cuda softmax rows: short and long rows, -inf entries and fully masked rows, backward") {
+  for (DType t : {DType::f32, DType::f64})
+    for (int64_t cols : {1, 7, 128, 1000, 4099})
+      for (bool log : {false, true}) {
+        Tensor x = sample({5, cols}, t, 28);
+        if (cols > 1) x.select(1, 0).fill_(-kInf);  // a masked key in every row
+        x.select(0, 4).fill_(-kInf);                // a fully masked row
+        std::string name = fmt::format("{} cols {} log {}", dtype_name(t), cols, log);
+        check_primitive(name, {x, zeros({5, cols}, {.dtype = t})}, {1},
+                        [&](Backend& b, const std::vector<Tensor>& a) { b.softmax_rows(a[0], a[1], log); });
+        Tensor y = log ? log_softmax(sample({5, cols}, t, 29), 1) : softmax(sample({5, cols}, t, 29), 1);
+        check_primitive(name + " backward", {y, sample({5, cols}, t, 30), zeros({5, cols}, {.dtype = t})}, {2},
+                        [&](Backend& b, const std::vector<Tensor>& a) { b.softmax_rows_backward(a[0], a[1], a[2], log); });
+      }
+}
+
+TEST_CASE("cuda topk: largest and smallest, ties broken by the smaller index") {
+  for (DType t : {DType::f32, DType::f64, DType::i64})
+    for (int64_t k : {1, 5, 300})
+      for (bool largest : {true, false}) {
+        Tensor x = sample({4, 300}, DType::i64, 31).to(t);  // small integers: many ties
+        check_primitive(fmt::format("{} k {} largest {}", dtype_name(t), k, largest),
+                        {x, zeros({4, k}, {.dtype = t}), zeros({4, k}, {.dtype = DType::i64})}, {1, 2},
+                        [&](Backend& b, const std::vector<Tensor>& a) { b.topk(a[0], k, largest, a[1], a[2]); });
+      }
+}
+
+TEST_CASE("cuda random: the same seed gives the same uniform values (bit for bit) and dropout masks") {
+  for (DType t : {DType::f32, DType::f64}) {
+    check_primitive(fmt::format("uniform {}", dtype_name(t)), {zeros({1000, 3}, {.dtype = t})}, {0},
+                    [](Backend& b, const std::vector<Tensor>& a) { b.random_uniform(a[0], -2.0, 3.0, 42, 1234); });
+    check_primitive(fmt::format("uniform {} strided", dtype_name(t)), {zeros({30, 20}, {.dtype = t}).t()}, {0},
+                    [](Backend& b, const std::vector<Tensor>& a) { b.random_uniform(a[0], 0.0, 1.0, 7, 0); });
+    // normal goes through log/cos: equal up to CUDA's last bits
+    std::vector<Tensor> cpu{zeros({4097}, {.dtype = t})};
+    Tensor dev = zeros({4097}, {.dtype = t, .device = kCuda});
+    backend_for(Device::cpu()).random_normal(cpu[0], 1.0, 2.0, 42, 99);
+    backend_for(kCuda).random_normal(dev, 1.0, 2.0, 42, 99);
+    check_same(dev, cpu[0], t == DType::f32 ? Tolerance{1e-6, 1e-6} : Tolerance{1e-13, 1e-13}, "normal");
+  }
+  Tensor x = ones({64, 33}, {.dtype = DType::f32});
+  manual_seed(5);
+  Tensor cpu_mask = dropout(x, 0.3);
+  manual_seed(5);
+  Tensor dev_mask = dropout(x.to(kCuda), 0.3);
+  check_same(dev_mask, cpu_mask, kExact, "dropout mask");
+}
+
+// ---- every op-table row, forward and backward, in float64
+
+TEST_CASE("cuda op table: every row's output and input gradients match the CPU") {
+  for (const oc::OpCase& row : oc::op_cases()) {
+    SUBCASE(row.name().c_str()) {
+      std::vector<Tensor> cpu_in = oc::make_inputs(row), dev_in;
+      for (const Tensor& t : cpu_in) dev_in.push_back(same_layout_on(t, kCuda));
+      manual_seed(1234);
+      Tensor y_cpu = row.fn(cpu_in);
+      manual_seed(1234);
+      Tensor y_dev = row.fn(dev_in);
+      check_same(y_dev, y_cpu, tolerance_for(y_cpu.dtype()), "forward");
+      if (!y_cpu.requires_grad()) continue;
+      Tensor w = sample(y_cpu.shape(), y_cpu.dtype(), 35);
+      sum(mul(y_cpu, w)).backward();
+      sum(mul(y_dev, w.to(kCuda))).backward();
+      for (size_t i = 0; i < cpu_in.size(); ++i) {
+        if (!cpu_in[i].requires_grad() || !cpu_in[i].grad().defined()) continue;
+        REQUIRE(dev_in[i].grad().defined());
+        check_same(dev_in[i].grad(), cpu_in[i].grad(), tolerance_for(cpu_in[i].dtype()), fmt::format("grad {}", i));
+      }
+    }
+  }
+}
+
+// ---- devices, errors, memory
+
+TEST_CASE("cuda devices: to/cpu/item round trips, mixed-device errors, out of memory") {
+  Tensor x = sample({3, 4}, DType::f64, 36);
+  Tensor d = x.to(kCuda);
+  CHECK(d.device() == kCuda);
+  CHECK(d.cpu().to_vector<double>() == x.to_vector<double>());
+  CHECK(d.select(0, 2).select(0, 3).item() == x.select(0, 2).select(0, 3).item());
+  CHECK(to_string(d).find("device=cuda:0") != std::string::npos);
+  CHECK_THROWS_WITH_AS(add(x, d), "add: operands on different devices: (3, 4) on cpu, (3, 4) on cuda:0", DeviceError);
+  CHECK_THROWS_WITH_AS(index_select(d, 0, tensor({0}, {.dtype = DType::i64})),
+                       doctest::Contains("index_select: index (1,) is on cpu"), DeviceError);
+  CHECK_THROWS_WITH_AS(embedding(d, tensor({7}, {.dtype = DType::i64}).to(kCuda)),
+                       doctest::Contains("embedding: id 7 is out of range for a table of 3 rows"), IndexError);
+  int count = cuda_device_count();
+  CHECK_THROWS_WITH_AS(zeros({1}, {.device = Device::cuda(count)}),
+                       doctest::Contains(fmt::format("storage: cuda:{} is not available", count).c_str()), DeviceError);
+  // 2^45 floats (128 TiB): more than any device has
+  CHECK_THROWS_WITH_AS(empty({int64_t{1} << 45}, {.device = kCuda}), doctest::Contains("out of memory allocating"),
+                       DeviceError);
+  Tensor after = ones({1000}, {.device = kCuda});  // the device is still usable
+  CHECK(sum(after).item() == 1000.0);
+  // freed memory is reused: a loop of same-sized temporaries does not grow
+  for (int i = 0; i < 100; ++i) after = add(after, 1.0);
+  CHECK(after.select(0, 0).item() == 101.0);
+}
+
+// ---- a model: what seqgrad train does on a device
+
+TEST_CASE("cuda model: embedding + GRU + additive attention + cross-entropy + Adam, 3 steps on both devices") {
+  struct Model {
+    nn::Embedding embed{{.num_embeddings = 20, .embedding_dim = 8}};
+    nn::GRU gru{{.input_size = 8, .hidden_size = 16, .num_layers = 2, .bidirectional = true, .dropout = 0.1}};
+    nn::AdditiveAttention attention{{.query_size = 32, .key_size = 32, .hidden_size = 12}};
+    nn::Linear out{{.in_features = 32, .out_features = 20}};
+    std::vector<nn::Module*> modules() { return {&embed, &gru, &attention, &out}; }
+    std::vector<Tensor> parameters() {
+      std::vector<Tensor> all;
+      for (nn::Module* m : modules())
+        for (const Tensor& p : m->parameters()) all.push_back(p);
+      return all;
+    }
+    Tensor loss(const Tensor& ids, const Tensor& lengths, const Tensor& targets) {
+      auto [states, h] = gru(embed(ids), {.lengths = lengths});        // (B, T, 2H)
+      Tensor context = attention(states, states, states, lengths);     // (B, T, 2H)
+      return nn::cross_entropy(out(context), targets, {.label_smoothing = 0.1, .ignore_index = 0});
+    }
+  };
+  manual_seed(1);
+  Model cpu_model;
+  manual_seed(1);
+  Model dev_model;  // the same initial values
+  for (nn::Module* m : dev_model.modules()) m->to(kCuda);
+  optim::Adam cpu_opt(cpu_model.parameters(), {.lr = 1e-2}), dev_opt(dev_model.parameters(), {.lr = 1e-2});
+  Tensor ids = tensor({3, 4, 5, 6, 0, 7, 8, 9, 0, 0}, {2, 5}, {.dtype = DType::i64});
+  Tensor lengths = tensor({4, 3}, {.dtype = DType::i64});
+  Tensor targets = tensor({4, 5, 6, 7, 0, 8, 9, 10, 0, 0}, {2, 5}, {.dtype = DType::i64});
+  Tensor ids_d = ids.to(kCuda), lengths_d = lengths.to(kCuda), targets_d = targets.to(kCuda);
+  for (int step = 0; step < 3; ++step) {
+    CAPTURE(step);
+    manual_seed(100 + step);  // the same dropout masks
+    Tensor cpu_loss = cpu_model.loss(ids, lengths, targets);
+    manual_seed(100 + step);
+    Tensor dev_loss = dev_model.loss(ids_d, lengths_d, targets_d);
+    check_same(dev_loss, cpu_loss, kF32, "loss");
+    cpu_opt.zero_grad();
+    dev_opt.zero_grad();
+    cpu_loss.backward();
+    dev_loss.backward();
+    optim::clip_grad_norm_(cpu_model.parameters(), 1.0);
+    optim::clip_grad_norm_(dev_model.parameters(), 1.0);
+    cpu_opt.step();
+    dev_opt.step();
+  }
+  std::vector<Tensor> cpu_params = cpu_model.parameters(), dev_params = dev_model.parameters();
+  for (size_t i = 0; i < cpu_params.size(); ++i) check_same(dev_params[i], cpu_params[i], {1e-3, 1e-4}, "parameter");
+}
+
+TEST_CASE("cuda GradScaler: inf gradients on the device skip the step") {
+  Tensor p = ones({3}, {.device = kCuda}).requires_grad_();
+  optim::SGD opt({p}, {.lr = 0.1});
+  optim::GradScaler scaler({.init_scale = 4.0});
+  p.set_grad(tensor({4.0, kInf, 4.0}).to(kCuda));
+  CHECK_FALSE(scaler.step(opt));
+  scaler.update();
+  CHECK(scaler.get_scale() == 2.0);
+  p.set_grad(tensor({2.0, 2.0, 2.0}).to(kCuda));
+  CHECK(scaler.step(opt));
+  for (float v : p.cpu().to_vector<float>()) CHECK(v == doctest::Approx(0.9).epsilon(1e-6));
+}
+
+int main(int argc, char** argv) {
+  if (!cuda_is_available()) {
+    DeviceMemory* memory = device_memory(Device::Kind::cuda);
+    std::printf("test_cuda_parity: SKIPPED: %s\n",
+                memory ? memory->unavailable_reason() : "this seqgrad build has no CUDA backend");
+    return 77;  // meson: skipped
+  }
+  doctest::Context context(argc, argv);
+  return context.run();
+}

@@ -1,0 +1,167 @@
+// Mixed precision on the CPU: the 16-bit rounding shared with CUDA (core/half.h), and matrix
+// products under Autocast, which must equal float32 products of the rounded operands (exact
+// products, float32 accumulation) in forward and backward.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "core/autocast.h"
+#include "core/autograd.h"
+#include "core/half.h"
+#include "core/rng.h"
+#include "ops/ops.h"
+
+using namespace seqgrad;
+
+namespace {
+
+// Reference: y[i][j] = Σ_k round(a[i][k]) · round(b[k][j]), in double (the float32 GEMM of the
+// rounded operands agrees to float32 rounding of the accumulation).
+std::vector<double> rounded_product(const Tensor& a, const Tensor& b, float (*round)(float)) {
+  int64_t m = a.size(0), k = a.size(1), n = b.size(1);
+  std::vector<float> av = a.to_vector<float>(), bv = b.to_vector<float>();
+  std::vector<double> y(m * n, 0.0);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t p = 0; p < k; ++p)
+        y[i * n + j] += static_cast<double>(round(av[i * k + p])) * static_cast<double>(round(bv[p * n + j]));
+  return y;
+}
+
+void check_close(const std::vector<float>& got, const std::vector<double>& want, double rtol) {
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    CAPTURE(i);
+    CHECK(std::abs(got[i] - want[i]) <= rtol * (1.0 + std::abs(want[i])));
+  }
+}
+
+double max_relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    worst = std::max(worst, std::abs(static_cast<double>(a[i]) - b[i]) / (1.0 + std::abs(static_cast<double>(b[i]))));
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE("half: bfloat16 and float16 patterns round to nearest, ties to even") {
+  using namespace seqgrad::half;
+  CHECK(bf16_from_float(1.0f) == 0x3F80);
+  CHECK(bf16_from_float(-2.0f) == 0xC000);
+  CHECK(round_bf16(1.0f + 0x1p-8f) == 1.0f);                    // tie: to the even pattern (1.0)
+  CHECK(round_bf16(1.0f + 3 * 0x1p-8f) == 1.0f + 0x1p-6f);      // tie: to the even pattern (up)
+  CHECK(round_bf16(1.0f + 0x1p-8f + 0x1p-20f) == 1.0f + 0x1p-7f);  // above the tie: up
+  CHECK(std::isinf(round_bf16(std::numeric_limits<float>::max())));  // overflow rounds to inf
+  CHECK(std::isnan(round_bf16(std::numeric_limits<float>::quiet_NaN())));
+
+  CHECK(f16_from_float(1.0f) == 0x3C00);
+  CHECK(f16_from_float(65504.0f) == 0x7BFF);  // the largest float16
+  CHECK(f16_from_float(-2.0f) == 0xC000);
+  CHECK(f16_from_float(0x1p-24f) == 0x0001);  // the smallest subnormal
+  CHECK(f16_from_float(0x1p-14f) == 0x0400);  // the smallest normal
+  CHECK(round_f16(65519.0f) == 65504.0f);
+  CHECK(std::isinf(round_f16(65520.0f)));  // the tie above 65504 rounds to inf
+  CHECK(round_f16(0x1p-25f) == 0.0f);      // half the smallest subnormal: tie to even (0)
+  CHECK(round_f16(3 * 0x1p-25f) == 0x1p-23f);
+  CHECK(round_f16(1.0f + 0x1p-11f) == 1.0f);  // tie at 11 bits: to even
+  CHECK(round_f16(-1e-9f) == 0.0f);
+  CHECK(std::signbit(round_f16(-1e-9f)));  // -0
+  CHECK(std::isnan(round_f16(std::numeric_limits<float>::quiet_NaN())));
+  for (uint32_t h = 0; h < 0x7C00; h += 37) {  // every finite pattern round-trips
+    CAPTURE(h);
+    CHECK(f16_from_float(f16_to_float(static_cast<uint16_t>(h))) == h);
+  }
+}
+
+TEST_CASE("autocast: scopes nest, restore, and can be disabled") {
+  CHECK(Autocast::current() == GemmPrecision::full);
+  {
+    Autocast outer(GemmPrecision::bf16);
+    CHECK(Autocast::current() == GemmPrecision::bf16);
+    {
+      Autocast inner(GemmPrecision::f16);
+      CHECK(Autocast::current() == GemmPrecision::f16);
+      Autocast off(GemmPrecision::full);
+      CHECK(Autocast::current() == GemmPrecision::full);
+    }
+    CHECK(Autocast::current() == GemmPrecision::bf16);
+    Autocast disabled(GemmPrecision::f16, /*enabled=*/false);
+    CHECK(Autocast::current() == GemmPrecision::bf16);
+  }
+  CHECK(Autocast::current() == GemmPrecision::full);
+  CHECK(std::string(gemm_precision_name(GemmPrecision::bf16)) == "bfloat16");
+}
+
+TEST_CASE("autocast: float32 matmul rounds its operands to 16 bits and accumulates in float32") {
+  manual_seed(11);
+  Tensor a = randn({5, 64}), b = randn({64, 7});
+  std::vector<float> full_precision = matmul(a, b).to_vector<float>();
+  for (auto [precision, round] : {std::pair{GemmPrecision::bf16, &half::round_bf16},
+                                  std::pair{GemmPrecision::f16, &half::round_f16}}) {
+    CAPTURE(gemm_precision_name(precision));
+    Autocast amp(precision);
+    std::vector<float> y = matmul(a, b).to_vector<float>();
+    check_close(y, rounded_product(a, b, round), 1e-5);
+    // the rounding is visible: bfloat16 keeps 8 significant bits, float16 11
+    double difference = max_relative_difference(y, full_precision);
+    CHECK(difference > (precision == GemmPrecision::bf16 ? 1e-4 : 1e-5));
+    // transposed and batched operands take the same path (strides are read, as in full precision)
+    Tensor bt = b.t().contiguous().t();
+    check_close(matmul(a, bt).to_vector<float>(), rounded_product(a, b, round), 1e-5);
+    Tensor batched = matmul(a.unsqueeze(0).expand({3, 5, 64}), b);
+    for (int i = 0; i < 3; ++i) check_close(batched.select(0, i).to_vector<float>(), rounded_product(a, b, round), 1e-5);
+  }
+}
+
+TEST_CASE("autocast: float64 products and everything outside a scope keep full precision") {
+  manual_seed(12);
+  Tensor a = randn({4, 16}, {.dtype = DType::f64}), b = randn({16, 3}, {.dtype = DType::f64});
+  std::vector<double> reference = matmul(a, b).to_vector<double>();
+  {
+    Autocast amp(GemmPrecision::bf16);
+    CHECK(matmul(a, b).to_vector<double>() == reference);
+  }
+  Tensor a32 = a.to(DType::f32), b32 = b.to(DType::f32);
+  std::vector<float> before = matmul(a32, b32).to_vector<float>();
+  { Autocast amp(GemmPrecision::bf16); }
+  CHECK(matmul(a32, b32).to_vector<float>() == before);
+}
+
+TEST_CASE("autocast: backward runs at the forward's precision, wherever backward() is called") {
+  manual_seed(13);
+  Tensor a = randn({3, 32}).requires_grad_(), b = randn({32, 4}).requires_grad_();
+  Tensor dy = randn({3, 4});
+  Tensor y;
+  {
+    Autocast amp(GemmPrecision::bf16);
+    y = matmul(a, b);
+  }
+  y.backward(dy);  // outside the scope
+  // da = dy · bᵀ and db = aᵀ · dy, both with operands rounded to bfloat16
+  check_close(a.grad().to_vector<float>(), rounded_product(dy, b.t().contiguous(), &half::round_bf16), 1e-5);
+  check_close(b.grad().to_vector<float>(), rounded_product(a.t().contiguous(), dy, &half::round_bf16), 1e-5);
+  // and a product recorded outside autocast stays full precision in a backward run inside one
+  Tensor c = randn({3, 32}).requires_grad_();
+  Tensor z = matmul(c, b.detach());
+  std::vector<float> full_grad;
+  {
+    Tensor c2 = c.detach().requires_grad_();
+    matmul(c2, b.detach()).backward(dy);
+    full_grad = c2.grad().to_vector<float>();
+  }
+  {
+    Autocast amp(GemmPrecision::bf16);
+    z.backward(dy);
+  }
+  CHECK(c.grad().to_vector<float>() == full_grad);
+}
+
+TEST_CASE("autocast: linear goes through matmul, so it follows the scope") {
+  manual_seed(14);
+  Tensor x = randn({2, 40}), w = randn({6, 40}), bias = zeros({6});
+  Autocast amp(GemmPrecision::f16);
+  check_close(linear(x, w, bias).to_vector<float>(), rounded_product(x, w.t().contiguous(), &half::round_f16), 1e-5);
+}

@@ -1,6 +1,9 @@
 // The registry of device memories (one per device kind) and the checks that name the request.
 #include "core/device_memory.h"
 
+#include <charconv>
+#include <string>
+
 #include "core/error.h"
 
 namespace seqgrad {
@@ -26,6 +29,18 @@ DeviceMemory& device_memory_for(Device device, const char* op) {
   SG_CHECK_DEVICE(device.index >= 0 && device.index < count, "{}: {} is not available: {} {} device{} present", op,
                   device, count, memory->name(), count == 1 ? "" : "s");
   return *memory;
+}
+
+Device parse_device(std::string_view name) {
+  if (name == "cpu") return Device::cpu();
+  if (name == "cuda") return Device::cuda(0);
+  int index = -1;
+  if (name.starts_with("cuda:") && name.size() > 5) {
+    auto [end, error] = std::from_chars(name.data() + 5, name.data() + name.size(), index);
+    if (error != std::errc() || end != name.data() + name.size()) index = -1;
+  }
+  SG_CHECK_VALUE(index >= 0 && index <= 127, "device: expected cpu, cuda or cuda:N, got '{}'", std::string(name));
+  return Device::cuda(index);
 }
 
 int cuda_device_count() {

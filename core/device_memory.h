@@ -3,6 +3,7 @@
 // cross-device copies go through it. Without one, using that device throws a DeviceError.
 #pragma once
 #include <cstddef>
+#include <string_view>
 
 #include "core/device.h"
 
@@ -33,6 +34,9 @@ DeviceMemory* device_memory(Device::Kind kind);
 // The DeviceMemory for `device`, after checking that the build has one and that the device exists;
 // the DeviceError names `op` and the device: "to: cuda:1 is not available: 1 cuda device present".
 DeviceMemory& device_memory_for(Device device, const char* op);
+
+// "cpu", "cuda" (= cuda:0) or "cuda:N", as on command lines; anything else is a ValueError.
+Device parse_device(std::string_view name);
 
 // CUDA devices present: 0 in a build without the CUDA backend or on a machine without a GPU.
 int cuda_device_count();

@@ -65,10 +65,9 @@ void gather_row_major(const Tensor& t, char* out) {
 
 }  // namespace
 
-safetensors::Entry to_entry(const Tensor& t) {
-  SG_CHECK_VALUE(t.defined(), "to_entry: tensor is undefined");
-  SG_CHECK_DEVICE(t.device().is_cpu(), "to_entry: tensor {} is on {}; move it to the CPU first", t.shape(),
-                  t.device());
+safetensors::Entry to_entry(const Tensor& t_in) {
+  SG_CHECK_VALUE(t_in.defined(), "to_entry: tensor is undefined");
+  const Tensor t = t_in.device().is_cpu() ? t_in : t_in.detach().cpu();  // device tensors: one copy over
   safetensors::Entry entry;
   entry.dtype = safetensors_dtype(t.dtype());
   entry.shape = t.shape().vec();

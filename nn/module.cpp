@@ -151,7 +151,7 @@ LoadReport Module::load_state_dict(const std::map<std::string, Tensor>& state, b
   for (auto& [name, t] : mine) {
     auto it = state.find(name);
     if (it == state.end() || it->second.shape() != t.shape()) continue;
-    backend_for(t).copy(it->second.to(t.dtype()), t);
+    backend_for(t).copy(it->second.to(t.device()).to(t.dtype()), t);  // a CPU checkpoint into a device model too
     t.bump_version();
   }
   return report;

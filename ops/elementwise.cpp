@@ -359,7 +359,8 @@ Tensor& Tensor::copy_(const Tensor& src) {
   SG_CHECK_SHAPE(broadcast_shapes(shape(), src.shape(), "copy_") == shape(),
                  "copy_: source shape {} cannot be broadcast to {}", src.shape(), shape());
   return inplace("copy_", *this, src.requires_grad(), [&](const Tensor& self) {
-    Tensor s = src.dtype() == dtype() ? src : to_dtype(src, dtype());
+    Tensor s = src.device() == device() ? src : to_device(src, device());  // across devices, as PyTorch
+    s = s.dtype() == dtype() ? s : to_dtype(s, dtype());
     return add(mul(self, 0.0), s);
   });
 }

@@ -1,4 +1,5 @@
-// Matrix products on OpenBLAS. Transposed operands are passed to GEMM as strides, never copied.
+// Matrix products on the backend GEMM (OpenBLAS, cuBLAS). Transposed operands are passed as strides,
+// never copied; under core/autocast.h float32 products round their operands to 16 bits.
 #include "core/autocast.h"
 #include "ops/detail.h"
 

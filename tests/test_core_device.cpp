@@ -79,6 +79,16 @@ TEST_CASE("device: a missing CUDA device is a DeviceError naming the request and
   }
 }
 
+TEST_CASE("device: names parse as on command lines") {
+  CHECK(parse_device("cpu") == Device::cpu());
+  CHECK(parse_device("cuda") == Device::cuda(0));
+  CHECK(parse_device("cuda:3") == Device::cuda(3));
+  for (const char* bad : {"gpu", "cuda:", "cuda:x", "cuda:1x", "cuda:-1", "cuda:999", "CPU", ""}) {
+    CAPTURE(bad);
+    CHECK_THROWS_WITH_AS(parse_device(bad), doctest::Contains("device: expected cpu, cuda or cuda:N"), ValueError);
+  }
+}
+
 TEST_CASE("device: a device index beyond the devices present is refused") {
   StandInDevice device;
   CHECK_THROWS_WITH_AS(zeros({2}, {.device = Device::cuda(1)}),

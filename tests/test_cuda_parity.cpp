@@ -19,6 +19,7 @@
 #include "core/backend_math.h"
 #include "core/device_memory.h"
 #include "core/rng.h"
+#include "core/serialize.h"
 #include "nn/attention_additive.h"
 #include "nn/embedding.h"
 #include "nn/linear.h"
@@ -402,6 +403,21 @@ TEST_CASE("cuda devices: to/cpu/item round trips, mixed-device errors, out of me
   // 2^45 floats (128 TiB): more than any device has
   CHECK_THROWS_WITH_AS(empty({int64_t{1} << 45}, {.device = kCuda}), doctest::Contains("out of memory allocating"),
                        DeviceError);
+  // copies and state across devices: copy_, load_state_dict of a CPU state, saving device tensors
+  Tensor host = zeros({3, 4}, {.dtype = DType::f64});
+  host.copy_(d);
+  CHECK(host.to_vector<double>() == x.to_vector<double>());
+  manual_seed(2);
+  nn::Linear cpu_layer({.in_features = 3, .out_features = 2});
+  nn::Linear dev_layer({.in_features = 3, .out_features = 2});
+  dev_layer.to(kCuda);
+  dev_layer.load_state_dict(cpu_layer.state_dict());
+  for (const auto& [name, p] : dev_layer.named_parameters()) check_same(p, cpu_layer.state_dict().at(name), kExact, name);
+  std::string path = "test_cuda_parity_state.safetensors";
+  save_tensors(path, {{"weight", dev_layer.parameters()[0]}});
+  check_same(load_tensors(path).tensors.at("weight").to(kCuda), cpu_layer.parameters()[0], kExact, "saved from cuda");
+  std::remove(path.c_str());
+
   Tensor after = ones({1000}, {.device = kCuda});  // the device is still usable
   CHECK(sum(after).item() == 1000.0);
   // freed memory is reused: a loop of same-sized temporaries does not grow

@@ -7,6 +7,7 @@
 
 #include <fmt/core.h>
 
+#include "core/device_memory.h"
 #include "core/fileio.h"
 #include "core/rng.h"
 #include "core/threads.h"
@@ -40,6 +41,7 @@ Args train_args() {
       .option("beam", "n", "beam size for the final test BLEU", "1")
       .option("seed", "n", "random seed", "0").option("threads", "n", "threads (default: all cores)")
       .option("resume", "", "continue from <out>/last.safetensors")
+      .option("device", "name", "cpu | cuda | cuda:N (CUDA needs a build with the CUDA backend and a GPU)", "cpu")
       .option("quiet", "", "no progress bar");
   return a;
 }
@@ -77,6 +79,14 @@ std::string duration(double seconds) {
 int train_main(int argc, char** argv) {
   Args args = train_args();
   if (!args.parse(argc, argv)) return 0;
+  // --device: a CUDA device must exist in this build and on this machine (a clear DeviceError
+  // otherwise). The loop below keeps the model and batches on the CPU: moving them is not wired yet.
+  if (Device device = parse_device(args.get("device")); !device.is_cpu()) {
+    device_memory_for(device, "train --device");
+    throw DeviceError(fmt::format("train --device {}: the training loop does not move the model and batches to "
+                                  "the GPU yet; use --device cpu (C++ programs can train on {} with "
+                                  "module.to(device))", args.get("device"), device));
+  }
   if (args.has("threads")) set_num_threads(static_cast<int>(args.get_int("threads")));
   std::string out_dir = args.get("out") == "runs/<preset>" ? "runs/" + args.get("preset") : args.get("out");
   std::string last_path = out_dir + "/last.safetensors", best_path = out_dir + "/best.safetensors";

@@ -106,9 +106,7 @@ void save_tensors(const std::string& path, const std::map<std::string, Tensor>& 
   file.metadata = metadata;
   for (const auto& [name, t] : tensors) {
     SG_CHECK_VALUE(t.defined(), "save_tensors: '{}': tensor '{}' is undefined", path, name);
-    SG_CHECK_DEVICE(t.device().is_cpu(), "save_tensors: '{}': tensor '{}' {} is on {}; move it to the CPU first",
-                    path, name, t.shape(), t.device());
-    file.tensors.emplace(name, to_entry(t));
+    file.tensors.emplace(name, to_entry(t));  // device tensors are copied to the CPU
   }
   safetensors::save(path, file);
 }

@@ -5,6 +5,7 @@
 // tests/test_cuda_parity.cpp, which needs a GPU.
 #include <doctest/doctest.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -12,6 +13,7 @@
 #include "core/autograd.h"
 #include "core/device_memory.h"
 #include "core/rng.h"
+#include "core/serialize.h"
 #include "nn/linear.h"
 #include "ops/ops.h"
 
@@ -178,6 +180,17 @@ TEST_CASE("device: Module::to moves parameters (with their gradients) and keeps 
   layer.to(Device::cpu());
   CHECK(layer.parameters()[0].device() == Device::cpu());
   CHECK(layer.parameters()[0].to_vector<double>() == weight);
+}
+
+TEST_CASE("device: device tensors are saved through a copy to the CPU") {
+  StandInDevice device;
+  Tensor x = tensor({1, 2, 3, 4, 5, 6}, {2, 3}, {.dtype = DType::f64}).to(kCuda);
+  const std::string path = "test_core_device_save.safetensors";
+  save_tensors(path, {{"x", x}});
+  TensorFile loaded = load_tensors(path);
+  std::remove(path.c_str());
+  CHECK(loaded.tensors.at("x").device() == Device::cpu());
+  CHECK(loaded.tensors.at("x").to_vector<double>() == std::vector<double>{1, 2, 3, 4, 5, 6});
 }
 
 TEST_CASE("device: device memory is returned when the last tensor of a storage goes") {

@@ -14,6 +14,9 @@ class Args {
   // Declare options before parse(); `value_name` empty means a boolean flag.
   Args& option(const std::string& name, const std::string& value_name, const std::string& help,
                const std::string& default_value = "");
+  // An option left out of --help: test hooks such as train's --stop-after-steps. `help` documents
+  // it in the source.
+  Args& hidden_option(const std::string& name, const std::string& value_name, const std::string& help);
   Args& positional(const std::string& name, const std::string& help);  // zero or more
 
   // Returns false when --help was given (the help text is printed); throws ValueError otherwise.
@@ -30,6 +33,7 @@ class Args {
  private:
   struct Option {
     std::string value_name, help, default_value;
+    bool hidden = false;
   };
   std::string command_, summary_;
   std::vector<std::string> order_;

@@ -4,6 +4,9 @@
 #include <cmath>
 #include <csignal>
 #include <filesystem>
+#include <limits>
+
+#include <unistd.h>
 
 #include <fmt/core.h>
 
@@ -26,13 +29,17 @@ using models::TrainConfig;
 volatile std::sig_atomic_t interrupted = 0;
 
 Args train_args() {
-  Args a("train", "Train the seq2seq-with-attention translator (Bahdanau et al. 2015) on Multi30k or fra-eng.");
+  Args a("train", "Train the seq2seq-with-attention translator (Bahdanau et al. 2015) on Multi30k or fra-eng.\n"
+                  "Ctrl-C saves <out>/last.safetensors and exits (130); --resume continues from it exactly.\n"
+                  "A NaN or infinite loss or gradient norm stops the run, naming the step, and saves the state\n"
+                  "before that step in <out>/nan.safetensors (last.safetensors stays the last good checkpoint).");
   a.option("preset", "name", "hyper-parameter preset: default | seed | d2l", "default")
       .option("src", "lang", "source language (multi30k: de en fr cs; fra-eng: en fr)")
       .option("tgt", "lang", "target language")
       .option("data-dir", "dir", "folder holding multi30k/ and fra-eng/", "data")
       .option("out", "dir", "run folder for checkpoints, metrics and heatmaps", "runs/<preset>")
-      .option("epochs", "n", "training epochs").option("batch-size", "n", "sentence pairs per batch")
+      .option("epochs", "n", "training epochs (with --resume: may extend the run)")
+      .option("batch-size", "n", "sentence pairs per batch")
       .option("lr", "x", "Adam learning rate").option("embed", "n", "embedding size E")
       .option("hidden", "n", "GRU hidden size H").option("layers", "n", "GRU layers L")
       .option("dropout", "p", "dropout probability").option("attention", "kind", "additive | scaled_dot | hybrid")
@@ -40,17 +47,46 @@ Args train_args() {
       .option("label-smoothing", "x", "label smoothing").option("clip", "x", "gradient-norm clip")
       .option("beam", "n", "beam size for the final test BLEU", "1")
       .option("seed", "n", "random seed", "0").option("threads", "n", "threads (default: all cores)")
-      .option("resume", "", "continue from <out>/last.safetensors")
+      .option("resume", "",
+              "continue from <out>/last.safetensors with its settings: --epochs may extend\n"
+              "                             the run, --data-dir, --beam, --threads and --quiet may change,\n"
+              "                             other flags must match the checkpoint's")
       .option("device", "name", "cpu | cuda | cuda:N (CUDA needs a build with the CUDA backend and a GPU)", "cpu")
       .option("quiet", "", "no progress bar");
+  // Test hooks (tests/test_tools_cli.py), left out of --help:
+  a.hidden_option("stop-after-steps", "n", "behave exactly like Ctrl-C once the step counter reaches n")
+      .hidden_option("nan-at-step", "n", "make the loss of step n (1-based) NaN, to test the non-finite stop");
   return a;
 }
 
-TrainConfig config_from(const Args& a) {
-  TrainConfig c = models::preset(a.get("preset"));
+// The flags that set TrainConfig fields (besides --preset), with the field each one sets as text, so
+// that a resumed run can tell which flags disagree with its checkpoint.
+struct ConfigFlag {
+  const char* name;
+  std::string (*value)(const TrainConfig&);
+};
+const ConfigFlag kConfigFlags[] = {
+    {"src", [](const TrainConfig& c) { return c.src_lang; }},
+    {"tgt", [](const TrainConfig& c) { return c.tgt_lang; }},
+    {"batch-size", [](const TrainConfig& c) { return fmt::format("{}", c.batch_size); }},
+    {"lr", [](const TrainConfig& c) { return fmt::format("{}", c.lr); }},
+    {"embed", [](const TrainConfig& c) { return fmt::format("{}", c.model.embed_size); }},
+    {"hidden", [](const TrainConfig& c) { return fmt::format("{}", c.model.hidden_size); }},
+    {"layers", [](const TrainConfig& c) { return fmt::format("{}", c.model.num_layers); }},
+    {"dropout", [](const TrainConfig& c) { return fmt::format("{}", c.model.dropout); }},
+    {"attention", [](const TrainConfig& c) { return std::string(models::attention_kind_name(c.model.attention)); }},
+    {"max-tokens", [](const TrainConfig& c) { return fmt::format("{}", c.max_tokens); }},
+    {"subset", [](const TrainConfig& c) { return fmt::format("{}", c.train_subset); }},
+    {"label-smoothing", [](const TrainConfig& c) { return fmt::format("{}", c.label_smoothing); }},
+    {"clip", [](const TrainConfig& c) { return fmt::format("{}", c.clip); }},
+    {"seed", [](const TrainConfig& c) { return fmt::format("{}", c.seed); }},
+};
+
+// `c` with the command line's flags applied, every value checked.
+TrainConfig apply_flags(TrainConfig c, const Args& a) {
   if (a.has("src")) c.src_lang = a.get("src");
   if (a.has("tgt")) c.tgt_lang = a.get("tgt");
-  c.data_dir = a.get("data-dir");
+  if (a.has("data-dir")) c.data_dir = a.get("data-dir");
   if (a.has("epochs")) c.epochs = a.get_int("epochs");
   if (a.has("batch-size")) c.batch_size = a.get_int("batch-size");
   if (a.has("lr")) c.lr = a.get_double("lr");
@@ -63,15 +99,63 @@ TrainConfig config_from(const Args& a) {
   if (a.has("subset")) c.train_subset = a.get_int("subset");
   if (a.has("label-smoothing")) c.label_smoothing = a.get_double("label-smoothing");
   if (a.has("clip")) c.clip = a.get_double("clip");
-  c.seed = static_cast<uint64_t>(a.get_int("seed"));
-  SG_CHECK_VALUE(c.epochs >= 1 && c.batch_size >= 1 && c.lr > 0, "train: epochs {}, batch size {} and lr {} must be "
-                 "positive", c.epochs, c.batch_size, c.lr);
+  if (a.has("seed")) {
+    SG_CHECK_VALUE(a.get_int("seed") >= 0, "--seed must be >= 0, got {}", a.get_int("seed"));
+    c.seed = static_cast<uint64_t>(a.get_int("seed"));
+  }
+  SG_CHECK_VALUE(c.epochs >= 1, "--epochs must be >= 1, got {}", c.epochs);
+  SG_CHECK_VALUE(c.batch_size >= 1, "--batch-size must be >= 1, got {}", c.batch_size);
+  SG_CHECK_VALUE(c.lr > 0, "--lr must be positive, got {}", c.lr);
+  SG_CHECK_VALUE(c.max_tokens >= 1, "--max-tokens must be >= 1, got {}", c.max_tokens);
+  SG_CHECK_VALUE(c.train_subset >= 0, "--subset must be >= 0 (0 = every pair), got {}", c.train_subset);
+  SG_CHECK_VALUE(c.label_smoothing >= 0 && c.label_smoothing < 1, "--label-smoothing must be in [0, 1), got {}",
+                 c.label_smoothing);
+  SG_CHECK_VALUE(c.clip > 0, "--clip must be positive, got {}", c.clip);
+  SG_CHECK_VALUE(c.model.embed_size >= 1 && c.model.hidden_size >= 1 && c.model.num_layers >= 1,
+                 "--embed {}, --hidden {} and --layers {} must be >= 1", c.model.embed_size,
+                 c.model.hidden_size, c.model.num_layers);
+  SG_CHECK_VALUE(c.model.dropout >= 0 && c.model.dropout < 1, "--dropout must be in [0, 1), got {}",
+                 c.model.dropout);
   return c;
+}
+
+// A resumed run keeps its checkpoint's settings: a flag that asks for something else is an error
+// rather than silently ignored (a different vocabulary or architecture cannot load the weights).
+void check_resume_flags(const Args& a, const TrainConfig& saved, const std::string& path) {
+  SG_CHECK_VALUE(!a.has("preset") || a.get("preset") == saved.preset,
+                 "cannot resume: {} was trained with --preset {}, not {}; drop --preset or start a new run in "
+                 "another --out folder", path, saved.preset, a.get("preset"));
+  TrainConfig requested = apply_flags(saved, a);
+  for (const ConfigFlag& f : kConfigFlags)
+    SG_CHECK_VALUE(!a.has(f.name) || f.value(requested) == f.value(saved),
+                   "cannot resume: {} was trained with --{} {}, not {}; a resumed run keeps its checkpoint's "
+                   "settings (drop the flag, or start a new run in another --out folder)", path, f.name,
+                   f.value(saved), f.value(requested));
 }
 
 std::string duration(double seconds) {
   int s = static_cast<int>(seconds);
   return s >= 3600 ? fmt::format("{}h{:02}m", s / 3600, s / 60 % 60) : fmt::format("{}m{:02}s", s / 60, s % 60);
+}
+
+// Ctrl-C: finish the current step, save and exit. A second Ctrl-C quits at once.
+void on_sigint(int) {
+  interrupted = 1;
+  static const char kMessage[] = "\ninterrupt: saving after this step (Ctrl-C again to quit without saving)\n";
+  [[maybe_unused]] ssize_t n = write(STDERR_FILENO, kMessage, sizeof(kMessage) - 1);
+  std::signal(SIGINT, SIG_DFL);
+}
+
+// Keeps the metrics of the first `epochs` epochs (a resumed run logs the later ones again).
+void truncate_metrics(const std::string& path, int64_t epochs) {
+  if (!std::filesystem::exists(path)) return;
+  std::string kept;
+  for (const std::string& line : text::read_lines(path)) {
+    if (line.empty()) continue;
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.value("epoch", int64_t{0}) <= epochs) kept += line + "\n";
+  }
+  write_file_atomic(path, kept);
 }
 
 }  // namespace
@@ -87,17 +171,30 @@ int train_main(int argc, char** argv) {
                                   "the GPU yet; use --device cpu (C++ programs can train on {} with "
                                   "module.to(device))", args.get("device"), device));
   }
-  if (args.has("threads")) set_num_threads(static_cast<int>(args.get_int("threads")));
+  if (args.has("threads")) {
+    SG_CHECK_VALUE(args.get_int("threads") >= 1, "--threads must be >= 1, got {}", args.get_int("threads"));
+    set_num_threads(static_cast<int>(args.get_int("threads")));
+  }
+  const int64_t beam = args.get_int("beam");
+  SG_CHECK_VALUE(beam >= 1, "--beam must be >= 1, got {}", beam);
+  const int64_t stop_after = args.has("stop-after-steps") ? args.get_int("stop-after-steps") : -1;
+  const int64_t nan_at = args.has("nan-at-step") ? args.get_int("nan-at-step") : -1;
   std::string out_dir = args.get("out") == "runs/<preset>" ? "runs/" + args.get("preset") : args.get("out");
   std::string last_path = out_dir + "/last.safetensors", best_path = out_dir + "/best.safetensors";
+  std::string nan_path = out_dir + "/nan.safetensors", metrics_path = out_dir + "/metrics.jsonl";
 
   // ---- data and model (a resumed run takes everything from its checkpoint)
   std::optional<models::LoadedCheckpoint> resumed;
+  TrainConfig config;
   if (args.flag("resume")) {
-    SG_CHECK_IO(std::filesystem::exists(last_path), "train --resume: no checkpoint at {}", last_path);
+    SG_CHECK_IO(std::filesystem::exists(last_path), "cannot resume: no checkpoint at {} (--out names the run folder)",
+                last_path);
     resumed = models::read_checkpoint(last_path);
+    check_resume_flags(args, resumed->info.config, last_path);
+    config = apply_flags(resumed->info.config, args);  // only --epochs and --data-dir can change here
+  } else {
+    config = apply_flags(models::preset(args.get("preset")), args);
   }
-  TrainConfig config = resumed ? resumed->info.config : config_from(args);
   manual_seed(config.seed);
   models::Corpora data = models::load_corpora(config);
   fmt::print("data: {} {}->{}: {} train, {} valid, {} test pairs\n{}\n", config.corpus, config.src_lang,
@@ -106,6 +203,10 @@ int train_main(int argc, char** argv) {
                                   : text::Vocab::build(text::source_side(data.train), {.min_freq = config.min_freq});
   text::Vocab tgt_vocab = resumed ? resumed->info.tgt_vocab
                                   : text::Vocab::build(text::target_side(data.train), {.min_freq = config.min_freq});
+  SG_CHECK_VALUE(src_vocab.size() > text::Vocab::kNumSpecial && tgt_vocab.size() > text::Vocab::kNumSpecial,
+                 "no word of the {} training pairs occurs {} times or more, so the vocabularies hold only "
+                 "the special tokens ({} and {}); train on more pairs (--subset)", data.train.size(), config.min_freq,
+                 src_vocab.size(), tgt_vocab.size());
   config.model.src_vocab = src_vocab.size();
   config.model.tgt_vocab = tgt_vocab.size();
   text::EncodeOptions truncate{.max_src_tokens = config.max_tokens, .max_tgt_tokens = config.max_tokens};
@@ -116,11 +217,16 @@ int train_main(int argc, char** argv) {
   models::init_xavier(model);
   optim::Adam optimizer(model.parameters(), {.lr = config.lr});
   optim::StepLR scheduler(optimizer, {.step_size = config.step_size, .gamma = config.gamma});
-  nlohmann::json state = {{"epoch", 0}, {"batch", 0}, {"step", 0}, {"best_bleu", -1.0}};
+  // The resumable position: epoch and batch to start from, steps taken, the best validation BLEU, and
+  // the current epoch's running loss, so that a resumed epoch reports the same loss.
+  nlohmann::json state = {{"epoch", 0}, {"batch", 0}, {"step", 0}, {"best_bleu", -1.0},
+                          {"epoch_loss_sum", 0.0}, {"epoch_tokens", 0}};
   if (resumed) {
     models::load_weights(model, *resumed, last_path);
     restore_training_state(*resumed, optimizer, scheduler);
     state = resumed->info.train_state;
+    SG_CHECK_IO(state.contains("epoch") && state.contains("batch") && state.contains("step"),
+                "cannot resume: {} holds no training position (epoch, batch, step)", last_path);
   }
   fmt::print("model: {} parameters, vocab {} -> {}, attention {}\n", model.num_parameters(), src_vocab.size(),
              tgt_vocab.size(), models::attention_kind_name(config.model.attention));
@@ -131,10 +237,30 @@ int train_main(int argc, char** argv) {
     state["scheduler"] = scheduler.state_dict();
     models::save_checkpoint(path, model, {config, src_vocab, tgt_vocab, state}, training_state_tensors(optimizer, scheduler));
   };
-  std::signal(SIGINT, [](int) { interrupted = 1; });
   std::filesystem::create_directories(out_dir);
-  std::string metrics_path = out_dir + "/metrics.jsonl";
-  if (resumed) default_generator().set_offset(state.value("rng_offset", uint64_t{0}));
+  if (resumed) {
+    default_generator().set_offset(state.value("rng_offset", uint64_t{0}));
+    truncate_metrics(metrics_path, state["epoch"].get<int64_t>());
+    fmt::print("resuming {} after step {} (epoch {}, batch {})\n", last_path, state["step"].get<int64_t>(),
+               state["epoch"].get<int64_t>() + 1, state["batch"].get<int64_t>());
+  } else {
+    if (std::filesystem::exists(last_path))
+      fmt::print("note: starting a new run in {} (its checkpoints and metrics are replaced; --resume continues "
+                 "one)\n", out_dir);
+    std::filesystem::remove(metrics_path);
+    std::filesystem::remove(nan_path);
+  }
+  interrupted = 0;
+  std::signal(SIGINT, on_sigint);
+  auto interrupt = [&] {
+    save(last_path);
+    std::signal(SIGINT, SIG_DFL);
+    int64_t epoch = state["epoch"], batch = state["batch"], step = state["step"];
+    std::string where = batch == 0 ? fmt::format("after epoch {} (step {})", epoch, step)
+                                   : fmt::format("at epoch {}, batch {} (step {})", epoch + 1, batch, step);
+    fmt::print(stderr, "\ninterrupted {}: saved {} (continue with --resume)\n", where, last_path);
+    return 130;
+  };
 
   // ---- the training loop
   nn::CrossEntropyOptions loss_options{.label_smoothing = config.label_smoothing, .ignore_index = text::Vocab::kPad};
@@ -143,42 +269,53 @@ int train_main(int argc, char** argv) {
     std::vector<text::Batch> batches =
         text::make_batches(train.pairs, {.batch_size = config.batch_size, .seed = config.seed + uint64_t(epoch)});
     auto start = std::chrono::steady_clock::now();
-    double loss_sum = 0;
-    int64_t tokens = 0, done = 0;
+    double loss_sum = state.value("epoch_loss_sum", 0.0);
+    int64_t tokens = state.value("epoch_tokens", int64_t{0}), done = 0;
+    // Stops the run on a non-finite loss or gradient norm, before the update: the state saved is
+    // the one that produced it, and last.safetensors stays the last good checkpoint.
+    uint64_t rng_before_step = default_generator().offset();
+    auto stop_non_finite = [&](const char* what, double value, int64_t batch) {
+      default_generator().set_offset(rng_before_step);  // so that resuming from it replays this step
+      save(nan_path);
+      std::string last = std::filesystem::exists(last_path)
+                             ? fmt::format("; the last good checkpoint is {}", last_path) : "";
+      throw ValueError(fmt::format("{} is {} at epoch {} batch {} (step {}); stopped before the update and saved "
+                                   "the state that produced it to {}{}", what, value, epoch + 1, batch + 1,
+                                   state["step"].get<int64_t>() + 1, nan_path, last));
+    };
     for (int64_t i = state["batch"]; i < static_cast<int64_t>(batches.size()); ++i) {
+      rng_before_step = default_generator().offset();
       models::TensorBatch b = models::to_tensors(batches[i]);
       Tensor logits = model(b.src, b.src_lengths, b.tgt_in);                                   // (B, T, V)
       Tensor loss = nn::cross_entropy(logits.reshape({-1, logits.size(-1)}), b.tgt_out.reshape({-1}), loss_options);
+      if (state["step"].get<int64_t>() + 1 == nan_at) loss = loss * std::numeric_limits<double>::quiet_NaN();
       double value = loss.item();
-      if (!std::isfinite(value)) {
-        save(last_path);
-        throw ValueError(fmt::format("loss is {} at epoch {} batch {} (step {}); checkpoint saved to {}", value, epoch,
-                                     i, state["step"].get<int64_t>(), last_path));
-      }
+      if (!std::isfinite(value)) stop_non_finite("loss", value, i);
       optimizer.zero_grad();
       loss.backward();
-      optim::clip_grad_norm_(model.parameters(), config.clip);
+      double grad_norm = optim::clip_grad_norm_(model.parameters(), config.clip);
+      if (!std::isfinite(grad_norm)) stop_non_finite("gradient norm", grad_norm, i);
       optimizer.step();
+      loss_sum += value * b.target_tokens, tokens += b.target_tokens, ++done;
       state["step"] = state["step"].get<int64_t>() + 1;
       state["batch"] = i + 1;
-      loss_sum += value * b.target_tokens, tokens += b.target_tokens, ++done;
+      state["epoch_loss_sum"] = loss_sum;
+      state["epoch_tokens"] = tokens;
       double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (!args.flag("quiet") && (i % 10 == 0 || i + 1 == static_cast<int64_t>(batches.size())))
         fmt::print(stderr, "\repoch {}/{} batch {}/{} loss {:.3f} {:.0f} tok/s ETA {}   ", epoch + 1, config.epochs,
                    i + 1, batches.size(), loss_sum / tokens, tokens / elapsed,
                    duration(elapsed / done * (batches.size() - i - 1)));
-      if (interrupted) {
-        save(last_path);
-        fmt::print(stderr, "\ninterrupted: saved {} (resume with --resume)\n", last_path);
-        return 130;
-      }
+      if (interrupted || state["step"].get<int64_t>() == stop_after) return interrupt();
     }
     scheduler.step();
     state["epoch"] = epoch + 1;
     state["batch"] = 0;
+    state["epoch_loss_sum"] = 0.0;
+    state["epoch_tokens"] = 0;
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     Evaluation val = evaluate(model, valid, tgt_vocab, data.valid, {.beam_size = 1});
-    fmt::print(stderr, "\n");
+    if (!args.flag("quiet")) fmt::print(stderr, "\n");
     fmt::print("epoch {}: train loss {:.3f}, valid loss {:.3f}, ppl {:.2f}, BLEU {:.2f}, {:.0f} s\n", epoch + 1,
                tokens ? loss_sum / tokens : 0.0, val.loss, std::exp(val.loss), val.bleu, seconds);
     append_line(metrics_path, nlohmann::json{{"epoch", epoch + 1}, {"step", state["step"]},
@@ -191,12 +328,16 @@ int train_main(int argc, char** argv) {
       save(best_path);
     }
     save(last_path);
+    if (interrupted) return interrupt();  // Ctrl-C during the validation: stop at the epoch boundary
   }
+  std::signal(SIGINT, SIG_DFL);
 
   // ---- test BLEU with the best checkpoint, a few translations and their heatmaps
+  SG_CHECK_IO(std::filesystem::exists(best_path), "no best checkpoint at {}", best_path);
   models::LoadedCheckpoint best = models::read_checkpoint(best_path);
   models::load_weights(model, best, best_path);
-  report_test(model, src_vocab, tgt_vocab, data, config, out_dir, args.get_int("beam"));
+  report_test(model, src_vocab, tgt_vocab, data, config, out_dir,
+              {.max_len = 2 * config.max_tokens + 10, .beam_size = beam});
   return 0;
 }
 

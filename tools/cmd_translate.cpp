@@ -48,7 +48,7 @@ Translation translate_one(Loaded& l, const std::string& sentence, const models::
   const models::TrainConfig& c = l.checkpoint.info.config;
   Translation t;
   t.src_tokens = text::tokenize(sentence);
-  SG_CHECK_VALUE(!t.src_tokens.empty(), "translate: the input sentence is empty");
+  SG_CHECK_VALUE(!t.src_tokens.empty(), "the input sentence '{}' is empty (nothing to translate)", sentence);
   t.truncated = c.max_tokens > 0 && static_cast<int64_t>(t.src_tokens.size()) > 2 * c.max_tokens;
   std::vector<int64_t> ids = models::encode_sentence(l.checkpoint.info.src_vocab, t.src_tokens,
                                                      t.truncated ? 2 * c.max_tokens : 0);
@@ -63,6 +63,7 @@ Translation translate_one(Loaded& l, const std::string& sentence, const models::
 
 models::DecodeOptions decode_options(const Args& a) {
   SG_CHECK_VALUE(a.get_int("beam") >= 1, "--beam must be >= 1, got {}", a.get_int("beam"));
+  SG_CHECK_VALUE(a.get_int("max-len") >= 1, "--max-len must be >= 1, got {}", a.get_int("max-len"));
   return {.max_len = a.get_int("max-len"), .beam_size = a.get_int("beam"),
           .length_penalty = a.get_double("length-penalty")};
 }
@@ -75,21 +76,37 @@ void common_options(Args& a) {
       .option("threads", "n", "threads (default: all cores)");
 }
 
+void apply_threads(const Args& a) {
+  if (!a.has("threads")) return;
+  SG_CHECK_VALUE(a.get_int("threads") >= 1, "--threads must be >= 1, got {}", a.get_int("threads"));
+  set_num_threads(static_cast<int>(a.get_int("threads")));
+}
+
 }  // namespace
 
 int translate_main(int argc, char** argv) {
-  Args a("translate", "Translate sentences (arguments, or one per line on stdin) with a trained checkpoint.");
+  Args a("translate", "Translate sentences (arguments, or one per line on stdin) with a trained checkpoint.\n"
+                      "Prints one line per input sentence. Words not seen in training become <unk> (noted on\n"
+                      "stderr); sentences longer than twice the training length are truncated with a warning; an\n"
+                      "empty sentence gives an empty output line, an error on stderr and exit status 1.");
   common_options(a);
   a.option("heatmaps", "dir", "also write each sentence's attention heatmap (PNG and SVG) into dir")
-      .positional("sentence", "text to translate");
+      .positional("sentence", "text to translate (else one per line on stdin)");
   if (!a.parse(argc, argv)) return 0;
-  if (a.has("threads")) set_num_threads(static_cast<int>(a.get_int("threads")));
+  apply_threads(a);
   Loaded l = load_model(a.get("checkpoint"));
   models::DecodeOptions options = decode_options(a);
   std::vector<std::string> sentences = input_sentences(a);
   SG_CHECK_VALUE(!sentences.empty(), "translate: no input sentences (pass them as arguments or on stdin)");
   if (a.has("heatmaps")) std::filesystem::create_directories(a.get("heatmaps"));
+  int status = 0;
   for (size_t i = 0; i < sentences.size(); ++i) {
+    if (text::tokenize(sentences[i]).empty()) {  // keep one output line per input line, and go on
+      fmt::print(stderr, "seqgrad translate: error: sentence {} is empty\n", i + 1);
+      fmt::print("\n");
+      status = 1;
+      continue;
+    }
     Translation t = translate_one(l, sentences[i], options);
     if (t.truncated) fmt::print(stderr, "warning: sentence {} truncated to {} tokens\n", i + 1, t.src_tokens.size());
     for (const std::string& tok : t.src_tokens)
@@ -99,17 +116,19 @@ int translate_main(int argc, char** argv) {
       write_attention_heatmap(fmt::format("{}/sentence{}", a.get("heatmaps"), i + 1), t.src_tokens, t.out_tokens, t.hyp,
                               sentences[i]);
   }
-  return 0;
+  return status;
 }
 
 int eval_main(int argc, char** argv) {
-  Args a("eval", "BLEU (sacreBLEU 13a and tokenised lower-cased) and perplexity of a checkpoint on the test split,\n"
-                 "or sacreBLEU of a hypothesis file against a reference file (--hyp/--ref).");
+  Args a("eval", "BLEU (sacreBLEU 13a and tokenised lower-cased) and perplexity of a checkpoint on the test split of\n"
+                 "its corpus, with five sample translations and their heatmaps written next to the checkpoint;\n"
+                 "or, with --hyp and --ref, sacreBLEU's score line for two files (no checkpoint is read).");
   common_options(a);
-  a.option("hyp", "file", "hypotheses, one per line (scores files instead of a checkpoint)")
+  a.option("data-dir", "dir", "folder holding multi30k/ and fra-eng/ (default: the checkpoint's)")
+      .option("hyp", "file", "hypotheses, one per line (scores files instead of a checkpoint)")
       .option("ref", "file", "references, one per line");
   if (!a.parse(argc, argv)) return 0;
-  if (a.has("threads")) set_num_threads(static_cast<int>(a.get_int("threads")));
+  apply_threads(a);
   if (a.has("hyp") || a.has("ref")) {
     SG_CHECK_VALUE(a.has("hyp") && a.has("ref"), "eval: --hyp and --ref go together");
     std::vector<std::string> hyp = text::read_lines(a.get("hyp")), ref = text::read_lines(a.get("ref"));
@@ -118,21 +137,25 @@ int eval_main(int argc, char** argv) {
     fmt::print("{}\n", text::corpus_bleu(hyp, ref).format());
     return 0;
   }
+  models::DecodeOptions options = decode_options(a);
   Loaded l = load_model(a.get("checkpoint"));
-  const models::TrainConfig& c = l.checkpoint.info.config;
+  models::TrainConfig c = l.checkpoint.info.config;
+  if (a.has("data-dir")) c.data_dir = a.get("data-dir");
   models::Corpora data = models::load_corpora(c);
-  report_test(*l.model, l.checkpoint.info.src_vocab, l.checkpoint.info.tgt_vocab, data, c,
-              std::filesystem::path(a.get("checkpoint")).parent_path().string(), a.get_int("beam"));
+  std::string dir = std::filesystem::path(a.get("checkpoint")).parent_path().string();
+  report_test(*l.model, l.checkpoint.info.src_vocab, l.checkpoint.info.tgt_vocab, data, c, dir.empty() ? "." : dir,
+              options);
   return 0;
 }
 
 int attention_main(int argc, char** argv) {
   if (argc >= 2 && std::string(argv[1]) == "demo") return attention_demo_main(argc - 1, argv + 1);
-  Args a("attention", "Attention heatmaps (PNG, SVG) of translations, their pre-softmax energies, and an HTML\n"
-                      "report of several sentences. `seqgrad attention demo --help` shows the toy walk-through.");
+  Args a("attention", "Attention heatmaps (PNG, SVG) of translations and an HTML report of all the sentences.\n"
+                      "`seqgrad attention demo` prints energies, weights and contexts of every kind on a toy input.");
   common_options(a);
   a.option("out", "dir", "output folder", "attention").positional("sentence", "text to translate (else stdin)");
   if (!a.parse(argc, argv)) return 0;
+  apply_threads(a);
   Loaded l = load_model(a.get("checkpoint"));
   std::string out = a.get("out");
   std::filesystem::create_directories(out);
@@ -141,6 +164,7 @@ int attention_main(int argc, char** argv) {
   SG_CHECK_VALUE(!sentences.empty(), "attention: no input sentences");
   for (size_t i = 0; i < sentences.size(); ++i) {
     Translation t = translate_one(l, sentences[i], decode_options(a));
+    SG_CHECK_VALUE(!t.hyp.attention.empty(), "attention: sentence {} produced no attention weights", i + 1);
     std::string stem = fmt::format("{}/sentence{}", out, i + 1);
     write_attention_heatmap(stem, t.src_tokens, t.out_tokens, t.hyp, sentences[i]);
     plot::Heatmap h;

@@ -60,15 +60,16 @@ void write_attention_heatmap(const std::string& stem, const std::vector<std::str
 
 void report_test(models::Seq2Seq& model, const text::Vocab& src_vocab, const text::Vocab& tgt_vocab,
                  const models::Corpora& data, const models::TrainConfig& config, const std::string& out_dir,
-                 int64_t beam_size) {
+                 const models::DecodeOptions& decoding) {
   text::EncodeOptions truncate{.max_src_tokens = config.max_tokens, .max_tgt_tokens = config.max_tokens};
   text::EncodedCorpus test = text::encode_pairs(data.test, src_vocab, tgt_vocab, truncate);
-  Evaluation ev = evaluate(model, test, tgt_vocab, data.test, {.max_len = 2 * config.max_tokens + 10, .beam_size = beam_size});
+  Evaluation ev = evaluate(model, test, tgt_vocab, data.test, decoding);
   std::vector<std::string> detok;
   for (const auto& h : ev.hypotheses) detok.push_back(text::detokenize(tgt_vocab.decode(h.tokens)));
   text::BleuScore sacre = text::corpus_bleu(detok, data.test_references);
   fmt::print("test: loss {:.3f}, ppl {:.2f}, BLEU {:.2f} (tokenised, lower-cased), sacreBLEU {:.2f} ({})\n", ev.loss,
-             std::exp(ev.loss), ev.bleu, sacre.score, beam_size > 1 ? fmt::format("beam {}", beam_size) : "greedy");
+             std::exp(ev.loss), ev.bleu, sacre.score,
+             decoding.beam_size > 1 ? fmt::format("beam {}", decoding.beam_size) : "greedy");
   for (size_t i = 0; i < std::min<size_t>(5, detok.size()); ++i) {
     fmt::print("  src: {}\n  ref: {}\n  out: {}\n", data.test_sources[i], data.test_references[i], detok[i]);
     std::string stem = fmt::format("{}/attention_test{}", out_dir, i);

@@ -19,10 +19,10 @@ struct Evaluation {
 Evaluation evaluate(models::Seq2Seq& model, const text::EncodedCorpus& corpus, const text::Vocab& tgt_vocab,
                     const std::vector<text::TokenizedPair>& references, const models::DecodeOptions& options);
 
-// Test BLEU (tokenised lower-cased and sacreBLEU 13a), sample translations and heatmaps.
+// Test BLEU (tokenised lower-cased and sacreBLEU 13a), sample translations and heatmaps in out_dir.
 void report_test(models::Seq2Seq& model, const text::Vocab& src_vocab, const text::Vocab& tgt_vocab,
                  const models::Corpora& data, const models::TrainConfig& config, const std::string& out_dir,
-                 int64_t beam_size);
+                 const models::DecodeOptions& decoding);
 
 // Writes the attention heatmap (PNG and SVG) of one translation.
 void write_attention_heatmap(const std::string& path_stem, const std::vector<std::string>& src_tokens,

@@ -79,6 +79,8 @@ text::ParallelCorpus read_split(const TrainConfig& c, const std::string& split) 
 }  // namespace
 
 Corpora load_corpora(const TrainConfig& c) {
+  SG_CHECK_IO(std::filesystem::is_directory(c.data_dir), "data: the data folder '{}' does not exist (it should hold "
+              "multi30k/ and fra-eng/)", c.data_dir);
   Corpora out;
   std::vector<text::SentencePair> train, valid, test;
   if (c.corpus == "multi30k") {
@@ -183,7 +185,8 @@ void load_weights(Seq2Seq& model, const LoadedCheckpoint& checkpoint, const std:
   try {
     model.load_state_dict(weights);
   } catch (const ValueError& e) {
-    throw IOError(fmt::format("checkpoint {}: {}", path, e.what()));
+    throw IOError(fmt::format("checkpoint {}: its weights do not fit the model its config describes (saved with a "
+                              "different vocabulary or architecture?): {}", path, e.what()));
   }
 }
 

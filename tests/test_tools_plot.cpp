@@ -371,8 +371,13 @@ TEST_CASE("HTML report: one self-contained file with escaped text and inline SVG
   CHECK(contains(html, "<h2>Loss</h2>"));
   CHECK(contains(html, ">Straße</text>"));
   CHECK(contains(html, "<style>"));
+  CHECK_FALSE(contains(html, "<table>"));
   CHECK_FALSE(contains(html, "<link"));
   CHECK_FALSE(fs::exists(path + ".tmp"));
+
+  write_html_report(path, "t", {{.heading = "Numbers", .html_text = "", .svg = "", .table = {{"kind", "BLEU"}, {"a<b", "1.5"}}}});
+  const std::string with_table = read_file(path);
+  CHECK(contains(with_table, "<table>\n<tr><th>kind</th><th>BLEU</th></tr>\n<tr><td>a&lt;b</td><td>1.5</td></tr>"));
 
   CHECK_THROWS_WITH_AS(
       write_html_report(path, "r", {{.heading = "x", .html_text = "", .svg = "plot.svg"}}),

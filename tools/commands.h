@@ -13,4 +13,6 @@ int train_main(int argc, char** argv);
 int translate_main(int argc, char** argv);
 int eval_main(int argc, char** argv);
 int attention_main(int argc, char** argv);
+// seqgrad compare: trains each attention kind on the same data and seed (tools/cmd_compare.cpp).
+int compare_main(int argc, char** argv);
 }  // namespace seqgrad::tools

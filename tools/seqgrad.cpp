@@ -29,6 +29,7 @@ const Command kCommands[] = {
     {"translate", seqgrad::tools::translate_main, "translate sentences with a trained checkpoint"},
     {"eval", seqgrad::tools::eval_main, "BLEU (sacreBLEU-compatible) and perplexity of a checkpoint"},
     {"attention", seqgrad::tools::attention_main, "attention heatmaps, energies and the toy demo"},
+    {"compare", seqgrad::tools::compare_main, "additive vs scaled-dot vs hybrid attention: loss, BLEU, speed, sharpness"},
     {"gradcheck", gradcheck_main, "finite-difference gradient checks of every op (float64)"},
     {"info", info_main, "version, threads and which BLAS kernels run"},
 };

@@ -1346,6 +1346,9 @@ h2 { font-size: 1.25em; margin-top: 2em; }
 figure { margin: 1em 0; overflow-x: auto; }
 figure svg { max-width: 100%; height: auto; }
 footer { margin-top: 3em; color: #888; font-size: 0.85em; }
+table { border-collapse: collapse; margin: 1em 0; font-variant-numeric: tabular-nums; }
+th, td { border-bottom: 1px solid #ddd; padding: 0.25em 0.8em; text-align: right; }
+th:first-child, td:first-child { text-align: left; }
 </style>
 )";
 
@@ -1419,6 +1422,17 @@ void write_html_report(const std::string& path, const std::string& title,
     if (!section.heading.empty())
       html += fmt::format("<h2>{}</h2>\n", xml_escape(clean_text(section.heading, 100000)));
     html += text_to_paragraphs(section.html_text);
+    if (!section.table.empty()) {
+      html += "<table>\n";
+      for (size_t r = 0; r < section.table.size(); ++r) {
+        const char* cell = r == 0 ? "th" : "td";
+        html += "<tr>";
+        for (const std::string& text : section.table[r])
+          html += fmt::format("<{}>{}</{}>", cell, xml_escape(clean_text(text, 100000)), cell);
+        html += "</tr>\n";
+      }
+      html += "</table>\n";
+    }
     if (!section.svg.empty()) html += "<figure>\n" + section.svg + "</figure>\n";
     html += "</section>\n";
   }

@@ -65,10 +65,12 @@ std::string bar_chart_svg(const BarChart& chart);
 
 // html_text is plain text: it is HTML-escaped, blank lines start a new paragraph and single
 // newlines become line breaks. svg (optional) is an SVG document from one of the *_svg functions,
-// embedded as is.
+// embedded as is. table (optional) is plain-text cells, the first row being the header; it is
+// HTML-escaped and drawn after the text.
 struct ReportSection {
   std::string heading, html_text;
   std::string svg;
+  std::vector<std::vector<std::string>> table = {};
 };
 
 void write_html_report(const std::string& path, const std::string& title,

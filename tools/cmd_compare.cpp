@@ -1,0 +1,538 @@
+// `seqgrad compare`: the seeds' additive-vs-dot experiment done properly. Every attention kind is
+// trained on the same data (the first N training pairs, for each requested N) with the same seed,
+// batches and hyper-parameters; per epoch we record the training loss, the validation loss and
+// BLEU, the time per step and how sharp the attention is (mean entropy of the teacher-forced
+// attention weights on the validation set). Writes an HTML report with plots and a JSON file.
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <cstdio>
+#include <cmath>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <sstream>
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include "core/fileio.h"
+#include "core/rng.h"
+#include "core/threads.h"
+#include "models/seq2seq/pipeline.h"
+#include "optim/optim.h"
+#include "tools/args.h"
+#include "tools/commands.h"
+#include "tools/plot/plot.h"
+#include "tools/translator.h"
+
+namespace seqgrad::tools {
+namespace {
+
+using models::AttentionKind;
+using models::TrainConfig;
+using Clock = std::chrono::steady_clock;
+
+Args compare_args() {
+  Args a("compare", "Compare attention kinds (additive, scaled dot, hybrid) on the same data and seed: loss and\n"
+                    "validation BLEU per epoch, time per step, small training subsets and attention sharpness.\n"
+                    "Writes <out>/report.html (plots and a table) and <out>/compare.json.");
+  a.option("preset", "name", "hyper-parameter preset: default | seed | d2l", "default")
+      .option("kinds", "list", "comma-separated attention kinds", "additive,scaled_dot,hybrid")
+      .option("subsets", "list", "comma-separated training-set sizes (first N pairs; 'all' = every pair)",
+              "1000,5000")
+      .option("epochs", "n", "training epochs per run", "2")
+      .option("valid", "n", "first n validation pairs, used for loss, BLEU and entropy (0 = all)", "500")
+      .option("src", "lang", "source language (multi30k: de en fr cs; fra-eng: en fr)")
+      .option("tgt", "lang", "target language")
+      .option("data-dir", "dir", "folder holding multi30k/ and fra-eng/", "data")
+      .option("out", "dir", "folder for report.html and compare.json", "runs/compare")
+      .option("batch-size", "n", "sentence pairs per batch").option("lr", "x", "Adam learning rate")
+      .option("embed", "n", "embedding size E").option("hidden", "n", "GRU hidden size H")
+      .option("layers", "n", "GRU layers L").option("dropout", "p", "dropout probability")
+      .option("max-tokens", "n", "truncate sentences to n tokens")
+      .option("timing-steps", "n", "steps per kind in the interleaved time-per-step measurement (0 = skip)", "12")
+      .option("seed", "n", "random seed (the same for every run)", "0")
+      .option("threads", "n", "threads (default: all cores)")
+      .option("quiet", "", "no per-epoch progress on stderr");
+  return a;
+}
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  for (std::string item; std::getline(in, item, ',');)
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+TrainConfig base_config(const Args& a) {
+  TrainConfig c = models::preset(a.get("preset"));
+  if (a.has("src")) c.src_lang = a.get("src");
+  if (a.has("tgt")) c.tgt_lang = a.get("tgt");
+  c.data_dir = a.get("data-dir");
+  c.epochs = a.get_int("epochs");
+  if (a.has("batch-size")) c.batch_size = a.get_int("batch-size");
+  if (a.has("lr")) c.lr = a.get_double("lr");
+  if (a.has("embed")) c.model.embed_size = a.get_int("embed");
+  if (a.has("hidden")) c.model.hidden_size = a.get_int("hidden");
+  if (a.has("layers")) c.model.num_layers = a.get_int("layers");
+  if (a.has("dropout")) c.model.dropout = a.get_double("dropout");
+  if (a.has("max-tokens")) c.max_tokens = a.get_int("max-tokens");
+  SG_CHECK_VALUE(a.get_int("seed") >= 0, "--seed must be >= 0, got {}", a.get_int("seed"));
+  c.seed = static_cast<uint64_t>(a.get_int("seed"));
+  c.train_subset = 0;
+  SG_CHECK_VALUE(c.epochs >= 1, "--epochs must be >= 1, got {}", c.epochs);
+  SG_CHECK_VALUE(c.batch_size >= 1, "--batch-size must be >= 1, got {}", c.batch_size);
+  SG_CHECK_VALUE(c.lr > 0 && std::isfinite(c.lr), "--lr must be a positive number, got {}", c.lr);
+  SG_CHECK_VALUE(c.max_tokens >= 1, "--max-tokens must be >= 1, got {}", c.max_tokens);
+  c.model.src_vocab = c.model.tgt_vocab = 5;  // placeholders: only the other fields are checked here
+  c.model.validate();
+  return c;
+}
+
+// How sharp the attention is: the entropy H = -sum_s w_s log w_s of each target step's weights
+// over the valid source positions (teacher forced, validation set, model in eval mode), averaged
+// over all target tokens. `normalized` divides each row's entropy by log(source length) (0: all
+// weight on one position, 1: uniform); `uniform` is the mean log(source length), the entropy a
+// uniform attention would have.
+struct Sharpness {
+  double entropy = 0, normalized = 0, uniform = 0;
+};
+
+Sharpness attention_sharpness(models::Seq2Seq& model, const text::EncodedCorpus& corpus) {
+  bool was_training = model.is_training();
+  model.eval();
+  NoGradGuard no_grad;
+  double entropy = 0, normalized = 0, uniform = 0;
+  int64_t rows = 0, normalized_rows = 0;
+  for (const text::Batch& batch : text::make_batches(corpus.pairs, {.batch_size = 128, .shuffle = false})) {
+    models::TensorBatch b = models::to_tensors(batch);
+    models::Encoder::Output enc = model.encoder(b.src, b.src_lengths);
+    models::AttnDecoder::Memory memory = model.decoder.prepare(enc.outputs, b.src_lengths);
+    Tensor state = enc.state;
+    for (int64_t t = 0; t < batch.tgt_len_max; ++t) {
+      models::AttnDecoder::Step step = model.decoder.step(b.tgt_in.select(1, t), state, memory);
+      state = step.state;
+      std::vector<double> w = step.weights.to_vector<double>();  // (B, S) row-major
+      for (int64_t r = 0; r < batch.batch; ++r) {
+        if (t >= batch.tgt_lengths[r]) continue;  // padding: no target token here
+        int64_t len = batch.src_lengths[r];
+        double h = 0;
+        for (int64_t s = 0; s < len; ++s) {
+          double p = w[r * batch.src_len_max + s];
+          if (p > 0) h -= p * std::log(p);
+        }
+        entropy += h, ++rows;
+        uniform += std::log(double(len));
+        if (len > 1) normalized += h / std::log(double(len)), ++normalized_rows;
+      }
+    }
+  }
+  model.train(was_training);
+  return {rows ? entropy / rows : 0, normalized_rows ? normalized / normalized_rows : 0, rows ? uniform / rows : 0};
+}
+
+struct EpochResult {
+  int64_t epoch = 0;
+  double train_loss = 0, valid_loss = 0, valid_bleu = 0, seconds = 0;
+  Sharpness sharpness;
+};
+
+struct Run {
+  std::string kind;
+  int64_t train_pairs = 0;
+  int64_t parameters = 0, src_vocab = 0, tgt_vocab = 0;
+  int64_t steps = 0;
+  double ms_per_step = 0;   // mean step time during training, first step excluded (see Timing)
+  std::string stopped;      // why the run stopped early (non-finite loss), else empty
+  std::vector<EpochResult> epochs;
+  const EpochResult& last() const { return epochs.back(); }
+};
+
+std::string pairs_label(int64_t n) { return n % 1000 == 0 ? fmt::format("{}k", n / 1000) : fmt::format("{}", n); }
+
+// The first `train_pairs` training pairs and the validation pairs, encoded with vocabularies built
+// from those training pairs (as `seqgrad train --subset` does).
+struct Prepared {
+  text::Vocab src_vocab, tgt_vocab;
+  text::EncodedCorpus train, valid;
+};
+
+Prepared prepare(TrainConfig& c, const models::Corpora& data, int64_t train_pairs,
+                 const std::vector<text::TokenizedPair>& valid_pairs) {
+  std::span<const text::TokenizedPair> train_text(data.train.data(), static_cast<size_t>(train_pairs));
+  Prepared p;
+  p.src_vocab = text::Vocab::build(text::source_side(train_text), {.min_freq = c.min_freq});
+  p.tgt_vocab = text::Vocab::build(text::target_side(train_text), {.min_freq = c.min_freq});
+  SG_CHECK_VALUE(p.src_vocab.size() > text::Vocab::kNumSpecial && p.tgt_vocab.size() > text::Vocab::kNumSpecial,
+                 "{} training pairs give no word seen at least {} times (vocabularies {} and {}); use a "
+                 "larger subset", train_pairs, c.min_freq, p.src_vocab.size(), p.tgt_vocab.size());
+  c.model.src_vocab = p.src_vocab.size();
+  c.model.tgt_vocab = p.tgt_vocab.size();
+  c.train_subset = train_pairs;
+  text::EncodeOptions truncate{.max_src_tokens = c.max_tokens, .max_tgt_tokens = c.max_tokens};
+  p.train = text::encode_pairs(train_text, p.src_vocab, p.tgt_vocab, truncate);
+  p.valid = text::encode_pairs(valid_pairs, p.src_vocab, p.tgt_vocab, truncate);
+  return p;
+}
+
+// One training step as `seqgrad train` takes it: forward, label-smoothed loss, backward, clip,
+// Adam. Returns the loss; a non-finite loss skips the update.
+double train_step(models::Seq2Seq& model, optim::Adam& optimizer, const models::TensorBatch& b, const TrainConfig& c) {
+  Tensor logits = model(b.src, b.src_lengths, b.tgt_in);  // (B, T, V)
+  Tensor loss = nn::cross_entropy(logits.reshape({-1, logits.size(-1)}), b.tgt_out.reshape({-1}),
+                                  {.label_smoothing = c.label_smoothing, .ignore_index = text::Vocab::kPad});
+  double value = loss.item();
+  if (!std::isfinite(value)) return value;
+  optimizer.zero_grad();
+  loss.backward();
+  optim::clip_grad_norm_(model.parameters(), c.clip);
+  optimizer.step();
+  return value;
+}
+
+// Trains one attention kind on the first `train_pairs` pairs and evaluates it after every epoch.
+Run run_one(TrainConfig c, AttentionKind kind, const models::Corpora& data, int64_t train_pairs,
+            const std::vector<text::TokenizedPair>& valid_pairs, bool quiet) {
+  c.model.attention = kind;
+  Prepared d = prepare(c, data, train_pairs, valid_pairs);
+  Run run;
+  run.kind = models::attention_kind_name(kind);
+  run.train_pairs = train_pairs;
+  run.src_vocab = d.src_vocab.size(), run.tgt_vocab = d.tgt_vocab.size();
+
+  manual_seed(c.seed);  // the same initialisation stream and dropout masks for every run
+  models::Seq2Seq model(c.model);
+  models::init_xavier(model);
+  run.parameters = model.num_parameters();
+  optim::Adam optimizer(model.parameters(), {.lr = c.lr});
+  optim::StepLR scheduler(optimizer, {.step_size = c.step_size, .gamma = c.gamma});
+
+  double timed_seconds = 0;
+  int64_t timed_steps = 0;
+  for (int64_t epoch = 0; epoch < c.epochs && run.stopped.empty(); ++epoch) {
+    model.train();
+    auto start = Clock::now();
+    double loss_sum = 0;
+    int64_t tokens = 0;
+    for (const text::Batch& batch : text::make_batches(d.train.pairs, {.batch_size = c.batch_size,
+                                                                       .seed = c.seed + uint64_t(epoch)})) {
+      auto step_start = Clock::now();
+      models::TensorBatch b = models::to_tensors(batch);
+      double value = train_step(model, optimizer, b, c);
+      if (!std::isfinite(value)) {
+        run.stopped = fmt::format("loss {} at epoch {} step {}", value, epoch + 1, run.steps + 1);
+        break;
+      }
+      double step_seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
+      if (run.steps > 0) timed_seconds += step_seconds, ++timed_steps;
+      ++run.steps;
+      loss_sum += value * b.target_tokens, tokens += b.target_tokens;
+    }
+    if (!run.stopped.empty()) break;
+    scheduler.step();
+    EpochResult e;
+    e.epoch = epoch + 1;
+    e.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    e.train_loss = tokens ? loss_sum / tokens : 0;
+    Evaluation val = evaluate(model, d.valid, d.tgt_vocab, valid_pairs,
+                              {.max_len = 2 * c.max_tokens + 10, .beam_size = 1});
+    e.valid_loss = val.loss;
+    e.valid_bleu = val.bleu;
+    e.sharpness = attention_sharpness(model, d.valid);
+    run.epochs.push_back(e);
+    if (!quiet)
+      fmt::print(stderr, "[{} {} pairs] epoch {}/{}: train loss {:.3f}, valid loss {:.3f}, BLEU {:.2f}, entropy {:.3f} "
+                 "({:.2f} of uniform), {:.0f} s\n", run.kind, train_pairs, e.epoch, c.epochs, e.train_loss,
+                 e.valid_loss, e.valid_bleu, e.sharpness.entropy, e.sharpness.normalized, e.seconds);
+  }
+  if (timed_steps > 0) run.ms_per_step = 1000 * timed_seconds / timed_steps;
+  if (!run.stopped.empty()) fmt::print(stderr, "[{} {} pairs] stopped: {}\n", run.kind, train_pairs, run.stopped);
+  return run;
+}
+
+// Time per training step, measured fairly on a shared machine: one model per kind, and the kinds
+// take turns step by step on the same batches, so load that comes and goes slows them alike. The
+// first round is a warm-up; the median of the other `steps` rounds is reported.
+struct Timing {
+  std::string kind;
+  double median_ms = 0, mean_ms = 0;
+  double tokens_per_s = 0;  // target tokens per second over the timed steps
+};
+
+std::vector<Timing> time_steps(TrainConfig c, const std::vector<AttentionKind>& kinds, const models::Corpora& data,
+                               int64_t train_pairs, const std::vector<text::TokenizedPair>& valid_pairs,
+                               int64_t steps) {
+  Prepared d = prepare(c, data, train_pairs, valid_pairs);
+  std::vector<text::Batch> batches = text::make_batches(d.train.pairs, {.batch_size = c.batch_size, .seed = c.seed});
+  struct Timed {
+    std::unique_ptr<models::Seq2Seq> model;
+    std::unique_ptr<optim::Adam> optimizer;
+    std::vector<double> seconds;
+    int64_t tokens = 0;
+  };
+  std::vector<Timed> timed;
+  for (AttentionKind kind : kinds) {
+    c.model.attention = kind;
+    manual_seed(c.seed);
+    Timed t;
+    t.model = std::make_unique<models::Seq2Seq>(c.model);
+    models::init_xavier(*t.model);
+    t.optimizer = std::make_unique<optim::Adam>(t.model->parameters(), optim::AdamOptions{.lr = c.lr});
+    timed.push_back(std::move(t));
+  }
+  for (int64_t round = 0; round <= steps; ++round) {
+    models::TensorBatch b = models::to_tensors(batches[static_cast<size_t>(round) % batches.size()]);
+    for (Timed& t : timed) {
+      auto start = Clock::now();
+      train_step(*t.model, *t.optimizer, b, c);
+      double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+      if (round > 0) t.seconds.push_back(seconds), t.tokens += b.target_tokens;
+    }
+  }
+  std::vector<Timing> out;
+  for (size_t k = 0; k < kinds.size(); ++k) {
+    std::vector<double> s = timed[k].seconds;
+    Timing t{models::attention_kind_name(kinds[k])};
+    if (!s.empty()) {
+      double total = 0;
+      for (double x : s) total += x;
+      std::sort(s.begin(), s.end());
+      size_t n = s.size();
+      t.median_ms = 1000 * (n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2);
+      t.mean_ms = 1000 * total / n;
+      t.tokens_per_s = timed[k].tokens / total;
+    }
+    out.push_back(t);
+  }
+  return out;
+}
+
+nlohmann::json to_json(const Run& r) {
+  nlohmann::json epochs = nlohmann::json::array();
+  for (const EpochResult& e : r.epochs)
+    epochs.push_back({{"epoch", e.epoch}, {"train_loss", e.train_loss}, {"valid_loss", e.valid_loss},
+                      {"valid_ppl", std::exp(e.valid_loss)}, {"valid_bleu", e.valid_bleu},
+                      {"attention_entropy", e.sharpness.entropy},
+                      {"attention_entropy_normalized", e.sharpness.normalized},
+                      {"attention_entropy_uniform", e.sharpness.uniform}, {"seconds", e.seconds}});
+  return {{"kind", r.kind},         {"train_pairs", r.train_pairs}, {"parameters", r.parameters},
+          {"src_vocab", r.src_vocab}, {"tgt_vocab", r.tgt_vocab},   {"steps", r.steps},
+          {"train_ms_per_step", r.ms_per_step},
+          {"stopped", r.stopped.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.stopped)},
+          {"epochs", epochs}};
+}
+
+std::vector<std::string> table_header() {
+  return {"kind", "pairs", "params", "train loss", "valid loss", "valid BLEU", "entropy", "H/log S"};
+}
+
+std::vector<std::string> table_row(const Run& r) {
+  std::vector<std::string> row{r.kind, fmt::format("{}", r.train_pairs), fmt::format("{}", r.parameters)};
+  if (r.epochs.empty()) {
+    row.insert(row.end(), {"-", "-", "-", "-", "-"});
+  } else {
+    const EpochResult& e = r.last();
+    row.insert(row.end(), {fmt::format("{:.3f}", e.train_loss), fmt::format("{:.3f}", e.valid_loss),
+                           fmt::format("{:.2f}", e.valid_bleu), fmt::format("{:.3f}", e.sharpness.entropy),
+                           fmt::format("{:.3f}", e.sharpness.normalized)});
+  }
+  if (!r.stopped.empty()) row[0] += " (stopped)";
+  return row;
+}
+
+std::string format_table(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> width(rows[0].size(), 0);
+  for (const auto& row : rows)
+    for (size_t i = 0; i < row.size(); ++i) width[i] = std::max(width[i], row[i].size());
+  std::string out;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    for (size_t i = 0; i < rows[r].size(); ++i)
+      out += i == 0 ? fmt::format("{:<{}}", rows[r][i], width[i]) : fmt::format("  {:>{}}", rows[r][i], width[i]);
+    out += "\n";
+    if (r == 0) {
+      size_t total = 0;
+      for (size_t w : width) total += w + 2;
+      out += std::string(total - 2, '-') + "\n";
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+int compare_main(int argc, char** argv) {
+  Args args = compare_args();
+  if (!args.parse(argc, argv)) return 0;
+  SG_CHECK_VALUE(args.positionals().empty(), "unexpected argument '{}'", args.positionals()[0]);
+  if (args.has("threads")) {
+    SG_CHECK_VALUE(args.get_int("threads") >= 1, "--threads must be >= 1, got {}", args.get_int("threads"));
+    set_num_threads(static_cast<int>(args.get_int("threads")));
+  }
+  TrainConfig config = base_config(args);
+  std::vector<AttentionKind> kinds;
+  for (const std::string& k : split_list(args.get("kinds"))) kinds.push_back(models::parse_attention_kind(k));
+  SG_CHECK_VALUE(!kinds.empty(), "--kinds is empty (choose from additive, scaled_dot, hybrid)");
+  int64_t valid_limit = args.get_int("valid");
+  SG_CHECK_VALUE(valid_limit >= 0, "--valid must be >= 0, got {}", valid_limit);
+  int64_t timing_steps = args.get_int("timing-steps");
+  SG_CHECK_VALUE(timing_steps >= 0, "--timing-steps must be >= 0, got {}", timing_steps);
+
+  models::Corpora data = models::load_corpora(config);
+  const auto available = static_cast<int64_t>(data.train.size());
+  std::vector<int64_t> subsets;
+  for (const std::string& s : split_list(args.get("subsets"))) {
+    int64_t n = 0;
+    if (s == "all") {
+      n = available;
+    } else {
+      auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
+      SG_CHECK_VALUE(ec == std::errc() && end == s.data() + s.size() && n >= 1,
+                     "--subsets expects positive pair counts or 'all', got '{}'", s);
+      if (n > available) {
+        fmt::print(stderr, "note: subset {} is larger than the {} training pairs; using all of them\n", n, available);
+        n = available;
+      }
+    }
+    if (std::find(subsets.begin(), subsets.end(), n) == subsets.end()) subsets.push_back(n);
+  }
+  SG_CHECK_VALUE(!subsets.empty(), "--subsets is empty");
+  std::sort(subsets.begin(), subsets.end());
+  std::vector<text::TokenizedPair> valid_pairs = data.valid;
+  if (valid_limit > 0 && valid_limit < static_cast<int64_t>(valid_pairs.size())) valid_pairs.resize(valid_limit);
+
+  std::string out_dir = args.get("out");
+  std::filesystem::create_directories(out_dir);
+  fmt::print("compare: {} {}->{}, preset {} (E={} H={} L={}), {} epoch(s), seed {}, {} validation pairs, "
+             "{} thread(s)\n",
+             config.corpus, config.src_lang, config.tgt_lang, config.preset, config.model.embed_size,
+             config.model.hidden_size, config.model.num_layers, config.epochs, config.seed, valid_pairs.size(),
+             get_num_threads());
+  std::fflush(stdout);  // before the per-epoch progress on stderr
+
+  auto start = Clock::now();
+  std::vector<Run> runs;
+  for (int64_t n : subsets)
+    for (AttentionKind kind : kinds) runs.push_back(run_one(config, kind, data, n, valid_pairs, args.flag("quiet")));
+  std::vector<Timing> timing;
+  if (timing_steps > 0) {
+    if (!args.flag("quiet"))
+      fmt::print(stderr, "timing: {} interleaved steps per kind on {} pairs\n", timing_steps, subsets.back());
+    timing = time_steps(config, kinds, data, subsets.back(), valid_pairs, timing_steps);
+  }
+  double total_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+
+  // ---- the table (stdout and report), JSON, plots
+  std::vector<std::vector<std::string>> table{table_header()};
+  for (const Run& r : runs) table.push_back(table_row(r));
+  fmt::print("\n{}", format_table(table));
+  fmt::print("(last epoch; BLEU is tokenised lower-cased on {} validation pairs, greedy; entropy in nats of the\n"
+             " teacher-forced attention weights, H/log S = 1 for uniform attention)\n",
+             valid_pairs.size());
+  std::vector<std::vector<std::string>> timing_table{{"kind", "ms/step (median)", "ms/step (mean)", "target tok/s"}};
+  for (const Timing& t : timing)
+    timing_table.push_back({t.kind, fmt::format("{:.1f}", t.median_ms), fmt::format("{:.1f}", t.mean_ms),
+                            fmt::format("{:.0f}", t.tokens_per_s)});
+  if (!timing.empty())
+    fmt::print("\n{}(time per training step: the kinds take turns on the same {} batches of {} pairs, {} thread(s))\n",
+               format_table(timing_table), timing_steps, subsets.back(), get_num_threads());
+  fmt::print("total {:.0f} s\n", total_seconds);
+
+  nlohmann::json json = {
+      {"settings", {{"config", config.to_json()}, {"kinds", split_list(args.get("kinds"))}, {"subsets", subsets},
+                    {"valid_pairs", valid_pairs.size()}, {"threads", get_num_threads()},
+                    {"timing_steps", timing_steps}, {"timing_pairs", subsets.back()},
+                    {"total_seconds", total_seconds}}},
+      {"runs", nlohmann::json::array()},
+      {"timing", nlohmann::json::array()}};
+  for (const Run& r : runs) json["runs"].push_back(to_json(r));
+  for (const Timing& t : timing)
+    json["timing"].push_back({{"kind", t.kind}, {"median_ms_per_step", t.median_ms}, {"mean_ms_per_step", t.mean_ms},
+                              {"target_tokens_per_s", t.tokens_per_s}});
+  std::string json_path = out_dir + "/compare.json";
+  write_file_atomic(json_path, json.dump(2) + "\n");
+
+  std::vector<plot::ReportSection> sections;
+  sections.push_back(
+      {"Setup",
+       fmt::format("Each attention kind is trained from the same seed ({}) on the first N training pairs of {} {}->{}, "
+                   "with the same batches and hyper-parameters (preset {}: E={}, H={}, L={}, batch {}, Adam lr {}, "
+                   "label smoothing {}), for {} epoch(s). Validation: {} pairs, greedy decoding; BLEU is tokenised "
+                   "and lower-cased. Attention entropy is the mean entropy (nats) of the teacher-forced attention "
+                   "weights per target token on the validation set; H/log S divides each row by the entropy of "
+                   "uniform attention over its source (1 = uniform, 0 = one-hot). Time per step is forward, "
+                   "backward, clipping and the Adam update, measured apart from training with the kinds taking turns "
+                   "step by step on the same batches (so changing machine load affects them alike), {} thread(s). "
+                   "Total time {:.0f} s.",
+                   config.seed, config.corpus, config.src_lang, config.tgt_lang, config.preset,
+                   config.model.embed_size, config.model.hidden_size, config.model.num_layers, config.batch_size,
+                   config.lr, config.label_smoothing, config.epochs, valid_pairs.size(), get_num_threads(),
+                   total_seconds),
+       ""});
+  plot::ReportSection summary{"Summary (last epoch)", "", ""};
+  summary.table = table;
+  sections.push_back(summary);
+
+  for (int64_t n : subsets) {
+    plot::LinePlot loss{fmt::format("Training loss, {} pairs", n), "epoch", "loss (label-smoothed)", {}};
+    plot::LinePlot bleu{fmt::format("Validation BLEU, {} pairs", n), "epoch", "BLEU", {}};
+    for (const Run& r : runs) {
+      if (r.train_pairs != n || r.epochs.empty()) continue;
+      plot::Series l{r.kind, {}, {}}, b{r.kind, {}, {}};
+      for (const EpochResult& e : r.epochs) {
+        l.x.push_back(e.epoch), l.y.push_back(e.train_loss);
+        b.x.push_back(e.epoch), b.y.push_back(e.valid_bleu);
+      }
+      loss.series.push_back(l), bleu.series.push_back(b);
+    }
+    if (loss.series.empty()) continue;
+    sections.push_back({loss.title, "", plot::line_plot_svg(loss)});
+    sections.push_back({bleu.title, "", plot::line_plot_svg(bleu)});
+  }
+  if (subsets.size() > 1) {
+    plot::LinePlot by_size{"Validation BLEU after the last epoch vs training pairs", "training pairs", "BLEU", {}};
+    for (AttentionKind kind : kinds) {
+      plot::Series s{models::attention_kind_name(kind), {}, {}};
+      for (const Run& r : runs)
+        if (r.kind == s.name && !r.epochs.empty())
+          s.x.push_back(double(r.train_pairs)), s.y.push_back(r.last().valid_bleu);
+      if (!s.x.empty()) by_size.series.push_back(s);
+    }
+    if (!by_size.series.empty()) sections.push_back({"Small training subsets", "", plot::line_plot_svg(by_size)});
+  }
+  plot::BarChart speed{fmt::format("Time per training step (median of {}, {} pairs)", timing_steps, subsets.back()),
+                       "ms per step", {}, {}};
+  for (const Timing& t : timing) speed.labels.push_back(t.kind), speed.values.push_back(t.median_ms);
+  plot::BarChart sharp{"Attention entropy on the validation set (last epoch)", "entropy (nats)", {}, {}};
+  for (AttentionKind kind : kinds) {
+    std::string name = models::attention_kind_name(kind);
+    for (const Run& r : runs) {
+      if (r.kind != name) continue;
+      if (!r.epochs.empty()) {
+        sharp.labels.push_back(fmt::format("{} {}", name, pairs_label(r.train_pairs)));
+        sharp.values.push_back(r.last().sharpness.entropy);
+      }
+    }
+  }
+  if (!speed.values.empty()) {
+    plot::ReportSection section{"Time per step", "", plot::bar_chart_svg(speed)};
+    section.table = timing_table;
+    sections.push_back(section);
+  }
+  if (!sharp.values.empty()) {
+    double uniform = runs.front().epochs.empty() ? 0 : runs.front().last().sharpness.uniform;
+    sections.push_back({"Sharpness of attention",
+                        fmt::format("Lower is sharper. Uniform attention over each validation source would have a "
+                                    "mean entropy of {:.3f} nats.", uniform),
+                        plot::bar_chart_svg(sharp)});
+  }
+  std::string report_path = out_dir + "/report.html";
+  plot::write_html_report(report_path, "seqgrad compare: attention kinds", sections);
+  fmt::print("report: {}\nnumbers: {}\n", report_path, json_path);
+  for (const Run& r : runs)
+    if (!r.stopped.empty()) return 1;
+  return 0;
+}
+
+}  // namespace seqgrad::tools

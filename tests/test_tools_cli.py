@@ -1,0 +1,561 @@
+#!/usr/bin/python3
+"""End-to-end tests of the `seqgrad` program: bad input, checkpoints, translate, resume, Ctrl-C,
+the non-finite-loss stop, `eval --hyp --ref` against sacreBLEU, `compare` and every --help.
+
+    /usr/bin/python3 tests/test_tools_cli.py BUILD/tools/seqgrad [DATA_DIR] [-v] [-k PATTERN]
+
+Registered in tests/meson.build (suite 'tools_cli'). Every training run is tiny (E = H = 16, a
+few hundred pairs, one thread), so the whole file takes well under two minutes on two cores.
+
+How the tests force the rare events:
+  * an interruption: the hidden flag `train --stop-after-steps N` behaves exactly like Ctrl-C once
+    the step counter reaches N (save last.safetensors, exit 130); one test also sends a real SIGINT.
+  * a non-finite loss: the hidden flag `train --nan-at-step N` multiplies the loss of step N by NaN,
+    so the real detection path runs. `--lr 1e30` also does it, without a hook: Adam moves every
+    weight by about lr in the first update, so the second forward pass overflows float32 and the
+    step-2 loss (or gradient norm) is not finite.
+"""
+import json
+import os
+import re
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+try:
+    import sacrebleu
+except ImportError:  # the BLEU comparison is skipped (pip install sacrebleu)
+    sacrebleu = None
+
+SEQGRAD = None
+DATA = None
+# The tiny model every training test uses (one thread: the machine is shared).
+TINY = ["--preset", "default", "--embed", "16", "--hidden", "16", "--batch-size", "32", "--threads", "1", "--quiet"]
+
+
+def run(*args, stdin=None, timeout=120):
+    """Runs seqgrad with args; returns CompletedProcess (text)."""
+    return subprocess.run([SEQGRAD, *args], input=stdin, capture_output=True, text=True, timeout=timeout)
+
+
+def read_metrics(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def read_safetensors(path):
+    """(header dict, data bytes) of a safetensors file."""
+    with open(path, "rb") as f:
+        blob = f.read()
+    (n,) = struct.unpack("<Q", blob[:8])
+    return json.loads(blob[8:8 + n]), blob[8 + n:]
+
+
+def write_safetensors(path, header, data):
+    raw = json.dumps(header).encode()
+    raw += b" " * (-len(raw) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(raw)) + raw + data)
+
+
+class Base(unittest.TestCase):
+    maxDiff = None
+    tmp = None
+
+    @classmethod
+    def setUpClass(cls):
+        if Base.tmp is None:
+            Base.tmp = tempfile.mkdtemp(prefix="seqgrad_cli_")
+
+    def out(self, name):
+        return os.path.join(Base.tmp, name)
+
+    def assertFails(self, proc, pattern, status=1):
+        """A clean failure: the exit status, an error line matching pattern, no crash or traceback."""
+        msg = f"\nstdout: {proc.stdout[-2000:]}\nstderr: {proc.stderr[-2000:]}"
+        self.assertEqual(proc.returncode, status, msg)
+        self.assertRegex(proc.stderr, pattern, msg)
+        self.assertNotIn("internal error", proc.stderr, msg)
+
+    def assertOk(self, proc):
+        self.assertEqual(proc.returncode, 0, f"\nstdout: {proc.stdout[-3000:]}\nstderr: {proc.stderr[-3000:]}")
+
+
+def trained_checkpoint():
+    """A tiny 2-epoch run (shared by the checkpoint, translate and resume tests)."""
+    if not hasattr(trained_checkpoint, "dir"):
+        d = os.path.join(Base.tmp, "reference")
+        p = run("train", *TINY, "--subset", "256", "--epochs", "2", "--data-dir", DATA, "--out", d)
+        if p.returncode != 0:
+            raise AssertionError(f"reference training failed:\n{p.stdout}\n{p.stderr}")
+        trained_checkpoint.dir = d
+        trained_checkpoint.stdout = p.stdout
+    return trained_checkpoint.dir
+
+
+# ---- help ---------------------------------------------------------------------------------------
+
+class Help(Base):
+    COMMANDS = ["train", "translate", "eval", "attention", "compare", "gradcheck"]
+
+    def test_every_subcommand_has_help(self):
+        top = run("--help")
+        self.assertOk(top)
+        for cmd in self.COMMANDS:
+            self.assertRegex(top.stdout, rf"\n  {cmd} ", cmd)
+            p = run(cmd, "--help")
+            self.assertOk(p)
+            self.assertTrue(p.stdout.strip(), cmd)
+        self.assertOk(run("attention", "demo", "--help"))
+
+    def test_train_help_lists_presets_and_hides_test_hooks(self):
+        p = run("train", "--help")
+        for word in ["default", "seed", "d2l", "additive", "scaled_dot", "hybrid", "--resume", "--subset"]:
+            self.assertIn(word, p.stdout)
+        self.assertNotIn("stop-after-steps", p.stdout)
+        self.assertNotIn("nan-at-step", p.stdout)
+
+    def test_every_listed_option_is_accepted(self):
+        # Each option --help shows is known to the parser: giving it with a bad value must not
+        # say "unknown option".
+        for cmd in ["train", "translate", "eval", "attention", "compare"]:
+            names = re.findall(r"^  --([a-z-]+)", run(cmd, "--help").stdout, re.M)
+            self.assertTrue(names, cmd)
+            for name in names:
+                p = run(cmd, f"--{name}=")
+                self.assertNotIn("unknown option", p.stderr, f"{cmd} --{name}")
+
+    def test_unknown_command(self):
+        self.assertFails(run("trian"), r"unknown command 'trian'", status=2)
+
+
+# ---- bad input to train -------------------------------------------------------------------------
+
+class TrainBadInput(Base):
+    def check(self, args, pattern):
+        # tiny settings first, so that a check which wrongly passes does not start a long run; the
+        # flags under test come last and win
+        p = run("train", *TINY, "--subset", "64", "--epochs", "1", "--data-dir", DATA, "--out", self.out("bad"), *args,
+                timeout=60)
+        self.assertFails(p, r"seqgrad train: error: .*" + pattern)
+
+    def test_unknown_preset(self):
+        self.check(["--preset", "huge"], r"unknown preset 'huge' \(choose one of: default, seed, d2l\)")
+
+    def test_unknown_flag(self):
+        self.check(["--epochz", "3"], r"unknown option --epochz")
+        self.check(["-e", "3"], r"unknown option -e")
+        self.check(["stray"], r"unexpected argument 'stray'")
+
+    def test_bad_values(self):
+        self.check(["--epochs", "two"], r"--epochs expects an integer, got 'two'")
+        self.check(["--epochs", "0"], r"--epochs must be >= 1, got 0")
+        self.check(["--epochs"], r"option --epochs needs a value <n>$")
+        self.check(["--epochs", "--quiet"], r"--epochs needs a value <n>, got the option --quiet")
+        self.check(["--epochs="], r"--epochs needs a value <n>, got an empty one")
+        self.check(["--lr", "nan"], r"--lr expects a finite number, got 'nan'")
+        self.check(["--lr", "-0.1"], r"--lr must be positive")
+        self.check(["--dropout", "1.5"], r"--dropout must be in \[0, 1\), got 1.5")
+        self.check(["--hidden", "0"], r"--hidden 0 .* must be >= 1")
+        self.check(["--max-tokens", "0"], r"--max-tokens must be >= 1")
+        self.check(["--attention", "cosine"], r"attention kind 'cosine' is not one of: additive, scaled_dot, hybrid")
+        self.check(["--threads", "0"], r"--threads must be >= 1")
+        self.check(["--beam", "0"], r"--beam must be >= 1")
+        self.check(["--subset", "-5"], r"--subset must be >= 0")
+        self.check(["--label-smoothing", "1"], r"--label-smoothing must be in \[0, 1\)")
+        self.check(["--clip", "0"], r"--clip must be positive")
+        self.check(["--seed", "-1"], r"--seed must be >= 0")
+        self.check(["--quiet=yes"], r"--quiet is a flag and takes no value")
+
+    def test_missing_data(self):
+        p = run("train", *TINY, "--data-dir", self.out("no_such_dir"), "--out", self.out("bad"))
+        self.assertFails(p, r"data folder '.*no_such_dir' does not exist")
+        p = run("train", *TINY, "--src", "xx", "--data-dir", DATA, "--out", self.out("bad"))
+        self.assertFails(p, r"missing file .*multi30k/train.xx")
+        empty = self.out("empty_data")
+        os.makedirs(os.path.join(empty, "multi30k"), exist_ok=True)
+        p = run("train", *TINY, "--data-dir", empty, "--out", self.out("bad"))
+        self.assertFails(p, r"missing file .*empty_data/multi30k/train.de")
+
+    def test_too_few_pairs_for_a_vocabulary(self):
+        p = run("train", *TINY, "--subset", "2", "--data-dir", DATA, "--out", self.out("bad"))
+        self.assertFails(p, r"vocabularies hold only the special tokens .*--subset")
+
+    def test_resume_without_checkpoint(self):
+        p = run("train", *TINY, "--resume", "--data-dir", DATA, "--out", self.out("never_trained"))
+        self.assertFails(p, r"no checkpoint at .*never_trained/last.safetensors")
+
+
+# ---- checkpoints --------------------------------------------------------------------------------
+
+class Checkpoints(Base):
+    def setUp(self):
+        self.ckpt = os.path.join(trained_checkpoint(), "best.safetensors")
+
+    def translate(self, ckpt, *sentences):
+        return run("translate", "--checkpoint", ckpt, "--threads", "1", *sentences)
+
+    def test_missing_checkpoint(self):
+        self.assertFails(self.translate(self.out("nope.safetensors"), "ein mann"),
+                         r"no checkpoint at .*nope.safetensors")
+        self.assertFails(run("eval", "--checkpoint", self.out("nope.safetensors")), r"no checkpoint at")
+        self.assertFails(run("attention", "--checkpoint", self.out("nope.safetensors"), "ein mann"),
+                         r"no checkpoint at")
+
+    def test_truncated_checkpoint(self):
+        with open(self.ckpt, "rb") as f:
+            blob = f.read()
+        for name, size in [("cut_data", len(blob) * 2 // 3), ("cut_header", 100), ("cut_length", 5), ("empty", 0)]:
+            path = self.out(f"{name}.safetensors")
+            with open(path, "wb") as f:
+                f.write(blob[:size])
+            self.assertFails(self.translate(path, "ein mann"), re.escape(path), status=1)
+
+    def test_not_a_translator_checkpoint(self):
+        header, data = read_safetensors(self.ckpt)
+        del header["__metadata__"]
+        path = self.out("plain.safetensors")
+        write_safetensors(path, header, data)
+        self.assertFails(self.translate(path, "ein mann"), r"is this a seqgrad translator checkpoint")
+        path = self.out("text.safetensors")
+        with open(path, "w") as f:
+            f.write("hello, I am not a checkpoint\n")
+        self.assertFails(self.translate(path, "ein mann"), re.escape(path))
+
+    def test_different_vocabulary(self):
+        # The metadata of a checkpoint with another vocabulary, over these weights.
+        header, data = read_safetensors(self.ckpt)
+        meta = header["__metadata__"]
+        vocab = json.loads(meta["src_vocab"])
+        vocab["tokens"] = vocab["tokens"][:-3]
+        config = json.loads(meta["config"])
+        config["model"]["src_vocab"] = len(vocab["tokens"])
+        meta["src_vocab"], meta["config"] = json.dumps(vocab), json.dumps(config)
+        path = self.out("other_vocab.safetensors")
+        write_safetensors(path, header, data)
+        self.assertFails(self.translate(path, "ein mann"),
+                         r"other_vocab.safetensors: its weights do not fit .*different vocabulary or architecture.*"
+                         r"encoder\.embedding\.weight: checkpoint \((\d+), 16\) vs model \((\d+), 16\)")
+        # ... and a vocabulary that disagrees with the config saved beside it
+        config["model"]["src_vocab"] += 3
+        meta["config"] = json.dumps(config)
+        write_safetensors(path, header, data)
+        self.assertFails(self.translate(path, "ein mann"), r"vocabulary sizes .* do not match")
+
+    def test_different_architecture(self):
+        header, data = read_safetensors(self.ckpt)
+        meta = header["__metadata__"]
+        config = json.loads(meta["config"])
+        config["model"]["hidden_size"] = 32
+        meta["config"] = json.dumps(config)
+        path = self.out("other_arch.safetensors")
+        write_safetensors(path, header, data)
+        self.assertFails(self.translate(path, "ein mann"),
+                         r"other_arch.safetensors: its weights do not fit .*"
+                         r"shape mismatches .*checkpoint \(16, 32\) vs model \(32, 64\)")
+        config["model"]["hidden_size"] = 16
+        config["model"]["attention"] = "scaled_dot"
+        meta["config"] = json.dumps(config)
+        write_safetensors(path, header, data)
+        self.assertFails(self.translate(path, "ein mann"), r"other_arch.safetensors: .*missing keys .*query_proj.*"
+                                                           r"unexpected keys .*decoder\.attention")
+        config["model"]["attention"] = "cosine"
+        meta["config"] = json.dumps(config)
+        write_safetensors(path, header, data)
+        self.assertFails(self.translate(path, "ein mann"), r"attention kind 'cosine'")
+
+    def test_resume_with_other_settings(self):
+        # A resumed run keeps its checkpoint's vocabulary and architecture; asking for others is an error.
+        d = trained_checkpoint()
+        for flags, pattern in [(["--hidden", "32"], r"--hidden 16, not 32"),
+                               (["--subset", "500"], r"--subset 256, not 500"),
+                               (["--src", "fr"], r"--src de, not fr"),
+                               (["--attention", "hybrid"], r"--attention additive, not hybrid"),
+                               (["--preset", "d2l"], r"--preset default, not d2l")]:
+            p = run("train", "--resume", "--out", d, "--data-dir", DATA, "--threads", "1", *flags)
+            self.assertFails(p, r"cannot resume: .*" + pattern)
+
+
+# ---- translate ----------------------------------------------------------------------------------
+
+class Translate(Base):
+    def setUp(self):
+        self.ckpt = os.path.join(trained_checkpoint(), "best.safetensors")
+
+    def translate(self, *args, stdin=None):
+        return run("translate", "--checkpoint", self.ckpt, "--threads", "1", *args, stdin=stdin)
+
+    def test_ordinary_sentence(self):
+        p = self.translate("ein mann fährt fahrrad .")
+        self.assertOk(p)
+        self.assertEqual(len(p.stdout.splitlines()), 1)
+
+    def test_empty_sentence(self):
+        p = self.translate("")
+        self.assertFails(p, r"sentence 1 is empty")
+        self.assertEqual(p.stdout, "\n")
+        p = self.translate(stdin="ein mann .\n   \nein hund .\n")
+        self.assertFails(p, r"sentence 2 is empty")
+        lines = p.stdout.split("\n")
+        self.assertEqual(len(lines), 4, p.stdout)  # one line per input line, the empty one kept
+        self.assertEqual(lines[1], "")
+        self.assertFails(self.translate(stdin=""), r"no input sentences")
+
+    def test_unseen_words(self):
+        p = self.translate("ein zyxwvutsrq mann")
+        self.assertOk(p)
+        self.assertIn("note: 'zyxwvutsrq' was not seen in training (<unk>)", p.stderr)
+        self.assertEqual(len(p.stdout.splitlines()), 1)
+
+    def test_over_long_input(self):
+        p = self.translate(" ".join(["mann"] * 500))
+        self.assertOk(p)
+        self.assertRegex(p.stderr, r"warning: sentence 1 truncated to 40 tokens")
+        self.assertEqual(len(p.stdout.splitlines()), 1)
+
+    def test_bad_decoding_options(self):
+        self.assertFails(self.translate("--beam", "0", "ein mann"), r"--beam must be >= 1")
+        self.assertFails(self.translate("--max-len", "0", "ein mann"), r"--max-len must be >= 1")
+        self.assertFails(self.translate("--length-penalty", "inf", "ein mann"), r"expects a finite number")
+        self.assertFails(self.translate("--bogus", "ein mann"), r"unknown option --bogus")
+        p = self.translate("--beam", "3", "--", "-ein mann")  # "--" ends the options
+        self.assertOk(p)
+
+    def test_heatmaps_and_attention_report(self):
+        d = self.out("heatmaps")
+        p = self.translate("--heatmaps", d, "ein mann .")
+        self.assertOk(p)
+        self.assertTrue(os.path.getsize(os.path.join(d, "sentence1.png")) > 0)
+        p = run("attention", "--checkpoint", self.ckpt, "--threads", "1", "--out", self.out("att"), "ein mann .")
+        self.assertOk(p)
+        self.assertTrue(os.path.exists(self.out("att/report.html")))
+
+
+# ---- resume and interruption --------------------------------------------------------------------
+
+LOSS_KEYS = ["epoch", "step", "train_loss", "valid_loss", "valid_ppl", "valid_bleu", "lr"]
+
+
+class Resume(Base):
+    def train(self, out, *extra):
+        return run("train", *TINY, "--subset", "256", "--epochs", "2", "--data-dir", DATA, "--out", out, *extra)
+
+    def losses(self, out):
+        return [{k: m[k] for k in LOSS_KEYS} for m in read_metrics(os.path.join(out, "metrics.jsonl"))]
+
+    def test_interrupted_and_resumed_runs_match(self):
+        reference = self.losses(trained_checkpoint())
+        self.assertEqual([m["epoch"] for m in reference], [1, 2])
+        # 8 batches per epoch: stop mid-epoch (5), right after the last batch of an epoch before its
+        # validation (8), and mid-epoch again after a resume (11).
+        out = self.out("resumed")
+        p = self.train(out, "--stop-after-steps", "5")
+        self.assertFails(p, r"interrupted at epoch 1, batch 5 \(step 5\): saved .*last.safetensors", status=130)
+        self.assertFalse(os.path.exists(os.path.join(out, "metrics.jsonl")))
+        p = self.train(out, "--resume", "--stop-after-steps", "8")
+        self.assertFails(p, r"interrupted at epoch 1, batch 8 \(step 8\)", status=130)
+        p = self.train(out, "--resume", "--stop-after-steps", "11")
+        self.assertFails(p, r"interrupted at epoch 2, batch 3 \(step 11\)", status=130)
+        p = self.train(out, "--resume")
+        self.assertOk(p)
+        self.assertIn("resuming", p.stdout)
+        self.assertEqual(self.losses(out), reference)
+
+    def test_ctrl_c_saves_and_resumes(self):
+        reference = self.losses(trained_checkpoint())
+        out = self.out("sigint")
+        args = [SEQGRAD, "train", *[a for a in TINY if a != "--quiet"], "--subset", "256", "--epochs", "2",
+                "--data-dir", DATA, "--out", out]
+        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        seen = b""
+        deadline = time.time() + 60
+        while b"batch " not in seen and time.time() < deadline:  # the progress bar: a step is done
+            chunk = os.read(proc.stderr.fileno(), 4096)
+            if not chunk:
+                break
+            seen += chunk
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=120)
+        stderr = (seen + stderr).decode()
+        self.assertEqual(proc.returncode, 130, stderr)
+        self.assertRegex(stderr, r"interrupted (at epoch \d, batch \d+|after epoch \d) \(step \d+\): saved "
+                                 r".*last.safetensors")
+        p = run("train", "--resume", "--out", out, "--threads", "1", "--quiet")
+        self.assertOk(p)
+        self.assertEqual(self.losses(out), reference)
+
+    def test_resume_can_extend_the_run(self):
+        out = self.out("extended")
+        shutil.copytree(trained_checkpoint(), out)
+        p = run("train", "--resume", "--out", out, "--epochs", "3", "--threads", "1", "--quiet")
+        self.assertOk(p)
+        self.assertEqual([m["epoch"] for m in read_metrics(os.path.join(out, "metrics.jsonl"))], [1, 2, 3])
+
+    def test_a_new_run_replaces_old_metrics(self):
+        out = self.out("again")
+        shutil.copytree(trained_checkpoint(), out)
+        p = run("train", *TINY, "--subset", "64", "--epochs", "1", "--data-dir", DATA, "--out", out)
+        self.assertOk(p)
+        self.assertIn("note: starting a new run", p.stdout)
+        self.assertEqual([m["epoch"] for m in read_metrics(os.path.join(out, "metrics.jsonl"))], [1])
+
+
+# ---- non-finite loss ----------------------------------------------------------------------------
+
+class NonFinite(Base):
+    def test_nan_loss_stops_with_step_and_checkpoint(self):
+        out = self.out("nan")
+        p = run("train", *TINY, "--subset", "256", "--epochs", "2", "--data-dir", DATA, "--out", out,
+                "--nan-at-step", "3")
+        self.assertFails(p, r"loss is nan at epoch 1 batch 3 \(step 3\); stopped before the update and saved "
+                            r"the state that produced it to .*nan.safetensors")
+        header, _ = read_safetensors(os.path.join(out, "nan.safetensors"))
+        state = json.loads(header["__metadata__"]["train_state"])
+        self.assertEqual((state["step"], state["batch"], state["epoch"]), (2, 2, 0))
+        self.assertFalse(os.path.exists(os.path.join(out, "last.safetensors")))
+        # the saved weights are the finite ones that met the bad loss: the checkpoint still translates
+        self.assertOk(run("translate", "--checkpoint", os.path.join(out, "nan.safetensors"), "--threads", "1",
+                          "ein mann ."))
+
+    def test_nan_after_an_epoch_points_to_the_last_good_checkpoint(self):
+        out = self.out("nan_epoch2")
+        p = run("train", *TINY, "--subset", "256", "--epochs", "2", "--data-dir", DATA, "--out", out,
+                "--nan-at-step", "10")
+        self.assertFails(p, r"loss is nan at epoch 2 batch 2 \(step 10\).*last good checkpoint is .*last.safetensors")
+        header, _ = read_safetensors(os.path.join(out, "last.safetensors"))
+        self.assertEqual(json.loads(header["__metadata__"]["train_state"])["step"], 8)
+
+    def test_huge_learning_rate(self):
+        out = self.out("huge_lr")
+        p = run("train", *TINY, "--subset", "256", "--epochs", "1", "--lr", "1e30", "--data-dir", DATA, "--out", out)
+        self.assertFails(p, r"(loss|gradient norm) is (nan|inf|-inf) at epoch 1 batch 2 \(step 2\)")
+        self.assertTrue(os.path.exists(os.path.join(out, "nan.safetensors")))
+
+
+# ---- eval --hyp --ref against sacreBLEU ---------------------------------------------------------
+
+@unittest.skipIf(sacrebleu is None, "sacrebleu is not installed for this python3")
+class EvalBleu(Base):
+    def sacrebleu_line(self, hyp_path, ref_path):
+        # read as sacreBLEU's command line does: newline="\n", each line rstrip()ped
+        def read(path):
+            with open(path, encoding="utf-8", newline="\n") as f:
+                return [line.rstrip() for line in f]
+        return str(sacrebleu.corpus_bleu(read(hyp_path), [read(ref_path)]))
+
+    def check(self, name, hyps, refs, newline="\n"):
+        hyp, ref = self.out(f"{name}.hyp"), self.out(f"{name}.ref")
+        for path, lines in [(hyp, hyps), (ref, refs)]:
+            with open(path, "w", encoding="utf-8", newline="") as f:
+                f.write("".join(l + newline for l in lines))
+        p = run("eval", "--hyp", hyp, "--ref", ref)
+        self.assertOk(p)
+        self.assertEqual(p.stdout.strip(), self.sacrebleu_line(hyp, ref), name)
+
+    def test_matches_sacrebleu(self):
+        with open(os.path.join(DATA, "multi30k", "test2016.en"), encoding="utf-8") as f:
+            refs = [l.rstrip("\n") for l in f]
+        # a deterministic "system": drop every 4th word, swap neighbours in every 3rd sentence
+        hyps = []
+        for i, r in enumerate(refs):
+            w = [x for j, x in enumerate(r.split(" ")) if j % 4 != 3]
+            if i % 3 == 0 and len(w) > 2:
+                w[0], w[1] = w[1], w[0]
+            hyps.append(" ".join(w))
+        self.check("multi30k", hyps, refs)
+        self.check("identical", refs[:50], refs[:50])
+        self.check("crlf", hyps[:100], refs[:100], newline="\r\n")
+        self.check("edge", ["", "Hello , world!", "A &amp; B &quot;quoted&quot; 1,000.50 $5 -- well-known",
+                            "Straße ÄÖÜ café — naïve « guillemets »", "tabs\tand  double  spaces ", "x"],
+                   ["Nothing here", "Hello, world!", "A & B \"quoted\" 1,000.50 $5 - well-known",
+                    "Straße äöü café — naive « guillemets »", "tabs and double spaces", "y"])
+
+    def test_checkpoint_on_the_test_split(self):
+        d = self.out("eval_copy")
+        shutil.copytree(trained_checkpoint(), d)
+        p = run("eval", "--checkpoint", os.path.join(d, "best.safetensors"), "--data-dir", DATA, "--threads", "1")
+        self.assertOk(p)
+        self.assertRegex(p.stdout, r"test: loss [\d.]+, ppl [\d.]+, BLEU [\d.]+ \(tokenised, lower-cased\), "
+                                   r"sacreBLEU [\d.]+ \(greedy\)")
+        self.assertTrue(os.path.exists(os.path.join(d, "attention_test0.png")))
+        p = run("eval", "--checkpoint", os.path.join(d, "best.safetensors"), "--data-dir", self.out("nowhere"))
+        self.assertFails(p, r"data folder '.*nowhere' does not exist")
+
+    def test_bad_files(self):
+        a, b = self.out("a.txt"), self.out("b.txt")
+        with open(a, "w") as f:
+            f.write("one\ntwo\n")
+        with open(b, "w") as f:
+            f.write("one\n")
+        self.assertFails(run("eval", "--hyp", a, "--ref", b), r"a.txt has 2 lines but .*b.txt has 1")
+        self.assertFails(run("eval", "--hyp", a), r"--hyp and --ref go together")
+        self.assertFails(run("eval", "--hyp", a, "--ref", self.out("missing.txt")), r"missing.txt")
+        empty = self.out("empty.txt")
+        open(empty, "w").close()
+        self.assertFails(run("eval", "--hyp", empty, "--ref", empty), r"no sentences|empty")
+
+
+# ---- compare ------------------------------------------------------------------------------------
+
+class Compare(Base):
+    def test_tiny_comparison(self):
+        out = self.out("compare")
+        p = run("compare", "--embed", "8", "--hidden", "8", "--subsets", "128,256", "--epochs", "1", "--valid", "40",
+                "--kinds", "additive,scaled_dot", "--timing-steps", "2", "--threads", "1", "--quiet",
+                "--data-dir", DATA, "--out", out)
+        self.assertOk(p)
+        self.assertRegex(p.stdout, r"additive +128 ")
+        self.assertRegex(p.stdout, r"scaled_dot +256 ")
+        with open(os.path.join(out, "compare.json")) as f:
+            report = json.load(f)
+        runs = report["runs"]
+        self.assertEqual([(r["kind"], r["train_pairs"]) for r in runs],
+                         [("additive", 128), ("scaled_dot", 128), ("additive", 256), ("scaled_dot", 256)])
+        for r in runs:
+            self.assertEqual(len(r["epochs"]), 1)
+            e = r["epochs"][0]
+            self.assertGreater(r["train_ms_per_step"], 0)
+            self.assertTrue(0 < e["attention_entropy_normalized"] <= 1.0 + 1e-9, e)
+            self.assertLessEqual(e["attention_entropy"], e["attention_entropy_uniform"] + 1e-9)
+        self.assertEqual([t["kind"] for t in report["timing"]], ["additive", "scaled_dot"])
+        self.assertTrue(all(t["median_ms_per_step"] > 0 for t in report["timing"]))
+        self.assertRegex(p.stdout, r"ms/step \(median\)")
+        with open(os.path.join(out, "report.html"), encoding="utf-8") as f:
+            html = f.read()
+        self.assertIn("<table>", html)
+        self.assertIn("Time per step", html)
+
+    def test_bad_input(self):
+        for args, pattern in [(["--kinds", "cosine"], r"attention kind 'cosine'"),
+                              (["--subsets", "0"], r"--subsets expects positive pair counts or 'all', got '0'"),
+                              (["--subsets", "lots"], r"got 'lots'"),
+                              (["--epochs", "0"], r"--epochs must be >= 1"),
+                              (["--timing-steps", "-1"], r"--timing-steps must be >= 0"),
+                              (["--preset", "huge"], r"unknown preset 'huge'"),
+                              (["--data-dir", self.out("no_such_dir")], r"data folder .* does not exist")]:
+            self.assertFails(run("compare", "--threads", "1", "--data-dir", DATA, *args), r"seqgrad compare: error: .*"
+                             + pattern)
+
+
+def main():
+    global SEQGRAD, DATA
+    argv = sys.argv[1:]
+    if not argv or argv[0].startswith("-"):
+        sys.exit("usage: test_tools_cli.py PATH/TO/seqgrad [DATA_DIR] [unittest options]")
+    SEQGRAD = os.path.abspath(argv.pop(0))
+    here = os.path.dirname(os.path.abspath(__file__))
+    DATA = os.path.abspath(argv.pop(0)) if argv and not argv[0].startswith("-") else os.path.join(here, "..", "data")
+    try:
+        unittest.main(argv=[sys.argv[0], *argv])
+    finally:
+        if Base.tmp and os.environ.get("SEQGRAD_KEEP_TMP") != "1":
+            shutil.rmtree(Base.tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -150,7 +150,8 @@ int eval_main(int argc, char** argv) {
 
 int attention_main(int argc, char** argv) {
   if (argc >= 2 && std::string(argv[1]) == "demo") return attention_demo_main(argc - 1, argv + 1);
-  Args a("attention", "Attention heatmaps (PNG, SVG) of translations and an HTML report of all the sentences.\n"
+  Args a("attention", "Attention heatmaps (PNG, SVG) of translations, their pre-softmax energies (additive and\n"
+                      "hybrid kinds: <out>/sentenceN_energies.png) and an HTML report of all the sentences.\n"
                       "`seqgrad attention demo` prints energies, weights and contexts of every kind on a toy input.");
   common_options(a);
   a.option("out", "dir", "output folder", "attention").positional("sentence", "text to translate (else stdin)");
@@ -167,13 +168,18 @@ int attention_main(int argc, char** argv) {
     SG_CHECK_VALUE(!t.hyp.attention.empty(), "attention: sentence {} produced no attention weights", i + 1);
     std::string stem = fmt::format("{}/sentence{}", out, i + 1);
     write_attention_heatmap(stem, t.src_tokens, t.out_tokens, t.hyp, sentences[i]);
-    plot::Heatmap h;
-    h.rows = static_cast<int>(t.hyp.attention.size());
-    h.cols = static_cast<int>(t.hyp.attention[0].size());
-    for (const auto& row : t.hyp.attention) h.values.insert(h.values.end(), row.begin(), row.end());
-    h.title = sentences[i];
-    sections.push_back({sentences[i], "→ " + text::detokenize(t.out_tokens), plot::heatmap_svg(h)});
-    fmt::print("{} -> {}\n  {}.png\n", sentences[i], text::detokenize(t.out_tokens), stem);
+    std::string translation = text::detokenize(t.out_tokens);
+    sections.push_back({.heading = sentences[i], .html_text = "→ " + translation,
+                        .svg = plot::heatmap_svg(attention_heatmap(t.src_tokens, t.out_tokens, t.hyp.attention,
+                                                                   sentences[i], false))});
+    if (!t.hyp.energies.empty())
+      sections.push_back({.heading = sentences[i] + " (energies)",
+                          .html_text = "Pre-softmax scores vᵀ tanh(W_q s + W_k h): the softmax over each row gives "
+                                       "the weights above.",
+                          .svg = plot::heatmap_svg(attention_heatmap(t.src_tokens, t.out_tokens, t.hyp.energies,
+                                                                     sentences[i], true))});
+    fmt::print("{} -> {}\n  {}.png{}\n", sentences[i], translation, stem,
+               t.hyp.energies.empty() ? "" : fmt::format(", {}_energies.png", stem));
   }
   plot::write_html_report(out + "/report.html", "seqgrad attention report", sections);
   fmt::print("report: {}/report.html\n", out);

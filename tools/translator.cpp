@@ -40,22 +40,36 @@ Evaluation evaluate(models::Seq2Seq& model, const text::EncodedCorpus& corpus, c
   return out;
 }
 
-void write_attention_heatmap(const std::string& stem, const std::vector<std::string>& src_tokens,
-                             const std::vector<std::string>& tgt_tokens, const models::Hypothesis& hyp,
-                             const std::string& title) {
+plot::Heatmap attention_heatmap(const std::vector<std::string>& src_tokens, const std::vector<std::string>& tgt_tokens,
+                                const std::vector<std::vector<float>>& rows, const std::string& title, bool energies) {
   plot::Heatmap h;
-  h.rows = static_cast<int>(hyp.attention.size());
-  h.cols = static_cast<int>(hyp.attention.empty() ? 0 : hyp.attention[0].size());
-  for (const auto& row : hyp.attention) h.values.insert(h.values.end(), row.begin(), row.end());
-  h.col_labels = src_tokens;
+  h.rows = static_cast<int>(rows.size());
+  h.cols = static_cast<int>(rows.empty() ? 0 : rows[0].size());
+  for (const auto& row : rows) h.values.insert(h.values.end(), row.begin(), row.end());
+  h.col_labels = src_tokens;  // the source as encoded: tokens, then <eos>
   h.col_labels.push_back("<eos>");
   h.col_labels.resize(h.cols, "");
   h.row_labels = tgt_tokens;
   h.row_labels.push_back("<eos>");
   h.row_labels.resize(h.rows, "");
-  h.title = title;
-  plot::write_heatmap_png(stem + ".png", h);
-  plot::write_heatmap_svg(stem + ".svg", h);
+  h.title = energies ? title + " (energies)" : title;
+  if (energies) {  // pre-softmax scores: a diverging map centred at 0
+    h.diverging = true;
+    h.colorbar_label = "energy";
+  }
+  return h;
+}
+
+void write_attention_heatmap(const std::string& stem, const std::vector<std::string>& src_tokens,
+                             const std::vector<std::string>& tgt_tokens, const models::Hypothesis& hyp,
+                             const std::string& title) {
+  plot::Heatmap weights = attention_heatmap(src_tokens, tgt_tokens, hyp.attention, title, false);
+  plot::write_heatmap_png(stem + ".png", weights);
+  plot::write_heatmap_svg(stem + ".svg", weights);
+  if (hyp.energies.empty()) return;
+  plot::Heatmap energies = attention_heatmap(src_tokens, tgt_tokens, hyp.energies, title, true);
+  plot::write_heatmap_png(stem + "_energies.png", energies);
+  plot::write_heatmap_svg(stem + "_energies.svg", energies);
 }
 
 void report_test(models::Seq2Seq& model, const text::Vocab& src_vocab, const text::Vocab& tgt_vocab,

@@ -8,6 +8,7 @@
 #include "models/seq2seq/decode.h"
 #include "models/seq2seq/pipeline.h"
 #include "optim/optim.h"
+#include "tools/plot/plot.h"
 
 namespace seqgrad::tools {
 
@@ -24,7 +25,12 @@ void report_test(models::Seq2Seq& model, const text::Vocab& src_vocab, const tex
                  const models::Corpora& data, const models::TrainConfig& config, const std::string& out_dir,
                  const models::DecodeOptions& decoding);
 
-// Writes the attention heatmap (PNG and SVG) of one translation.
+// The heatmap of one translation's attention weights (or, with energies, its pre-softmax scores):
+// source tokens across, target tokens down.
+plot::Heatmap attention_heatmap(const std::vector<std::string>& src_tokens, const std::vector<std::string>& tgt_tokens,
+                                const std::vector<std::vector<float>>& rows, const std::string& title, bool energies);
+// Writes the attention heatmap (PNG and SVG) of one translation, and <stem>_energies.{png,svg}
+// with the pre-softmax scores when the attention kind has them.
 void write_attention_heatmap(const std::string& path_stem, const std::vector<std::string>& src_tokens,
                              const std::vector<std::string>& tgt_tokens, const models::Hypothesis& hyp,
                              const std::string& title);

@@ -43,6 +43,7 @@ std::vector<Hypothesis> greedy_decode(Seq2Seq& model, const Tensor& src, const T
     for (int64_t b = 0; b < batch; ++b) {
       if (done[b]) continue;
       out[b].attention.push_back(row(s.weights, b, src_len[b]));
+      if (s.energies.defined()) out[b].energies.push_back(row(s.energies, b, src_len[b]));
       out[b].log_prob += lp[b];
       if (ids[b] == options.eos_id) done[b] = true;
       else out[b].tokens.push_back(ids[b]);
@@ -102,6 +103,7 @@ Hypothesis beam_search(Seq2Seq& model, const Tensor& src, const Tensor& lengths,
       Hypothesis h = beams[c.beam].hyp;
       h.log_prob = c.log_prob;
       h.attention.push_back(row(s.weights, c.beam, src_len));
+      if (s.energies.defined()) h.energies.push_back(row(s.energies, c.beam, src_len));
       if (c.token == options.eos_id) {
         h.score = normalized(h);
         finished.push_back(std::move(h));

@@ -10,6 +10,7 @@ namespace seqgrad::models {
 struct Hypothesis {
   std::vector<int64_t> tokens;                 // target ids without <bos>, ending before <eos>
   std::vector<std::vector<float>> attention;   // one row (source length) per token incl. <eos>
+  std::vector<std::vector<float>> energies;    // the same rows before the softmax (additive kinds)
   double log_prob = 0;                         // sum of token log-probabilities incl. <eos>
   double score = 0;                            // log_prob / length^length_penalty (beam search)
 };

@@ -115,10 +115,11 @@ AttnDecoder::Memory AttnDecoder::prepare(const Tensor& encoder_outputs, const Te
 
 AttnDecoder::Step AttnDecoder::step(const Tensor& y_prev, const Tensor& state, const Memory& memory) const {
   Tensor query = state.select(0, config_.num_layers - 1).unsqueeze(1);  // (B, 1, H)
-  Tensor context, weights;                                              // (B, 1, 2H), (B, 1, S)
+  Tensor context, weights, energies;                                    // (B, 1, 2H), (B, 1, S), (B, 1, S)
   if (config_.attention != AttentionKind::scaled_dot) {
     context = additive.attend_projected(query, memory.keys, memory.values, memory.lengths);
     weights = additive.last_weights();
+    energies = additive.last_scores();
   }
   if (config_.attention != AttentionKind::additive) {
     Tensor q = query_proj(query);                                                           // (B, 1, 2H)
@@ -137,7 +138,7 @@ AttnDecoder::Step AttnDecoder::step(const Tensor& y_prev, const Tensor& state, c
   auto [output, new_state] = rnn(cat({embedded, context}, 2), {.h0 = state});  // (B, 1, H), (L, B, H)
   Tensor features = config_.deep_output ? cat({output, context, embedded}, 2) : output;
   Tensor logits = out(features).squeeze(1);                             // (B, V)
-  return {logits, new_state, weights.squeeze(1)};
+  return {logits, new_state, weights.squeeze(1), energies.defined() ? energies.squeeze(1) : Tensor()};
 }
 
 Tensor AttnDecoder::operator()(const Tensor& tgt_in, Tensor state, const Memory& memory) const {

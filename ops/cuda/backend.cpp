@@ -76,8 +76,10 @@ Strided<N> strided(const Shape& shape, const std::array<const Tensor*, N>& ts) {
   return g;
 }
 
+// STYLE's "op X is not implemented on cuda": a primitive/dtype pair this backend does not provide
+// (the CPU backend refuses the same pairs). There is no silent fallback to the CPU.
 [[noreturn]] void not_supported(const char* what, DType dtype) {
-  throw DTypeError(fmt::format("{} is not implemented on cuda for {}", what, dtype));
+  throw DTypeError(fmt::format("op {} is not implemented on cuda for {}", what, dtype));
 }
 
 // A dense copy on the same device for kernels that need one (no autograd: kernels sit below it).
@@ -183,7 +185,7 @@ class CudaBackend final : public Backend {
   void unary(UnaryOp op, const Tensor& x, const Tensor& out, UnaryParams p) override {
     DeviceGuard guard(out.device().index);
     if (op == UnaryOp::logical_not) {
-      if (x.dtype() != DType::b8) not_supported("unary logical_not", x.dtype());
+      if (x.dtype() != DType::b8) not_supported("logical_not", x.dtype());
     } else if (x.dtype() == DType::b8 || (x.dtype() == DType::i64 && !math::unary_works_on_integers(op))) {
       throw DTypeError(fmt::format("unary: op {} is not supported for {}", unary_op_name(op), x.dtype()));
     }

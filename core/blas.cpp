@@ -8,7 +8,6 @@
 #include <mutex>
 
 #include "core/error.h"
-#include "core/threads.h"
 
 #ifndef SG_OPENBLAS_LIBDIR
 #define SG_OPENBLAS_LIBDIR ""
@@ -35,10 +34,13 @@ struct Library {
   CorenameFn corename = nullptr;
 };
 
-// The OpenMP build shares seqgrad's OpenMP thread pool instead of adding a second one.
+// OpenBLAS runs single-threaded inside each call: seqgrad splits large products across its own
+// pool (core/threads.h), which copes with a loaded machine. The pthread build is safe to call
+// from several threads at once (and is the one Debian's PyTorch uses, through libblas.so.3).
 const char* const kCandidates[] = {
-    "/usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so.0",
+    "/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0",
     SG_OPENBLAS_LIBDIR "/libopenblas.so.0",
+    "/usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so.0",
     "libopenblas.so.0",
     "libopenblas.so",
 };
@@ -65,13 +67,13 @@ Library load() {
     }
     tried += fmt::format("\n  {}: {}", path, dlerror());
   }
-  SG_CHECK(lib.handle, "blas: could not load OpenBLAS (install libopenblas0-openmp); tried:{}", tried);
+  SG_CHECK(lib.handle, "blas: could not load OpenBLAS (install libopenblas0-pthread); tried:{}", tried);
   lib.sgemm = reinterpret_cast<SgemmFn>(dlsym(lib.handle, "cblas_sgemm"));
   lib.dgemm = reinterpret_cast<DgemmFn>(dlsym(lib.handle, "cblas_dgemm"));
   lib.set_threads = reinterpret_cast<SetThreadsFn>(dlsym(lib.handle, "openblas_set_num_threads"));
   lib.corename = reinterpret_cast<CorenameFn>(dlsym(lib.handle, "openblas_get_corename"));
   SG_CHECK(lib.sgemm && lib.dgemm, "blas: {} lacks cblas_sgemm/cblas_dgemm", lib.path);
-  if (lib.set_threads) lib.set_threads(get_num_threads());
+  if (lib.set_threads) lib.set_threads(1);
   return lib;
 }
 

@@ -394,6 +394,44 @@ Tensor rounded_operand(const Tensor& t, GemmPrecision precision) {
   return out;
 }
 
+// One product split across the thread pool: along N (columns of B and C) when N >= M, else along
+// M (rows of A and C). Each piece is a single-threaded BLAS call; small products stay whole. Every
+// piece packs the whole shared operand (A for an N split) again: about 16/w of the piece's time
+// for a piece w columns wide (16 multiply-adds per cycle against ~1 cycle per packed element), so
+// pieces are at least kMinPiece wide.
+constexpr int64_t kSplitWork = int64_t{1} << 18;  // multiply-adds per piece, at least
+constexpr int64_t kMinPiece = 256;
+
+template <class T>
+void blas_gemm(blas::Trans ta, blas::Trans tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
+               const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  if constexpr (std::is_same_v<T, float>) blas::sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  else blas::dgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+template <class T>
+void split_gemm(blas::Trans ta, blas::Trans tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
+                const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  const int64_t work = m * n * k;
+  if (work < 2 * kSplitWork || std::max(m, n) < 2 * kMinPiece || get_num_threads() <= 1) {
+    blas_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
+  if (n >= m) {
+    int64_t grain = std::max<int64_t>(kMinPiece, kSplitWork / std::max<int64_t>(m * k, 1));
+    parallel_for(n, grain, [&](int64_t j0, int64_t j1) {
+      const T* bj = tb == blas::Trans::no ? b + j0 : b + j0 * ldb;
+      blas_gemm(ta, tb, m, j1 - j0, k, alpha, a, lda, bj, ldb, beta, c + j0, ldc);
+    }, 16);
+  } else {
+    int64_t grain = std::max<int64_t>(kMinPiece, kSplitWork / std::max<int64_t>(n * k, 1));
+    parallel_for(m, grain, [&](int64_t i0, int64_t i1) {
+      const T* ai = ta == blas::Trans::no ? a + i0 * lda : a + i0;
+      blas_gemm(ta, tb, i1 - i0, n, k, alpha, ai, lda, b, ldb, beta, c + i0 * ldc, ldc);
+    }, 16);
+  }
+}
+
 void CpuBackend::gemm(const Tensor& a_in, const Tensor& b_in, const Tensor& c, double alpha, double beta,
                       GemmPrecision precision) {
   int64_t batch = c.shape()[0], m = c.shape()[1], n = c.shape()[2], k = a_in.shape()[2];
@@ -414,30 +452,27 @@ void CpuBackend::gemm(const Tensor& a_in, const Tensor& b_in, const Tensor& c, d
     const T* pa = a.data<T>();
     const T* pb = b.data<T>();
     T* pc = c.data<T>();
-    auto one = [&](int64_t i) {
-      if (k == 0) {  // BLAS leaves C untouched for k = 0; the product of empty matrices is zero
+    if (k == 0) {  // BLAS leaves C untouched for k = 0; the product of empty matrices is zero
+      for (int64_t i = 0; i < batch; ++i)
         for (int64_t r = 0; r < m; ++r)
           for (int64_t j = 0; j < n; ++j) {
             T& cij = pc[i * c.strides()[0] + r * ldc + j];
             cij = beta == 0 ? T(0) : cij * static_cast<T>(beta);  // beta = 0 ignores C (it may be garbage)
           }
-        return;
-      }
-      if constexpr (std::is_same_v<T, float>)
-        blas::sgemm(ma.trans, mb.trans, m, n, k, float(alpha), pa + i * a_stride, ma.ld, pb + i * b_stride, mb.ld,
-                    float(beta), pc + i * c.strides()[0], ldc);
-      else
-        blas::dgemm(ma.trans, mb.trans, m, n, k, alpha, pa + i * a_stride, ma.ld, pb + i * b_stride, mb.ld, beta,
-                    pc + i * c.strides()[0], ldc);
-    };
-    // many small products: one per thread (OpenBLAS would not thread them anyway)
-    bool small = m * n * k < 64 * 64 * 64;
-    if (batch > 1 && small && get_num_threads() > 1) {
-#pragma omp parallel for schedule(static)
-      for (int64_t i = 0; i < batch; ++i) one(i);
-    } else {
-      for (int64_t i = 0; i < batch; ++i) one(i);
+      return;
     }
+    const int64_t work = m * n * k;
+    if (batch > 1 && work < kSplitWork) {  // many small products: whole products per thread
+      parallel_for(batch, std::max<int64_t>(1, kSplitWork / std::max<int64_t>(work, 1)), [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i)
+          blas_gemm(ma.trans, mb.trans, m, n, k, T(alpha), pa + i * a_stride, ma.ld, pb + i * b_stride, mb.ld,
+                    T(beta), pc + i * c.strides()[0], ldc);
+      });
+      return;
+    }
+    for (int64_t i = 0; i < batch; ++i)
+      split_gemm(ma.trans, mb.trans, m, n, k, T(alpha), pa + i * a_stride, ma.ld, pb + i * b_stride, mb.ld, T(beta),
+                 pc + i * c.strides()[0], ldc);
   });
 }
 

@@ -15,4 +15,6 @@ int eval_main(int argc, char** argv);
 int attention_main(int argc, char** argv);
 // seqgrad compare: trains each attention kind on the same data and seed (tools/cmd_compare.cpp).
 int compare_main(int argc, char** argv);
+// seqgrad bench [WORKLOAD ...]: timed workloads, compared with PyTorch by bench/run.sh (tools/cmd_bench.cpp).
+int bench_main(int argc, char** argv);
 }  // namespace seqgrad::tools

@@ -31,6 +31,7 @@ const Command kCommands[] = {
     {"attention", seqgrad::tools::attention_main, "attention heatmaps, energies and the toy demo"},
     {"compare", seqgrad::tools::compare_main, "additive vs scaled-dot vs hybrid attention: loss, BLEU, speed, sharpness"},
     {"gradcheck", gradcheck_main, "finite-difference gradient checks of every op (float64)"},
+    {"bench", seqgrad::tools::bench_main, "timed workloads (training steps, kernels, decoding, memory); bench/run.sh vs PyTorch"},
     {"info", info_main, "version, threads and which BLAS kernels run"},
 };
 

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# seqgrad vs PyTorch, side by side: runs `seqgrad bench` and bench/torch_bench.py alternately, one
+# workload at a time and for several rounds (the order flips every round), then prints the table
+# (bench/compare.py). PyTorch runs twice per workload: with its defaults, and with
+# OMP_WAIT_POLICY=passive, which is much faster for it on a loaded machine; ratios are taken
+# against the faster of the two.
+#
+#   bench/run.sh [--quick] [--rounds N] [--threads N] [--repeats N] [WORKLOAD ...]
+#
+# Environment: SEQGRAD (the seqgrad binary; default: build-perf/tools/seqgrad, else
+# build/tools/seqgrad), OUT (results folder; default bench/results/<date-time>).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+rounds=3 threads=2 quick=() repeats=()
+workloads=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --quick) quick=(--quick); rounds=1 ;;
+    --rounds) rounds="$2"; shift ;;
+    --threads) threads="$2"; shift ;;
+    --repeats) repeats=(--repeats "$2"); shift ;;
+    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    -*) echo "run.sh: unknown option $1" >&2; exit 2 ;;
+    *) workloads+=("$1") ;;
+  esac
+  shift
+done
+
+seqgrad="${SEQGRAD:-}"
+if [ -z "$seqgrad" ]; then
+  for candidate in build-perf/tools/seqgrad build/tools/seqgrad; do
+    if [ -x "$candidate" ]; then seqgrad="$candidate"; break; fi
+  done
+fi
+[ -x "$seqgrad" ] || { echo "run.sh: no seqgrad binary (build it, or set SEQGRAD)" >&2; exit 2; }
+python=/usr/bin/python3
+out="${OUT:-bench/results/$(date +%Y%m%d-%H%M%S)}"
+mkdir -p "$out/data"
+results="$out/results.jsonl"
+: > "$results"
+
+"$seqgrad" bench --export "$out/data" >/dev/null
+if [ ${#workloads[@]} -eq 0 ]; then mapfile -t workloads < <("$seqgrad" bench --list); fi
+
+{
+  echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+  echo "cpu: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores online; threads: $threads"
+  echo "seqgrad: $("$seqgrad" info | tr '\n' ' ')"
+  echo "pytorch: $($python -c 'import torch; print(torch.__version__)') with BLAS $(readlink -f /etc/alternatives/libblas.so.3-x86_64-linux-gnu 2>/dev/null || echo '?'), OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}"
+} | tee "$out/machine.txt"
+
+run_seqgrad() { "$seqgrad" bench --threads "$threads" "${quick[@]}" "${repeats[@]}" --json "$results" "$1" | tail -n +2; }
+run_torch() { $python bench/torch_bench.py --data "$out/data" --threads "$threads" "${quick[@]}" "${repeats[@]}" \
+                --json "$results" "$1" | tail -n +2; }
+run_torch_passive() { OMP_WAIT_POLICY=passive $python bench/torch_bench.py --data "$out/data" --threads "$threads" \
+                        "${quick[@]}" "${repeats[@]}" --json "$results" --label pytorch-passive "$1" | tail -n +2; }
+
+for ((r = 1; r <= rounds; ++r)); do
+  echo "== round $r/$rounds (load average $(cut -d' ' -f1-3 /proc/loadavg))"
+  for w in "${workloads[@]}"; do
+    if ((r % 2)); then
+      echo "seqgrad        $(run_seqgrad "$w")"
+      echo "pytorch        $(run_torch "$w")"
+      echo "pytorch-passive $(run_torch_passive "$w")"
+    else
+      echo "pytorch-passive $(run_torch_passive "$w")"
+      echo "pytorch        $(run_torch "$w")"
+      echo "seqgrad        $(run_seqgrad "$w")"
+    fi
+  done
+done
+echo
+$python bench/compare.py "$results" | tee "$out/table.md"

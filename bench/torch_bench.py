@@ -1,0 +1,515 @@
+#!/usr/bin/python3
+"""PyTorch's side of `seqgrad bench`: the same workloads, shapes, data and initial weights.
+
+The seq2seq presets' batches, a test sentence and the initial weights come from
+`seqgrad bench --export DIR` (so both frameworks train the same model on the same batches); the
+kernel workloads use the shapes of tools/cmd_bench.cpp. The model below is the natural PyTorch
+version of models/seq2seq/model.h: nn.GRU with pack_padded_sequence for the encoder, the additive
+attention with its key projection computed once per batch, one nn.GRU call per decoder step,
+F.cross_entropy with label smoothing, clip_grad_norm_ and Adam.
+
+Needs Debian's python3-torch (tested with 1.13) and numpy.
+Usage: torch_bench.py --data DIR [--threads N] [--repeats N] [--warmup N] [--quick] [--json FILE] [--label NAME]
+                      [WORKLOAD ...]
+"""
+import argparse
+import json
+import math
+import os
+import struct
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+PAD, BOS, EOS = 0, 1, 2
+K_BATCHES = 2  # a timed cycle runs these batches once each (as kBatches in cmd_bench.cpp)
+
+
+# ---- statistics and reporting (the same quantiles as cmd_bench.cpp)
+def stats_of(values):
+    v = sorted(values)
+
+    def at(q):
+        pos = q * (len(v) - 1)
+        lo = int(pos)
+        hi = min(lo + 1, len(v) - 1)
+        return v[lo] + (v[hi] - v[lo]) * (pos - lo)
+
+    return {"median": at(0.5), "p10": at(0.1), "p90": at(0.9), "min": v[0], "max": v[-1], "n": len(v)}
+
+
+def load_average():
+    try:
+        with open("/proc/loadavg") as f:
+            return float(f.read().split()[0])
+    except OSError:
+        return -1.0
+
+
+class Reporter:
+    def __init__(self, json_path, threads, label):
+        self.json_path, self.threads, self.label = json_path, threads, label
+
+    def report(self, workload, unit, s, extra=None, note=""):
+        extra = extra or {}
+        line = f"{workload:<22} {s['median']:>10.4g} {unit:<8} [p10 {s['p10']:.4g}, p90 {s['p90']:.4g}, n {s['n']}]"
+        for k in sorted(extra):
+            line += f"  {k} {extra[k]:.4g}"
+        if note:
+            line += f"  ({note})"
+        print(line, flush=True)
+        if self.json_path:
+            j = {"impl": self.label, "workload": workload, "unit": unit, **s, "threads": self.threads,
+                 "load": load_average(), **extra}
+            if note:
+                j["note"] = note
+            with open(self.json_path, "a") as f:
+                f.write(json.dumps(j) + "\n")
+
+
+class Plan:
+    def __init__(self, warmup, repeats, quick, data):
+        self.warmup, self.repeats, self.quick, self.data = warmup, repeats, quick, data
+
+
+def time_blocks(body, plan, block_seconds=0.2):
+    for _ in range(plan.warmup):
+        body()
+    t0 = time.perf_counter()
+    body()
+    once = max(time.perf_counter() - t0, 1e-7)
+    block = 1 if plan.quick else min(max(int(block_seconds / once), 1), 1000000)
+    per_call = []
+    for _ in range(plan.repeats):
+        start = time.perf_counter()
+        for _ in range(block):
+            body()
+        per_call.append((time.perf_counter() - start) / block)
+    return per_call
+
+
+def scaled(seconds, factor):
+    return stats_of([s * factor for s in seconds])
+
+
+# ---- safetensors (8-byte header size, JSON header, raw little-endian data)
+NP_DTYPE = {"F32": np.float32, "F64": np.float64, "I64": np.int64}
+
+
+def load_safetensors(path):
+    with open(path, "rb") as f:
+        raw = f.read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n])
+    header.pop("__metadata__", None)
+    data = raw[8 + n:]
+    out = {}
+    for name, e in header.items():
+        begin, end = e["data_offsets"]
+        out[name] = torch.from_numpy(np.frombuffer(data[begin:end], dtype=NP_DTYPE[e["dtype"]]).reshape(e["shape"]).copy())
+    return out
+
+
+# ---- the model (same parameter names as seqgrad's state_dict)
+class AdditiveAttention(nn.Module):
+    def __init__(self, query_size, key_size, hidden_size):
+        super().__init__()
+        self.w_q = nn.Linear(query_size, hidden_size, bias=False)
+        self.w_k = nn.Linear(key_size, hidden_size, bias=False)
+        self.w_v = nn.Linear(hidden_size, 1, bias=False)
+
+    def attend_projected(self, queries, projected_keys, values, lengths):
+        # queries (B, Q, Dq), projected_keys (B, K, A), values (B, K, Dv), lengths (B,)
+        features = torch.tanh(self.w_q(queries).unsqueeze(2) + projected_keys.unsqueeze(1))  # (B, Q, K, A)
+        scores = self.w_v(features).squeeze(-1)                                              # (B, Q, K)
+        k = scores.size(-1)
+        mask = torch.arange(k).view(1, 1, k) >= lengths.view(-1, 1, 1)                      # (B, 1, K)
+        weights = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
+        return torch.bmm(weights, values), weights
+
+    def forward(self, queries, keys, values, lengths):
+        return self.attend_projected(queries, self.w_k(keys), values, lengths)
+
+
+class Encoder(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.L, self.H = c["num_layers"], c["hidden_size"]
+        self.embedding = nn.Embedding(c["src_vocab"], c["embed_size"], padding_idx=c["pad_id"])
+        self.dropout = nn.Dropout(c["dropout"])
+        self.rnn = nn.GRU(c["embed_size"], c["hidden_size"], c["num_layers"], batch_first=True, bidirectional=True,
+                          dropout=c["dropout"])
+        self.bridge = nn.Linear(2 * c["hidden_size"], c["hidden_size"])
+
+    def forward(self, src, lengths):
+        x = self.dropout(self.embedding(src))                                               # (B, S, E)
+        packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+        out, h_n = self.rnn(packed)
+        outputs, _ = pad_packed_sequence(out, batch_first=True, total_length=src.size(1))   # (B, S, 2H)
+        b = src.size(0)
+        pairs = h_n.view(self.L, 2, b, self.H).permute(0, 2, 1, 3).reshape(self.L, b, 2 * self.H)
+        return outputs, torch.tanh(self.bridge(pairs))                                      # (L, B, H)
+
+
+class AttnDecoder(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        E, H, L = c["embed_size"], c["hidden_size"], c["num_layers"]
+        A = c["attention_size"] or H
+        self.deep_output = c["deep_output"]
+        self.embedding = nn.Embedding(c["tgt_vocab"], E, padding_idx=c["pad_id"])
+        self.dropout = nn.Dropout(c["dropout"])
+        self.attention = AdditiveAttention(H, 2 * H, A)
+        self.rnn = nn.GRU(E + 2 * H, H, L, batch_first=True, dropout=c["dropout"])
+        self.out = nn.Linear(3 * H + E if self.deep_output else H, c["tgt_vocab"])
+
+    def prepare(self, enc_outputs, lengths):
+        return enc_outputs, self.attention.w_k(enc_outputs), lengths  # keys projected once per batch
+
+    def step(self, y_prev, state, memory):
+        values, keys, lengths = memory
+        query = state[-1].unsqueeze(1)                                                       # (B, 1, H)
+        context, weights = self.attention.attend_projected(query, keys, values, lengths)     # (B, 1, 2H)
+        embedded = self.dropout(self.embedding(y_prev)).unsqueeze(1)                         # (B, 1, E)
+        output, state = self.rnn(torch.cat([embedded, context], 2), state)
+        features = torch.cat([output, context, embedded], 2) if self.deep_output else output
+        return self.out(features).squeeze(1), state, weights.squeeze(1)
+
+    def forward(self, tgt_in, state, memory):
+        steps = []
+        for t in range(tgt_in.size(1)):
+            logits, state, _ = self.step(tgt_in[:, t], state, memory)
+            steps.append(logits)
+        return torch.stack(steps, 1)                                                         # (B, T, V)
+
+
+class Seq2Seq(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.encoder = Encoder(c)
+        self.decoder = AttnDecoder(c)
+
+    def forward(self, src, src_lengths, tgt_in):
+        enc_outputs, state = self.encoder(src, src_lengths)
+        return self.decoder(tgt_in, state, self.decoder.prepare(enc_outputs, src_lengths))
+
+
+class PresetData:
+    def __init__(self, data_dir, preset):
+        with open(os.path.join(data_dir, preset + ".json")) as f:
+            j = json.load(f)
+        self.train = j["config"]
+        self.model_config = j["config"]["model"]
+        self.batches = []
+        for b in j["batches"]:
+            self.batches.append({
+                "src": torch.tensor(b["src"], dtype=torch.int64).view(*b["src_shape"]),
+                "src_lengths": torch.tensor(b["src_lengths"], dtype=torch.int64),
+                "tgt_in": torch.tensor(b["tgt_in"], dtype=torch.int64).view(*b["tgt_shape"]),
+                "tgt_out": torch.tensor(b["tgt_out"], dtype=torch.int64).view(*b["tgt_shape"]),
+                "target_tokens": b["target_tokens"], "gemm_flops": b["gemm_flops"]})
+        self.decode_src = j["decode_src"]
+        self.decode_max_len = j["decode_max_len"]
+        self.weights_path = os.path.join(data_dir, preset + ".safetensors")
+
+    def make_model(self):
+        model = Seq2Seq(self.model_config)
+        state = load_safetensors(self.weights_path)
+        missing, unexpected = model.load_state_dict(state, strict=True)
+        return model
+
+
+class Trainer:
+    def __init__(self, model, train):
+        self.model = model
+        self.optimizer = torch.optim.Adam(model.parameters(), lr=train["lr"])
+        self.label_smoothing, self.clip = train["label_smoothing"], train["clip"]
+        model.train()
+
+    def step(self, b):
+        logits = self.model(b["src"], b["src_lengths"], b["tgt_in"])                        # (B, T, V)
+        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), b["tgt_out"].reshape(-1), ignore_index=PAD,
+                               label_smoothing=self.label_smoothing)
+        value = loss.item()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip)
+        self.optimizer.step()
+        return value
+
+
+def bench_step(preset, plan, out):
+    d = PresetData(plan.data, preset)
+    torch.manual_seed(0)
+    trainer = Trainer(d.make_model(), d.train)
+    tokens = sum(b["target_tokens"] for b in d.batches)
+    flops = sum(b["gemm_flops"] for b in d.batches)
+    for _ in range(plan.warmup):
+        for b in d.batches:
+            trainer.step(b)
+    per_step, cpu_per_step, loss = [], [], 0.0
+    for _ in range(plan.repeats):
+        t0, c0 = time.perf_counter(), time.process_time()
+        for b in d.batches:
+            loss = trainer.step(b)
+        per_step.append((time.perf_counter() - t0) / len(d.batches))
+        cpu_per_step.append((time.process_time() - c0) / len(d.batches))
+    ms = scaled(per_step, 1e3)
+    step_s = ms["median"] / 1e3
+    out.report("step_" + preset, "ms/step", ms,
+               {"tok_s": tokens / len(d.batches) / step_s, "gemm_gflops": flops / len(d.batches) / step_s / 1e9,
+                "gemm_gflop_per_step": flops / len(d.batches) / 1e9, "cpu_ms": scaled(cpu_per_step, 1e3)["median"],
+                "loss": loss})
+
+
+def status_kb(key):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key):
+                return int(line[len(key):].split()[0])
+    return -1
+
+
+def bench_memory(preset, plan, out):
+    d = PresetData(plan.data, preset)
+    torch.manual_seed(0)
+    trainer = Trainer(d.make_model(), d.train)
+    for _ in range(max(plan.warmup, 1)):
+        trainer.step(d.batches[0])
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    before = status_kb("VmRSS:")
+    trainer.step(d.batches[0])
+    peak = status_kb("VmHWM:")
+    out.report("memory_" + preset, "MB peak", stats_of([peak / 1024.0]),
+               {"before_mb": before / 1024.0, "step_delta_mb": (peak - before) / 1024.0})
+
+
+# ---- decoding: greedy and beam search as models/seq2seq/decode.cpp does them
+@torch.no_grad()
+def greedy_decode(model, src, lengths, max_len):
+    model.eval()
+    enc_outputs, state = model.encoder(src, lengths)
+    memory = model.decoder.prepare(enc_outputs, lengths)
+    y = torch.full((1,), BOS, dtype=torch.int64)
+    tokens, attention, log_prob = [], [], 0.0
+    src_len = int(lengths[0])
+    for _ in range(max_len):
+        logits, state, weights = model.decoder.step(y, state, memory)
+        log_probs = torch.log_softmax(logits, -1)
+        y = log_probs.argmax(-1)
+        token = int(y[0])
+        attention.append(weights[0, :src_len].tolist())
+        log_prob += float(log_probs[0, token])
+        if token == EOS:
+            break
+        tokens.append(token)
+    return tokens
+
+
+@torch.no_grad()
+def beam_search(model, src, lengths, max_len, beam_size, length_penalty=1.0):
+    model.eval()
+    src_len = int(lengths[0])
+    enc_outputs, state = model.encoder(src, lengths)
+    values, keys, _ = model.decoder.prepare(enc_outputs, lengths)
+    beams = [([], [], 0.0, BOS)]  # tokens, attention, log_prob, last
+    finished = []
+
+    def normalized(tokens, log_prob):
+        return log_prob / math.pow(len(tokens) + 1, length_penalty)
+
+    for _ in range(max_len):
+        if not beams:
+            break
+        n = len(beams)
+        memory = (values.expand(n, -1, -1), keys.expand(n, -1, -1), lengths.expand(n))
+        last = torch.tensor([b[3] for b in beams], dtype=torch.int64)
+        logits, new_state, weights = model.decoder.step(last, state, memory)
+        log_probs = torch.log_softmax(logits, -1).double()
+        top_lp, top_id = log_probs.topk(min(beam_size, log_probs.size(1)), -1)
+        lp, ids = top_lp.tolist(), top_id.tolist()
+        cands = sorted(((beams[b][2] + lp[b][j], b, ids[b][j]) for b in range(n) for j in range(len(lp[b]))),
+                       key=lambda c: -c[0])
+        nxt, parents = [], []
+        for log_prob, b, token in cands:
+            if len(nxt) >= beam_size:
+                break
+            attention = beams[b][1] + [weights[b, :src_len].tolist()]
+            if token == EOS:
+                finished.append((normalized(beams[b][0], log_prob), beams[b][0]))
+                if len(finished) >= beam_size:
+                    break
+                continue
+            nxt.append((beams[b][0] + [token], attention, log_prob, token))
+            parents.append(b)
+        if len(finished) >= beam_size or not nxt:
+            break
+        state = new_state.index_select(1, torch.tensor(parents, dtype=torch.int64))
+        beams = nxt
+    for tokens, _, log_prob, _ in beams:
+        finished.append((normalized(tokens, log_prob), tokens))
+    return max(finished, key=lambda f: f[0])[1]
+
+
+def bench_decode(preset, beam, plan, out):
+    d = PresetData(plan.data, preset)
+    model = d.make_model()
+    src = torch.tensor([d.decode_src], dtype=torch.int64)
+    lengths = torch.tensor([len(d.decode_src)], dtype=torch.int64)
+    produced = [0]
+
+    def run():
+        tokens = greedy_decode(model, src, lengths, d.decode_max_len) if beam == 1 else \
+            beam_search(model, src, lengths, d.decode_max_len, beam)
+        produced[0] = len(tokens)
+
+    ms = scaled(time_blocks(run, plan, 0.5), 1e3)
+    name = "greedy" if beam == 1 else f"beam{beam}"
+    out.report(f"{name}_{preset}", "ms/sent", ms, {"tokens": float(produced[0])})
+
+
+# ---- kernels at the seed model's shapes
+def lengths_pattern(batch, max_len, min_len):
+    return torch.tensor([max_len - (b * 7) % (max_len - min_len + 1) for b in range(batch)], dtype=torch.int64)
+
+
+def zero_grads(*tensors):
+    for t in tensors:
+        t.grad = None
+
+
+def bench_attention(projected, plan, out):
+    B, Dq, K, Dk, A = 64, 512, 20, 1024, 512
+    torch.manual_seed(1)
+    attention = AdditiveAttention(Dq, Dk, A)
+    queries = torch.randn(B, 1, Dq, requires_grad=True)
+    values = torch.randn(B, K, Dk, requires_grad=True)
+    keys = torch.randn(B, K, A, requires_grad=True) if projected else values
+    lengths = lengths_pattern(B, K, 10)
+    dy = torch.randn(B, 1, Dk)
+
+    def run():
+        if projected:
+            context, _ = attention.attend_projected(queries, keys, values, lengths)
+        else:
+            context, _ = attention(queries, keys, values, lengths)
+        context.backward(dy)
+        zero_grads(queries, keys, values, *attention.parameters())
+
+    out.report("attention_projected" if projected else "attention", "us", scaled(time_blocks(run, plan), 1e6))
+
+
+def bench_gru(plan, out):
+    B, T, E, H = 64, 20, 256, 512
+    torch.manual_seed(1)
+    gru = nn.GRU(E, H, 2, batch_first=True, bidirectional=True)
+    x = torch.randn(B, T, E, requires_grad=True)
+    dy = torch.randn(B, T, 2 * H)
+
+    def run():
+        y, _ = gru(x)
+        y.backward(dy)
+        zero_grads(x, *gru.parameters())
+
+    ms = scaled(time_blocks(run, plan, 0.5), 1e3)
+    flops = sum(2 * 3 * (2.0 * B * T * (E if l == 0 else 2 * H) * 3 * H + 2.0 * B * T * H * 3 * H) for l in range(2))
+    out.report("gru", "ms", ms, {"gemm_gflops": flops / (ms["median"] / 1e3) / 1e9})
+
+
+def bench_linear_ce(vocab, plan, out):
+    N, D = 1280, 512
+    torch.manual_seed(1)
+    linear = nn.Linear(D, vocab)
+    x = torch.randn(N, D, requires_grad=True)
+    y = torch.tensor([0 if i % 10 == 9 else (i * 7919) % vocab for i in range(N)], dtype=torch.int64)
+
+    def run():
+        loss = F.cross_entropy(linear(x), y, ignore_index=0, label_smoothing=0.1)
+        loss.backward()
+        zero_grads(x, *linear.parameters())
+
+    ms = scaled(time_blocks(run, plan, 0.5), 1e3)
+    out.report("linear_ce", "ms", ms, {"vocab": float(vocab), "gemm_gflops": 3 * 2.0 * N * D * vocab / (ms["median"] / 1e3) / 1e9})
+
+
+def bench_overhead(plan, out):
+    chain = 100
+    x = torch.ones(1, requires_grad=True)
+
+    def record_only():
+        y = x
+        for _ in range(chain):
+            y = y * 1.0
+
+    def record_backprop():
+        y = x
+        for _ in range(chain):
+            y = y * 1.0
+        y.backward()
+        x.grad = None
+
+    out.report("op_record", "us/op", scaled(time_blocks(record_only, plan), 1e6 / chain))
+    out.report("op_record_backward", "us/op", scaled(time_blocks(record_backprop, plan), 1e6 / chain))
+
+
+def bench_sgemm(plan, out):
+    n = 1024
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    s = time_blocks(lambda: torch.mm(a, b), plan, 0.3)
+    out.report("sgemm", "GFLOP/s", stats_of([2.0 * n ** 3 / t / 1e9 for t in s]), note=f"{n}x{n}x{n}, torch.mm")
+
+
+WORKLOADS = ["sgemm", "step_seed", "step_d2l", "attention", "attention_projected", "gru", "linear_ce", "op_overhead",
+             "greedy_seed", "beam5_seed", "greedy_d2l", "beam5_d2l", "memory_seed", "memory_d2l"]
+
+
+def run_workload(w, plan, out):
+    if w == "sgemm":
+        return bench_sgemm(plan, out)
+    if w in ("step_seed", "step_d2l"):
+        return bench_step(w[5:], plan, out)
+    if w in ("memory_seed", "memory_d2l"):
+        return bench_memory(w[7:], plan, out)
+    if w in ("attention", "attention_projected"):
+        return bench_attention(w == "attention_projected", plan, out)
+    if w == "gru":
+        return bench_gru(plan, out)
+    if w == "linear_ce":
+        return bench_linear_ce(PresetData(plan.data, "seed").model_config["tgt_vocab"], plan, out)
+    if w == "op_overhead":
+        return bench_overhead(plan, out)
+    if w in ("greedy_seed", "greedy_d2l"):
+        return bench_decode(w[7:], 1, plan, out)
+    if w in ("beam5_seed", "beam5_d2l"):
+        return bench_decode(w[6:], 5, plan, out)
+    sys.exit(f"torch_bench: unknown workload '{w}'; choose from: {' '.join(WORKLOADS)}")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("workloads", nargs="*")
+    p.add_argument("--data", required=True, help="folder written by `seqgrad bench --export`")
+    p.add_argument("--threads", type=int, default=os.cpu_count())
+    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--json", default="")
+    p.add_argument("--label", default="pytorch", help="the impl name written to --json (e.g. pytorch-passive)")
+    a = p.parse_args()
+    torch.set_num_threads(a.threads)
+    plan = Plan(1 if a.quick else a.warmup, 2 if a.quick else a.repeats, a.quick, a.data)
+    out = Reporter(a.json, a.threads, a.label)
+    print(f"torch_bench: PyTorch {torch.__version__}, {torch.get_num_threads()} threads, load average {load_average():.2f}",
+          flush=True)
+    for w in a.workloads or WORKLOADS:
+        run_workload(w, plan, out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,477 @@
+// `seqgrad bench`: timed workloads, each reported as the median and spread of repeated runs after
+// warm-up. bench/torch_bench.py runs the same workloads in PyTorch on the same data and weights
+// (exported here with --export) and bench/run.sh runs both alternately and prints the side-by-side
+// table (bench/README.md describes every workload).
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include "core/blas.h"
+#include "core/rng.h"
+#include "core/serialize.h"
+#include "core/threads.h"
+#include "models/seq2seq/decode.h"
+#include "models/seq2seq/pipeline.h"
+#include "optim/optim.h"
+#include "tools/args.h"
+#include "tools/commands.h"
+
+namespace seqgrad::tools {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// CPU time of the whole process (all threads): with wall time it shows how much of a core the
+// run actually got on a shared machine.
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// ---- statistics and reporting
+
+struct Stats {
+  double median = 0, p10 = 0, p90 = 0, min = 0, max = 0;
+  int n = 0;
+};
+
+Stats stats_of(std::vector<double> v) {
+  Stats s;
+  if (v.empty()) return s;
+  std::sort(v.begin(), v.end());
+  auto at = [&](double q) {  // linear interpolation between order statistics
+    double pos = q * static_cast<double>(v.size() - 1);
+    size_t lo = static_cast<size_t>(pos);
+    size_t hi = std::min(lo + 1, v.size() - 1);
+    return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
+  };
+  s.median = at(0.5), s.p10 = at(0.1), s.p90 = at(0.9), s.min = v.front(), s.max = v.back();
+  s.n = static_cast<int>(v.size());
+  return s;
+}
+
+double load_average() {
+  double one = -1;
+  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
+    if (std::fscanf(f, "%lf", &one) != 1) one = -1;
+    std::fclose(f);
+  }
+  return one;
+}
+
+struct Reporter {
+  std::string json_path;
+  int threads = 1;
+
+  // value: the headline number in `unit`; extra: derived numbers (tokens/s, GFLOP/s, ...).
+  void report(const std::string& workload, const std::string& unit, const Stats& s,
+              const std::map<std::string, double>& extra = {}, const std::string& note = "") const {
+    std::string line = fmt::format("{:<22} {:>10.4g} {:<8} [p10 {:.4g}, p90 {:.4g}, n {}]", workload, s.median, unit,
+                                   s.p10, s.p90, s.n);
+    for (const auto& [k, v] : extra) line += fmt::format("  {} {:.4g}", k, v);
+    if (!note.empty()) line += "  (" + note + ")";
+    fmt::print("{}\n", line);
+    std::fflush(stdout);
+    if (json_path.empty()) return;
+    nlohmann::json j = {{"impl", "seqgrad"}, {"workload", workload}, {"unit", unit},   {"median", s.median},
+                        {"p10", s.p10},      {"p90", s.p90},         {"min", s.min},   {"max", s.max},
+                        {"n", s.n},          {"threads", threads},   {"load", load_average()}};
+    for (const auto& [k, v] : extra) j[k] = v;
+    if (!note.empty()) j["note"] = note;
+    std::ofstream(json_path, std::ios::app) << j.dump() << "\n";
+  }
+};
+
+struct Plan {
+  int warmup = 2, repeats = 7;  // repeats: timed samples (each a block of iterations or a batch cycle)
+  bool quick = false;
+  std::string data_dir = "data";
+};
+
+// Times `body` in blocks sized to last about `block_seconds`; returns the time per call (seconds)
+// of each block.
+std::vector<double> time_blocks(const std::function<void()>& body, const Plan& plan, double block_seconds = 0.2) {
+  for (int i = 0; i < plan.warmup; ++i) body();
+  auto t0 = Clock::now();
+  body();
+  double once = std::max(seconds_since(t0), 1e-7);
+  int64_t block = plan.quick ? 1 : std::clamp<int64_t>(static_cast<int64_t>(block_seconds / once), 1, 1000000);
+  std::vector<double> per_call;
+  for (int r = 0; r < plan.repeats; ++r) {
+    auto start = Clock::now();
+    for (int64_t i = 0; i < block; ++i) body();
+    per_call.push_back(seconds_since(start) / static_cast<double>(block));
+  }
+  return per_call;
+}
+
+Stats scaled(const std::vector<double>& seconds, double factor) {
+  std::vector<double> v;
+  for (double s : seconds) v.push_back(s * factor);
+  return stats_of(v);
+}
+
+// ---- the seq2seq presets on real batches
+
+// GEMM FLOPs (2·M·N·K per product) of one training step, forward and backward, counted from the
+// architecture (models/seq2seq/model.h): backward is taken as twice the forward (one product for
+// the input gradient and one for the weight gradient per forward product).
+double seq2seq_gemm_flops(const models::Seq2SeqConfig& c, int64_t B, int64_t S, int64_t T) {
+  SG_CHECK_VALUE(c.attention == models::AttentionKind::additive, "bench: the FLOP count assumes additive attention");
+  const double E = c.embed_size, H = c.hidden_size, L = c.num_layers, V = c.tgt_vocab;
+  const double A = c.attention_size ? c.attention_size : c.hidden_size;
+  double fwd = 0;
+  for (int64_t l = 0; l < L; ++l) {  // encoder: both directions, input and recurrent products
+    double in = l == 0 ? E : 2 * H;
+    fwd += 2 * (2.0 * B * S * in * 3 * H + 2.0 * B * S * H * 3 * H);
+  }
+  fwd += 2.0 * L * B * 2 * H * H;  // bridge
+  fwd += 2.0 * B * S * 2 * H * A;  // attention keys, once per batch
+  double step = 2.0 * B * H * A + 2.0 * B * S * A + 2.0 * B * S * 2 * H;  // W_q q, w_v·features, context
+  for (int64_t l = 0; l < L; ++l) {
+    double in = l == 0 ? E + 2 * H : H;
+    step += 2.0 * B * in * 3 * H + 2.0 * B * H * 3 * H;
+  }
+  step += 2.0 * B * (c.deep_output ? 3 * H + E : H) * V;
+  fwd += T * step;
+  return 3 * fwd;
+}
+
+struct PresetData {
+  models::TrainConfig config;
+  std::vector<models::TensorBatch> batches;
+  std::vector<double> flops;         // per batch
+  std::vector<int64_t> decode_src;   // one test sentence's source ids (with <eos>)
+};
+
+constexpr int kBatches = 2;  // a timed cycle runs these batches once each
+
+PresetData load_preset(const std::string& name, const std::string& data_dir) {
+  PresetData d;
+  d.config = models::preset(name);
+  d.config.data_dir = data_dir;
+  models::Corpora corpora = models::load_corpora(d.config);
+  text::Vocab src_vocab = text::Vocab::build(text::source_side(corpora.train), {.min_freq = d.config.min_freq});
+  text::Vocab tgt_vocab = text::Vocab::build(text::target_side(corpora.train), {.min_freq = d.config.min_freq});
+  d.config.model.src_vocab = src_vocab.size();
+  d.config.model.tgt_vocab = tgt_vocab.size();
+  text::EncodeOptions truncate{.max_src_tokens = d.config.max_tokens, .max_tgt_tokens = d.config.max_tokens};
+  text::EncodedCorpus train = text::encode_pairs(corpora.train, src_vocab, tgt_vocab, truncate);
+  std::vector<text::Batch> batches =
+      text::make_batches(train.pairs, {.batch_size = d.config.batch_size, .seed = d.config.seed, .drop_last = true});
+  SG_CHECK(static_cast<int>(batches.size()) >= kBatches, "bench: preset {} gives only {} batches", name, batches.size());
+  for (int i = 0; i < kBatches; ++i) {
+    d.batches.push_back(models::to_tensors(batches[i]));
+    d.flops.push_back(seq2seq_gemm_flops(d.config.model, batches[i].batch, batches[i].src_len_max,
+                                         batches[i].tgt_len_max));
+  }
+  d.decode_src = models::encode_sentence(src_vocab, corpora.test.at(0).src, d.config.max_tokens);
+  return d;
+}
+
+std::unique_ptr<models::Seq2Seq> make_model(const PresetData& d) {
+  manual_seed(d.config.seed);
+  auto model = std::make_unique<models::Seq2Seq>(d.config.model);
+  models::init_xavier(*model);
+  return model;
+}
+
+struct Trainer {
+  models::Seq2Seq& model;
+  optim::Adam optimizer;
+  nn::CrossEntropyOptions loss_options;
+  double clip;
+
+  Trainer(models::Seq2Seq& m, const models::TrainConfig& c)
+      : model(m),
+        optimizer(m.parameters(), {.lr = c.lr}),
+        loss_options{.label_smoothing = c.label_smoothing, .ignore_index = text::Vocab::kPad},
+        clip(c.clip) {
+    model.train();
+  }
+
+  // forward, loss, backward, clip, Adam: one step of `seqgrad train`
+  double step(const models::TensorBatch& b) {
+    Tensor logits = model(b.src, b.src_lengths, b.tgt_in);  // (B, T, V)
+    Tensor loss = nn::cross_entropy(logits.reshape({-1, logits.size(-1)}), b.tgt_out.reshape({-1}), loss_options);
+    double value = loss.item();
+    optimizer.zero_grad();
+    loss.backward();
+    optim::clip_grad_norm_(model.parameters(), clip);
+    optimizer.step();
+    return value;
+  }
+};
+
+void bench_step(const std::string& preset, const Plan& plan, const Reporter& out) {
+  PresetData d = load_preset(preset, plan.data_dir);
+  auto model = make_model(d);
+  Trainer trainer(*model, d.config);
+  int64_t tokens = 0;
+  double flops = 0;
+  for (int i = 0; i < kBatches; ++i) tokens += d.batches[i].target_tokens, flops += d.flops[i];
+  for (int w = 0; w < plan.warmup; ++w)
+    for (const auto& b : d.batches) trainer.step(b);
+  std::vector<double> per_step, cpu_per_step;
+  double loss = 0;
+  for (int r = 0; r < plan.repeats; ++r) {
+    auto t0 = Clock::now();
+    double c0 = process_cpu_seconds();
+    for (const auto& b : d.batches) loss = trainer.step(b);
+    per_step.push_back(seconds_since(t0) / kBatches);
+    cpu_per_step.push_back((process_cpu_seconds() - c0) / kBatches);
+  }
+  Stats ms = scaled(per_step, 1e3);
+  double step_s = ms.median / 1e3;
+  out.report("step_" + preset, "ms/step", ms,
+             {{"tok_s", static_cast<double>(tokens) / kBatches / step_s},
+              {"gemm_gflops", flops / kBatches / step_s / 1e9},
+              {"gemm_gflop_per_step", flops / kBatches / 1e9},
+              {"cpu_ms", scaled(cpu_per_step, 1e3).median},
+              {"loss", loss}});
+}
+
+// Peak resident memory of one training step: the high-water mark is reset (clear_refs 5) after
+// the warm-up steps, so it covers the step alone on top of what the process already holds.
+int64_t status_kb(const char* key) {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind(key, 0) == 0) return std::stoll(line.substr(std::string(key).size()));
+  return -1;
+}
+
+void bench_memory(const std::string& preset, const Plan& plan, const Reporter& out) {
+  PresetData d = load_preset(preset, plan.data_dir);
+  auto model = make_model(d);
+  Trainer trainer(*model, d.config);
+  for (int w = 0; w < std::max(plan.warmup, 1); ++w) trainer.step(d.batches[0]);
+  std::ofstream("/proc/self/clear_refs") << "5";
+  int64_t before = status_kb("VmRSS:");
+  trainer.step(d.batches[0]);
+  int64_t peak = status_kb("VmHWM:");
+  Stats s = stats_of({static_cast<double>(peak) / 1024.0});
+  out.report("memory_" + preset, "MB peak", s,
+             {{"before_mb", static_cast<double>(before) / 1024.0},
+              {"step_delta_mb", static_cast<double>(peak - before) / 1024.0}});
+}
+
+void bench_decode(const std::string& preset, int64_t beam, const Plan& plan, const Reporter& out) {
+  PresetData d = load_preset(preset, plan.data_dir);
+  auto model = make_model(d);
+  const int64_t S = static_cast<int64_t>(d.decode_src.size());
+  Tensor src = from_vector(d.decode_src, {1, S}, {.dtype = DType::i64});
+  Tensor lengths = from_vector(std::vector<int64_t>{S}, {1}, {.dtype = DType::i64});
+  models::DecodeOptions options{.max_len = 30, .beam_size = beam};
+  size_t produced = 0;
+  auto run = [&] {
+    std::vector<models::Hypothesis> h = models::decode(*model, src, lengths, options);
+    produced = h[0].tokens.size();
+  };
+  Stats ms = scaled(time_blocks(run, plan, 0.5), 1e3);
+  out.report(fmt::format("{}_{}", beam == 1 ? "greedy" : fmt::format("beam{}", beam), preset), "ms/sent", ms,
+             {{"tokens", static_cast<double>(produced)}});
+}
+
+// ---- kernels at the seed model's shapes
+
+Tensor lengths_pattern(int64_t batch, int64_t max_len, int64_t min_len) {  // deterministic, varied
+  std::vector<int64_t> v;
+  for (int64_t b = 0; b < batch; ++b) v.push_back(max_len - (b * 7) % (max_len - min_len + 1));
+  return from_vector(v, {batch}, {.dtype = DType::i64});
+}
+
+void bench_attention(bool projected, const Plan& plan, const Reporter& out) {
+  const int64_t B = 64, Dq = 512, K = 20, Dk = 1024, A = 512;
+  manual_seed(1);
+  nn::AdditiveAttention attention({.query_size = Dq, .key_size = Dk, .hidden_size = A});
+  Tensor queries = randn({B, 1, Dq}, {.requires_grad = true});
+  Tensor values = randn({B, K, Dk}, {.requires_grad = true});
+  Tensor keys = projected ? randn({B, K, A}, {.requires_grad = true}) : values;
+  Tensor lengths = lengths_pattern(B, K, 10);
+  Tensor dy = randn({B, 1, Dk});
+  auto run = [&] {
+    Tensor context = projected ? attention.attend_projected(queries, keys, values, lengths)
+                               : attention(queries, keys, values, lengths);
+    context.backward(dy);
+    for (Tensor* t : {&queries, &keys, &values}) t->zero_grad();
+    for (Tensor& p : attention.parameters()) p.zero_grad();
+  };
+  out.report(projected ? "attention_projected" : "attention", "us", scaled(time_blocks(run, plan), 1e6));
+}
+
+void bench_gru(const Plan& plan, const Reporter& out) {
+  const int64_t B = 64, T = 20, E = 256, H = 512;
+  manual_seed(1);
+  nn::GRU gru({.input_size = E, .hidden_size = H, .num_layers = 2, .bidirectional = true});
+  Tensor x = randn({B, T, E}, {.requires_grad = true});
+  Tensor dy = randn({B, T, 2 * H});
+  auto run = [&] {
+    Tensor y = gru(x).output;
+    y.backward(dy);
+    x.zero_grad();
+    for (Tensor& p : gru.parameters()) p.zero_grad();
+  };
+  std::vector<double> s = time_blocks(run, plan, 0.5);
+  double flops = 0;
+  for (int l = 0; l < 2; ++l) flops += 2 * 3 * (2.0 * B * T * (l == 0 ? E : 2 * H) * 3 * H + 2.0 * B * T * H * 3 * H);
+  Stats ms = scaled(s, 1e3);
+  out.report("gru", "ms", ms, {{"gemm_gflops", flops / (ms.median / 1e3) / 1e9}});
+}
+
+void bench_linear_ce(int64_t vocab, const Plan& plan, const Reporter& out) {
+  const int64_t N = 1280, D = 512;
+  manual_seed(1);
+  nn::Linear linear({.in_features = D, .out_features = vocab});
+  Tensor x = randn({N, D}, {.requires_grad = true});
+  std::vector<int64_t> targets;
+  for (int64_t i = 0; i < N; ++i) targets.push_back(i % 10 == 9 ? 0 : (i * 7919) % vocab);  // every 10th is <pad>
+  Tensor y = from_vector(targets, {N}, {.dtype = DType::i64});
+  nn::CrossEntropyOptions options{.label_smoothing = 0.1, .ignore_index = 0};
+  auto run = [&] {
+    Tensor loss = nn::cross_entropy(linear(x), y, options);
+    loss.backward();
+    x.zero_grad();
+    for (Tensor& p : linear.parameters()) p.zero_grad();
+  };
+  std::vector<double> s = time_blocks(run, plan, 0.5);
+  Stats ms = scaled(s, 1e3);
+  out.report("linear_ce", "ms", ms, {{"vocab", static_cast<double>(vocab)},
+                                     {"gemm_gflops", 3 * 2.0 * N * D * vocab / (ms.median / 1e3) / 1e9}});
+}
+
+// Per-op overhead on a 1-element tensor: a chain of kChain `y = y * 1.0`, recorded (forward with
+// grad) and recorded then backpropagated; per op.
+void bench_overhead(const Plan& plan, const Reporter& out) {
+  constexpr int kChain = 100;
+  Tensor x = ones({1}, {.requires_grad = true});
+  auto record_only = [&] {
+    Tensor y = x;
+    for (int i = 0; i < kChain; ++i) y = y * 1.0;
+  };
+  auto record_backprop = [&] {
+    Tensor y = x;
+    for (int i = 0; i < kChain; ++i) y = y * 1.0;
+    y.backward();
+    x.zero_grad();
+  };
+  out.report("op_record", "us/op", scaled(time_blocks(record_only, plan), 1e6 / kChain));
+  out.report("op_record_backward", "us/op", scaled(time_blocks(record_backprop, plan), 1e6 / kChain));
+}
+
+// The roof: sgemm GFLOP/s of a square product through the same path (and BLAS) the ops use.
+void bench_sgemm(const Plan& plan, const Reporter& out) {
+  const int64_t n = 1024;
+  Tensor a = randn({n, n}), b = randn({n, n});
+  auto run = [&] { Tensor c = matmul(a, b); };  // split across the threads like every product
+  std::vector<double> s = time_blocks(run, plan, 0.3);
+  std::vector<double> gflops;
+  for (double t : s) gflops.push_back(2.0 * n * n * n / t / 1e9);
+  out.report("sgemm", "GFLOP/s", stats_of(gflops), {}, fmt::format("{0}x{0}x{0}, {1}", n, blas::describe()));
+}
+
+// ---- export: the batches, decode sentence and initial weights for bench/torch_bench.py
+
+void export_preset(const std::string& preset, const std::string& data_dir, const std::string& dir) {
+  PresetData d = load_preset(preset, data_dir);
+  auto model = make_model(d);
+  nlohmann::json j;
+  j["preset"] = preset;
+  j["config"] = d.config.to_json();
+  j["decode_src"] = d.decode_src;
+  j["decode_max_len"] = 30;
+  for (size_t i = 0; i < d.batches.size(); ++i) {
+    const models::TensorBatch& b = d.batches[i];
+    j["batches"].push_back({{"src", b.src.to_vector<int64_t>()},
+                            {"src_shape", {b.src.size(0), b.src.size(1)}},
+                            {"src_lengths", b.src_lengths.to_vector<int64_t>()},
+                            {"tgt_in", b.tgt_in.to_vector<int64_t>()},
+                            {"tgt_out", b.tgt_out.to_vector<int64_t>()},
+                            {"tgt_shape", {b.tgt_in.size(0), b.tgt_in.size(1)}},
+                            {"target_tokens", b.target_tokens},
+                            {"gemm_flops", d.flops[i]}});
+  }
+  std::ofstream(dir + "/" + preset + ".json") << j.dump();
+  save_tensors(dir + "/" + preset + ".safetensors", model->state_dict());
+  fmt::print("exported {0}/{1}.json and {0}/{1}.safetensors\n", dir, preset);
+}
+
+const std::vector<std::string> kWorkloads = {
+    "sgemm",     "step_seed", "step_d2l",   "attention",   "attention_projected", "gru",         "linear_ce",
+    "op_overhead", "greedy_seed", "beam5_seed", "greedy_d2l", "beam5_d2l",         "memory_seed", "memory_d2l"};
+
+void run_workload(const std::string& w, const Plan& plan, const Reporter& out) {
+  if (w == "sgemm") return bench_sgemm(plan, out);
+  if (w == "step_seed" || w == "step_d2l") return bench_step(w.substr(5), plan, out);
+  if (w == "memory_seed" || w == "memory_d2l") return bench_memory(w.substr(7), plan, out);
+  if (w == "attention") return bench_attention(false, plan, out);
+  if (w == "attention_projected") return bench_attention(true, plan, out);
+  if (w == "gru") return bench_gru(plan, out);
+  if (w == "linear_ce") {
+    PresetData d = load_preset("seed", plan.data_dir);
+    return bench_linear_ce(d.config.model.tgt_vocab, plan, out);
+  }
+  if (w == "op_overhead") return bench_overhead(plan, out);
+  if (w == "greedy_seed" || w == "greedy_d2l") return bench_decode(w.substr(7), 1, plan, out);
+  if (w == "beam5_seed" || w == "beam5_d2l") return bench_decode(w.substr(6), 5, plan, out);
+  std::string names;
+  for (const std::string& n : kWorkloads) names += " " + n;
+  throw ValueError(fmt::format("bench: unknown workload '{}'; choose from:{}", w, names));
+}
+
+}  // namespace
+
+int bench_main(int argc, char** argv) {
+  Args args("bench", "Timed workloads: training steps of the seq2seq presets on real batches, attention, GRU,\n"
+                     "Linear + cross-entropy, per-op overhead, decoding latency, peak memory and the sgemm roof.\n"
+                     "Each prints the median and spread (p10, p90) of repeated runs after warm-up.\n"
+                     "bench/run.sh runs these and bench/torch_bench.py side by side.");
+  args.positional("workload", "workloads to run (default: all)")
+      .option("threads", "n", "threads (default: all cores)")
+      .option("repeats", "n", "timed samples per workload", "7")
+      .option("warmup", "n", "untimed runs first", "2")
+      .option("quick", "", "a smoke run: 1 warm-up, 2 samples, single iterations (no meaningful timings)")
+      .option("data-dir", "dir", "folder holding multi30k/ and fra-eng/", "data")
+      .option("json", "file", "append one JSON line per result to this file")
+      .option("export", "dir", "write the presets' batches and initial weights for bench/torch_bench.py, then exit")
+      .option("list", "", "list the workloads");
+  if (!args.parse(argc, argv)) return 0;
+  if (args.flag("list")) {
+    for (const std::string& w : kWorkloads) fmt::print("{}\n", w);
+    return 0;
+  }
+  if (args.has("threads")) set_num_threads(static_cast<int>(args.get_int("threads")));
+  Plan plan;
+  plan.data_dir = args.get("data-dir");
+  plan.repeats = static_cast<int>(args.get_int("repeats"));
+  plan.warmup = static_cast<int>(args.get_int("warmup"));
+  if (args.flag("quick")) plan.quick = true, plan.repeats = 2, plan.warmup = 1;
+  SG_CHECK_VALUE(plan.repeats >= 1 && plan.warmup >= 0, "bench: --repeats {} must be >= 1 and --warmup {} >= 0",
+                 plan.repeats, plan.warmup);
+  if (args.has("export")) {
+    for (const char* preset : {"seed", "d2l"}) export_preset(preset, plan.data_dir, args.get("export"));
+    return 0;
+  }
+  Reporter out{args.has("json") ? args.get("json") : "", get_num_threads()};
+  fmt::print("seqgrad bench: {} threads, BLAS {}, load average {:.2f}\n", get_num_threads(), blas::describe(),
+             load_average());
+  std::vector<std::string> workloads = args.positionals().empty() ? kWorkloads : args.positionals();
+  for (const std::string& w : workloads) run_workload(w, plan, out);
+  return 0;
+}
+
+}  // namespace seqgrad::tools

@@ -11,10 +11,32 @@ namespace {
 thread_local bool grad_enabled = true;
 thread_local const char* current_backward_op = nullptr;
 autograd::AddFn add_function = nullptr;
+autograd::AddInplaceFn add_inplace_function = nullptr;
 
 Tensor add_grads(const Tensor& a, const Tensor& b) {
   SG_CHECK(add_function != nullptr, "autograd: no add function registered (link the ops library)");
   return add_function(a, b);
+}
+
+// A gradient buffer nobody else can see: no other handle, no view of its storage, no history.
+bool exclusively_owned(const std::shared_ptr<TensorImpl>& t) {
+  return t.use_count() == 1 && t->storage.use_count() == 1 && !t->grad_fn && Tensor(t).is_contiguous();
+}
+
+// acc + g. Without create_graph (the backward is not itself recorded), a buffer the engine owns
+// alone is updated in place instead of being replaced by a fresh sum: a parameter used at every
+// decoder step would otherwise allocate and write a new full-size gradient per step.
+void accumulate(Tensor& acc, const Tensor& g, bool create_graph) {
+  if (!acc.defined()) {
+    acc = g;
+    return;
+  }
+  if (!create_graph && add_inplace_function && acc.shape() == g.shape() && acc.dtype() == g.dtype() &&
+      acc.impl() != g.impl() && exclusively_owned(acc.impl_ptr())) {
+    add_inplace_function(acc, g);
+    return;
+  }
+  acc = add_grads(acc, g);
 }
 
 }  // namespace
@@ -63,8 +85,18 @@ void Grads::add(int i, const Tensor& g) {
                  node_.name, i, g.dtype(), in.dtype);
   SG_CHECK_DEVICE(g.device() == in.device, "{} backward: gradient for input {} is on {}, expected {}",
                   node_.name, i, g.device(), in.device);
-  Tensor& slot = results_[i];
-  slot = slot.defined() ? add_grads(slot, g) : g;
+  accumulate(results_[i], g, GradMode::is_enabled());
+}
+
+Tensor Grads::accumulator(int i) const {
+  if (GradMode::is_enabled() || results_[i].defined()) return {};
+  const InputEdge& in = node_.inputs[i];
+  const std::shared_ptr<TensorImpl>* acc = nullptr;
+  if (in.fn) acc = &in.fn->grad.impl_ptr();
+  else if (in.leaf && into_leaves_) acc = &in.leaf->grad;
+  if (acc == nullptr || !*acc || !exclusively_owned(*acc)) return {};
+  if ((*acc)->shape != in.shape || (*acc)->dtype != in.dtype || (*acc)->storage->device != in.device) return {};
+  return Tensor(*acc);
 }
 
 Tensor Grads::output() const {
@@ -160,7 +192,9 @@ void accumulate_leaf(TensorImpl& leaf, Tensor g, bool create_graph) {
                      g.is_contiguous();
     leaf.grad = exclusive ? g.impl_ptr() : g.clone().impl_ptr();
   } else {
-    leaf.grad = add_grads(Tensor(leaf.grad), g).impl_ptr();
+    Tensor acc(std::move(leaf.grad));  // the leaf's reference moves into acc: use_count stays 1
+    accumulate(acc, g, create_graph);
+    leaf.grad = acc.impl_ptr();
   }
 }
 
@@ -183,7 +217,7 @@ void run_node(const std::shared_ptr<Node>& node, bool retain_graph, bool create_
           "freed; pass retain_graph = true to the first backward()",
           node->name));
     }
-    Grads g(*node, node);
+    Grads g(*node, node, targets.leaf_grads == nullptr);
     g.results().resize(node->inputs.size());
     const char* previous = current_backward_op;
     current_backward_op = node->name;
@@ -205,7 +239,7 @@ void run_node(const std::shared_ptr<Node>& node, bool retain_graph, bool create_
     const InputEdge& e = node->inputs[i];
     Tensor gi = i < results.size() ? std::move(results[i]) : Tensor();
     if (e.fn) {
-      if (gi.defined()) e.fn->grad = e.fn->grad.defined() ? add_grads(e.fn->grad, gi) : gi;
+      if (gi.defined()) accumulate(e.fn->grad, gi, create_graph);
       if (--e.fn->dependencies == 0) ready.push_back(e.fn.get());
     } else if (e.leaf && gi.defined()) {
       if (targets.leaf_grads) {
@@ -305,6 +339,7 @@ void Tensor::backward(const Tensor& grad, BackwardOptions options) const {
 namespace autograd {
 
 void set_add_function(AddFn add) { add_function = add; }
+void set_add_inplace_function(AddInplaceFn add) { add_inplace_function = add; }
 
 void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs,
               BackwardOptions options) {

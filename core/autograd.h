@@ -85,10 +85,16 @@ struct Node {
 // What a backward function sees: which inputs want gradients, and where to add them.
 class Grads {
  public:
-  Grads(Node& node, const std::shared_ptr<Node>& self) : node_(node), self_(self) {}
+  Grads(Node& node, const std::shared_ptr<Node>& self, bool into_leaves = true)
+      : node_(node), self_(self), into_leaves_(into_leaves) {}
   bool needs(int i) const { return node_.inputs[i].wants_grad(); }
   // Accumulates g into input i's gradient; shape, dtype and device must equal the input's.
   void add(int i, const Tensor& g);
+  // The buffer input i's gradient is already accumulating in, when the engine owns it alone and
+  // the backward is not being recorded (no create_graph); undefined otherwise. A backward may add
+  // its contribution straight into it (e.g. a GEMM with beta = 1: "accumulate, don't assign")
+  // instead of calling add() with a fresh tensor.
+  Tensor accumulator(int i) const;
   // The op's forward result (for ops whose gradient is written in terms of it: exp, tanh, ...).
   Tensor output() const;
   std::vector<Tensor>& results() { return results_; }
@@ -96,6 +102,7 @@ class Grads {
  private:
   Node& node_;
   const std::shared_ptr<Node>& self_;
+  bool into_leaves_;  // false for autograd::grad, which must not touch .grad
   std::vector<Tensor> results_;
 };
 
@@ -138,6 +145,9 @@ void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& gra
 // Gradient accumulation needs a (differentiable) add, which ops/ provides at start-up.
 using AddFn = Tensor (*)(const Tensor&, const Tensor&);
 void set_add_function(AddFn add);
+// acc += g in place, for accumulators the engine owns exclusively (same shape and dtype).
+using AddInplaceFn = void (*)(const Tensor& acc, const Tensor& g);
+void set_add_inplace_function(AddInplaceFn add);
 
 }  // namespace autograd
 }  // namespace seqgrad

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/allocator.h"
 #include "core/autograd.h"
 #include "core/device_memory.h"
 #include "core/rng.h"
@@ -32,13 +33,11 @@ Storage::Storage(size_t bytes, Device dev) : nbytes(bytes), device(dev) {
     data = bytes > 0 ? memory.allocate(bytes, dev) : nullptr;
     return;
   }
-  size_t rounded = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;  // 64-byte aligned for AVX-512
-  data = std::aligned_alloc(64, rounded);
-  SG_CHECK(data != nullptr, "storage: out of memory allocating {} bytes", bytes);
+  data = cpu_memory::allocate(bytes);  // 64-byte aligned for AVX-512, cached for reuse
 }
 
 Storage::~Storage() {
-  if (device.is_cpu()) std::free(data);
+  if (device.is_cpu()) cpu_memory::deallocate(data, nbytes);
   else if (data != nullptr) device_memory(device.kind)->deallocate(data, nbytes, device);
 }
 

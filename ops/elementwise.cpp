@@ -34,6 +34,8 @@ Tensor scalar_like(double v, const Tensor& like) {
 // Registers add with the autograd engine, which needs it to accumulate gradients.
 const bool add_registered = [] {
   autograd::set_add_function([](const Tensor& a, const Tensor& b) { return add(a, b); });
+  autograd::set_add_inplace_function(
+      [](const Tensor& acc, const Tensor& g) { backend_for(acc).binary(BinaryOp::add, acc, g, acc); });
   return true;
 }();
 

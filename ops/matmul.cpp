@@ -87,8 +87,15 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
                                                                                                    Grads& g) {
     Autocast scope(precision);
     const Tensor &av = a.get(), &bv = b.get();
-    if (g.needs(0)) g.add(0, sum_to(matmul(dy, bv.transpose(-1, -2)), av.shape()));
-    if (g.needs(1)) g.add(1, sum_to(matmul(av.transpose(-1, -2), dy), bv.shape()));
+    const bool plain = av.ndim() == 2 && bv.ndim() == 2;  // 2-D: add straight into a gradient buffer
+    if (g.needs(0)) {
+      if (Tensor acc = plain ? g.accumulator(0) : Tensor(); acc.defined()) addmm_(acc, dy, bv.t());
+      else g.add(0, sum_to(matmul(dy, bv.transpose(-1, -2)), av.shape()));
+    }
+    if (g.needs(1)) {
+      if (Tensor acc = plain ? g.accumulator(1) : Tensor(); acc.defined()) addmm_(acc, av.t(), dy);
+      else g.add(1, sum_to(matmul(av.transpose(-1, -2), dy), bv.shape()));
+    }
   });
 }
 
@@ -101,19 +108,78 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
   return matmul(a, b);
 }
 
+// addmm_  c += a · b, in place: a (M, K), b (K, N), c (M, N) contiguous. Not differentiable; it is
+// how backward passes add a product into a gradient buffer (Grads::accumulator) with one GEMM
+// (beta = 1) instead of a GEMM into a fresh tensor and an add.
+void addmm_(const Tensor& c, const Tensor& a, const Tensor& b) {
+  detail::check_same("addmm_", a, b);
+  detail::check_same("addmm_", c, a);
+  detail::check_floating("addmm_", c);
+  SG_CHECK_SHAPE(a.ndim() == 2 && b.ndim() == 2 && c.ndim() == 2 && a.size(1) == b.size(0) && c.size(0) == a.size(0) &&
+                     c.size(1) == b.size(1),
+                 "addmm_: expected c (M, N) += a (M, K) · b (K, N), got c {}, a {}, b {}", c.shape(), a.shape(),
+                 b.shape());
+  SG_CHECK(c.is_contiguous(), "addmm_: c {} must be contiguous", c.shape());
+  SG_CHECK(!(GradMode::is_enabled() && (c.requires_grad() || a.requires_grad() || b.requires_grad())),
+           "addmm_: not differentiable; call it under NoGradGuard (c {}, a {}, b {})", c.shape(), a.shape(), b.shape());
+  if (c.numel() == 0 || a.size(1) == 0) return;
+  auto as3 = [](const Tensor& t) { return t.detach().unsqueeze(0); };  // (1, rows, cols) views
+  GemmPrecision precision = c.dtype() == DType::f32 ? Autocast::current() : GemmPrecision::full;
+  backend_for(c).gemm(as3(a), as3(b), as3(c), 1.0, 1.0, precision);
+  c.bump_version();
+}
+
 // linear  y = x · Wᵀ + b     x: (..., in), W: (out, in), b: (out)
 //   dx = dy · W    dW = dyᵀ · x    db = Σ dy over all but the last dim
+// One node rather than matmul(x, W.t()) + b: dW is produced as (out, in) directly, so it adds into
+// the parameter's gradient buffer with one GEMM (beta = 1) when one exists; composed through a
+// transpose it would be written transposed. The bias is broadcast into y first and the product
+// added onto it. tests/test_nn_layers.cpp compares it with its composed twin.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   detail::check_same("linear", x, weight);
+  detail::check_floating("linear", x);
   SG_CHECK_SHAPE(weight.ndim() == 2, "linear: weight must be 2-D (out_features, in_features), got {}", weight.shape());
   SG_CHECK_SHAPE(x.ndim() >= 1 && x.size(-1) == weight.size(1),
                  "linear: input feature size {} != in_features {} (x: {}, weight: {})", x.ndim() ? x.size(-1) : 0,
                  weight.size(1), x.shape(), weight.shape());
-  Tensor y = matmul(x, weight.t());
-  if (!bias.defined()) return y;
-  SG_CHECK_SHAPE(bias.ndim() == 1 && bias.size(0) == weight.size(0), "linear: bias shape {} != ({},)", bias.shape(),
-                 weight.size(0));
-  return add(y, bias);
+  if (bias.defined()) {
+    detail::check_same("linear", x, bias);
+    SG_CHECK_SHAPE(bias.ndim() == 1 && bias.size(0) == weight.size(0), "linear: bias shape {} != ({},)", bias.shape(),
+                   weight.size(0));
+  }
+  const int64_t in = weight.size(1), out = weight.size(0);
+  Shape out_shape = x.shape();
+  out_shape[out_shape.size() - 1] = out;
+  Tensor y = detail::empty_like_shape(out_shape, x);
+  const int64_t rows = x.numel() / std::max<int64_t>(in, 1);
+  Tensor x2 = x.detach().reshape({1, rows, in});                         // (1, N, in)
+  Tensor y2 = y.view({1, rows, out});                                    // (1, N, out)
+  Tensor wt = weight.detach().t().unsqueeze(0);                          // (1, in, out), a view
+  // float32 products follow the autocast scope (core/autocast.h), as matmul's do
+  GemmPrecision precision = x.dtype() == DType::f32 ? Autocast::current() : GemmPrecision::full;
+  if (bias.defined()) backend_for(y).copy(bias.detach().expand({1, rows, out}), y2);
+  if (y.numel() > 0) {
+    if (in == 0) {
+      if (!bias.defined()) backend_for(y).fill(y, 0.0);
+    } else {
+      backend_for(y).gemm(x2, wt, y2, 1.0, bias.defined() ? 1.0 : 0.0, precision);
+    }
+  }
+  const Tensor inputs[] = {x, weight, bias};
+  return record("linear", y, std::span<const Tensor>(inputs, bias.defined() ? 3 : 2),
+                [x = save(x), weight = save(weight), rows, in, out, has_bias = bias.defined(),
+                 precision = Autocast::current()](const Tensor& dy, Grads& g) {
+                  Autocast scope(precision);
+                  const Tensor &xv = x.get(), &wv = weight.get();
+                  Tensor dy2 = dy.reshape({rows, out});  // (N, out)
+                  if (g.needs(0)) g.add(0, matmul(dy2, wv).reshape(xv.shape()));
+                  if (g.needs(1)) {
+                    Tensor x2 = xv.reshape({rows, in});  // (N, in)
+                    if (Tensor acc = g.accumulator(1); acc.defined()) addmm_(acc, dy2.t(), x2);
+                    else g.add(1, matmul(dy2.t(), x2));
+                  }
+                  if (has_bias && g.needs(2)) g.add(2, sum(dy2, {0}));
+                });
 }
 
 Tensor Tensor::matmul(const Tensor& other) const { return seqgrad::matmul(*this, other); }

@@ -90,6 +90,9 @@ std::pair<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim = -1, boo
 Tensor matmul(const Tensor& a, const Tensor& b);  // torch.matmul semantics (1-D, 2-D, batched)
 Tensor bmm(const Tensor& a, const Tensor& b);     // (N, M, K) · (N, K, P) -> (N, M, P)
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});  // x·Wᵀ + b
+// c += a·b in place for 2-D a, b and a contiguous c; not differentiable (backward passes use it to
+// add a product into a gradient buffer with one GEMM).
+void addmm_(const Tensor& c, const Tensor& a, const Tensor& b);
 
 // ---- softmax family (ops/softmax.cpp)
 Tensor softmax(const Tensor& x, int64_t dim);

@@ -113,7 +113,7 @@ AttnDecoder::Memory AttnDecoder::prepare(const Tensor& encoder_outputs, const Te
   return m;
 }
 
-AttnDecoder::Step AttnDecoder::step(const Tensor& y_prev, const Tensor& state, const Memory& memory) const {
+AttnDecoder::Advance AttnDecoder::advance(const Tensor& y_prev, const Tensor& state, const Memory& memory) const {
   Tensor query = state.select(0, config_.num_layers - 1).unsqueeze(1);  // (B, 1, H)
   Tensor context, weights, energies;                                    // (B, 1, 2H), (B, 1, S), (B, 1, S)
   if (config_.attention != AttentionKind::scaled_dot) {
@@ -136,19 +136,25 @@ AttnDecoder::Step AttnDecoder::step(const Tensor& y_prev, const Tensor& state, c
   }
   Tensor embedded = dropout(embedding(y_prev)).unsqueeze(1);            // (B, 1, E)
   auto [output, new_state] = rnn(cat({embedded, context}, 2), {.h0 = state});  // (B, 1, H), (L, B, H)
-  Tensor features = config_.deep_output ? cat({output, context, embedded}, 2) : output;
-  Tensor logits = out(features).squeeze(1);                             // (B, V)
-  return {logits, new_state, weights.squeeze(1), energies.defined() ? energies.squeeze(1) : Tensor()};
+  Tensor features = config_.deep_output ? cat({output, context, embedded}, 2) : output;  // (B, 1, F)
+  return {features, new_state, weights.squeeze(1), energies.defined() ? energies.squeeze(1) : Tensor()};
+}
+
+AttnDecoder::Step AttnDecoder::step(const Tensor& y_prev, const Tensor& state, const Memory& memory) const {
+  Advance a = advance(y_prev, state, memory);
+  return {out(a.features).squeeze(1), a.state, a.weights, a.energies};  // logits (B, V)
 }
 
 Tensor AttnDecoder::operator()(const Tensor& tgt_in, Tensor state, const Memory& memory) const {
-  std::vector<Tensor> steps;
+  std::vector<Tensor> features;
   for (int64_t t = 0; t < tgt_in.size(1); ++t) {
-    Step s = step(tgt_in.select(1, t), state, memory);
-    steps.push_back(s.logits);
-    state = s.state;
+    Advance a = advance(tgt_in.select(1, t), state, memory);
+    features.push_back(a.features);
+    state = a.state;
   }
-  return stack(steps, 1);  // (B, T, V)
+  // The output layer is not part of the recurrence: one product over every step (M = B·T rows)
+  // instead of T products of B rows, and one weight-gradient product in backward.
+  return out(cat(features, 1));  // (B, T, F) -> (B, T, V)
 }
 
 // ---- the whole model

@@ -84,6 +84,12 @@ class AttnDecoder : public nn::Module {
   nn::Linear out;
 
  private:
+  // A step up to the output layer's input: features (B, 1, F), F = H (+ 2H + E with deep_output).
+  struct Advance {
+    Tensor features, state, weights, energies;
+  };
+  Advance advance(const Tensor& y_prev, const Tensor& state, const Memory& memory) const;
+
   Seq2SeqConfig config_;
 };
 

@@ -77,7 +77,7 @@ class Plan:
         self.warmup, self.repeats, self.quick, self.data = warmup, repeats, quick, data
 
 
-def time_blocks(body, plan, block_seconds=0.2):
+def time_blocks(body, plan, block_seconds=0.2, cpu=None):
     for _ in range(plan.warmup):
         body()
     t0 = time.perf_counter()
@@ -86,10 +86,12 @@ def time_blocks(body, plan, block_seconds=0.2):
     block = 1 if plan.quick else min(max(int(block_seconds / once), 1), 1000000)
     per_call = []
     for _ in range(plan.repeats):
-        start = time.perf_counter()
+        start, c0 = time.perf_counter(), time.process_time()
         for _ in range(block):
             body()
         per_call.append((time.perf_counter() - start) / block)
+        if cpu is not None:
+            cpu.append((time.process_time() - c0) / block)
     return per_call
 
 
@@ -369,9 +371,10 @@ def bench_decode(preset, beam, plan, out):
             beam_search(model, src, lengths, d.decode_max_len, beam)
         produced[0] = len(tokens)
 
-    ms = scaled(time_blocks(run, plan, 0.5), 1e3)
+    cpu = []
+    ms = scaled(time_blocks(run, plan, 0.5, cpu), 1e3)
     name = "greedy" if beam == 1 else f"beam{beam}"
-    out.report(f"{name}_{preset}", "ms/sent", ms, {"tokens": float(produced[0])})
+    out.report(f"{name}_{preset}", "ms/sent", ms, {"tokens": float(produced[0]), "cpu_ms": scaled(cpu, 1e3)["median"]})
 
 
 # ---- kernels at the seed model's shapes
@@ -402,7 +405,10 @@ def bench_attention(projected, plan, out):
         context.backward(dy)
         zero_grads(queries, keys, values, *attention.parameters())
 
-    out.report("attention_projected" if projected else "attention", "us", scaled(time_blocks(run, plan), 1e6))
+    cpu = []
+    wall = time_blocks(run, plan, 0.2, cpu)
+    out.report("attention_projected" if projected else "attention", "us", scaled(wall, 1e6),
+               {"cpu_us": scaled(cpu, 1e6)["median"]})
 
 
 def bench_gru(plan, out):
@@ -417,9 +423,10 @@ def bench_gru(plan, out):
         y.backward(dy)
         zero_grads(x, *gru.parameters())
 
-    ms = scaled(time_blocks(run, plan, 0.5), 1e3)
+    cpu = []
+    ms = scaled(time_blocks(run, plan, 0.5, cpu), 1e3)
     flops = sum(2 * 3 * (2.0 * B * T * (E if l == 0 else 2 * H) * 3 * H + 2.0 * B * T * H * 3 * H) for l in range(2))
-    out.report("gru", "ms", ms, {"gemm_gflops": flops / (ms["median"] / 1e3) / 1e9})
+    out.report("gru", "ms", ms, {"gemm_gflops": flops / (ms["median"] / 1e3) / 1e9, "cpu_ms": scaled(cpu, 1e3)["median"]})
 
 
 def bench_linear_ce(vocab, plan, out):
@@ -434,8 +441,10 @@ def bench_linear_ce(vocab, plan, out):
         loss.backward()
         zero_grads(x, *linear.parameters())
 
-    ms = scaled(time_blocks(run, plan, 0.5), 1e3)
-    out.report("linear_ce", "ms", ms, {"vocab": float(vocab), "gemm_gflops": 3 * 2.0 * N * D * vocab / (ms["median"] / 1e3) / 1e9})
+    cpu = []
+    ms = scaled(time_blocks(run, plan, 0.5, cpu), 1e3)
+    out.report("linear_ce", "ms", ms, {"vocab": float(vocab), "gemm_gflops": 3 * 2.0 * N * D * vocab / (ms["median"] / 1e3) / 1e9,
+                                       "cpu_ms": scaled(cpu, 1e3)["median"]})
 
 
 def bench_overhead(plan, out):
@@ -461,8 +470,10 @@ def bench_overhead(plan, out):
 def bench_sgemm(plan, out):
     n = 1024
     a, b = torch.randn(n, n), torch.randn(n, n)
-    s = time_blocks(lambda: torch.mm(a, b), plan, 0.3)
-    out.report("sgemm", "GFLOP/s", stats_of([2.0 * n ** 3 / t / 1e9 for t in s]), note=f"{n}x{n}x{n}, torch.mm")
+    cpu = []
+    s = time_blocks(lambda: torch.mm(a, b), plan, 0.3, cpu)
+    out.report("sgemm", "GFLOP/s", stats_of([2.0 * n ** 3 / t / 1e9 for t in s]),
+               {"gflop_per_cpu_s": 2.0 * n ** 3 / stats_of(cpu)["median"] / 1e9}, note=f"{n}x{n}x{n}, torch.mm")
 
 
 WORKLOADS = ["sgemm", "step_seed", "step_d2l", "attention", "attention_projected", "gru", "linear_ce", "op_overhead",

@@ -40,6 +40,53 @@ class Backend {
   virtual void random_uniform(const Tensor& out, double a, double b, uint64_t seed, uint64_t offset) = 0;
   virtual void random_normal(const Tensor& out, double mean, double stddev, uint64_t seed,
                              uint64_t offset) = 0;
+
+  // ---- optional fused kernels: supports() says which this backend has; the others throw.
+  // All tensors contiguous; the math and the op using each kernel are in the file named.
+  virtual bool supports(FusedOp) const { return false; }
+  // GRU step (nn/rnn.cpp): xp, hp (B, 3H) the step's input and recurrent projections [r | z | n]
+  // (hp includes b_hh), h (B, H), valid (B,) bool or undefined (every row valid) -> h_next (B, H),
+  // the new state or h where !valid; gates (B, 4H) = [r | z | n | hp_n] for the backward.
+  virtual void gru_cell(const Tensor& xp, const Tensor& /*hp*/, const Tensor& /*h*/, const Tensor& /*valid*/,
+                        const Tensor& /*h_next*/, const Tensor& /*gates*/) {
+    unsupported(FusedOp::gru_cell, xp);
+  }
+  // Its backward for g = dy + dcarry, the gradient of h_next (dy may be undefined: zero) -> dxp,
+  // dhp (B, 3H) and dh (B, H), the part of h's gradient that does not go through W_hh.
+  virtual void gru_cell_backward(const Tensor& gates, const Tensor& /*h*/, const Tensor& /*valid*/,
+                                 const Tensor& /*dy*/, const Tensor& /*dcarry*/, const Tensor& /*dxp*/,
+                                 const Tensor& /*dhp*/, const Tensor& /*dh*/) {
+    unsupported(FusedOp::gru_cell, gates);
+  }
+  // Additive attention energies (nn/attention_additive.cpp): qp (B, Q, A), kp (B, K, A), w (A,)
+  //   -> scores (B, Q, K), s_bqk = Σ_a w_a tanh(qp_bqa + kp_bka)
+  virtual void additive_scores(const Tensor& qp, const Tensor& /*kp*/, const Tensor& /*w*/, const Tensor& /*scores*/) {
+    unsupported(FusedOp::additive_scores, qp);
+  }
+  // Its backward from dscores (B, Q, K): dqp, dkp, dw (overwritten); tanh is recomputed.
+  virtual void additive_scores_backward(const Tensor& qp, const Tensor& /*kp*/, const Tensor& /*w*/,
+                                        const Tensor& /*dscores*/, const Tensor& /*dqp*/, const Tensor& /*dkp*/,
+                                        const Tensor& /*dw*/) {
+    unsupported(FusedOp::additive_scores, qp);
+  }
+  // Cross-entropy with label smoothing over rows (nn/loss.cpp): logits (N, C), targets (N,) int64
+  //   -> loss (N,) = lse - (1 - eps) x_y - eps/C Σ_c x_c (0 where target == ignore_index), and
+  //   lse (N,) = log Σ_c exp(x_c) for the backward.
+  virtual void cross_entropy_rows(const Tensor& logits, const Tensor& /*targets*/, double /*eps*/,
+                                  int64_t /*ignore_index*/, const Tensor& /*loss*/, const Tensor& /*lse*/) {
+    unsupported(FusedOp::cross_entropy, logits);
+  }
+  // dlogits = dloss_r · (softmax(x_r) - (1 - eps) onehot(y_r) - eps/C), 0 for ignored rows.
+  virtual void cross_entropy_rows_backward(const Tensor& logits, const Tensor& /*targets*/, const Tensor& /*lse*/,
+                                           const Tensor& /*dloss*/, double /*eps*/, int64_t /*ignore_index*/,
+                                           const Tensor& /*dlogits*/) {
+    unsupported(FusedOp::cross_entropy, logits);
+  }
+
+ protected:
+  [[noreturn]] void unsupported(FusedOp op, const Tensor& t) const {
+    throw DeviceError(fmt::format("op {} is not implemented on {} for {}", fused_op_name(op), name(), t.dtype()));
+  }
 };
 
 Backend& backend_for(Device device);

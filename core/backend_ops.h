@@ -47,4 +47,13 @@ struct UnaryParams {
 // Mixed precision (core/autocast.h) selects the reduced ones; float64 products are always full.
 enum class GemmPrecision : uint8_t { full, bf16, f16 };
 
+// Fused kernels a backend may provide besides the primitives (core/backend.h). The op that uses
+// one runs its composed twin on a backend without it (each fused op names its twin).
+enum class FusedOp : uint8_t { gru_cell, cross_entropy, additive_scores };
+
+constexpr const char* fused_op_name(FusedOp op) {
+  constexpr const char* kNames[] = {"gru_cell", "cross_entropy", "additive_scores"};
+  return kNames[static_cast<int>(op)];
+}
+
 }  // namespace seqgrad

@@ -17,7 +17,11 @@ namespace seqgrad::nn {
 // features (ChunkedAdditiveAttention bounds them to (B, Q, C, A)).
 //   dqp_bi = Σ_j dz_bij   dkp_bj = Σ_i dz_bij   dw_v = Σ_bij ds_bij · f_bij
 //   with f = tanh(qp + kp) and dz_bij = ds_bij · w_v ∘ (1 - f_bij²)
+// Fused (one node, one kernel each way; nothing of size B·Q·K·A is stored), with its composed
+// twin additive_scores_composed (tanh of a broadcast add, then a linear); tests/test_nn_fused.cpp
+// checks that they agree.
 Tensor additive_scores(const Tensor& projected_queries, const Tensor& projected_keys, const Tensor& w_v);
+Tensor additive_scores_composed(const Tensor& projected_queries, const Tensor& projected_keys, const Tensor& w_v);
 
 class AdditiveAttention : public Attention {
  public:

@@ -4,6 +4,9 @@
 
 #include <cmath>
 
+#include "core/autograd.h"
+#include "core/backend.h"
+
 namespace seqgrad::nn {
 namespace {
 
@@ -56,7 +59,48 @@ Tensor picked_negative(const Tensor& scores, const Tensor& targets, const Tensor
 
 }  // namespace
 
+namespace {
+
+// Per-row losses (N,) of logits (N, C) in one node (fused kernel each way; see loss.h).
+Tensor cross_entropy_rows(const Tensor& logits, const Tensor& targets, double eps, int64_t ignore_index) {
+  const int64_t N = logits.size(0);
+  Tensor x = logits.detach().contiguous(), y = targets.contiguous();
+  const TensorOptions like{.dtype = logits.dtype(), .device = logits.device()};
+  Tensor loss = empty({N}, like), lse = empty({N}, like);  // (N,), (N,)
+  backend_for(logits).cross_entropy_rows(x, y, eps, ignore_index, loss, lse);
+  return record("cross_entropy", loss, {logits},
+                [logits = save(logits), y, lse, eps, ignore_index](const Tensor& dloss, Grads& g) {
+                  const Tensor& xv = logits.get();
+                  if (GradMode::is_enabled()) {  // create_graph: differentiate the composed twin
+                    Tensor rows = cross_entropy_composed(
+                        xv, y, {.label_smoothing = eps, .ignore_index = ignore_index, .reduction = Reduction::none});
+                    g.add(0, autograd::grad({rows}, {xv}, {dloss}, {.retain_graph = true, .create_graph = true})[0]);
+                    return;
+                  }
+                  Tensor dx = empty(xv.shape(), {.dtype = xv.dtype(), .device = xv.device()});
+                  backend_for(xv).cross_entropy_rows_backward(xv.contiguous(), y, lse, dloss.contiguous(), eps,
+                                                              ignore_index, dx);
+                  g.add(0, dx);
+                });
+}
+
+}  // namespace
+
+// The fused form of cross_entropy_composed (below): per row one pass forward (max, log-sum-exp,
+// the picked and the summed logit) and one backward, dlogits = dloss · (softmax - (1 - ε) onehot
+// - ε/C), instead of log_softmax, gather, a class sum, masks and their backward passes over the
+// (N, C) logits. Backends without the kernel and create_graph use the composed form.
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, CrossEntropyOptions options) {
+  const double eps = options.label_smoothing;
+  SG_CHECK_VALUE(eps >= 0.0 && eps <= 1.0, "cross_entropy: label_smoothing = {} not in [0, 1]", eps);
+  int64_t counted = check_targets("cross_entropy", logits, targets, options.ignore_index);
+  if (!backend_for(logits).supports(FusedOp::cross_entropy)) return cross_entropy_composed(logits, targets, options);
+  const int64_t classes = logits.shape().back();
+  Tensor rows = cross_entropy_rows(logits.reshape({-1, classes}), targets.reshape({-1}), eps, options.ignore_index);
+  return reduce_loss(rows.reshape(targets.shape()), options.reduction, counted);
+}
+
+Tensor cross_entropy_composed(const Tensor& logits, const Tensor& targets, CrossEntropyOptions options) {
   const double eps = options.label_smoothing;
   SG_CHECK_VALUE(eps >= 0.0 && eps <= 1.0, "cross_entropy: label_smoothing = {} not in [0, 1]", eps);
   int64_t counted = check_targets("cross_entropy", logits, targets, options.ignore_index);

@@ -1,5 +1,6 @@
 // Losses with PyTorch's exact semantics: cross_entropy (label smoothing, ignore_index), nll_loss,
-// mse_loss. Composed from differentiable ops, so their gradients come from autograd.
+// mse_loss. Composed from differentiable ops, so their gradients come from autograd; cross_entropy
+// also has a fused form (the default) next to its composed twin.
 //
 // Layout: classes are on the LAST dimension. logits (..., C) pair with targets (...): (N, C) with
 // (N,), (B, T, C) with (B, T), (C,) with a 0-d target. PyTorch puts classes on dimension 1 for
@@ -34,7 +35,10 @@ struct NLLLossOptions {
 // Throws for non-int64 targets, targets whose shape is not logits' without the class dimension,
 // a target outside [0, C) that is not ignore_index (naming the value and C), and
 // label_smoothing outside [0, 1].
+// Fused: one kernel per row each way (nn/loss.cpp); cross_entropy_composed is the same loss built
+// from ops (log_softmax, gather, sums), its twin in tests/test_nn_fused.cpp.
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, CrossEntropyOptions options = {});
+Tensor cross_entropy_composed(const Tensor& logits, const Tensor& targets, CrossEntropyOptions options = {});
 
 // nll_loss  log_probs (..., C), targets (...) int64
 //   loss_i = -log_probs[i, y_i], 0 where y_i == ignore_index; mean divides by the non-ignored count

@@ -25,12 +25,15 @@
 //   da = [di ⊙ i(1 - i), df ⊙ f(1 - f), dg ⊙ (1 - g²), do ⊙ o(1 - o)], then as for the GRU.
 //
 // ---- How the layers compute (the hot path of the translator)
-// Per layer and direction, the input projections of ALL steps are one GEMM, (T·B, F) · W_ihᵀ;
-// then each step is one recurrent GEMM h · W_hhᵀ plus the element-wise gate math above, written
-// with ordinary ops (autograd derives the backward given above). Two details keep the backward
-// cheap: W_hhᵀ is taken once per sequence (each step's dW_hh accumulates there, contiguous), and
-// the projections are split into steps by recursive halving, O(T log T) instead of O(T²) work in
-// the slices' backward (split_steps in rnn.cpp).
+// Per layer and direction, the input projections of ALL steps are one GEMM, (T·B, F) · W_ihᵀ.
+// GRU: the direction then runs as ONE autograd node, gru_layer (below): per step one recurrent
+// GEMM h · W_hhᵀ + b_hh and one fused kernel for the gate math above, forward and backward
+// (Backend::gru_cell); in backward dW_hh is two GEMMs over all steps and dxp comes back for every
+// step at once. gru_layer_composed is the same layer written with ordinary ops (its twin in the
+// tests, and the path for create_graph and for backends without the fused kernel).
+// LSTM: each step is one recurrent GEMM plus the element-wise gate math written with ops
+// (autograd derives the backward); W_hhᵀ is taken once per sequence and the projections are split
+// into steps by recursive halving, O(T log T) instead of O(T²) work in the slices' backward.
 // Valid lengths: sequence b is valid at steps t < lengths[b]. A padded step keeps the state,
 //   h_t = where(t < len, h'_t, h_{t-1}),   output_t = where(t < len, h'_t, 0),
 // so dh'_t is zero there and the gradient passes straight to h_{t-1}. Outputs at padded steps are
@@ -169,6 +172,21 @@ class RNNBase : public Module {
   int64_t gates_;
   std::vector<RNNWeights> weights_;  // index layer · dirs + direction; never resized after construction
 };
+
+// ---- the fused GRU layer: one layer in one direction as a single autograd node
+//   xp (T, B, 3H): every step's input projection W_ih x_t + b_ih (one GEMM, time-major);
+//   h0 (B, H); w_hh (3H, H); b_hh (3H,) or undefined; valid (T, B) bool or undefined (all valid)
+//   -> y (T, B, H): y[t] the state after step t (h_{t-1} again where the step is padding).
+// Forward: per step one GEMM (W_hh h + b_hh) and one fused gate kernel; backward: per step the
+// fused gate backward and one GEMM for the carried dh, then dW_hh as two GEMMs over all steps and
+// db_hh as one sum; dxp comes back for every step at once, so the input projection's backward is
+// one GEMM too. Backends without the fused kernel (Backend::supports) and create_graph (second
+// order) use gru_layer_composed, the same math written with ops (tests/test_nn_fused.cpp checks
+// that the two agree on values and gradients).
+Tensor gru_layer(const Tensor& xp, const Tensor& h0, const Tensor& w_hh, const Tensor& b_hh, const Tensor& valid,
+                 Direction direction);
+Tensor gru_layer_composed(const Tensor& xp, const Tensor& h0, const Tensor& w_hh, const Tensor& b_hh,
+                          const Tensor& valid, Direction direction);
 
 class GRU : public RNNBase {
  public:

@@ -9,9 +9,13 @@
 #include "core/autograd.h"
 #include "core/rng.h"
 #include "ops/ops.h"
+#include "nn/attention_additive.h"
+#include "nn/loss.h"
+#include "nn/rnn.h"
 #include "tools/gradcheck.h"
 
 using namespace seqgrad;
+using nn::Direction;
 
 namespace {
 
@@ -62,4 +66,83 @@ TEST_CASE("linear (one node) equals matmul(x, Wᵀ) + b, and gradchecks") {
   check_twins(fused, composed, {randn64({7, 4}).t().t(), randn64({4, 5}).t(), randn64({5})});  // a transposed weight
   check_report(gradcheck([](const std::vector<Tensor>& v) { return linear(v[0], v[1], v[2]); },
                          {randn64({3, 4}), randn64({2, 4}), randn64({2})}));
+}
+
+TEST_CASE("gru_layer (fused) equals gru_layer_composed on values and gradients") {
+  manual_seed(5);
+  const int64_t T = 4, B = 3, H = 5;
+  // valid (T, B): sequence lengths 4, 2, 0 (the last one all padding; step 3 padding except b = 0)
+  Tensor valid = from_vector(std::vector<bool>{1, 1, 0, 1, 1, 0, 1, 0, 0, 1, 0, 0}, {T, B});
+  for (Direction d : {Direction::forward, Direction::reverse}) {
+    for (bool masked : {false, true}) {
+      for (bool bias : {true, false}) {
+        INFO("direction " << (d == Direction::forward ? "forward" : "reverse") << ", masked " << masked << ", bias "
+                          << bias);
+        Tensor v = masked ? valid : Tensor();
+        auto fused = [=](const std::vector<Tensor>& x) {
+          return nn::gru_layer(x[0], x[1], x[2], bias ? x[3] : Tensor(), v, d);
+        };
+        auto composed = [=](const std::vector<Tensor>& x) {
+          return nn::gru_layer_composed(x[0], x[1], x[2], bias ? x[3] : Tensor(), v, d);
+        };
+        std::vector<Tensor> inputs{randn64({T, B, 3 * H}), randn64({B, H}), randn64({3 * H, H})};
+        if (bias) inputs.push_back(randn64({3 * H}));
+        check_twins(fused, composed, inputs);
+      }
+    }
+  }
+  // a single step (the decoder calls the layer once per step)
+  check_twins([](const std::vector<Tensor>& x) { return nn::gru_layer(x[0], x[1], x[2], x[3], {}, Direction::forward); },
+              [](const std::vector<Tensor>& x) {
+                return nn::gru_layer_composed(x[0], x[1], x[2], x[3], {}, Direction::forward);
+              },
+              {randn64({1, B, 3 * H}), randn64({B, H}), randn64({3 * H, H}), randn64({3 * H})});
+}
+
+TEST_CASE("gru_layer: gradcheck, second order through the composed twin, and float32 against float64") {
+  manual_seed(6);
+  Tensor valid = from_vector(std::vector<bool>{1, 1, 1, 0, 0, 0}, {3, 2});
+  auto fn = [valid](const std::vector<Tensor>& x) { return nn::gru_layer(x[0], x[1], x[2], x[3], valid, Direction::reverse); };
+  std::vector<Tensor> inputs{randn64({3, 2, 6}), randn64({2, 2}), randn64({6, 2}), randn64({6})};
+  check_report(gradcheck(fn, inputs));
+  check_report(gradgradcheck(fn, inputs));
+  // float32 (vectorised exp/tanh in the kernel) stays within float32 rounding of float64
+  std::vector<Tensor> f32;
+  for (const Tensor& t : inputs) f32.push_back(t.detach().to(DType::f32));
+  check_close(fn(f32).to(DType::f64), fn(inputs).detach(), 1e-5, "float32 vs float64");
+}
+
+TEST_CASE("additive_scores (fused) equals additive_scores_composed; gradcheck and second order") {
+  manual_seed(7);
+  auto fused = [](const std::vector<Tensor>& x) { return nn::additive_scores(x[0], x[1], x[2]); };
+  auto composed = [](const std::vector<Tensor>& x) { return nn::additive_scores_composed(x[0], x[1], x[2]); };
+  check_twins(fused, composed, {randn64({3, 2, 5}), randn64({3, 4, 5}), randn64({1, 5})});
+  check_twins(fused, composed, {randn64({2, 1, 7}), randn64({2, 6, 7}), randn64({1, 7})});  // one query (decoder)
+  std::vector<Tensor> inputs{randn64({2, 2, 3}), randn64({2, 3, 3}), randn64({1, 3})};
+  check_report(gradcheck(fused, inputs));
+  check_report(gradgradcheck(fused, inputs));
+  std::vector<Tensor> f32;
+  for (const Tensor& t : inputs) f32.push_back(t.detach().to(DType::f32));
+  check_close(fused(f32).to(DType::f64), fused(inputs).detach(), 1e-5, "float32 vs float64");
+}
+
+TEST_CASE("cross_entropy (fused) equals cross_entropy_composed: smoothing, ignore_index, reductions") {
+  manual_seed(8);
+  Tensor targets = from_vector(std::vector<int64_t>{2, 0, 4, 1, 0, 3}, {2, 3});  // 0 is ignored below
+  for (double eps : {0.0, 0.1, 1.0}) {
+    for (nn::Reduction r : {nn::Reduction::mean, nn::Reduction::sum, nn::Reduction::none}) {
+      INFO("label_smoothing " << eps << ", reduction " << static_cast<int>(r));
+      nn::CrossEntropyOptions o{.label_smoothing = eps, .ignore_index = 0, .reduction = r};
+      check_twins([=](const std::vector<Tensor>& x) { return nn::cross_entropy(x[0], targets, o); },
+                  [=](const std::vector<Tensor>& x) { return nn::cross_entropy_composed(x[0], targets, o); },
+                  {randn64({2, 3, 5})});
+    }
+  }
+  auto fn = [targets](const std::vector<Tensor>& x) {
+    return nn::cross_entropy(x[0], targets, {.label_smoothing = 0.1, .ignore_index = 0});
+  };
+  std::vector<Tensor> inputs{randn64({2, 3, 5})};
+  check_report(gradcheck(fn, inputs));
+  check_report(gradgradcheck(fn, inputs));
+  check_close(fn({inputs[0].detach().to(DType::f32)}).to(DType::f64), fn(inputs).detach(), 1e-5, "float32 vs float64");
 }

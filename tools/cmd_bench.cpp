@@ -22,6 +22,7 @@
 #include "core/rng.h"
 #include "core/serialize.h"
 #include "core/threads.h"
+#include "ops/cpu/kernels.h"
 #include "models/seq2seq/decode.h"
 #include "models/seq2seq/pipeline.h"
 #include "optim/optim.h"
@@ -103,8 +104,9 @@ struct Plan {
 };
 
 // Times `body` in blocks sized to last about `block_seconds`; returns the time per call (seconds)
-// of each block.
-std::vector<double> time_blocks(const std::function<void()>& body, const Plan& plan, double block_seconds = 0.2) {
+// of each block, and in `cpu` (when given) the process CPU time per call of each block.
+std::vector<double> time_blocks(const std::function<void()>& body, const Plan& plan, double block_seconds = 0.2,
+                                std::vector<double>* cpu = nullptr) {
   for (int i = 0; i < plan.warmup; ++i) body();
   auto t0 = Clock::now();
   body();
@@ -113,8 +115,10 @@ std::vector<double> time_blocks(const std::function<void()>& body, const Plan& p
   std::vector<double> per_call;
   for (int r = 0; r < plan.repeats; ++r) {
     auto start = Clock::now();
+    double c0 = process_cpu_seconds();
     for (int64_t i = 0; i < block; ++i) body();
     per_call.push_back(seconds_since(start) / static_cast<double>(block));
+    if (cpu) cpu->push_back((process_cpu_seconds() - c0) / static_cast<double>(block));
   }
   return per_call;
 }
@@ -282,9 +286,10 @@ void bench_decode(const std::string& preset, int64_t beam, const Plan& plan, con
     std::vector<models::Hypothesis> h = models::decode(*model, src, lengths, options);
     produced = h[0].tokens.size();
   };
-  Stats ms = scaled(time_blocks(run, plan, 0.5), 1e3);
+  std::vector<double> cpu;
+  Stats ms = scaled(time_blocks(run, plan, 0.5, &cpu), 1e3);
   out.report(fmt::format("{}_{}", beam == 1 ? "greedy" : fmt::format("beam{}", beam), preset), "ms/sent", ms,
-             {{"tokens", static_cast<double>(produced)}});
+             {{"tokens", static_cast<double>(produced)}, {"cpu_ms", scaled(cpu, 1e3).median}});
 }
 
 // ---- kernels at the seed model's shapes
@@ -311,7 +316,9 @@ void bench_attention(bool projected, const Plan& plan, const Reporter& out) {
     for (Tensor* t : {&queries, &keys, &values}) t->zero_grad();
     for (Tensor& p : attention.parameters()) p.zero_grad();
   };
-  out.report(projected ? "attention_projected" : "attention", "us", scaled(time_blocks(run, plan), 1e6));
+  std::vector<double> cpu;
+  std::vector<double> wall = time_blocks(run, plan, 0.2, &cpu);
+  out.report(projected ? "attention_projected" : "attention", "us", scaled(wall, 1e6), {{"cpu_us", scaled(cpu, 1e6).median}});
 }
 
 void bench_gru(const Plan& plan, const Reporter& out) {
@@ -326,11 +333,12 @@ void bench_gru(const Plan& plan, const Reporter& out) {
     x.zero_grad();
     for (Tensor& p : gru.parameters()) p.zero_grad();
   };
-  std::vector<double> s = time_blocks(run, plan, 0.5);
+  std::vector<double> cpu;
+  std::vector<double> s = time_blocks(run, plan, 0.5, &cpu);
   double flops = 0;
   for (int l = 0; l < 2; ++l) flops += 2 * 3 * (2.0 * B * T * (l == 0 ? E : 2 * H) * 3 * H + 2.0 * B * T * H * 3 * H);
   Stats ms = scaled(s, 1e3);
-  out.report("gru", "ms", ms, {{"gemm_gflops", flops / (ms.median / 1e3) / 1e9}});
+  out.report("gru", "ms", ms, {{"gemm_gflops", flops / (ms.median / 1e3) / 1e9}, {"cpu_ms", scaled(cpu, 1e3).median}});
 }
 
 void bench_linear_ce(int64_t vocab, const Plan& plan, const Reporter& out) {
@@ -348,10 +356,12 @@ void bench_linear_ce(int64_t vocab, const Plan& plan, const Reporter& out) {
     x.zero_grad();
     for (Tensor& p : linear.parameters()) p.zero_grad();
   };
-  std::vector<double> s = time_blocks(run, plan, 0.5);
+  std::vector<double> cpu;
+  std::vector<double> s = time_blocks(run, plan, 0.5, &cpu);
   Stats ms = scaled(s, 1e3);
   out.report("linear_ce", "ms", ms, {{"vocab", static_cast<double>(vocab)},
-                                     {"gemm_gflops", 3 * 2.0 * N * D * vocab / (ms.median / 1e3) / 1e9}});
+                                     {"gemm_gflops", 3 * 2.0 * N * D * vocab / (ms.median / 1e3) / 1e9},
+                                     {"cpu_ms", scaled(cpu, 1e3).median}});
 }
 
 // Per-op overhead on a 1-element tensor: a chain of kChain `y = y * 1.0`, recorded (forward with
@@ -378,10 +388,12 @@ void bench_sgemm(const Plan& plan, const Reporter& out) {
   const int64_t n = 1024;
   Tensor a = randn({n, n}), b = randn({n, n});
   auto run = [&] { Tensor c = matmul(a, b); };  // split across the threads like every product
-  std::vector<double> s = time_blocks(run, plan, 0.3);
+  std::vector<double> cpu;
+  std::vector<double> s = time_blocks(run, plan, 0.3, &cpu);
   std::vector<double> gflops;
   for (double t : s) gflops.push_back(2.0 * n * n * n / t / 1e9);
-  out.report("sgemm", "GFLOP/s", stats_of(gflops), {}, fmt::format("{0}x{0}x{0}, {1}", n, blas::describe()));
+  out.report("sgemm", "GFLOP/s", stats_of(gflops), {{"gflop_per_cpu_s", 2.0 * n * n * n / stats_of(cpu).median / 1e9}},
+             fmt::format("{0}x{0}x{0}, {1}", n, blas::describe()));
 }
 
 // ---- export: the batches, decode sentence and initial weights for bench/torch_bench.py
@@ -467,8 +479,8 @@ int bench_main(int argc, char** argv) {
     return 0;
   }
   Reporter out{args.has("json") ? args.get("json") : "", get_num_threads()};
-  fmt::print("seqgrad bench: {} threads, BLAS {}, load average {:.2f}\n", get_num_threads(), blas::describe(),
-             load_average());
+  fmt::print("seqgrad bench: {} threads, BLAS {}, CPU kernels {}, load average {:.2f}\n", get_num_threads(),
+             blas::describe(), cpu::kernel_isa(), load_average());
   std::vector<std::string> workloads = args.positionals().empty() ? kWorkloads : args.positionals();
   for (const std::string& w : workloads) run_workload(w, plan, out);
   return 0;

@@ -280,7 +280,9 @@ int train_main(int argc, char** argv) {
       std::string last = std::filesystem::exists(last_path)
                              ? fmt::format("; the last good checkpoint is {}", last_path) : "";
       throw ValueError(fmt::format("{} is {} at epoch {} batch {} (step {}); stopped before the update and saved "
-                                   "the state that produced it to {}{}", what, value, epoch + 1, batch + 1,
+                                   "the state that produced it to {}{}", what,
+                                   std::isnan(value) ? std::fabs(value) : value,  // "nan", whatever its sign bit
+                                   epoch + 1, batch + 1,
                                    state["step"].get<int64_t>() + 1, nan_path, last));
     };
     for (int64_t i = state["batch"]; i < static_cast<int64_t>(batches.size()); ++i) {

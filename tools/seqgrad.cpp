@@ -8,6 +8,7 @@
 #include "core/blas.h"
 #include "core/error.h"
 #include "core/threads.h"
+#include "ops/cpu/kernels.h"
 #include "tools/commands.h"
 
 namespace {
@@ -19,8 +20,8 @@ struct Command {
 };
 
 int info_main(int, char**) {
-  fmt::print("seqgrad {}\nthreads: {}\nBLAS: {}\n", SEQGRAD_VERSION, seqgrad::get_num_threads(),
-             seqgrad::blas::describe());
+  fmt::print("seqgrad {}\nthreads: {}\nBLAS: {}\nCPU kernels: {}\n", SEQGRAD_VERSION, seqgrad::get_num_threads(),
+             seqgrad::blas::describe(), seqgrad::cpu::kernel_isa());
   return 0;
 }
 

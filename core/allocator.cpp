@@ -2,6 +2,7 @@
 #include "core/allocator.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <mutex>
 #include <vector>
@@ -41,13 +42,42 @@ SizeClass size_class(size_t bytes) {
 struct Cache {
   std::mutex mutex;
   std::vector<void*> free[kClasses];
-  Stats stats;
+  size_t cached = 0;
 };
 
 Cache& cache() {
   static Cache* c = new Cache;  // never destroyed: storages may be freed during static destruction
   return *c;
 }
+
+// Usage counters, outside the lock (relaxed atomics: a statistic, not a synchronisation).
+std::atomic<size_t> in_use{0}, peak_in_use{0};
+
+void count_allocation(size_t bytes) {
+  size_t now = in_use.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  size_t peak = peak_in_use.load(std::memory_order_relaxed);
+  while (now > peak && !peak_in_use.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+}
+
+// Small blocks (up to 4 KiB: the tensors of per-op overhead, scalars, masks) first go through a
+// per-thread cache without a lock; it holds at most kLocalLimit bytes and hands its blocks to the
+// shared cache when the thread ends.
+constexpr size_t kLocalLimit = size_t{1} << 20;
+
+struct LocalCache {
+  std::vector<void*> free[kSmallClasses];
+  size_t bytes = 0;
+  ~LocalCache() {
+    Cache& c = cache();
+    std::lock_guard<std::mutex> lock(c.mutex);
+    for (int i = 0; i < kSmallClasses; ++i) {
+      for (void* p : free[i]) c.free[i].push_back(p);
+      c.cached += free[i].size() * 64 * static_cast<size_t>(i + 1);
+    }
+  }
+};
+thread_local LocalCache local;
 
 void* system_allocate(size_t bytes) {
   void* p = std::aligned_alloc(64, bytes);
@@ -74,16 +104,24 @@ bool caching() { return kCaching; }
 void* allocate(size_t bytes) {
   if (!kCaching || bytes > kMaxCached) return system_allocate((bytes + 63) / 64 * 64);
   SizeClass sc = size_class(bytes);
+  count_allocation(sc.bytes);
+  if (sc.index < kSmallClasses) {
+    std::vector<void*>& mine = local.free[sc.index];
+    if (!mine.empty()) {
+      void* p = mine.back();
+      mine.pop_back();
+      local.bytes -= sc.bytes;
+      return p;
+    }
+  }
   Cache& c = cache();
   {
     std::lock_guard<std::mutex> lock(c.mutex);
-    c.stats.in_use += sc.bytes;
-    c.stats.peak_in_use = std::max(c.stats.peak_in_use, c.stats.in_use);
     std::vector<void*>& list = c.free[sc.index];
     if (!list.empty()) {
       void* p = list.back();
       list.pop_back();
-      c.stats.cached -= sc.bytes;
+      c.cached -= sc.bytes;
       return p;
     }
   }
@@ -94,8 +132,7 @@ void* allocate(size_t bytes) {
     try {
       return system_allocate(sc.bytes);
     } catch (...) {
-      std::lock_guard<std::mutex> lock(c.mutex);
-      c.stats.in_use -= sc.bytes;
+      in_use.fetch_sub(sc.bytes, std::memory_order_relaxed);
       throw;
     }
   }
@@ -108,13 +145,18 @@ void deallocate(void* p, size_t bytes) {
     return;
   }
   SizeClass sc = size_class(bytes);
+  in_use.fetch_sub(sc.bytes, std::memory_order_relaxed);
+  if (sc.index < kSmallClasses && local.bytes + sc.bytes <= kLocalLimit) {
+    local.free[sc.index].push_back(p);
+    local.bytes += sc.bytes;
+    return;
+  }
   Cache& c = cache();
   {
     std::lock_guard<std::mutex> lock(c.mutex);
-    c.stats.in_use -= sc.bytes;
-    if (c.stats.cached + sc.bytes <= kCacheLimit) {
+    if (c.cached + sc.bytes <= kCacheLimit) {
       c.free[sc.index].push_back(p);
-      c.stats.cached += sc.bytes;
+      c.cached += sc.bytes;
       return;
     }
   }
@@ -124,19 +166,24 @@ void deallocate(void* p, size_t bytes) {
 Stats stats() {
   Cache& c = cache();
   std::lock_guard<std::mutex> lock(c.mutex);
-  return c.stats;
+  return {.in_use = in_use.load(), .cached = c.cached + local.bytes, .peak_in_use = peak_in_use.load()};
 }
 
 void empty_cache() {
   Cache& c = cache();
   std::vector<void*> blocks;
+  for (auto& list : local.free) {
+    blocks.insert(blocks.end(), list.begin(), list.end());
+    list.clear();
+  }
+  local.bytes = 0;
   {
     std::lock_guard<std::mutex> lock(c.mutex);
     for (auto& list : c.free) {
       blocks.insert(blocks.end(), list.begin(), list.end());
       list.clear();
     }
-    c.stats.cached = 0;
+    c.cached = 0;
   }
   for (void* p : blocks) std::free(p);
 }

@@ -15,11 +15,11 @@ void deallocate(void* p, size_t bytes);    // `bytes` as passed to allocate
 
 struct Stats {
   size_t in_use = 0;        // bytes handed out (rounded to the size class)
-  size_t cached = 0;        // bytes held for reuse
+  size_t cached = 0;        // bytes held for reuse (the shared cache and this thread's)
   size_t peak_in_use = 0;
 };
 Stats stats();
-// Returns every cached block to the system.
+// Returns every cached block (the shared cache and this thread's) to the system.
 void empty_cache();
 
 }  // namespace seqgrad::cpu_memory

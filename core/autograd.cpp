@@ -3,6 +3,7 @@
 #include "core/autograd.h"
 
 #include <algorithm>
+#include <atomic>
 #include <unordered_map>
 
 namespace seqgrad {
@@ -154,31 +155,29 @@ Tensor record_node(const char* op, Tensor y, std::span<const Tensor> inputs, Bac
 
 namespace {
 
-// Sets up dependency counts for every node reachable from the roots (iterative DFS).
-std::vector<Node*> collect_graph(const std::vector<Node*>& roots) {
-  std::vector<Node*> order, stack;
-  std::unordered_map<Node*, bool> seen;
-  for (Node* r : roots) {
-    if (r && !seen[r]) {
-      seen[r] = true;
-      stack.push_back(r);
-    }
-  }
+// Sets up dependency counts for every node reachable from the roots (iterative DFS). Nodes are
+// marked with the pass's epoch instead of being kept in a visited set (no hashing per node); the
+// returned list holds each node once and keeps it alive for the pass.
+std::vector<std::shared_ptr<Node>> collect_graph(const std::vector<std::shared_ptr<Node>>& roots) {
+  static std::atomic<uint64_t> epochs{0};
+  const uint64_t epoch = ++epochs;
+  std::vector<std::shared_ptr<Node>> order;
+  std::vector<Node*> stack;
+  auto visit = [&](const std::shared_ptr<Node>& n) {
+    if (!n || n->visit_epoch == epoch) return;
+    n->visit_epoch = epoch;
+    n->dependencies = 0;
+    n->order_index = order.size();
+    order.push_back(n);
+    stack.push_back(n.get());
+  };
+  for (const std::shared_ptr<Node>& r : roots) visit(r);
   while (!stack.empty()) {
     Node* n = stack.back();
     stack.pop_back();
-    order.push_back(n);
-    n->dependencies = 0;
-    for (const InputEdge& e : n->inputs) {
-      if (!e.fn) continue;
-      if (!seen[e.fn.get()]) {
-        seen[e.fn.get()] = true;
-        e.fn->dependencies = 0;
-        stack.push_back(e.fn.get());
-      }
-    }
+    for (const InputEdge& e : n->inputs) visit(e.fn);
   }
-  for (Node* n : order)
+  for (const std::shared_ptr<Node>& n : order)
     for (const InputEdge& e : n->inputs)
       if (e.fn) ++e.fn->dependencies;
   return order;
@@ -280,16 +279,16 @@ void run_backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>&
                   const char* what) {
   SG_CHECK(grad_outputs.empty() || grad_outputs.size() == outputs.size(),
            "{}: got {} outputs but {} gradients", what, outputs.size(), grad_outputs.size());
-  std::vector<Node*> roots;
+  std::vector<std::shared_ptr<Node>> roots;
   std::vector<Tensor> seeds;
   for (size_t i = 0; i < outputs.size(); ++i) {
     Tensor g = grad_outputs.empty() ? Tensor() : grad_outputs[i];
     check_root(outputs[i], g, what);
     if (!g.defined()) g = ones_like(outputs[i]);
     seeds.push_back(g);
-    roots.push_back(outputs[i].grad_fn().get());
+    roots.push_back(outputs[i].grad_fn());
   }
-  std::vector<Node*> order = collect_graph(roots);
+  std::vector<std::shared_ptr<Node>> order = collect_graph(roots);
   for (size_t i = 0; i < outputs.size(); ++i) {
     if (!roots[i]) {  // a leaf passed as output: its gradient is the seed itself
       if (targets.leaf_grads) {
@@ -304,24 +303,17 @@ void run_backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>&
   }
   GradMode::set_enabled(create_graph);  // the caller restores the previous mode
   std::vector<Node*> ready;
-  for (Node* r : roots)
-    if (r && r->dependencies == 0 && std::find(ready.begin(), ready.end(), r) == ready.end())
-      ready.push_back(r);
-  // Nodes are kept alive by the shared_ptrs in `outputs`' graph; hold them during the pass.
-  std::unordered_map<Node*, std::shared_ptr<Node>> owners;
-  for (const Tensor& t : outputs)
-    if (t.grad_fn()) owners[t.grad_fn().get()] = t.grad_fn();
-  for (Node* n : order)
-    for (const InputEdge& e : n->inputs)
-      if (e.fn) owners[e.fn.get()] = e.fn;
+  for (const std::shared_ptr<Node>& r : roots)
+    if (r && r->dependencies == 0 && std::find(ready.begin(), ready.end(), r.get()) == ready.end())
+      ready.push_back(r.get());
   try {
     while (!ready.empty()) {
       Node* n = ready.back();
       ready.pop_back();
-      run_node(owners[n], retain_graph, create_graph, ready, targets);
+      run_node(order[n->order_index], retain_graph, create_graph, ready, targets);
     }
   } catch (...) {
-    for (Node* n : order) n->grad = Tensor();
+    for (const std::shared_ptr<Node>& n : order) n->grad = Tensor();
     throw;
   }
 }

@@ -75,6 +75,8 @@ struct Node {
   // engine scratch, valid during one backward pass
   Tensor grad;
   int dependencies = 0;
+  uint64_t visit_epoch = 0;  // the pass that last reached this node (instead of a visited set)
+  size_t order_index = 0;    // its place in that pass's node list
 
   Node() = default;
   Node(const Node&) = delete;

@@ -319,8 +319,9 @@ void SGD::step() {
 namespace detail {
 
 namespace {
-template <class T>
-void adam_kernel(T* p, const T* g, T* m, T* v, T* vmax, int64_t n, const AdamStep& s) {
+// The options become template arguments so the loop has no branches and vectorises.
+template <class T, bool kDecoupled, bool kCoupled, bool kAmsgrad>
+void adam_loop(T* p_all, const T* g_all, T* m_all, T* v_all, T* vmax_all, int64_t n, const AdamStep& s) {
   const double bias_correction1 = 1.0 - std::pow(s.beta1, static_cast<double>(s.step));
   const double bias_correction2 = 1.0 - std::pow(s.beta2, static_cast<double>(s.step));
   // Scalars rounded to T once, as PyTorch's tensor-scalar ops do.
@@ -330,20 +331,23 @@ void adam_kernel(T* p, const T* g, T* m, T* v, T* vmax, int64_t n, const AdamSte
   const T beta2 = static_cast<T>(s.beta2), one_minus_beta2 = static_cast<T>(1.0 - s.beta2);
   const T eps = static_cast<T>(s.eps), weight_decay = static_cast<T>(s.weight_decay);
   const T decay = static_cast<T>(1.0 - s.lr * s.weight_decay);
-  const bool decoupled = s.decoupled_weight_decay, coupled = !decoupled && s.weight_decay != 0.0;
-  const bool amsgrad = s.amsgrad;
   parallel_for(n, int64_t{1} << 15, [&](int64_t begin, int64_t end) {
+    T* p = p_all;  // locals, not loads through the closure, so the loop vectorises
+    const T* g = g_all;
+    T* m = m_all;
+    T* v = v_all;
+    T* vmax = vmax_all;
 #pragma omp simd
     for (int64_t i = begin; i < end; ++i) {
       T pi = p[i], gi = g[i];
-      if (decoupled) pi = pi * decay;                     // p.mul_(1 - lr · wd)
-      if (coupled) gi = gi + weight_decay * pi;           // grad.add(p, alpha=wd)
+      if constexpr (kDecoupled) pi = pi * decay;          // p.mul_(1 - lr · wd)
+      if constexpr (kCoupled) gi = gi + weight_decay * pi;  // grad.add(p, alpha=wd)
       T mi = m[i] * beta1 + one_minus_beta1 * gi;         // exp_avg.mul_(β1).add_(g, alpha=1-β1)
       T vi = v[i] * beta2 + one_minus_beta2 * gi * gi;    // exp_avg_sq.mul_(β2).addcmul_(g, g, value=1-β2)
       m[i] = mi;
       v[i] = vi;
       T vhat = vi;
-      if (amsgrad) {
+      if constexpr (kAmsgrad) {
         vhat = vmax[i] > vi ? vmax[i] : vi;               // torch.maximum(max_exp_avg_sq, exp_avg_sq)
         vmax[i] = vhat;
       }
@@ -351,6 +355,18 @@ void adam_kernel(T* p, const T* g, T* m, T* v, T* vmax, int64_t n, const AdamSte
       p[i] = pi + neg_step_size * mi / denom;             // p.addcdiv_(m, denom, value=-step_size)
     }
   });
+}
+
+template <class T>
+void adam_kernel(T* p, const T* g, T* m, T* v, T* vmax, int64_t n, const AdamStep& s) {
+  const bool decoupled = s.decoupled_weight_decay, coupled = !decoupled && s.weight_decay != 0.0;
+  auto run = [&]<bool kDecoupled, bool kCoupled>() {
+    if (s.amsgrad) adam_loop<T, kDecoupled, kCoupled, true>(p, g, m, v, vmax, n, s);
+    else adam_loop<T, kDecoupled, kCoupled, false>(p, g, m, v, vmax, n, s);
+  };
+  if (decoupled) run.template operator()<true, false>();
+  else if (coupled) run.template operator()<false, true>();
+  else run.template operator()<false, false>();
 }
 }  // namespace
 

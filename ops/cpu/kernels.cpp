@@ -273,16 +273,37 @@ class CpuBackend final : public Backend {
                                    const Tensor& dlogits) override;
 
   // Random values go to element i in row-major order; a strided output is filled through a dense one.
+  // The values of uniform_at / uniform_at_f64 (core/philox.h), but one Philox call per counter for
+  // its 4 float (2 double) values, and 16 counters at a time so the rounds vectorise.
   void random_uniform(const Tensor& out_in, double a, double b, uint64_t seed, uint64_t offset) override {
     Tensor out = out_in.is_contiguous() ? out_in : Tensor::empty(out_in.shape(), {.dtype = out_in.dtype()});
     dispatch_floating(out.dtype(), "uniform_", [&]<class T>() {
+      constexpr int64_t kPerCounter = std::is_same_v<T, float> ? 4 : 2, kLanes = 16;
+      constexpr int64_t kBlock = kPerCounter * kLanes;  // values per block of counters
       T* p = out.data<T>();
       parallel_for(out.numel(), kGrain, [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i) {
-          double u = std::is_same_v<T, float> ? uniform_at(seed, offset, i) : uniform_at_f64(seed, offset, i);
-          p[i] = static_cast<T>(a + (b - a) * u);
+        for (int64_t start = begin; start < end; start += kBlock) {  // begin is a multiple of kBlock
+          const uint64_t c0 = offset + static_cast<uint64_t>(start / kPerCounter);
+          uint32_t w[4][kLanes];
+#pragma omp simd
+          for (int64_t l = 0; l < kLanes; ++l) {
+            Philox4 r = philox(seed, c0 + static_cast<uint64_t>(l));
+            w[0][l] = r.v[0], w[1][l] = r.v[1], w[2][l] = r.v[2], w[3][l] = r.v[3];
+          }
+          const int64_t n = std::min(kBlock, end - start);
+          for (int64_t k = 0; k < n; ++k) {
+            const int64_t l = k / kPerCounter, j = k % kPerCounter;
+            double u;
+            if constexpr (std::is_same_v<T, float>) {
+              u = static_cast<float>(w[j][l] >> 8) * (1.0f / 16777216.0f);  // 24 bits, as uniform_at
+            } else {
+              uint64_t bits = (static_cast<uint64_t>(w[2 * j][l]) << 32) | w[2 * j + 1][l];
+              u = static_cast<double>(bits >> 11) * (1.0 / 9007199254740992.0);  // 53 bits, as uniform_at_f64
+            }
+            p[start + k] = static_cast<T>(a + (b - a) * u);
+          }
         }
-      });
+      }, kBlock);
     });
     if (!out_in.is_contiguous()) copy(out, out_in);
   }
@@ -430,6 +451,48 @@ void blas_gemm(blas::Trans ta, blas::Trans tb, int64_t m, int64_t n, int64_t k, 
   else blas::dgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
+// Tiny products (attention's per-sentence (1, K)·(K, D) and their backward, the d2l preset's
+// layers) cost less as plain loops than as a BLAS call each. Row-major operands with element
+// strides; the inner loop runs along contiguous memory: C's row (B not transposed) or a dot
+// product (B transposed).
+constexpr int64_t kTinyWork = 1 << 14;  // multiply-adds per product
+
+template <class T>
+void tiny_gemm(blas::Trans ta, blas::Trans tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
+               const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  const int64_t a_rs = ta == blas::Trans::no ? lda : 1, a_cs = ta == blas::Trans::no ? 1 : lda;
+  for (int64_t r = 0; r < m; ++r) {
+    T* cr = c + r * ldc;
+    const T* ar = a + r * a_rs;
+    if (tb == blas::Trans::no) {  // c_r = Σ_kk a_r,kk · b_kk (rows of B)
+      T acc[256];
+      for (int64_t j0 = 0; j0 < n; j0 += 256) {
+        const int64_t nj = std::min<int64_t>(256, n - j0);
+        std::fill(acc, acc + nj, T(0));
+        for (int64_t kk = 0; kk < k; ++kk) {
+          const T x = ar[kk * a_cs];
+          const T* bk = b + kk * ldb + j0;
+#pragma omp simd
+          for (int64_t j = 0; j < nj; ++j) acc[j] += x * bk[j];
+        }
+        for (int64_t j = 0; j < nj; ++j) cr[j0 + j] = alpha * acc[j] + (beta == T(0) ? T(0) : beta * cr[j0 + j]);
+      }
+    } else {  // c_rj = a_r · b_j (B stored as (N, K) rows)
+      for (int64_t j = 0; j < n; ++j) {
+        const T* bj = b + j * ldb;
+        T acc = 0;
+        if (a_cs == 1) {
+#pragma omp simd reduction(+ : acc)
+          for (int64_t kk = 0; kk < k; ++kk) acc += ar[kk] * bj[kk];
+        } else {
+          for (int64_t kk = 0; kk < k; ++kk) acc += ar[kk * a_cs] * bj[kk];
+        }
+        cr[j] = alpha * acc + (beta == T(0) ? T(0) : beta * cr[j]);
+      }
+    }
+  }
+}
+
 template <class T>
 void split_gemm(blas::Trans ta, blas::Trans tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
                 const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
@@ -485,10 +548,16 @@ void CpuBackend::gemm(const Tensor& a_in, const Tensor& b_in, const Tensor& c, d
     const int64_t work = m * n * k;
     if (batch > 1 && work < kSplitWork) {  // many small products: whole products per thread
       parallel_for(batch, std::max<int64_t>(1, kSplitWork / std::max<int64_t>(work, 1)), [&](int64_t i0, int64_t i1) {
-        for (int64_t i = i0; i < i1; ++i)
-          blas_gemm(ma.trans, mb.trans, m, n, k, T(alpha), pa + i * a_stride, ma.ld, pb + i * b_stride, mb.ld,
-                    T(beta), pc + i * c.strides()[0], ldc);
+        for (int64_t i = i0; i < i1; ++i) {
+          auto product = work <= kTinyWork ? tiny_gemm<T> : blas_gemm<T>;
+          product(ma.trans, mb.trans, m, n, k, T(alpha), pa + i * a_stride, ma.ld, pb + i * b_stride, mb.ld, T(beta),
+                  pc + i * c.strides()[0], ldc);
+        }
       });
+      return;
+    }
+    if (batch == 1 && work <= kTinyWork) {
+      tiny_gemm(ma.trans, mb.trans, m, n, k, T(alpha), pa, ma.ld, pb, mb.ld, T(beta), pc, ldc);
       return;
     }
     for (int64_t i = 0; i < batch; ++i)

@@ -22,8 +22,9 @@ class Backend {
   // out has x's rank with size 1 on every reduced dimension
   virtual void reduce(ReduceOp op, const Tensor& x, const Tensor& out) = 0;
   // c[i] = alpha * a[i] · b[i] + beta * c[i] over a batch; a: (N, M, K), b: (N, K, N'), c: (N, M, N')
-  // given as strided views (transposes are read from the strides, not copied). `precision` other
-  // than full applies to float32 only: the operands are rounded first, products accumulate in f32.
+  // given as strided views: transposes of a and b are read from the strides, not copied; c's rows
+  // are dense (unit column stride unless c has one column). `precision` other than full applies to
+  // float32 only: the operands are rounded first, products accumulate in f32.
   virtual void gemm(const Tensor& a, const Tensor& b, const Tensor& c, double alpha, double beta,
                     GemmPrecision precision) = 0;
   // indexing along `dim`

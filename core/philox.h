@@ -1,8 +1,8 @@
 // Philox-4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC 2011) and the
 // samplers built on it, as inline functions shared by the CPU (core/rng.cpp, ops/cpu) and the CUDA
 // kernels (ops/cuda/random.cu): the same (seed, counter) gives the same words on both devices, so
-// uniform values and dropout masks are bit-identical. Normal values go through log/cos/sqrt, whose
-// last bit may differ between the C library and CUDA's math library (within a few ulp).
+// uniform values in [0, 1) and dropout masks are bit-identical. Normal values go through
+// log/cos/sqrt, whose last bit may differ between the C library and CUDA's math library.
 #pragma once
 #include <cmath>
 #include <cstdint>

@@ -1,6 +1,6 @@
 // Random fills from core/philox.h, the functions the CPU backend calls: element i of a draw is the
-// same on both devices (uniform bit for bit; normal up to the last bits of CUDA's log/cos). The
-// files are compiled with --fmad=false, so `a + (b - a) * u` rounds as on the CPU.
+// same on both devices (uniform in [0, 1) bit for bit; normal up to the last bits of CUDA's
+// log/cos). Compiled with --fmad=false, `a + (b - a) * u` rounds as on the CPU's baseline build.
 #include "core/philox.h"
 #include "ops/cuda/launch.cuh"
 

@@ -83,6 +83,14 @@ class Backend {
                                            const Tensor& /*dlogits*/) {
     unsupported(FusedOp::cross_entropy, logits);
   }
+  // One Adam/AdamW step of one parameter (optim/optimizer.cpp, formulas in optim/optimizer.h):
+  // param, exp_avg, exp_avg_sq and, with p.amsgrad, max_exp_avg_sq (else undefined) are updated in
+  // place from grad; all of one shape and floating dtype. (The CPU's loop is optim's own
+  // adam_update_fused: the CPU backend does not offer this kernel.)
+  virtual void adam_update(const Tensor& param, const Tensor& /*grad*/, const Tensor& /*exp_avg*/,
+                           const Tensor& /*exp_avg_sq*/, const Tensor& /*max_exp_avg_sq*/, const AdamParams& /*p*/) {
+    unsupported(FusedOp::adam_update, param);
+  }
 
  protected:
   [[noreturn]] void unsupported(FusedOp op, const Tensor& t) const {

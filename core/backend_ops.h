@@ -49,11 +49,20 @@ enum class GemmPrecision : uint8_t { full, bf16, f16 };
 
 // Fused kernels a backend may provide besides the primitives (core/backend.h). The op that uses
 // one runs its composed twin on a backend without it (each fused op names its twin).
-enum class FusedOp : uint8_t { gru_cell, cross_entropy, additive_scores };
+enum class FusedOp : uint8_t { gru_cell, cross_entropy, additive_scores, adam_update };
 
 constexpr const char* fused_op_name(FusedOp op) {
-  constexpr const char* kNames[] = {"gru_cell", "cross_entropy", "additive_scores"};
+  constexpr const char* kNames[] = {"gru_cell", "cross_entropy", "additive_scores", "adam_update"};
   return kNames[static_cast<int>(op)];
 }
+
+// One Adam/AdamW update (Backend::adam_update; the formulas: optim/optimizer.h): the options and
+// the 1-based step whose bias corrections apply. decoupled_weight_decay is AdamW's p *= 1 - lr·wd,
+// otherwise weight_decay adds wd·p to the gradient (Adam's L2 term).
+struct AdamParams {
+  double lr = 0, beta1 = 0, beta2 = 0, eps = 0, weight_decay = 0;
+  bool amsgrad = false, decoupled_weight_decay = false;
+  int64_t step = 1;
+};
 
 }  // namespace seqgrad

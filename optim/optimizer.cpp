@@ -11,6 +11,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/autograd.h"
+#include "core/backend.h"
+#include "core/fused_math.h"
 #include "core/threads.h"
 #include "ops/ops.h"
 
@@ -319,40 +321,31 @@ void SGD::step() {
 namespace detail {
 
 namespace {
-// The options become template arguments so the loop has no branches and vectorises.
+AdamParams adam_params(const AdamStep& s) {
+  return {.lr = s.lr, .beta1 = s.beta1, .beta2 = s.beta2, .eps = s.eps, .weight_decay = s.weight_decay,
+          .amsgrad = s.amsgrad, .decoupled_weight_decay = s.decoupled_weight_decay, .step = s.step};
+}
+
+// The options become template arguments so the loop has no branches and vectorises. The arithmetic
+// is core/fused_math.h's adam_element, which the CUDA kernel runs too.
 template <class T, bool kDecoupled, bool kCoupled, bool kAmsgrad>
 void adam_loop(T* p_all, const T* g_all, T* m_all, T* v_all, T* vmax_all, int64_t n, const AdamStep& s) {
-  const double bias_correction1 = 1.0 - std::pow(s.beta1, static_cast<double>(s.step));
-  const double bias_correction2 = 1.0 - std::pow(s.beta2, static_cast<double>(s.step));
-  // Scalars rounded to T once, as PyTorch's tensor-scalar ops do.
-  const T neg_step_size = static_cast<T>(-(s.lr / bias_correction1));
-  const T bias_correction2_sqrt = static_cast<T>(std::sqrt(bias_correction2));
-  const T beta1 = static_cast<T>(s.beta1), one_minus_beta1 = static_cast<T>(1.0 - s.beta1);
-  const T beta2 = static_cast<T>(s.beta2), one_minus_beta2 = static_cast<T>(1.0 - s.beta2);
-  const T eps = static_cast<T>(s.eps), weight_decay = static_cast<T>(s.weight_decay);
-  const T decay = static_cast<T>(1.0 - s.lr * s.weight_decay);
+  const math::AdamScalars<T> c = math::adam_scalars<T>(adam_params(s));
   parallel_for(n, int64_t{1} << 15, [&](int64_t begin, int64_t end) {
     T* p = p_all;  // locals, not loads through the closure, so the loop vectorises
     const T* g = g_all;
     T* m = m_all;
     T* v = v_all;
     T* vmax = vmax_all;
+    const math::AdamScalars<T> k = c;
 #pragma omp simd
     for (int64_t i = begin; i < end; ++i) {
-      T pi = p[i], gi = g[i];
-      if constexpr (kDecoupled) pi = pi * decay;          // p.mul_(1 - lr · wd)
-      if constexpr (kCoupled) gi = gi + weight_decay * pi;  // grad.add(p, alpha=wd)
-      T mi = m[i] * beta1 + one_minus_beta1 * gi;         // exp_avg.mul_(β1).add_(g, alpha=1-β1)
-      T vi = v[i] * beta2 + one_minus_beta2 * gi * gi;    // exp_avg_sq.mul_(β2).addcmul_(g, g, value=1-β2)
-      m[i] = mi;
-      v[i] = vi;
-      T vhat = vi;
-      if constexpr (kAmsgrad) {
-        vhat = vmax[i] > vi ? vmax[i] : vi;               // torch.maximum(max_exp_avg_sq, exp_avg_sq)
-        vmax[i] = vhat;
-      }
-      T denom = std::sqrt(vhat) / bias_correction2_sqrt + eps;
-      p[i] = pi + neg_step_size * mi / denom;             // p.addcdiv_(m, denom, value=-step_size)
+      const math::AdamElement<T> e =
+          math::adam_element<kDecoupled, kCoupled, kAmsgrad>(p[i], g[i], m[i], v[i], kAmsgrad ? vmax[i] : T(0), k);
+      m[i] = e.m;
+      v[i] = e.v;
+      if constexpr (kAmsgrad) vmax[i] = e.vmax;
+      p[i] = e.p;
     }
   });
 }
@@ -476,10 +469,20 @@ void Adam::step() {
       detail::AdamStep s{.lr = o.lr, .beta1 = o.betas[0], .beta2 = o.betas[1], .eps = o.eps,
                          .weight_decay = o.weight_decay, .amsgrad = o.amsgrad,
                          .decoupled_weight_decay = decoupled_weight_decay_, .step = st.step};
-      if (p.device().is_cpu() && p.is_contiguous())
+      if (p.device().is_cpu() && p.is_contiguous()) {
         detail::adam_update_fused(p, grad.contiguous(), exp_avg, exp_avg_sq, max_exp_avg_sq, s);
-      else
+      } else if (Backend& backend = backend_for(p);
+                 backend.supports(FusedOp::adam_update) && p.is_contiguous() && exp_avg.is_contiguous() &&
+                 exp_avg_sq.is_contiguous() && (!o.amsgrad || max_exp_avg_sq.is_contiguous())) {
+        // a device's fused kernel: one launch per parameter
+        backend.adam_update(p, grad.contiguous(), exp_avg, exp_avg_sq, max_exp_avg_sq, detail::adam_params(s));
+        p.bump_version();
+        exp_avg.bump_version();
+        exp_avg_sq.bump_version();
+        if (o.amsgrad) max_exp_avg_sq.bump_version();
+      } else {
         detail::adam_update_composed(p, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, s);
+      }
     }
   }
 }

@@ -1,7 +1,8 @@
 // The CUDA backend against the CPU backend (the oracle): every primitive of core/backend.h on
 // strided, broadcast and edge-case inputs, every op-table row forward and backward (float64), mixed
-// precision, random streams (uniform and dropout masks bit for bit), device movement, errors, and a
-// small GRU + attention model trained a few steps on both devices.
+// precision, random streams (uniform and dropout masks bit for bit), the fused kernels (GRU step,
+// additive energies, cross-entropy, Adam) directly and through their ops and optimizers, device
+// movement, errors, and a small GRU + attention model trained a few steps on both devices.
 // Without a CUDA device (or in a build without the CUDA backend) it prints why and exits with 77,
 // which meson reports as SKIP.
 #define DOCTEST_CONFIG_IMPLEMENT
@@ -10,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -96,13 +98,20 @@ Tensor sample(const Shape& shape, DType dtype, uint64_t seed) {
   return from_vector(v, shape, {.dtype = dtype});
 }
 
+// (n,) bool: false at every third index (1, 4, ...), the padded rows of the fused-kernel tests.
+Tensor padding_mask(int64_t n) {
+  std::vector<double> v(n);
+  for (int64_t i = 0; i < n; ++i) v[i] = i % 3 != 1;
+  return from_vector(v, {n}, {.dtype = DType::b8});
+}
+
 // Runs a backend primitive on CPU tensors and on device copies (same layouts), then compares the
 // outputs (the tensors at `outputs` in the argument list).
 template <class F>
 void check_primitive(const std::string& what, const std::vector<Tensor>& cpu_args, const std::vector<int>& outputs,
                      F&& call) {
   std::vector<Tensor> dev_args;
-  for (const Tensor& t : cpu_args) dev_args.push_back(tensor_on(t, kCuda));
+  for (const Tensor& t : cpu_args) dev_args.push_back(t.defined() ? tensor_on(t, kCuda) : Tensor());
   call(backend_for(Device::cpu()), cpu_args);
   call(backend_for(kCuda), dev_args);
   for (int i : outputs) check_same(dev_args[i], cpu_args[i], tolerance_for(cpu_args[i].dtype()), what);
@@ -362,6 +371,256 @@ TEST_CASE("cuda random: the same seed gives the same uniform values (bit for bit
   manual_seed(5);
   Tensor dev_mask = dropout(x.to(kCuda), 0.3);
   check_same(dev_mask, cpu_mask, kExact, "dropout mask");
+}
+
+// ---- the fused kernels (core/backend.h's optional ones): each kernel directly on CPU and device
+// copies of the same inputs, then the ops that use them, forward and backward
+
+// Outputs start as NaN, so a kernel that leaves an element unwritten shows up.
+Tensor nan_like(const Shape& shape, DType dtype) { return full(shape, kNaN, {.dtype = dtype}); }
+
+TEST_CASE("cuda fused gru_cell: forward and backward, padded rows, no dy, odd and long rows") {
+  REQUIRE(backend_for(kCuda).supports(FusedOp::gru_cell));
+  struct Case {
+    int64_t B, H;
+  };
+  for (DType t : {DType::f32, DType::f64})
+    for (Case c : {Case{1, 1}, Case{5, 7}, Case{3, 300}, Case{70, 33}})
+      for (bool masked : {false, true}) {
+        const int64_t B = c.B, H = c.H;
+        std::string name = fmt::format("{} B {} H {} masked {}", dtype_name(t), B, H, masked);
+        Tensor xp = sample({B, 3 * H}, t, 40), hp = sample({B, 3 * H}, t, 41), h = sample({B, H}, t, 42);
+        Tensor valid = masked ? padding_mask(B) : Tensor();  // every third row is padding
+        std::vector<Tensor> cpu{xp, hp, h, valid, nan_like({B, H}, t), zeros({B, 4 * H}, {.dtype = t})};
+        check_primitive(name, cpu, {4, 5}, [](Backend& b, const std::vector<Tensor>& a) {
+          b.gru_cell(a[0], a[1], a[2], a[3], a[4], a[5]);
+        });
+        Tensor gates = cpu[5];  // the CPU's [r | z | n | hp_n] (zeros on padded rows, never read there)
+        for (bool with_dy : {true, false}) {
+          Tensor dy = with_dy ? sample({B, H}, t, 43) : Tensor();
+          check_primitive(name + (with_dy ? " backward" : " backward without dy"),
+                          {gates, h, valid, dy, sample({B, H}, t, 44), nan_like({B, 3 * H}, t),
+                           nan_like({B, 3 * H}, t), nan_like({B, H}, t)},
+                          {5, 6, 7}, [](Backend& b, const std::vector<Tensor>& a) {
+                            b.gru_cell_backward(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]);
+                          });
+        }
+      }
+}
+
+TEST_CASE("cuda fused additive_scores: forward and backward, masked keys, many keys and features, empty") {
+  REQUIRE(backend_for(kCuda).supports(FusedOp::additive_scores));
+  struct Case {
+    int64_t B, Q, K, A;
+  };
+  for (DType t : {DType::f32, DType::f64})
+    for (Case c : {Case{1, 1, 1, 1}, Case{2, 3, 5, 7}, Case{3, 4, 13, 70}, Case{2, 9, 30, 300}, Case{2, 3, 0, 5},
+                   Case{2, 0, 4, 5}}) {
+      const int64_t B = c.B, Q = c.Q, K = c.K, A = c.A;
+      std::string name = fmt::format("{} B {} Q {} K {} A {}", dtype_name(t), B, Q, K, A);
+      Tensor qp = sample({B, Q, A}, t, 45), kp = sample({B, K, A}, t, 46), w = sample({A}, t, 47);
+      check_primitive(name, {qp, kp, w, nan_like({B, Q, K}, t)}, {3}, [](Backend& b, const std::vector<Tensor>& a) {
+        b.additive_scores(a[0], a[1], a[2], a[3]);
+      });
+      // dscores as after a masked softmax: the last key of every batch row masked (exactly 0), and
+      // one query whose every score gradient is 0
+      Tensor ds = sample({B, Q, K}, t, 48);
+      if (K > 1) ds.narrow(2, K - 1, 1).fill_(0.0);
+      if (Q > 1) ds.select(1, 1).fill_(0.0);
+      check_primitive(name + " backward",
+                      {qp, kp, w, ds, nan_like({B, Q, A}, t), nan_like({B, K, A}, t), nan_like({A}, t)}, {4, 5, 6},
+                      [](Backend& b, const std::vector<Tensor>& a) {
+                        b.additive_scores_backward(a[0], a[1], a[2], a[3], a[4], a[5], a[6]);
+                      });
+    }
+}
+
+TEST_CASE("cuda fused cross_entropy_rows: smoothing, ignore_index, wide rows, large logits, scalar dloss") {
+  REQUIRE(backend_for(kCuda).supports(FusedOp::cross_entropy));
+  for (DType t : {DType::f32, DType::f64})
+    for (int64_t C : {1, 7, 130, 1000})
+      for (double eps : {0.0, 0.1})
+        for (int64_t ignore_index : {int64_t{-100}, int64_t{0}}) {
+          const int64_t N = 6;
+          std::string name = fmt::format("{} C {} eps {} ignore {}", dtype_name(t), C, eps, ignore_index);
+          Tensor x = sample({N, C}, t, 49);
+          x.select(0, 2).add_(full({C}, t == DType::f64 ? 1e4 : 50.0, {.dtype = t}));  // exp overflows without the max
+          std::vector<double> ys;
+          for (int64_t r = 0; r < N; ++r) ys.push_back(static_cast<double>((r * 5 + 1) % C));
+          ys[3] = static_cast<double>(ignore_index);  // ignored
+          if (C > 1) ys[4] = 0;                        // ignored where ignore_index is 0, a class otherwise
+          Tensor y = from_vector(ys, {N}, {.dtype = DType::i64});
+          std::vector<Tensor> cpu{x, y, nan_like({N}, t), nan_like({N}, t)};
+          check_primitive(name, cpu, {2, 3}, [&](Backend& b, const std::vector<Tensor>& a) {
+            b.cross_entropy_rows(a[0], a[1], eps, ignore_index, a[2], a[3]);
+          });
+          Tensor lse = cpu[3];
+          for (const Tensor& dloss : {sample({N}, t, 50), full({1}, 0.25, {.dtype = t})})
+            check_primitive(fmt::format("{} backward, dloss {}", name, dloss.shape()),
+                            {x, y, lse, dloss, nan_like({N, C}, t)}, {4},
+                            [&](Backend& b, const std::vector<Tensor>& a) {
+                              b.cross_entropy_rows_backward(a[0], a[1], a[2], a[3], eps, ignore_index, a[4]);
+                            });
+        }
+}
+
+// The ops on both devices: values and the gradients of every input (f32 and f64).
+TEST_CASE("cuda fused ops: gru_layer, additive_scores and cross_entropy forward and backward") {
+  for (DType t : {DType::f32, DType::f64}) {
+    const Tolerance tol = t == DType::f32 ? Tolerance{2e-4, 2e-5} : kF64;
+    auto leaf = [&](const Shape& shape, uint64_t seed) { return mul(sample(shape, t, seed), 0.5).requires_grad_(); };
+    auto check_op = [&](const std::string& name, const std::vector<Tensor>& cpu_in, auto&& fn) {
+      std::vector<Tensor> dev_in;
+      for (const Tensor& x : cpu_in) dev_in.push_back(x.defined() ? same_layout_on(x, kCuda) : Tensor());
+      Tensor y_cpu = fn(cpu_in), y_dev = fn(dev_in);
+      check_same(y_dev, y_cpu, tol, name + " forward");
+      Tensor w = sample(y_cpu.shape(), t, 51);
+      sum(mul(y_cpu, w)).backward();
+      sum(mul(y_dev, w.to(kCuda))).backward();
+      for (size_t i = 0; i < cpu_in.size(); ++i) {
+        if (!cpu_in[i].defined() || !cpu_in[i].requires_grad()) continue;
+        REQUIRE(dev_in[i].grad().defined());
+        check_same(dev_in[i].grad(), cpu_in[i].grad(), tol, fmt::format("{} grad {}", name, i));
+      }
+    };
+    // GRU layer, T 4, B 5, H 6, both directions, with padding (valid) and without
+    const int64_t T = 4, B = 5, H = 6;
+    Tensor valid = tensor({1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 0, 1, 0, 1, 1, 0, 1, 0, 0}, {T, B}, {.dtype = DType::b8});
+    for (nn::Direction dir : {nn::Direction::forward, nn::Direction::reverse})
+      for (bool masked : {false, true}) {
+        std::vector<Tensor> in{leaf({T, B, 3 * H}, 52), leaf({B, H}, 53), leaf({3 * H, H}, 54), leaf({3 * H}, 55),
+                               masked ? valid : Tensor()};
+        check_op(fmt::format("gru_layer {} reverse {} masked {}", dtype_name(t), dir == nn::Direction::reverse, masked),
+                 in, [&](const std::vector<Tensor>& a) { return nn::gru_layer(a[0], a[1], a[2], a[3], a[4], dir); });
+      }
+    check_op(fmt::format("additive_scores {}", dtype_name(t)),
+             {leaf({3, 4, 9}, 56), leaf({3, 7, 9}, 57), leaf({1, 9}, 58)},
+             [](const std::vector<Tensor>& a) { return nn::additive_scores(a[0], a[1], a[2]); });
+    Tensor targets = tensor({2, 0, 4, 4, 1, 0}, {2, 3}, {.dtype = DType::i64});
+    for (nn::Reduction reduction : {nn::Reduction::mean, nn::Reduction::sum, nn::Reduction::none}) {
+      std::vector<Tensor> in{leaf({2, 3, 5}, 59), targets};
+      check_op(fmt::format("cross_entropy {} reduction {}", dtype_name(t), static_cast<int>(reduction)), in,
+               [&](const std::vector<Tensor>& a) {
+                 return nn::cross_entropy(a[0], a[1],
+                                          {.label_smoothing = 0.1, .ignore_index = 0, .reduction = reduction});
+               });
+    }
+  }
+}
+
+TEST_CASE("cuda fused adam_update: the kernel and Adam/AdamW steps match the CPU loop") {
+  REQUIRE(backend_for(kCuda).supports(FusedOp::adam_update));
+  struct Case {
+    const char* name;
+    AdamParams p;
+  };
+  const Case cases[] = {
+      {"adam", {.lr = 1e-2, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8}},
+      {"adam l2", {.lr = 3e-2, .beta1 = 0.8, .beta2 = 0.99, .eps = 1e-6, .weight_decay = 0.1}},
+      {"adam l2 amsgrad", {.lr = 3e-2, .beta1 = 0.8, .beta2 = 0.99, .eps = 1e-6, .weight_decay = 0.1, .amsgrad = true}},
+      {"adamw", {.lr = 1e-2, .beta1 = 0.9, .beta2 = 0.98, .eps = 1e-8, .weight_decay = 0.05,
+                 .decoupled_weight_decay = true}},
+      {"adamw amsgrad", {.lr = 1e-2, .beta1 = 0.9, .beta2 = 0.98, .eps = 1e-8, .weight_decay = 0.05, .amsgrad = true,
+                         .decoupled_weight_decay = true}},
+  };
+  for (DType t : {DType::f32, DType::f64})
+    for (const Case& c : cases) {
+      // the kernel itself against optim's CPU loop, 3 steps on an odd-sized parameter
+      const Shape shape{37, 29};
+      Tensor p_cpu = sample(shape, t, 60), p_dev = p_cpu.to(kCuda);
+      std::vector<Tensor> st_cpu, st_dev;
+      for (int k = 0; k < 3; ++k) {  // exp_avg, exp_avg_sq, max_exp_avg_sq
+        st_cpu.push_back(zeros(shape, {.dtype = t}));
+        st_dev.push_back(zeros(shape, {.dtype = t, .device = kCuda}));
+      }
+      for (int64_t step = 1; step <= 3; ++step) {
+        Tensor g = sample(shape, t, 60 + static_cast<uint64_t>(step));
+        AdamParams p = c.p;
+        p.step = step;
+        optim::detail::adam_update_fused(p_cpu, g, st_cpu[0], st_cpu[1], p.amsgrad ? st_cpu[2] : Tensor(),
+                                         {.lr = p.lr, .beta1 = p.beta1, .beta2 = p.beta2, .eps = p.eps,
+                                          .weight_decay = p.weight_decay, .amsgrad = p.amsgrad,
+                                          .decoupled_weight_decay = p.decoupled_weight_decay, .step = step});
+        backend_for(kCuda).adam_update(p_dev, g.to(kCuda), st_dev[0], st_dev[1], p.amsgrad ? st_dev[2] : Tensor(), p);
+      }
+      std::string name = fmt::format("{} {}", c.name, dtype_name(t));
+      const Tolerance tol = t == DType::f32 ? Tolerance{1e-6, 1e-7} : Tolerance{1e-14, 1e-15};
+      check_same(p_dev, p_cpu, tol, name + " param");
+      for (int k = 0; k < (c.p.amsgrad ? 3 : 2); ++k) check_same(st_dev[k], st_cpu[k], tol, name + " state");
+
+      // the optimizers: the device parameter takes the fused kernel, the CPU one optim's loop
+      Tensor a = sample({5, 3}, t, 70).requires_grad_(), b = sample({3}, t, 71).requires_grad_();
+      Tensor a_dev = a.detach().to(kCuda).requires_grad_(), b_dev = b.detach().to(kCuda).requires_grad_();
+      std::unique_ptr<optim::Optimizer> opt_cpu, opt_dev;
+      if (c.p.decoupled_weight_decay) {
+        optim::AdamWOptions o{.lr = c.p.lr, .betas = {c.p.beta1, c.p.beta2}, .eps = c.p.eps,
+                              .weight_decay = c.p.weight_decay, .amsgrad = c.p.amsgrad};
+        opt_cpu = std::make_unique<optim::AdamW>(std::vector<Tensor>{a, b}, o);
+        opt_dev = std::make_unique<optim::AdamW>(std::vector<Tensor>{a_dev, b_dev}, o);
+      } else {
+        optim::AdamOptions o{.lr = c.p.lr, .betas = {c.p.beta1, c.p.beta2}, .eps = c.p.eps,
+                             .weight_decay = c.p.weight_decay, .amsgrad = c.p.amsgrad};
+        opt_cpu = std::make_unique<optim::Adam>(std::vector<Tensor>{a, b}, o);
+        opt_dev = std::make_unique<optim::Adam>(std::vector<Tensor>{a_dev, b_dev}, o);
+      }
+      for (int step = 0; step < 3; ++step) {
+        Tensor x = sample({2, 5}, t, 72 + static_cast<uint64_t>(step));
+        opt_cpu->zero_grad();
+        opt_dev->zero_grad();
+        sum(tanh(add(matmul(x, a), b))).backward();
+        sum(tanh(add(matmul(x.to(kCuda), a_dev), b_dev))).backward();
+        opt_cpu->step();
+        opt_dev->step();
+      }
+      const Tolerance model_tol = t == DType::f32 ? kF32 : kF64;
+      check_same(a_dev.detach(), a.detach(), model_tol, name + " optimizer a");
+      check_same(b_dev.detach(), b.detach(), model_tol, name + " optimizer b");
+    }
+}
+
+TEST_CASE("cuda fused kernels: bad operands are errors naming the kernel, the shapes and the device") {
+  Backend& be = backend_for(kCuda);
+  Tensor h = zeros({2, 3}, {.device = kCuda}), xp = zeros({2, 9}, {.device = kCuda});
+  CHECK_THROWS_WITH_AS(be.gru_cell(xp, zeros({2, 8}, {.device = kCuda}), h, Tensor(), zeros({2, 3}, {.device = kCuda}),
+                                   zeros({2, 12}, {.device = kCuda})),
+                       doctest::Contains("gru_cell: expected xp, hp (B, 3H), h_next (B, H) and gates (B, 4H) for h (B, H) "
+                                         "= (2, 3); got xp (2, 9), hp (2, 8)"),
+                       ShapeError);
+  CHECK_THROWS_WITH_AS(be.gru_cell(xp, zeros({2, 9}), h, Tensor(), zeros({2, 3}, {.device = kCuda}),
+                                   zeros({2, 12}, {.device = kCuda})),
+                       "gru_cell: hp (2, 9) is on cpu, not on a CUDA device", DeviceError);
+  CHECK_THROWS_WITH_AS(be.gru_cell(xp, xp, h, ones({3}, {.dtype = DType::b8, .device = kCuda}),
+                                   zeros({2, 3}, {.device = kCuda}), zeros({2, 12}, {.device = kCuda})),
+                       doctest::Contains("gru_cell: valid must be a dense bool (B,) = (2,), got bool (3,) on cuda:0"),
+                       ShapeError);
+  Tensor qp = zeros({2, 3, 4}, {.device = kCuda}), kp = zeros({2, 5, 4}, {.device = kCuda});
+  CHECK_THROWS_WITH_AS(be.additive_scores(qp, kp, zeros({4}, {.dtype = DType::f64, .device = kCuda}),
+                                          zeros({2, 3, 5}, {.device = kCuda})),
+                       doctest::Contains("additive_scores: qp and w must have one floating dtype"), DTypeError);
+  CHECK_THROWS_WITH_AS(be.additive_scores(qp, zeros({2, 5, 3}, {.device = kCuda}), zeros({4}, {.device = kCuda}),
+                                          zeros({2, 3, 5}, {.device = kCuda})),
+                       doctest::Contains("additive_scores: expected qp (B, Q, A), kp (B, K, A) and w (A,); got (2, 3, 4), "
+                                         "(2, 5, 3), (4,) on cuda:0"),
+                       ShapeError);
+  Tensor kp_strided = kp.transpose(1, 2).contiguous().transpose(1, 2);
+  CHECK_THROWS_WITH_AS(be.additive_scores(qp, kp_strided, zeros({4}, {.device = kCuda}), zeros({2, 3, 5}, {.device = kCuda})),
+                       doctest::Contains("additive_scores: kp (2, 5, 4)"), Error);
+  Tensor logits = zeros({4, 5}, {.device = kCuda}), rows = zeros({4}, {.device = kCuda});
+  CHECK_THROWS_WITH_AS(be.cross_entropy_rows(logits, zeros({4}, {.dtype = DType::i64}), 0.0, -100, rows, rows),
+                       "cross_entropy: targets (4,) are on cpu but logits (4, 5) on cuda:0", DeviceError);
+  Tensor short_targets = zeros({3}, {.dtype = DType::i64, .device = kCuda});
+  CHECK_THROWS_WITH_AS(be.cross_entropy_rows(logits, short_targets, 0.0, -100, rows, rows),
+                       "cross_entropy: expected logits (N, C) and targets (N,); got (4, 5) and (3,) on cuda:0",
+                       ShapeError);
+  Tensor p = zeros({3}, {.device = kCuda});
+  CHECK_THROWS_WITH_AS(be.adam_update(p, zeros({4}, {.device = kCuda}), zeros({3}, {.device = kCuda}),
+                                      zeros({3}, {.device = kCuda}), Tensor(), {.lr = 1e-3}),
+                       "adam_update: grad (4,), exp_avg (3,), exp_avg_sq (3,) must be shaped like the parameter (3,) "
+                       "on cuda:0", ShapeError);
+  CHECK_THROWS_WITH_AS(be.adam_update(p, p, p, p, Tensor(), {.lr = 1e-3, .amsgrad = true}),
+                       "adam_update: max_exp_avg_sq is an undefined tensor", Error);
+  // the CPU backend has no adam_update kernel (optim runs its own loop there)
+  CHECK_FALSE(backend_for(Device::cpu()).supports(FusedOp::adam_update));
 }
 
 // ---- every op-table row, forward and backward, in float64

@@ -258,7 +258,8 @@ class CpuBackend final : public Backend {
   void softmax_rows_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, bool log) override;
   void topk(const Tensor& x, int64_t k, bool largest, const Tensor& values, const Tensor& indices) override;
 
-  bool supports(FusedOp) const override { return true; }
+  // Adam on the CPU is optim's own fused loop (detail::adam_update_fused), not a backend kernel.
+  bool supports(FusedOp op) const override { return op != FusedOp::adam_update; }
   void gru_cell(const Tensor& xp, const Tensor& hp, const Tensor& h, const Tensor& valid, const Tensor& h_next,
                 const Tensor& gates) override;
   void gru_cell_backward(const Tensor& gates, const Tensor& h, const Tensor& valid, const Tensor& dy,

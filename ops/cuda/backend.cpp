@@ -90,11 +90,12 @@ Tensor dense(const Tensor& t) {
   return out;
 }
 
-// Scratch device memory from the caching allocator (mixed-precision GEMM operands).
+// Scratch device memory from the caching allocator (mixed-precision GEMM operands, partial sums);
+// `op` names the request in an out-of-memory error.
 class Scratch {
  public:
-  Scratch(size_t bytes, Device device) : bytes_(bytes), device_(device) {
-    memory_ = &device_memory_for(device, "gemm");
+  Scratch(size_t bytes, Device device, const char* op = "gemm") : bytes_(bytes), device_(device) {
+    memory_ = &device_memory_for(device, op);
     ptr_ = bytes > 0 ? memory_->allocate(bytes, device) : nullptr;
   }
   ~Scratch() {
@@ -289,6 +290,119 @@ class CudaBackend final : public Backend {
                static_cast<int64_t*>(indices.raw_data()));
   }
 
+  // ---- fused kernels (fused.cu): every operand dense, on one CUDA device, of one floating dtype
+  bool supports(FusedOp) const override { return true; }
+
+  void gru_cell(const Tensor& xp, const Tensor& hp, const Tensor& h, const Tensor& valid, const Tensor& h_next,
+                const Tensor& gates) override {
+    const char* op = "gru_cell";
+    check_operands(op, {{"h", &h}, {"xp", &xp}, {"hp", &hp}, {"h_next", &h_next}, {"gates", &gates}});
+    SG_CHECK_SHAPE(h.ndim() == 2, "{}: h must be (B, H), got {} on {}", op, h.shape(), h.device());
+    const int64_t B = h.size(0), H = h.size(1);
+    const Shape row3{B, 3 * H}, row4{B, 4 * H};
+    SG_CHECK_SHAPE(xp.shape() == row3 && hp.shape() == row3 && h_next.shape() == h.shape() && gates.shape() == row4,
+                   "{}: expected xp, hp (B, 3H), h_next (B, H) and gates (B, 4H) for h (B, H) = {}; got xp {}, hp {}, "
+                   "h_next {}, gates {} on {}", op, h.shape(), xp.shape(), hp.shape(), h_next.shape(), gates.shape(),
+                   h.device());
+    const bool* ok = valid_rows(op, valid, h);
+    DeviceGuard guard(h.device().index);
+    cuda::gru_cell(elem(h.dtype()), xp.raw_data(), hp.raw_data(), h.raw_data(), ok, h_next.raw_data(),
+                   gates.raw_data(), B, H);
+  }
+
+  void gru_cell_backward(const Tensor& gates, const Tensor& h, const Tensor& valid, const Tensor& dy,
+                         const Tensor& dcarry, const Tensor& dxp, const Tensor& dhp, const Tensor& dh) override {
+    const char* op = "gru_cell_backward";
+    check_operands(op, {{"h", &h}, {"gates", &gates}, {"dcarry", &dcarry}, {"dxp", &dxp}, {"dhp", &dhp}, {"dh", &dh}});
+    if (dy.defined()) check_operands(op, {{"h", &h}, {"dy", &dy}});
+    SG_CHECK_SHAPE(h.ndim() == 2, "{}: h must be (B, H), got {} on {}", op, h.shape(), h.device());
+    const int64_t B = h.size(0), H = h.size(1);
+    const Shape row3{B, 3 * H}, row4{B, 4 * H};
+    SG_CHECK_SHAPE(gates.shape() == row4 && (!dy.defined() || dy.shape() == h.shape()) && dcarry.shape() == h.shape() &&
+                       dxp.shape() == row3 && dhp.shape() == row3 && dh.shape() == h.shape(),
+                   "{}: expected gates (B, 4H), dy, dcarry, dh (B, H) and dxp, dhp (B, 3H) for h (B, H) = {}; got "
+                   "gates {}, dy {}, dcarry {}, dxp {}, dhp {}, dh {} on {}", op, h.shape(), gates.shape(),
+                   dy.defined() ? fmt::format("{}", dy.shape()) : "undefined", dcarry.shape(), dxp.shape(),
+                   dhp.shape(), dh.shape(), h.device());
+    const bool* ok = valid_rows(op, valid, h);
+    DeviceGuard guard(h.device().index);
+    cuda::gru_cell_backward(elem(h.dtype()), gates.raw_data(), h.raw_data(), ok,
+                            dy.defined() ? dy.raw_data() : nullptr, dcarry.raw_data(), dxp.raw_data(), dhp.raw_data(),
+                            dh.raw_data(), B, H);
+  }
+
+  void additive_scores(const Tensor& qp, const Tensor& kp, const Tensor& w, const Tensor& scores) override {
+    const char* op = "additive_scores";
+    check_operands(op, {{"qp", &qp}, {"kp", &kp}, {"w", &w}, {"scores", &scores}});
+    auto [B, Q, K, A] = additive_sizes(op, qp, kp, w);
+    SG_CHECK_SHAPE(scores.shape() == (Shape{B, Q, K}), "{}: scores {} must be (B, Q, K) = ({}, {}, {}) on {}", op,
+                   scores.shape(), B, Q, K, qp.device());
+    DeviceGuard guard(qp.device().index);
+    cuda::additive_scores(elem(qp.dtype()), qp.raw_data(), kp.raw_data(), w.raw_data(), scores.raw_data(), B, Q, K, A);
+  }
+
+  void additive_scores_backward(const Tensor& qp, const Tensor& kp, const Tensor& w, const Tensor& dscores,
+                                const Tensor& dqp, const Tensor& dkp, const Tensor& dw) override {
+    const char* op = "additive_scores_backward";
+    check_operands(op, {{"qp", &qp}, {"kp", &kp}, {"w", &w}, {"dscores", &dscores}, {"dqp", &dqp}, {"dkp", &dkp},
+                        {"dw", &dw}});
+    auto [B, Q, K, A] = additive_sizes(op, qp, kp, w);
+    SG_CHECK_SHAPE(dscores.shape() == (Shape{B, Q, K}) && dqp.shape() == qp.shape() && dkp.shape() == kp.shape() &&
+                       dw.shape() == w.shape(),
+                   "{}: expected dscores (B, Q, K) = ({}, {}, {}), dqp like qp {}, dkp like kp {}, dw like w {}; got "
+                   "dscores {}, dqp {}, dkp {}, dw {} on {}", op, B, Q, K, qp.shape(), kp.shape(), w.shape(),
+                   dscores.shape(), dqp.shape(), dkp.shape(), dw.shape(), qp.device());
+    DeviceGuard guard(qp.device().index);
+    Scratch dw_rows(static_cast<size_t>(B * Q * A) * element_size(qp.dtype()), qp.device(), op);
+    cuda::additive_scores_backward(elem(qp.dtype()), qp.raw_data(), kp.raw_data(), w.raw_data(), dscores.raw_data(),
+                                   dqp.raw_data(), dkp.raw_data(), dw.raw_data(), dw_rows.get(), B, Q, K, A);
+  }
+
+  void cross_entropy_rows(const Tensor& logits, const Tensor& targets, double eps, int64_t ignore_index,
+                          const Tensor& loss, const Tensor& lse) override {
+    const char* op = "cross_entropy";
+    check_operands(op, {{"logits", &logits}, {"loss", &loss}, {"lse", &lse}});
+    auto [N, C] = cross_entropy_sizes(op, logits, targets);
+    SG_CHECK_SHAPE(loss.shape() == Shape{N} && lse.shape() == Shape{N},
+                   "{}: loss {} and lse {} must be (N,) = ({},) for logits {} on {}", op, loss.shape(), lse.shape(), N,
+                   logits.shape(), logits.device());
+    DeviceGuard guard(logits.device().index);
+    cuda::cross_entropy_rows(elem(logits.dtype()), logits.raw_data(), static_cast<const int64_t*>(targets.raw_data()),
+                             eps, ignore_index, loss.raw_data(), lse.raw_data(), N, C);
+  }
+
+  void cross_entropy_rows_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, const Tensor& dloss,
+                                   double eps, int64_t ignore_index, const Tensor& dlogits) override {
+    const char* op = "cross_entropy_backward";
+    check_operands(op, {{"logits", &logits}, {"lse", &lse}, {"dloss", &dloss}, {"dlogits", &dlogits}});
+    auto [N, C] = cross_entropy_sizes(op, logits, targets);
+    SG_CHECK_SHAPE(lse.shape() == Shape{N} && (dloss.numel() == N || dloss.numel() == 1) &&
+                       dlogits.shape() == logits.shape(),
+                   "{}: expected lse (N,) = ({},), dloss with N or 1 values and dlogits like logits {}; got lse {}, "
+                   "dloss {}, dlogits {} on {}", op, N, logits.shape(), lse.shape(), dloss.shape(), dlogits.shape(),
+                   logits.device());
+    DeviceGuard guard(logits.device().index);
+    cuda::cross_entropy_rows_backward(elem(logits.dtype()), logits.raw_data(),
+                                      static_cast<const int64_t*>(targets.raw_data()), lse.raw_data(), dloss.raw_data(),
+                                      dloss.numel() == 1 ? 0 : 1, eps, ignore_index, dlogits.raw_data(), N, C);
+  }
+
+  void adam_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                   const Tensor& max_exp_avg_sq, const AdamParams& p) override {
+    const char* op = "adam_update";
+    check_operands(op, {{"param", &param}, {"grad", &grad}, {"exp_avg", &exp_avg}, {"exp_avg_sq", &exp_avg_sq}});
+    if (p.amsgrad) check_operands(op, {{"param", &param}, {"max_exp_avg_sq", &max_exp_avg_sq}});
+    SG_CHECK_SHAPE(grad.shape() == param.shape() && exp_avg.shape() == param.shape() &&
+                       exp_avg_sq.shape() == param.shape() && (!p.amsgrad || max_exp_avg_sq.shape() == param.shape()),
+                   "{}: grad {}, exp_avg {}, exp_avg_sq {}{} must be shaped like the parameter {} on {}", op,
+                   grad.shape(), exp_avg.shape(), exp_avg_sq.shape(),
+                   p.amsgrad ? fmt::format(", max_exp_avg_sq {}", max_exp_avg_sq.shape()) : "", param.shape(),
+                   param.device());
+    DeviceGuard guard(param.device().index);
+    cuda::adam_update(elem(param.dtype()), param.raw_data(), grad.raw_data(), exp_avg.raw_data(), exp_avg_sq.raw_data(),
+                      p.amsgrad ? max_exp_avg_sq.raw_data() : nullptr, param.numel(), p);
+  }
+
   void random_uniform(const Tensor& out, double a, double b, uint64_t seed, uint64_t offset) override {
     DeviceGuard guard(out.device().index);
     check_floating("uniform_", out);
@@ -309,6 +423,64 @@ class CudaBackend final : public Backend {
   static void check_floating(const char* op, const Tensor& t) {
     SG_CHECK_DTYPE(is_floating(t.dtype()), "{}: expected a floating dtype (float32 or float64), got {}", op,
                    t.dtype());
+  }
+
+  // The fused kernels' operands: defined, dense, on the first operand's CUDA device and of its
+  // floating dtype (the first names the device and dtype in the messages).
+  struct Operand {
+    const char* name;
+    const Tensor* t;
+  };
+  static void check_operands(const char* op, std::initializer_list<Operand> operands) {
+    const Operand& first = *operands.begin();
+    for (const Operand& o : operands) {
+      const Tensor& t = *o.t;
+      SG_CHECK(t.defined(), "{}: {} is an undefined tensor", op, o.name);
+      SG_CHECK_DEVICE(t.device().is_cuda(), "{}: {} {} is on {}, not on a CUDA device", op, o.name, t.shape(),
+                      t.device());
+      SG_CHECK_DEVICE(t.device() == first.t->device(),
+                      "{}: {} {} is on {} but {} {} is on {}", op, o.name, t.shape(), t.device(), first.name,
+                      first.t->shape(), first.t->device());
+      SG_CHECK_DTYPE(t.dtype() == first.t->dtype() && is_floating(t.dtype()),
+                     "{}: {} and {} must have one floating dtype (float32 or float64), got {} {} and {} {} on {}", op,
+                     first.name, o.name, first.t->dtype(), first.t->shape(), t.dtype(), t.shape(), t.device());
+      SG_CHECK(t.is_contiguous() || t.numel() == 0, "{}: {} {} (strides {}) on {} must be contiguous", op, o.name,
+               t.shape(), t.strides(), t.device());
+    }
+  }
+
+  // The GRU's per-row valid flags: undefined (every row) or bool (B,) next to h.
+  static const bool* valid_rows(const char* op, const Tensor& valid, const Tensor& h) {
+    if (!valid.defined()) return nullptr;
+    SG_CHECK_DEVICE(valid.device() == h.device(), "{}: valid {} is on {} but h {} is on {}", op, valid.shape(),
+                    valid.device(), h.shape(), h.device());
+    SG_CHECK_SHAPE(valid.dtype() == DType::b8 && valid.shape() == Shape{h.size(0)} && valid.is_contiguous(),
+                   "{}: valid must be a dense bool (B,) = ({},), got {} {} on {}", op, h.size(0), valid.dtype(),
+                   valid.shape(), valid.device());
+    return static_cast<const bool*>(valid.raw_data());
+  }
+
+  // (B, Q, K, A) of qp (B, Q, A), kp (B, K, A), w (A,)
+  static std::array<int64_t, 4> additive_sizes(const char* op, const Tensor& qp, const Tensor& kp, const Tensor& w) {
+    SG_CHECK_SHAPE(qp.ndim() == 3 && kp.ndim() == 3 && w.ndim() == 1 && kp.size(0) == qp.size(0) &&
+                       kp.size(2) == qp.size(2) && w.size(0) == qp.size(2),
+                   "{}: expected qp (B, Q, A), kp (B, K, A) and w (A,); got {}, {}, {} on {}", op, qp.shape(),
+                   kp.shape(), w.shape(), qp.device());
+    return {qp.size(0), qp.size(1), kp.size(1), qp.size(2)};
+  }
+
+  // (N, C) of logits (N, C) with targets int64 (N,), dense, on the logits' device
+  static std::pair<int64_t, int64_t> cross_entropy_sizes(const char* op, const Tensor& logits, const Tensor& targets) {
+    SG_CHECK(targets.defined(), "{}: targets is an undefined tensor", op);
+    SG_CHECK_SHAPE(logits.ndim() == 2 && targets.shape() == Shape{logits.ndim() == 2 ? logits.size(0) : -1},
+                   "{}: expected logits (N, C) and targets (N,); got {} and {} on {}", op, logits.shape(),
+                   targets.shape(), logits.device());
+    SG_CHECK_DTYPE(targets.dtype() == DType::i64, "{}: targets must be int64 class indices, got {} {}", op,
+                   targets.dtype(), targets.shape());
+    SG_CHECK_DEVICE(targets.device() == logits.device(), "{}: targets {} are on {} but logits {} on {}", op,
+                    targets.shape(), targets.device(), logits.shape(), logits.device());
+    SG_CHECK(targets.is_contiguous(), "{}: targets {} on {} must be contiguous", op, targets.shape(), targets.device());
+    return {logits.size(0), logits.size(1)};
   }
 
   static std::pair<int64_t, int64_t> rows_cols(const Tensor& t) {

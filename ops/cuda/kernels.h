@@ -78,4 +78,31 @@ void random_normal(ElemType type, void* out, int64_t n, double mean, double stdd
 // float16 patterns (core/half.h's rounding), the operands of a reduced-precision GEMM
 void round_to_16bit(GemmPrecision precision, const float* x, const Strided<2>& g, uint16_t* out, int64_t n);
 
+// ---- fused kernels (fused.cu; contracts in core/backend.h, arithmetic in core/fused_math.h), on
+// dense row-major buffers of floating `type`.
+// GRU step over (B, H): xp, hp (B, 3H), h (B, H), valid (B,) or null -> h_next (B, H), gates (B, 4H)
+void gru_cell(ElemType type, const void* xp, const void* hp, const void* h, const bool* valid, void* h_next,
+              void* gates, int64_t B, int64_t H);
+// dy may be null (zero); -> dxp, dhp (B, 3H), dh (B, H)
+void gru_cell_backward(ElemType type, const void* gates, const void* h, const bool* valid, const void* dy,
+                       const void* dcarry, void* dxp, void* dhp, void* dh, int64_t B, int64_t H);
+// qp (B, Q, A), kp (B, K, A), w (A,) -> scores (B, Q, K)
+void additive_scores(ElemType type, const void* qp, const void* kp, const void* w, void* scores, int64_t B, int64_t Q,
+                     int64_t K, int64_t A);
+// -> dqp, dkp, dw (overwritten); dw_rows: scratch for B·Q·A values (dw's per-query partial sums,
+// added up in a second pass: no atomics, a fixed order)
+void additive_scores_backward(ElemType type, const void* qp, const void* kp, const void* w, const void* dscores,
+                              void* dqp, void* dkp, void* dw, void* dw_rows, int64_t B, int64_t Q, int64_t K,
+                              int64_t A);
+// logits (N, C), targets (N,) -> loss, lse (N,)
+void cross_entropy_rows(ElemType type, const void* logits, const int64_t* targets, double eps, int64_t ignore_index,
+                        void* loss, void* lse, int64_t N, int64_t C);
+// dloss[r * dloss_stride] (stride 0: one value for every row) -> dlogits (N, C)
+void cross_entropy_rows_backward(ElemType type, const void* logits, const int64_t* targets, const void* lse,
+                                 const void* dloss, int64_t dloss_stride, double eps, int64_t ignore_index,
+                                 void* dlogits, int64_t N, int64_t C);
+// n elements of param, grad, exp_avg, exp_avg_sq and (amsgrad) max_exp_avg_sq, else null
+void adam_update(ElemType type, void* param, const void* grad, void* exp_avg, void* exp_avg_sq, void* max_exp_avg_sq,
+                 int64_t n, const AdamParams& p);
+
 }  // namespace seqgrad::cuda

@@ -33,6 +33,45 @@ __device__ inline void offsets_of(const Strided<N>& g, int64_t i, int64_t (&off)
   }
 }
 
+// Block-wide sum or max of one value per thread (every thread gets the result); blockDim.x is a
+// power of two and scratch holds blockDim.x values.
+template <class T>
+__device__ inline T block_sum(T v, T* scratch) {
+  scratch[threadIdx.x] = v;
+  __syncthreads();
+  for (int step = blockDim.x / 2; step > 0; step /= 2) {
+    if (threadIdx.x < step) scratch[threadIdx.x] += scratch[threadIdx.x + step];
+    __syncthreads();
+  }
+  T total = scratch[0];
+  __syncthreads();
+  return total;
+}
+
+template <class T>
+__device__ inline T block_max(T v, T* scratch) {
+  scratch[threadIdx.x] = v;
+  __syncthreads();
+  for (int step = blockDim.x / 2; step > 0; step /= 2) {
+    if (threadIdx.x < step) {
+      T other = scratch[threadIdx.x + step];
+      if (scratch[threadIdx.x] < other) scratch[threadIdx.x] = other;  // std::max's rule
+    }
+    __syncthreads();
+  }
+  T best = scratch[0];
+  __syncthreads();
+  return best;
+}
+
+// Sum over the 32 lanes of a warp (every lane of the warp must call it; lane 0 gets the total).
+template <class T>
+__device__ inline T warp_sum(T v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_down_sync(0xffffffffu, v, offset);
+  return v;
+}
+
 // Calls f.template operator()<T>() with T the C++ type of `type`.
 template <class F>
 void dispatch_type(ElemType type, F&& f) {

@@ -10,36 +10,6 @@ namespace {
 
 constexpr int kRowThreads = 128;
 
-// Block-wide sum or max of one value per thread (every thread gets the result).
-template <class T>
-__device__ inline T block_sum(T v, T* scratch) {
-  scratch[threadIdx.x] = v;
-  __syncthreads();
-  for (int step = blockDim.x / 2; step > 0; step /= 2) {
-    if (threadIdx.x < step) scratch[threadIdx.x] += scratch[threadIdx.x + step];
-    __syncthreads();
-  }
-  T total = scratch[0];
-  __syncthreads();
-  return total;
-}
-
-template <class T>
-__device__ inline T block_max(T v, T* scratch) {
-  scratch[threadIdx.x] = v;
-  __syncthreads();
-  for (int step = blockDim.x / 2; step > 0; step /= 2) {
-    if (threadIdx.x < step) {
-      T other = scratch[threadIdx.x + step];
-      if (scratch[threadIdx.x] < other) scratch[threadIdx.x] = other;  // std::max's rule
-    }
-    __syncthreads();
-  }
-  T best = scratch[0];
-  __syncthreads();
-  return best;
-}
-
 template <class T>
 __global__ void softmax_kernel(const T* x, T* out, int64_t rows, int64_t cols, bool log) {
   __shared__ T scratch[kRowThreads];

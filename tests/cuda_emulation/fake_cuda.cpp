@@ -1,7 +1,8 @@
 // A test double for machines without a GPU: the CUDA runtime calls, cuBLAS (a column-major reference
 // GEMM written from the cuBLAS documentation, which also checks the leading dimensions) and the
 // kernel launchers of ops/cuda/kernels.h (sequential ports of the .cu code; the block algorithms of
-// reduce, softmax and topk are emulated thread by thread), all on host memory. With it,
+// reduce, softmax, topk and cross-entropy and the warp sums of the additive energies are emulated
+// thread by thread; the fused kernels call core/fused_math.h as fused.cu does), all on host memory. With it,
 // ops/cuda/backend.cpp and memory.cpp run for real: tensor geometry, dtype checks, the cuBLAS
 // argument mapping, the caching allocator and its out-of-memory path. The .cu files themselves are
 // not exercised: they need a GPU (tests/test_cuda_parity.cpp on a CUDA build). Fresh "device"
@@ -16,6 +17,7 @@
 #include <algorithm>
 #include <type_traits>
 #include "core/backend_math.h"
+#include "core/fused_math.h"
 #include "core/half.h"
 #include "core/philox.h"
 #include "ops/cuda/kernels.h"
@@ -314,6 +316,145 @@ void random_uniform(ElemType t, void* out, int64_t n, double a, double b, uint64
 void random_normal(ElemType t, void* out, int64_t n, double mean, double sd, uint64_t seed, uint64_t offset) {
   numeric(t, [&]<class T>() {
     if constexpr (std::is_floating_point_v<T>) for (int64_t i = 0; i < n; ++i) ((T*)out)[i] = (T)(mean + sd * normal_at(seed, offset, i));
+  });
+}
+
+// ---- fused.cu
+namespace {
+template <class F> void floating(ElemType t, F&& f) {
+  if (t == ElemType::f64) return f.template operator()<double>();
+  return f.template operator()<float>();
+}
+}  // namespace
+void gru_cell(ElemType t, const void* xpv, const void* hpv, const void* hv, const bool* valid, void* outv, void* gv,
+              int64_t B, int64_t H) {
+  floating(t, [&]<class T>() {
+    const T *xp = (const T*)xpv, *hp = (const T*)hpv, *h = (const T*)hv;
+    T *out = (T*)outv, *gates = (T*)gv;
+    for (int64_t i = 0; i < B * H; ++i) {
+      int64_t b = i / H, j = i % H;
+      if (valid && !valid[b]) { out[i] = h[i]; continue; }
+      const T* x = xp + b * 3 * H; const T* p = hp + b * 3 * H; T* g = gates + b * 4 * H;
+      auto s = math::gru_cell_value(x[j], x[H + j], x[2 * H + j], p[j], p[H + j], p[2 * H + j], h[i]);
+      out[i] = s.h_next;
+      g[j] = s.r, g[H + j] = s.z, g[2 * H + j] = s.n, g[3 * H + j] = p[2 * H + j];
+    }
+  });
+}
+void gru_cell_backward(ElemType t, const void* gv, const void* hv, const bool* valid, const void* dyv, const void* cv,
+                       void* dxv, void* dpv, void* dhv, int64_t B, int64_t H) {
+  floating(t, [&]<class T>() {
+    const T *gates = (const T*)gv, *h = (const T*)hv, *dy = (const T*)dyv, *dc = (const T*)cv;
+    T *dxp = (T*)dxv, *dhp = (T*)dpv, *dh = (T*)dhv;
+    for (int64_t i = 0; i < B * H; ++i) {
+      int64_t b = i / H, j = i % H;
+      T g = (dy ? dy[i] : T(0)) + dc[i];
+      T* dx = dxp + b * 3 * H; T* dp = dhp + b * 3 * H;
+      if (valid && !valid[b]) { dh[i] = g; dx[j] = dx[H + j] = dx[2 * H + j] = 0; dp[j] = dp[H + j] = dp[2 * H + j] = 0; continue; }
+      const T* gb = gates + b * 4 * H;
+      auto d = math::gru_cell_grad(g, gb[j], gb[H + j], gb[2 * H + j], gb[3 * H + j], h[i]);
+      dx[j] = d.dar, dx[H + j] = d.daz, dx[2 * H + j] = d.dan;
+      dp[j] = d.dar, dp[H + j] = d.daz, dp[2 * H + j] = d.dpn;
+      dh[i] = d.dh;
+    }
+  });
+}
+void additive_scores(ElemType t, const void* qv, const void* kv, const void* wv, void* sv, int64_t B, int64_t Q,
+                     int64_t K, int64_t A) {
+  floating(t, [&]<class T>() {
+    const T *qp = (const T*)qv, *kp = (const T*)kv, *w = (const T*)wv;
+    for (int64_t r = 0; r < B * Q; ++r) {
+      int64_t b = r / Q;
+      for (int64_t k = 0; k < K; ++k) {
+        T lane[32];  // a warp: lane l sums features l, l + 32, ...; then the shuffle-down tree
+        for (int l = 0; l < 32; ++l) {
+          lane[l] = 0;
+          for (int64_t a = l; a < A; a += 32) lane[l] += math::additive_term(qp[r * A + a], kp[(b * K + k) * A + a], w[a]);
+        }
+        for (int off = 16; off > 0; off /= 2) for (int l = 0; l + off < 32; ++l) lane[l] += lane[l + off];
+        ((T*)sv)[r * K + k] = lane[0];
+      }
+    }
+  });
+}
+void additive_scores_backward(ElemType t, const void* qv, const void* kv, const void* wv, const void* dsv, void* dqv,
+                              void* dkv, void* dwv, void* rowsv, int64_t B, int64_t Q, int64_t K, int64_t A) {
+  floating(t, [&]<class T>() {
+    const T *qp = (const T*)qv, *kp = (const T*)kv, *w = (const T*)wv, *ds = (const T*)dsv;
+    T *dqp = (T*)dqv, *dkp = (T*)dkv, *rows = (T*)rowsv;
+    for (int64_t r = 0; r < B * Q; ++r)  // pass 1: dqp and dw's per-query partials
+      for (int64_t a = 0; a < A; ++a) {
+        T dq = 0, dw = 0;
+        for (int64_t k = 0; k < K; ++k) {
+          T d = ds[r * K + k];
+          if (d == T(0)) continue;
+          auto g = math::additive_term_grad(d, qp[r * A + a], kp[((r / Q) * K + k) * A + a], w[a]);
+          dq += g.dz, dw += g.dw;
+        }
+        dqp[r * A + a] = dq, rows[r * A + a] = dw;
+      }
+    for (int64_t r = 0; r < B * K; ++r)  // pass 2: dkp
+      for (int64_t a = 0; a < A; ++a) {
+        int64_t b = r / K, k = r % K;
+        T dk = 0;
+        for (int64_t q = 0; q < Q; ++q) {
+          T d = ds[(b * Q + q) * K + k];
+          if (d == T(0)) continue;
+          dk += math::additive_term_grad(d, qp[(b * Q + q) * A + a], kp[r * A + a], w[a]).dz;
+        }
+        dkp[r * A + a] = dk;
+      }
+    for (int64_t a = 0; a < A; ++a) {  // pass 3: dw
+      T acc = 0;
+      for (int64_t r = 0; r < B * Q; ++r) acc += rows[r * A + a];
+      ((T*)dwv)[a] = acc;
+    }
+  });
+}
+void cross_entropy_rows(ElemType t, const void* xv, const int64_t* y, double eps, int64_t ignore, void* lossv,
+                        void* lsev, int64_t N, int64_t C) {
+  floating(t, [&]<class T>() {
+    const T keep = (T)(1.0 - eps), spread = (T)(eps / (double)C);
+    for (int64_t r = 0; r < N; ++r) {
+      const T* x = (const T*)xv + r * C;
+      std::vector<T> mx(128, -INFINITY), sum(128, 0), total(128, 0);  // a block of 128 threads
+      for (int th = 0; th < 128; ++th) for (int64_t c = th; c < C; c += 128) if (mx[th] < x[c]) mx[th] = x[c];
+      for (int s = 64; s > 0; s /= 2) for (int th = 0; th < s; ++th) if (mx[th] < mx[th + s]) mx[th] = mx[th + s];
+      T m = mx[0] == -INFINITY ? T(0) : mx[0];
+      for (int th = 0; th < 128; ++th) for (int64_t c = th; c < C; c += 128) sum[th] += std::exp(x[c] - m), total[th] += x[c];
+      for (int s = 64; s > 0; s /= 2) for (int th = 0; th < s; ++th) sum[th] += sum[th + s], total[th] += total[th + s];
+      T l = m + std::log(sum[0]);
+      ((T*)lsev)[r] = l;
+      ((T*)lossv)[r] = y[r] == ignore ? T(0) : (y[r] >= 0 && y[r] < C) ? math::cross_entropy_loss(l, x[y[r]], total[0], keep, spread) : T(NAN);
+    }
+  });
+}
+void cross_entropy_rows_backward(ElemType t, const void* xv, const int64_t* y, const void* lsev, const void* gv,
+                                 int64_t g_stride, double eps, int64_t ignore, void* dxv, int64_t N, int64_t C) {
+  floating(t, [&]<class T>() {
+    const T keep = (T)(1.0 - eps), spread = (T)(eps / (double)C);
+    for (int64_t i = 0; i < N * C; ++i) {
+      int64_t r = i / C, c = i % C;
+      ((T*)dxv)[i] = y[r] == ignore ? T(0) : math::cross_entropy_grad(((const T*)gv)[r * g_stride], ((const T*)xv)[i], ((const T*)lsev)[r], c == y[r], keep, spread);
+    }
+  });
+}
+void adam_update(ElemType t, void* pv, const void* gv, void* mv, void* vv, void* xv, int64_t n, const AdamParams& s) {
+  floating(t, [&]<class T>() {
+    const auto c = math::adam_scalars<T>(s);
+    const bool decoupled = s.decoupled_weight_decay, coupled = !decoupled && s.weight_decay != 0.0;
+    T *p = (T*)pv, *m = (T*)mv, *v = (T*)vv, *vmax = (T*)xv;
+    const T* g = (const T*)gv;
+    auto run = [&]<bool kD, bool kC, bool kA>() {
+      for (int64_t i = 0; i < n; ++i) {
+        auto e = math::adam_element<kD, kC, kA>(p[i], g[i], m[i], v[i], kA ? vmax[i] : T(0), c);
+        m[i] = e.m, v[i] = e.v, p[i] = e.p;
+        if constexpr (kA) vmax[i] = e.vmax;
+      }
+    };
+    if (decoupled) s.amsgrad ? run.template operator()<true, false, true>() : run.template operator()<true, false, false>();
+    else if (coupled) s.amsgrad ? run.template operator()<false, true, true>() : run.template operator()<false, true, false>();
+    else s.amsgrad ? run.template operator()<false, false, true>() : run.template operator()<false, false, false>();
   });
 }
 }  // namespace seqgrad::cuda

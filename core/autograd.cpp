@@ -155,16 +155,34 @@ Tensor record_node(const char* op, Tensor y, std::span<const Tensor> inputs, Bac
 
 namespace {
 
+// A node's engine scratch as an enclosing pass left it. A backward function may itself call
+// autograd::grad (the fused ops do under create_graph); that nested pass reuses the scratch of the
+// nodes it shares with the running pass, so it saves them first and puts them back when it ends.
+struct NodeScratch {
+  std::shared_ptr<Node> node;
+  Tensor grad;
+  int dependencies;
+  uint64_t visit_epoch;
+  size_t order_index;
+};
+thread_local int passes_running = 0;
+
 // Sets up dependency counts for every node reachable from the roots (iterative DFS). Nodes are
 // marked with the pass's epoch instead of being kept in a visited set (no hashing per node); the
-// returned list holds each node once and keeps it alive for the pass.
-std::vector<std::shared_ptr<Node>> collect_graph(const std::vector<std::shared_ptr<Node>>& roots) {
+// returned list holds each node once and keeps it alive for the pass. In a nested pass, `saved`
+// receives each node's previous scratch.
+std::vector<std::shared_ptr<Node>> collect_graph(const std::vector<std::shared_ptr<Node>>& roots,
+                                                 std::vector<NodeScratch>* saved) {
   static std::atomic<uint64_t> epochs{0};
   const uint64_t epoch = ++epochs;
   std::vector<std::shared_ptr<Node>> order;
   std::vector<Node*> stack;
   auto visit = [&](const std::shared_ptr<Node>& n) {
     if (!n || n->visit_epoch == epoch) return;
+    if (saved) {
+      saved->push_back({n, std::move(n->grad), n->dependencies, n->visit_epoch, n->order_index});
+      n->grad = Tensor();
+    }
     n->visit_epoch = epoch;
     n->dependencies = 0;
     n->order_index = order.size();
@@ -288,7 +306,20 @@ void run_backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>&
     seeds.push_back(g);
     roots.push_back(outputs[i].grad_fn());
   }
-  std::vector<std::shared_ptr<Node>> order = collect_graph(roots);
+  struct PassScope {  // counts running passes; a nested one restores the scratch it borrowed
+    std::vector<NodeScratch> saved;
+    PassScope() { ++passes_running; }
+    ~PassScope() {
+      --passes_running;
+      for (NodeScratch& s : saved) {
+        s.node->grad = std::move(s.grad);
+        s.node->dependencies = s.dependencies;
+        s.node->visit_epoch = s.visit_epoch;
+        s.node->order_index = s.order_index;
+      }
+    }
+  } scope;
+  std::vector<std::shared_ptr<Node>> order = collect_graph(roots, passes_running > 1 ? &scope.saved : nullptr);
   for (size_t i = 0; i < outputs.size(); ++i) {
     if (!roots[i]) {  // a leaf passed as output: its gradient is the seed itself
       if (targets.leaf_grads) {

@@ -136,8 +136,9 @@ class SGD : public Optimizer {
 //   m = β1 · m + (1 - β1) · g          v = β2 · v + (1 - β2) · g²
 //   v̂ = amsgrad ? (v_max = max(v_max, v)) : v
 //   p -= lr / (1 - β1^t) · m / (√v̂ / √(1 - β2^t) + eps)
-// On the CPU one fused loop per parameter tensor does all of it (threaded with parallel_for);
-// other devices run the composed twin below, built from tensor ops.
+// On the CPU one fused loop per parameter tensor does all of it (threaded with parallel_for); a
+// backend with the fused adam_update kernel (CUDA) runs one kernel per parameter; others run the
+// composed twin below, built from tensor ops.
 struct AdamOptions {
   double lr = 1e-3;
   std::array<double, 2> betas{0.9, 0.999};

@@ -173,6 +173,39 @@ TEST_CASE("autograd::grad: leaves and non-leaves, .grad untouched, allow_unused"
 }
 
 namespace {
+// cube(x) = x³ as one node whose create_graph backward differentiates x · x · x with a nested
+// autograd::grad, as the fused ops (GRU, additive scores, cross-entropy) do.
+Tensor cube(const Tensor& x) {
+  Tensor y = mul(mul(x.detach(), x.detach()), x.detach());
+  return record("cube", y, {x}, [x = save(x)](const Tensor& dy, Grads& g) {
+    const Tensor& xv = x.get();
+    if (!GradMode::is_enabled()) return g.add(0, mul(mul(mul(xv, xv), 3.0), dy));
+    g.add(0, autograd::grad({mul(mul(xv, xv), xv)}, {xv}, {dy}, {.retain_graph = true, .create_graph = true})[0]);
+  });
+}
+}  // namespace
+
+TEST_CASE("a backward function may run autograd::grad itself (a nested pass over shared nodes)") {
+  // x = exp(a) is a non-leaf that the outer pass also reaches through `+ x`: the nested pass
+  // inside cube's backward walks x's node too and must leave the outer pass's pending gradient.
+  for (bool through_leaf : {false, true}) {
+    CAPTURE(through_leaf);
+    Tensor a = leaf({0.5, -1.5, 2.0});
+    Tensor x = through_leaf ? a : exp(a);
+    Tensor y = sum(add(cube(x), x));
+    Tensor ga = autograd::grad({y}, {a}, {}, {.create_graph = true})[0];
+    std::vector<double> first, second;
+    for (double v : {0.5, -1.5, 2.0}) {
+      double e = through_leaf ? v : std::exp(v);
+      first.push_back(through_leaf ? 3 * v * v + 1 : (3 * e * e + 1) * e);  // dy/da
+      second.push_back(through_leaf ? 6 * v : 9 * e * e * e + e);             // d²y/da²
+    }
+    check_values(ga, first);
+    check_values(autograd::grad({sum(ga)}, {a})[0], second);
+  }
+}
+
+namespace {
 // Runs f on a thread with a 1 MiB stack (as a worker thread might have), so that anything
 // recursing once per graph node (building, backward or freeing) overflows it and crashes the test.
 void run_on_small_stack(void (*f)()) {

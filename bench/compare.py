@@ -2,7 +2,8 @@
 """The side-by-side table of bench/run.sh: reads the JSON lines written by `seqgrad bench --json` and
 bench/torch_bench.py --json, takes for each (implementation, workload) the median over rounds of
 each round's median, and prints a Markdown table with the speedups against the faster PyTorch
-configuration, then the issue's targets.
+configuration, then the issue's targets. Exits 1 when a workload lacks a seqgrad or a PyTorch
+result (the CI smoke, bench/run.sh --quick, relies on this; it asserts no timings).
 
 Usage: compare.py RESULTS.jsonl
 """
@@ -83,6 +84,7 @@ def main():
             notes.append(f"seqgrad p10–p90 {fmt(r['p10'])}–{fmt(r['p90'])}")
         print(f"| {w} | {unit} | {fmt(sg)} | {fmt(value('pytorch', w))} | {fmt(value('pytorch-passive', w))} | "
               f"{'–' if ratio is None else f'{ratio:.2f}x'} | {'; '.join(notes)} |")
+    incomplete = [w for w in order if value("seqgrad", w) is None or best_torch(w, "") is None]
     if loads:
         print(f"\nload average during the runs: median {statistics.median(loads):.1f}, "
               f"range {min(loads):.1f}–{max(loads):.1f}")
@@ -113,6 +115,8 @@ def main():
         dt = min(v for v in (value(i, "memory_seed", "step_delta_mb") for i in IMPLS[1:]) if v is not None)
         target("seed step peak memory <= PyTorch", f"{m:.0f} vs {mt:.0f} MB peak RSS; step alone +{d:.0f} vs +{dt:.0f} MB",
                m <= mt and d <= dt)
+    if incomplete:  # the CI smoke fails here: a workload that one side did not run or report
+        sys.exit(f"compare.py: no result from seqgrad or PyTorch for: {', '.join(incomplete)}")
 
 
 if __name__ == "__main__":

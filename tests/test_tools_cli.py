@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """End-to-end tests of the `seqgrad` program: bad input, checkpoints, translate, resume, Ctrl-C,
-the non-finite-loss stop, `eval --hyp --ref` against sacreBLEU, `compare` and every --help.
+the non-finite-loss stop, mixed precision (--amp) and --device, `eval --hyp --ref` against
+sacreBLEU, `compare` and every --help.
 
     /usr/bin/python3 tests/test_tools_cli.py BUILD/tools/seqgrad [DATA_DIR] [-v] [-k PATTERN]
 
@@ -14,6 +15,8 @@ How the tests force the rare events:
     so the real detection path runs. `--lr 1e30` also does it, without a hook: Adam moves every
     weight by about lr in the first update, so the second forward pass overflows float32 and the
     step-2 loss (or gradient norm) is not finite.
+  * fp16 steps skipped on inf/NaN gradients: the hidden flag `train --init-loss-scale X` starts the
+    GradScaler at a scale so large that the first steps' fp16 GEMM operands overflow.
 """
 import json
 import os
@@ -119,6 +122,9 @@ class Help(Base):
             self.assertIn(word, p.stdout)
         self.assertNotIn("stop-after-steps", p.stdout)
         self.assertNotIn("nan-at-step", p.stdout)
+        self.assertNotIn("init-loss-scale", p.stdout)
+        for word in ["--amp", "off | bf16 | fp16", "--device", "cuda:N"]:
+            self.assertIn(word, p.stdout)
 
     def test_every_listed_option_is_accepted(self):
         # Each option --help shows is known to the parser: giving it with a bad value must not
@@ -171,6 +177,9 @@ class TrainBadInput(Base):
         self.check(["--clip", "0"], r"--clip must be positive")
         self.check(["--seed", "-1"], r"--seed must be >= 0")
         self.check(["--quiet=yes"], r"--quiet is a flag and takes no value")
+        self.check(["--amp", "fp32"], r"--amp expects off, bf16 or fp16, got 'fp32'")
+        self.check(["--amp="], r"--amp needs a value <mode>, got an empty one")
+        self.check(["--device", "gpu"], r"--device expects cpu, cuda or cuda:N, got 'gpu'")
 
     def test_missing_data(self):
         p = run("train", *TINY, "--data-dir", self.out("no_such_dir"), "--out", self.out("bad"))
@@ -276,7 +285,8 @@ class Checkpoints(Base):
                                (["--subset", "500"], r"--subset 256, not 500"),
                                (["--src", "fr"], r"--src de, not fr"),
                                (["--attention", "hybrid"], r"--attention additive, not hybrid"),
-                               (["--preset", "d2l"], r"--preset default, not d2l")]:
+                               (["--preset", "d2l"], r"--preset default, not d2l"),
+                               (["--amp", "bf16"], r"--amp off, not bf16")]:
             p = run("train", "--resume", "--out", d, "--data-dir", DATA, "--threads", "1", *flags)
             self.assertFails(p, r"cannot resume: .*" + pattern)
 
@@ -435,6 +445,69 @@ class NonFinite(Base):
         p = run("train", *TINY, "--subset", "256", "--epochs", "1", "--lr", "1e30", "--data-dir", DATA, "--out", out)
         self.assertFails(p, r"(loss|gradient norm) is (nan|inf|-inf) at epoch 1 batch 2 \(step 2\)")
         self.assertTrue(os.path.exists(os.path.join(out, "nan.safetensors")))
+
+
+# ---- mixed precision and devices ---------------------------------------------------------------
+
+class MixedPrecision(Base):
+    def train(self, out, *extra):
+        return run("train", *TINY, "--data-dir", DATA, "--out", out, *extra)
+
+    def test_bf16_and_fp16_runs(self):
+        for amp in ["bf16", "fp16"]:
+            out = self.out(f"amp_{amp}")
+            p = self.train(out, "--subset", "128", "--epochs", "1", "--amp", amp)
+            self.assertOk(p)
+            self.assertIn(f"amp {amp}", p.stdout)
+            self.assertRegex(p.stdout, r"test: loss [\d.]+, ppl [\d.]+, BLEU")
+            (m,) = read_metrics(os.path.join(out, "metrics.jsonl"))
+            for key in ["train_loss", "valid_loss"]:
+                self.assertTrue(m[key] == m[key] and 0 < m[key] < 100, (amp, m))  # finite, not NaN
+            header, _ = read_safetensors(os.path.join(out, "last.safetensors"))
+            self.assertEqual(json.loads(header["__metadata__"]["config"])["amp"], amp)
+            state = json.loads(header["__metadata__"]["train_state"])
+            if amp == "fp16":  # the loss scaler's state and the skipped steps are reported and saved
+                self.assertEqual(state["grad_scaler"]["scale"], m["loss_scale"])
+                self.assertIn("skipped_steps", m)
+                self.assertRegex(p.stdout, r"epoch 1: .*, \d+ skipped steps \(inf/NaN fp16 gradients\), loss scale")
+            else:  # bf16 needs no loss scaling (PyTorch's convention)
+                self.assertNotIn("grad_scaler", state)
+                self.assertNotIn("loss_scale", m)
+            self.assertTrue(os.path.exists(os.path.join(out, "best.safetensors")))
+
+    def test_fp16_interrupted_and_resumed_runs_match(self):
+        # A huge initial scale makes the first steps overflow, so the scale and the skipped steps at
+        # the interruption differ from a fresh scaler's: a resume that lost the GradScaler state
+        # would not reproduce the losses.
+        keys = LOSS_KEYS + ["skipped_steps", "loss_scale"]
+        flags = ["--subset", "256", "--epochs", "2", "--amp", "fp16", "--init-loss-scale", "1e9"]
+
+        def losses(out):
+            return [{k: m[k] for k in keys} for m in read_metrics(os.path.join(out, "metrics.jsonl"))]
+
+        reference_dir = self.out("fp16_reference")
+        self.assertOk(self.train(reference_dir, *flags))
+        reference = losses(reference_dir)
+        self.assertEqual([m["epoch"] for m in reference], [1, 2])
+        self.assertGreater(reference[0]["skipped_steps"], 3)
+        self.assertLess(reference[0]["loss_scale"], 1e9)
+        out = self.out("fp16_resumed")
+        p = self.train(out, *flags, "--stop-after-steps", "3")
+        self.assertFails(p, r"interrupted at epoch 1, batch 3 \(step 3\)", status=130)
+        p = self.train(out, *flags, "--resume", "--stop-after-steps", "10")
+        self.assertFails(p, r"interrupted at epoch 2, batch 2 \(step 10\)", status=130)
+        p = self.train(out, *flags, "--resume")
+        self.assertOk(p)
+        self.assertEqual(losses(out), reference)
+
+    def test_cuda_device(self):
+        p = self.train(self.out("cuda"), "--subset", "64", "--epochs", "1", "--device", "cuda")
+        if "is not available" in p.stderr:  # a CPU-only build, or no GPU: the clear error, before any data is read
+            self.assertFails(p, r"seqgrad train: error: train --device: cuda:0 is not available: ")
+            self.assertNotIn("data:", p.stdout)
+        else:  # a GPU: the tiny run trains on it
+            self.assertOk(p)
+            self.assertIn("device cuda:0", p.stdout)
 
 
 # ---- eval --hyp --ref against sacreBLEU ---------------------------------------------------------

@@ -10,6 +10,7 @@
 
 #include <fmt/core.h>
 
+#include "core/autocast.h"
 #include "core/device_memory.h"
 #include "core/fileio.h"
 #include "core/rng.h"
@@ -32,7 +33,8 @@ Args train_args() {
   Args a("train", "Train the seq2seq-with-attention translator (Bahdanau et al. 2015) on Multi30k or fra-eng.\n"
                   "Ctrl-C saves <out>/last.safetensors and exits (130); --resume continues from it exactly.\n"
                   "A NaN or infinite loss or gradient norm stops the run, naming the step, and saves the state\n"
-                  "before that step in <out>/nan.safetensors (last.safetensors stays the last good checkpoint).");
+                  "before that step in <out>/nan.safetensors (last.safetensors stays the last good checkpoint);\n"
+                  "with --amp fp16 an inf/NaN gradient only skips the step and halves the loss scale.");
   a.option("preset", "name", "hyper-parameter preset: default | seed | d2l", "default")
       .option("src", "lang", "source language (multi30k: de en fr cs; fra-eng: en fr)")
       .option("tgt", "lang", "target language")
@@ -49,13 +51,21 @@ Args train_args() {
       .option("seed", "n", "random seed", "0").option("threads", "n", "threads (default: all cores)")
       .option("resume", "",
               "continue from <out>/last.safetensors with its settings: --epochs may extend\n"
-              "                             the run, --data-dir, --beam, --threads and --quiet may change,\n"
-              "                             other flags must match the checkpoint's")
-      .option("device", "name", "cpu | cuda | cuda:N (CUDA needs a build with the CUDA backend and a GPU)", "cpu")
+              "                             the run, --data-dir, --beam, --threads, --device and --quiet may\n"
+              "                             change, other flags must match the checkpoint's")
+      .option("device", "name",
+              "cpu | cuda | cuda:N: where the model, optimizer state, batches and\n"
+              "                             decoding live (CUDA needs the CUDA backend built and a GPU)", "cpu")
+      .option("amp", "mode",
+              "mixed precision: off | bf16 | fp16: forward pass, loss and evaluations\n"
+              "                             under autocast (16-bit GEMM operands, float32 weights);\n"
+              "                             fp16 adds loss scaling (GradScaler)", "off")
       .option("quiet", "", "no progress bar");
   // Test hooks (tests/test_tools_cli.py), left out of --help:
   a.hidden_option("stop-after-steps", "n", "behave exactly like Ctrl-C once the step counter reaches n")
-      .hidden_option("nan-at-step", "n", "make the loss of step n (1-based) NaN, to test the non-finite stop");
+      .hidden_option("nan-at-step", "n", "make the loss of step n (1-based) NaN, to test the non-finite stop")
+      .hidden_option("init-loss-scale", "x", "--amp fp16's initial loss scale (default 65536); a huge one forces "
+                     "skipped steps");
   return a;
 }
 
@@ -80,7 +90,16 @@ const ConfigFlag kConfigFlags[] = {
     {"label-smoothing", [](const TrainConfig& c) { return fmt::format("{}", c.label_smoothing); }},
     {"clip", [](const TrainConfig& c) { return fmt::format("{}", c.clip); }},
     {"seed", [](const TrainConfig& c) { return fmt::format("{}", c.seed); }},
+    {"amp", [](const TrainConfig& c) { return c.amp; }},
 };
+
+// The GEMM precision of an --amp mode (also checks a checkpoint's value).
+GemmPrecision amp_precision(const std::string& amp) {
+  if (amp == "off") return GemmPrecision::full;
+  if (amp == "bf16") return GemmPrecision::bf16;
+  if (amp == "fp16") return GemmPrecision::f16;
+  throw ValueError(fmt::format("--amp expects off, bf16 or fp16, got '{}'", amp));
+}
 
 // `c` with the command line's flags applied, every value checked.
 TrainConfig apply_flags(TrainConfig c, const Args& a) {
@@ -99,6 +118,8 @@ TrainConfig apply_flags(TrainConfig c, const Args& a) {
   if (a.has("subset")) c.train_subset = a.get_int("subset");
   if (a.has("label-smoothing")) c.label_smoothing = a.get_double("label-smoothing");
   if (a.has("clip")) c.clip = a.get_double("clip");
+  if (a.has("amp")) c.amp = a.get("amp");
+  amp_precision(c.amp);
   if (a.has("seed")) {
     SG_CHECK_VALUE(a.get_int("seed") >= 0, "--seed must be >= 0, got {}", a.get_int("seed"));
     c.seed = static_cast<uint64_t>(a.get_int("seed"));
@@ -164,13 +185,15 @@ int train_main(int argc, char** argv) {
   Args args = train_args();
   if (!args.parse(argc, argv)) return 0;
   // --device: a CUDA device must exist in this build and on this machine (a clear DeviceError
-  // otherwise). The loop below keeps the model and batches on the CPU: moving them is not wired yet.
-  if (Device device = parse_device(args.get("device")); !device.is_cpu()) {
-    device_memory_for(device, "train --device");
-    throw DeviceError(fmt::format("train --device {}: the training loop does not move the model and batches to "
-                                  "the GPU yet; use --device cpu (C++ programs can train on {} with "
-                                  "module.to(device))", args.get("device"), device));
-  }
+  // otherwise), checked before the data is read.
+  const Device device = [&] {
+    try {
+      return parse_device(args.get("device"));
+    } catch (const ValueError&) {
+      throw ValueError(fmt::format("--device expects cpu, cuda or cuda:N, got '{}'", args.get("device")));
+    }
+  }();
+  if (!device.is_cpu()) device_memory_for(device, "train --device");
   if (args.has("threads")) {
     SG_CHECK_VALUE(args.get_int("threads") >= 1, "--threads must be >= 1, got {}", args.get_int("threads"));
     set_num_threads(static_cast<int>(args.get_int("threads")));
@@ -214,27 +237,40 @@ int train_main(int argc, char** argv) {
   text::EncodedCorpus valid = text::encode_pairs(data.valid, src_vocab, tgt_vocab, truncate);
 
   models::Seq2Seq model(config.model);
-  models::init_xavier(model);
+  models::init_xavier(model);  // on the CPU: the same weights on every device
+  model.to(device);            // before the optimizer, whose state is created next to the parameters
   optim::Adam optimizer(model.parameters(), {.lr = config.lr});
   optim::StepLR scheduler(optimizer, {.step_size = config.step_size, .gamma = config.gamma});
+  // --amp: the precision of the forward pass's GEMMs; fp16 scales the loss (bf16 has float32's range
+  // and needs no scaling, as in PyTorch). A disabled scaler passes everything through.
+  const GemmPrecision precision = amp_precision(config.amp);
+  optim::GradScaler scaler({.init_scale = args.has("init-loss-scale") ? args.get_double("init-loss-scale") : 65536.0,
+                            .enabled = precision == GemmPrecision::f16});
   // The resumable position: epoch and batch to start from, steps taken, the best validation BLEU, and
   // the current epoch's running loss, so that a resumed epoch reports the same loss.
   nlohmann::json state = {{"epoch", 0}, {"batch", 0}, {"step", 0}, {"best_bleu", -1.0},
                           {"epoch_loss_sum", 0.0}, {"epoch_tokens", 0}};
   if (resumed) {
-    models::load_weights(model, *resumed, last_path);
+    models::load_weights(model, *resumed, last_path);  // CPU tensors copied onto the model's device
     restore_training_state(*resumed, optimizer, scheduler);
     state = resumed->info.train_state;
     SG_CHECK_IO(state.contains("epoch") && state.contains("batch") && state.contains("step"),
                 "cannot resume: {} holds no training position (epoch, batch, step)", last_path);
+    if (scaler.is_enabled()) {
+      SG_CHECK_IO(state.contains("grad_scaler"), "cannot resume: {} holds no GradScaler state (--amp fp16)",
+                  last_path);
+      scaler.load_state_dict(state["grad_scaler"].get<std::map<std::string, double>>());
+    }
   }
-  fmt::print("model: {} parameters, vocab {} -> {}, attention {}\n", model.num_parameters(), src_vocab.size(),
-             tgt_vocab.size(), models::attention_kind_name(config.model.attention));
+  fmt::print("model: {} parameters, vocab {} -> {}, attention {}, device {}, amp {}\n", model.num_parameters(),
+             src_vocab.size(), tgt_vocab.size(), models::attention_kind_name(config.model.attention), device,
+             config.amp);
 
   auto save = [&](const std::string& path) {
     state["rng_offset"] = default_generator().offset();
     state["optimizer"] = optimizer.state_dict().metadata;
     state["scheduler"] = scheduler.state_dict();
+    if (scaler.is_enabled()) state["grad_scaler"] = scaler.state_dict();
     models::save_checkpoint(path, model, {config, src_vocab, tgt_vocab, state}, training_state_tensors(optimizer, scheduler));
   };
   std::filesystem::create_directories(out_dir);
@@ -271,6 +307,7 @@ int train_main(int argc, char** argv) {
     auto start = std::chrono::steady_clock::now();
     double loss_sum = state.value("epoch_loss_sum", 0.0);
     int64_t tokens = state.value("epoch_tokens", int64_t{0}), done = 0;
+    int64_t skipped = state.value("epoch_skipped", int64_t{0});  // fp16 steps skipped on inf/NaN gradients
     // Stops the run on a non-finite loss or gradient norm, before the update: the state saved is
     // the one that produced it, and last.safetensors stays the last good checkpoint.
     uint64_t rng_before_step = default_generator().offset();
@@ -287,22 +324,35 @@ int train_main(int argc, char** argv) {
     };
     for (int64_t i = state["batch"]; i < static_cast<int64_t>(batches.size()); ++i) {
       rng_before_step = default_generator().offset();
-      models::TensorBatch b = models::to_tensors(batches[i]);
-      Tensor logits = model(b.src, b.src_lengths, b.tgt_in);                                   // (B, T, V)
-      Tensor loss = nn::cross_entropy(logits.reshape({-1, logits.size(-1)}), b.tgt_out.reshape({-1}), loss_options);
+      models::TensorBatch b = models::to_tensors(batches[i], device);
+      Tensor loss;
+      {
+        Autocast autocast(precision, precision != GemmPrecision::full);
+        Tensor logits = model(b.src, b.src_lengths, b.tgt_in);                                 // (B, T, V)
+        loss = nn::cross_entropy(logits.reshape({-1, logits.size(-1)}), b.tgt_out.reshape({-1}), loss_options);
+      }
       if (state["step"].get<int64_t>() + 1 == nan_at) loss = loss * std::numeric_limits<double>::quiet_NaN();
       double value = loss.item();
       if (!std::isfinite(value)) stop_non_finite("loss", value, i);
       optimizer.zero_grad();
-      loss.backward();
+      scaler.scale(loss).backward();  // backward uses the forward's GEMM precision
+      scaler.unscale_(optimizer);     // true gradients from here on (a disabled scaler does nothing)
       double grad_norm = optim::clip_grad_norm_(model.parameters(), config.clip);
-      if (!std::isfinite(grad_norm)) stop_non_finite("gradient norm", grad_norm, i);
-      optimizer.step();
+      if (scaler.is_enabled()) {
+        // fp16: an inf/NaN gradient means the scale was too large; the scaler skips the step and
+        // halves the scale (expected now and then, not an error)
+        if (!scaler.step(optimizer)) ++skipped;
+        scaler.update();
+      } else {
+        if (!std::isfinite(grad_norm)) stop_non_finite("gradient norm", grad_norm, i);
+        optimizer.step();
+      }
       loss_sum += value * b.target_tokens, tokens += b.target_tokens, ++done;
       state["step"] = state["step"].get<int64_t>() + 1;
       state["batch"] = i + 1;
       state["epoch_loss_sum"] = loss_sum;
       state["epoch_tokens"] = tokens;
+      state["epoch_skipped"] = skipped;
       double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (!args.flag("quiet") && (i % 10 == 0 || i + 1 == static_cast<int64_t>(batches.size())))
         fmt::print(stderr, "\repoch {}/{} batch {}/{} loss {:.3f} {:.0f} tok/s ETA {}   ", epoch + 1, config.epochs,
@@ -315,16 +365,26 @@ int train_main(int argc, char** argv) {
     state["batch"] = 0;
     state["epoch_loss_sum"] = 0.0;
     state["epoch_tokens"] = 0;
+    state["epoch_skipped"] = 0;
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    Evaluation val = evaluate(model, valid, tgt_vocab, data.valid, {.beam_size = 1});
+    Evaluation val = [&] {
+      Autocast autocast(precision, precision != GemmPrecision::full);
+      return evaluate(model, valid, tgt_vocab, data.valid, {.beam_size = 1});
+    }();
     if (!args.flag("quiet")) fmt::print(stderr, "\n");
-    fmt::print("epoch {}: train loss {:.3f}, valid loss {:.3f}, ppl {:.2f}, BLEU {:.2f}, {:.0f} s\n", epoch + 1,
-               tokens ? loss_sum / tokens : 0.0, val.loss, std::exp(val.loss), val.bleu, seconds);
-    append_line(metrics_path, nlohmann::json{{"epoch", epoch + 1}, {"step", state["step"]},
-                                             {"train_loss", tokens ? loss_sum / tokens : 0.0}, {"valid_loss", val.loss},
-                                             {"valid_ppl", std::exp(val.loss)}, {"valid_bleu", val.bleu},
-                                             {"seconds", seconds}, {"lr", optimizer.lr()}}
-                                  .dump());
+    std::string amp_note = scaler.is_enabled() ? fmt::format(", {} skipped steps (inf/NaN fp16 gradients), loss "
+                                                             "scale {}", skipped, scaler.get_scale()) : "";
+    fmt::print("epoch {}: train loss {:.3f}, valid loss {:.3f}, ppl {:.2f}, BLEU {:.2f}, {:.0f} s{}\n", epoch + 1,
+               tokens ? loss_sum / tokens : 0.0, val.loss, std::exp(val.loss), val.bleu, seconds, amp_note);
+    nlohmann::json metrics{{"epoch", epoch + 1}, {"step", state["step"]},
+                           {"train_loss", tokens ? loss_sum / tokens : 0.0}, {"valid_loss", val.loss},
+                           {"valid_ppl", std::exp(val.loss)}, {"valid_bleu", val.bleu},
+                           {"seconds", seconds}, {"lr", optimizer.lr()}};
+    if (scaler.is_enabled()) {
+      metrics["skipped_steps"] = skipped;
+      metrics["loss_scale"] = scaler.get_scale();
+    }
+    append_line(metrics_path, metrics.dump());
     if (val.bleu > state["best_bleu"].get<double>()) {
       state["best_bleu"] = val.bleu;
       save(best_path);
@@ -338,6 +398,7 @@ int train_main(int argc, char** argv) {
   SG_CHECK_IO(std::filesystem::exists(best_path), "no best checkpoint at {}", best_path);
   models::LoadedCheckpoint best = models::read_checkpoint(best_path);
   models::load_weights(model, best, best_path);
+  Autocast autocast(precision, precision != GemmPrecision::full);
   report_test(model, src_vocab, tgt_vocab, data, config, out_dir,
               {.max_len = 2 * config.max_tokens + 10, .beam_size = beam});
   return 0;

@@ -19,8 +19,9 @@ Evaluation evaluate(models::Seq2Seq& model, const text::EncodedCorpus& corpus, c
   NoGradGuard no_grad;
   double loss_sum = 0;
   int64_t tokens = 0;
+  const Device device = model.parameters().front().device();  // batches go where the model is
   for (const text::Batch& batch : text::make_batches(corpus.pairs, {.batch_size = 128, .shuffle = false})) {
-    models::TensorBatch b = models::to_tensors(batch);
+    models::TensorBatch b = models::to_tensors(batch, device);
     Tensor logits = model(b.src, b.src_lengths, b.tgt_in);
     Tensor loss = nn::cross_entropy(logits.reshape({-1, logits.size(-1)}), b.tgt_out.reshape({-1}),
                                     {.ignore_index = text::Vocab::kPad, .reduction = nn::Reduction::sum});

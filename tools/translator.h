@@ -17,6 +17,7 @@ struct Evaluation {
   double bleu = 0;      // tokenised lower-cased corpus BLEU of the decoded outputs
   std::vector<models::Hypothesis> hypotheses;  // in corpus order
 };
+// Runs on the model's device, under the caller's Autocast scope if any.
 Evaluation evaluate(models::Seq2Seq& model, const text::EncodedCorpus& corpus, const text::Vocab& tgt_vocab,
                     const std::vector<text::TokenizedPair>& references, const models::DecodeOptions& options);
 

@@ -30,7 +30,7 @@ std::vector<Hypothesis> greedy_decode(Seq2Seq& model, const Tensor& src, const T
   Encoder::Output enc = model.encoder(src, lengths);
   AttnDecoder::Memory memory = model.decoder.prepare(enc.outputs, lengths);
   Tensor state = enc.state;
-  Tensor y = full({batch}, static_cast<double>(options.bos_id), {.dtype = DType::i64});
+  Tensor y = full({batch}, static_cast<double>(options.bos_id), {.dtype = DType::i64, .device = src.device()});
   std::vector<Hypothesis> out(batch);
   std::vector<bool> done(batch, false);
   for (int64_t t = 0; t < options.max_len; ++t) {
@@ -80,7 +80,8 @@ Hypothesis beam_search(Seq2Seq& model, const Tensor& src, const Tensor& lengths,
                                one.keys.expand({n, one.keys.size(1), one.keys.size(2)}), lengths.expand({n})};
     std::vector<int64_t> last;
     for (const Beam& b : beams) last.push_back(b.last);
-    AttnDecoder::Step s = model.decoder.step(from_vector(last, {n}, {.dtype = DType::i64}), state, memory);
+    AttnDecoder::Step s =
+        model.decoder.step(from_vector(last, {n}, {.dtype = DType::i64, .device = src.device()}), state, memory);
     Tensor log_probs = log_softmax(s.logits, -1).to(DType::f64);  // (n, V)
     int64_t vocab = log_probs.size(1);
     // candidates: each beam's top-k continuations, then the best k overall
@@ -115,7 +116,8 @@ Hypothesis beam_search(Seq2Seq& model, const Tensor& src, const Tensor& lengths,
       parents.push_back(c.beam);
     }
     if (static_cast<int64_t>(finished.size()) >= options.beam_size || next.empty()) break;
-    state = index_select(s.state, 1, from_vector(parents, {static_cast<int64_t>(parents.size())}, {.dtype = DType::i64}));
+    state = index_select(s.state, 1, from_vector(parents, {static_cast<int64_t>(parents.size())},
+                                                 {.dtype = DType::i64, .device = src.device()}));
     beams = std::move(next);
   }
   for (Beam& b : beams) {  // cut at max_len: still ranked

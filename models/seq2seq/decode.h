@@ -22,7 +22,8 @@ struct DecodeOptions {
   int64_t bos_id = 1, eos_id = 2;
 };
 
-// src: (B, S) ids, lengths: (B,). Runs under NoGradGuard with the model in eval mode.
+// src: (B, S) ids, lengths: (B,), both on the model's device (decoding runs there; the tokens
+// and attention rows come back to the host). Runs under NoGradGuard with the model in eval mode.
 std::vector<Hypothesis> greedy_decode(Seq2Seq& model, const Tensor& src, const Tensor& lengths,
                                       const DecodeOptions& options);
 // One sentence: src (1, S). The beam is the batch dimension of every decoder step.

@@ -13,7 +13,7 @@ nlohmann::json TrainConfig::to_json() const {
           {"max_tokens", max_tokens}, {"min_freq", min_freq},   {"batch_size", batch_size},
           {"epochs", epochs},       {"lr", lr},                 {"step_size", step_size},
           {"gamma", gamma},         {"label_smoothing", label_smoothing}, {"clip", clip},
-          {"seed", seed},           {"model", model.to_json()}};
+          {"seed", seed},           {"amp", amp},               {"model", model.to_json()}};
 }
 
 TrainConfig TrainConfig::from_json(const nlohmann::json& j) {
@@ -35,6 +35,7 @@ TrainConfig TrainConfig::from_json(const nlohmann::json& j) {
     c.label_smoothing = j.at("label_smoothing");
     c.clip = j.at("clip");
     c.seed = j.at("seed");
+    c.amp = j.value("amp", std::string("off"));  // checkpoints from before --amp trained in float32
   } catch (const nlohmann::json::exception& e) {
     throw ValueError(fmt::format("train config: {}", e.what()));
   }
@@ -115,8 +116,8 @@ Corpora load_corpora(const TrainConfig& c) {
   return out;
 }
 
-TensorBatch to_tensors(const text::Batch& b) {
-  TensorOptions i64{.dtype = DType::i64};
+TensorBatch to_tensors(const text::Batch& b, Device device) {
+  TensorOptions i64{.dtype = DType::i64, .device = device};
   TensorBatch t;
   t.src = from_vector(b.src, {b.batch, b.src_len_max}, i64);
   t.src_lengths = from_vector(b.src_lengths, {b.batch}, i64);

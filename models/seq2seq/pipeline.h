@@ -30,6 +30,7 @@ struct TrainConfig {
   double label_smoothing = 0.1;
   double clip = 1.0;
   uint64_t seed = 0;
+  std::string amp = "off";           // mixed precision of the GEMMs: off | bf16 | fp16 (core/autocast.h)
   Seq2SeqConfig model;
 
   nlohmann::json to_json() const;
@@ -55,7 +56,8 @@ struct TensorBatch {
   int64_t target_tokens = 0;
   std::vector<int64_t> index;
 };
-TensorBatch to_tensors(const text::Batch& batch);
+// The batch's tensors, created on `device` (the model's).
+TensorBatch to_tensors(const text::Batch& batch, Device device = Device::cpu());
 
 std::vector<int64_t> encode_sentence(const text::Vocab& vocab, const std::vector<std::string>& tokens,
                                      int64_t max_tokens);

@@ -19,7 +19,6 @@ using nlohmann::json;
 constexpr const char* kFormatKey = "seqgrad.format";
 constexpr const char* kFormat = "seqgrad-checkpoint-1";
 constexpr const char* kExtraKey = "seqgrad.extra_tensors";
-constexpr const char* kChecksumKey = "seqgrad.crc32";
 constexpr std::string_view kReservedPrefix = "seqgrad.";
 
 // CRC-32 (IEEE 802.3, the zlib/PNG polynomial), one byte at a time.
@@ -48,9 +47,10 @@ class Crc32 {
   uint32_t crc_ = 0xFFFFFFFFu;
 };
 
-// Over every tensor (name, dtype, shape, values; names in sorted order) and every metadata entry
-// except the checksum itself.
-std::string checksum(const std::map<std::string, Tensor>& tensors, const std::map<std::string, std::string>& metadata) {
+}  // namespace
+
+std::string checkpoint_checksum(const std::map<std::string, Tensor>& tensors,
+                                const std::map<std::string, std::string>& metadata) {
   Crc32 crc;
   for (const auto& [name, t] : tensors) {
     Tensor c = t.detach().cpu().contiguous();
@@ -66,8 +66,6 @@ std::string checksum(const std::map<std::string, Tensor>& tensors, const std::ma
   }
   return fmt::format("{:08x}", crc.value());
 }
-
-}  // namespace
 
 void save_checkpoint(const std::string& path, const Module& module, const std::map<std::string, Tensor>& extra,
                      const std::map<std::string, std::string>& metadata) {
@@ -88,7 +86,7 @@ void save_checkpoint(const std::string& path, const Module& module, const std::m
   }
   meta[kFormatKey] = kFormat;
   meta[kExtraKey] = extra_names.dump();
-  meta[kChecksumKey] = checksum(tensors, meta);
+  meta[kChecksumKey] = checkpoint_checksum(tensors, meta);
   save_tensors(path, tensors, meta);
 }
 
@@ -107,7 +105,7 @@ Checkpoint load_checkpoint(const std::string& path, Module& module, bool strict)
     auto stored = file.metadata.find(kChecksumKey);
     SG_CHECK_IO(stored != file.metadata.end(), "load_checkpoint: {} is corrupted: its checksum entry is missing",
                 path);
-    std::string computed = checksum(file.tensors, file.metadata);
+    std::string computed = checkpoint_checksum(file.tensors, file.metadata);
     SG_CHECK_IO(stored->second == computed,
                 "load_checkpoint: {} is corrupted: checksum {} does not match its contents ({})", path,
                 stored->second, computed);

@@ -39,6 +39,13 @@ void save_checkpoint(const std::string& path, const Module& module,
 // file without seqgrad's metadata loads too (all of its tensors are taken as module tensors).
 Checkpoint load_checkpoint(const std::string& path, Module& module, bool strict = true);
 
+// The CRC-32 (8 hex digits) these checkpoints store under "seqgrad.crc32": over every tensor
+// (name, dtype, shape, values; names in sorted order) and every metadata entry except that one.
+// Other file formats built on safetensors (the translator's, models/seq2seq) use it too.
+inline constexpr const char* kChecksumKey = "seqgrad.crc32";
+std::string checkpoint_checksum(const std::map<std::string, Tensor>& tensors,
+                                const std::map<std::string, std::string>& metadata);
+
 // {"a": t} -> {"<prefix>a": t}, and the entries whose names start with prefix, with it removed.
 std::map<std::string, Tensor> add_prefix(const std::map<std::string, Tensor>& tensors, const std::string& prefix);
 std::map<std::string, Tensor> take_prefix(const std::map<std::string, Tensor>& tensors, const std::string& prefix);

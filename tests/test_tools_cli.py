@@ -225,6 +225,27 @@ class Checkpoints(Base):
                 f.write(blob[:size])
             self.assertFails(self.translate(path, "ein mann"), re.escape(path), status=1)
 
+    def test_corrupted_checkpoint(self):
+        # one flipped bit in the weights, or an edited config: the checksum catches both
+        header, data = read_safetensors(self.ckpt)
+        self.assertIn("seqgrad.crc32", header["__metadata__"])
+        flipped = bytearray(data)
+        flipped[len(data) // 2] ^= 0x01
+        path = self.out("flipped.safetensors")
+        write_safetensors(path, header, bytes(flipped))
+        self.assertFails(self.translate(path, "ein mann"), r"flipped.safetensors is corrupted: checksum", status=1)
+        header["__metadata__"]["train_state"] = header["__metadata__"]["train_state"].replace('"step":', '"step": ')
+        path = self.out("edited.safetensors")
+        write_safetensors(path, header, data)
+        self.assertFails(self.translate(path, "ein mann"), r"edited.safetensors is corrupted: checksum", status=1)
+        # a checkpoint from before the checksum (none stored) still loads
+        del header["__metadata__"]["seqgrad.crc32"]
+        header["__metadata__"]["train_state"] = header["__metadata__"]["train_state"].replace('"step": ', '"step":')
+        path = self.out("no_crc.safetensors")
+        write_safetensors(path, header, data)
+        p = self.translate(path, "ein mann")
+        self.assertEqual(p.returncode, 0, p.stderr)
+
     def test_not_a_translator_checkpoint(self):
         header, data = read_safetensors(self.ckpt)
         del header["__metadata__"]
@@ -237,9 +258,11 @@ class Checkpoints(Base):
         self.assertFails(self.translate(path, "ein mann"), re.escape(path))
 
     def test_different_vocabulary(self):
-        # The metadata of a checkpoint with another vocabulary, over these weights.
+        # The metadata of a checkpoint with another vocabulary, over these weights (without a
+        # checksum, as checkpoints written before it, else the checksum would refuse the edit).
         header, data = read_safetensors(self.ckpt)
         meta = header["__metadata__"]
+        del meta["seqgrad.crc32"]
         vocab = json.loads(meta["src_vocab"])
         vocab["tokens"] = vocab["tokens"][:-3]
         config = json.loads(meta["config"])
@@ -259,6 +282,7 @@ class Checkpoints(Base):
     def test_different_architecture(self):
         header, data = read_safetensors(self.ckpt)
         meta = header["__metadata__"]
+        del meta["seqgrad.crc32"]  # as in test_different_vocabulary
         config = json.loads(meta["config"])
         config["model"]["hidden_size"] = 32
         meta["config"] = json.dumps(config)

@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "core/serialize.h"
+#include "nn/checkpoint.h"
 #include "models/text/tokenizer.h"
 
 namespace seqgrad::models {
@@ -147,6 +148,7 @@ void save_checkpoint(const std::string& path, const Seq2Seq& model, const Checkp
       {"tgt_vocab", info.tgt_vocab.to_json().dump()},
       {"train_state", info.train_state.dump()},
   };
+  metadata[nn::kChecksumKey] = nn::checkpoint_checksum(tensors, metadata);  // read_checkpoint verifies it
   std::filesystem::path dir = std::filesystem::path(path).parent_path();
   if (!dir.empty()) std::filesystem::create_directories(dir);
   save_tensors(path, tensors, metadata);
@@ -162,6 +164,12 @@ LoadedCheckpoint read_checkpoint(const std::string& path) {
   };
   SG_CHECK_IO(meta("format") == "seqgrad.seq2seq", "checkpoint {}: format '{}' is not seqgrad.seq2seq", path,
               meta("format"));
+  // Checkpoints written before the checksum was added have none; any written since must match it.
+  if (auto stored = file.metadata.find(nn::kChecksumKey); stored != file.metadata.end()) {
+    std::string computed = nn::checkpoint_checksum(file.tensors, file.metadata);
+    SG_CHECK_IO(stored->second == computed, "checkpoint {} is corrupted: checksum {} does not match its contents ({})",
+                path, stored->second, computed);
+  }
   LoadedCheckpoint out;
   try {
     out.info.config = TrainConfig::from_json(nlohmann::json::parse(meta("config")));

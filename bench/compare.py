@@ -84,7 +84,7 @@ def main():
             notes.append(f"seqgrad p10–p90 {fmt(r['p10'])}–{fmt(r['p90'])}")
         print(f"| {w} | {unit} | {fmt(sg)} | {fmt(value('pytorch', w))} | {fmt(value('pytorch-passive', w))} | "
               f"{'–' if ratio is None else f'{ratio:.2f}x'} | {'; '.join(notes)} |")
-    incomplete = [w for w in order if value("seqgrad", w) is None or best_torch(w, "") is None]
+    incomplete = [w for w in order if value("seqgrad", w) is None or all(value(i, w) is None for i in IMPLS[1:])]
     if loads:
         print(f"\nload average during the runs: median {statistics.median(loads):.1f}, "
               f"range {min(loads):.1f}–{max(loads):.1f}")

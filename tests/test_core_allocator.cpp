@@ -9,21 +9,14 @@
 #include "core/allocator.h"
 #include "core/autograd.h"
 #include "ops/ops.h"
+#include "tests/check_values.h"
 
 using namespace seqgrad;
 
 namespace {
 constexpr TensorOptions kF64 = {.dtype = DType::f64};
 
-void check_values(const Tensor& t, const std::vector<double>& expected, double tol = 1e-12) {
-  REQUIRE(t.defined());
-  std::vector<double> v = t.to_vector<double>();
-  REQUIRE(v.size() == expected.size());
-  for (size_t i = 0; i < v.size(); ++i) {
-    INFO("element " << i << ": " << v[i] << " vs " << expected[i]);
-    CHECK(std::abs(v[i] - expected[i]) <= tol * std::max(1.0, std::abs(expected[i])));
-  }
-}
+using testing::check_values;
 }  // namespace
 
 TEST_CASE("allocator: 64-byte aligned blocks, reused by size class") {

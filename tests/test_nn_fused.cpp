@@ -56,6 +56,16 @@ void check_report(const GradcheckReport& report) {
   CHECK(report.ok());
 }
 
+// A fused op's own checks: gradcheck, gradgradcheck (second order goes through the composed twin)
+// and float32 (vectorised kernels) within float32 rounding of float64.
+void check_fused_op(const std::function<Tensor(const std::vector<Tensor>&)>& fn, const std::vector<Tensor>& inputs) {
+  check_report(gradcheck(fn, inputs));
+  check_report(gradgradcheck(fn, inputs));
+  std::vector<Tensor> f32;
+  for (const Tensor& t : inputs) f32.push_back(t.detach().to(DType::f32));
+  check_close(fn(f32).to(DType::f64), fn(inputs).detach(), 1e-5, "float32 vs float64");
+}
+
 }  // namespace
 
 TEST_CASE("linear (one node) equals matmul(x, Wᵀ) + b, and gradchecks") {
@@ -103,13 +113,7 @@ TEST_CASE("gru_layer: gradcheck, second order through the composed twin, and flo
   manual_seed(6);
   Tensor valid = from_vector(std::vector<bool>{1, 1, 1, 0, 0, 0}, {3, 2});
   auto fn = [valid](const std::vector<Tensor>& x) { return nn::gru_layer(x[0], x[1], x[2], x[3], valid, Direction::reverse); };
-  std::vector<Tensor> inputs{randn64({3, 2, 6}), randn64({2, 2}), randn64({6, 2}), randn64({6})};
-  check_report(gradcheck(fn, inputs));
-  check_report(gradgradcheck(fn, inputs));
-  // float32 (vectorised exp/tanh in the kernel) stays within float32 rounding of float64
-  std::vector<Tensor> f32;
-  for (const Tensor& t : inputs) f32.push_back(t.detach().to(DType::f32));
-  check_close(fn(f32).to(DType::f64), fn(inputs).detach(), 1e-5, "float32 vs float64");
+  check_fused_op(fn, {randn64({3, 2, 6}), randn64({2, 2}), randn64({6, 2}), randn64({6})});
 }
 
 TEST_CASE("additive_scores (fused) equals additive_scores_composed; gradcheck and second order") {
@@ -118,12 +122,7 @@ TEST_CASE("additive_scores (fused) equals additive_scores_composed; gradcheck an
   auto composed = [](const std::vector<Tensor>& x) { return nn::additive_scores_composed(x[0], x[1], x[2]); };
   check_twins(fused, composed, {randn64({3, 2, 5}), randn64({3, 4, 5}), randn64({1, 5})});
   check_twins(fused, composed, {randn64({2, 1, 7}), randn64({2, 6, 7}), randn64({1, 7})});  // one query (decoder)
-  std::vector<Tensor> inputs{randn64({2, 2, 3}), randn64({2, 3, 3}), randn64({1, 3})};
-  check_report(gradcheck(fused, inputs));
-  check_report(gradgradcheck(fused, inputs));
-  std::vector<Tensor> f32;
-  for (const Tensor& t : inputs) f32.push_back(t.detach().to(DType::f32));
-  check_close(fused(f32).to(DType::f64), fused(inputs).detach(), 1e-5, "float32 vs float64");
+  check_fused_op(fused, {randn64({2, 2, 3}), randn64({2, 3, 3}), randn64({1, 3})});
 }
 
 TEST_CASE("cross_entropy (fused) equals cross_entropy_composed: smoothing, ignore_index, reductions") {
@@ -141,8 +140,5 @@ TEST_CASE("cross_entropy (fused) equals cross_entropy_composed: smoothing, ignor
   auto fn = [targets](const std::vector<Tensor>& x) {
     return nn::cross_entropy(x[0], targets, {.label_smoothing = 0.1, .ignore_index = 0});
   };
-  std::vector<Tensor> inputs{randn64({2, 3, 5})};
-  check_report(gradcheck(fn, inputs));
-  check_report(gradgradcheck(fn, inputs));
-  check_close(fn({inputs[0].detach().to(DType::f32)}).to(DType::f64), fn(inputs).detach(), 1e-5, "float32 vs float64");
+  check_fused_op(fn, {randn64({2, 3, 5})});
 }

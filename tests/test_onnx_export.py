@@ -10,7 +10,8 @@ ONNX support (meson option onnx): without it the test checks that `seqgrad expor
 exits 77 (SKIP), as it does when onnxruntime or onnx are not installed for this Python.
 
 The checkpoints are trained here, tiny and for one epoch (E = 12, H = 16, 64 pairs); the 200
-sentence comparison trains a small Multi30k model (E = H = 32, 2,000 pairs, one epoch).
+sentence comparison trains a small Multi30k model (E = H = 64, 6,000 pairs, two epochs: test2016
+BLEU about 9, and about 190 distinct translations of the 200 sentences).
 "Equal within 1e-5 relative" means: max |onnxruntime - seqgrad| <= 1e-5 * max |seqgrad| for each
 output tensor (float32 on both sides; the log-probabilities, whose scale is set by the largest
 negative values, are compared the same way).
@@ -87,6 +88,15 @@ class Base(unittest.TestCase):
     def export(self, checkpoint, out, *extra):
         self.assertOk(run("export", "--checkpoint", checkpoint, "--out", out, *extra))
         return out
+
+
+def read_all(folder):
+    """{file name: contents} of every file in folder."""
+    contents = {}
+    for name in os.listdir(folder):
+        with open(os.path.join(folder, name), "rb") as f:
+            contents[name] = f.read()
+    return contents
 
 
 def random_inputs(rng, batch, src_len, tgt_len, vocab_src, vocab_tgt):
@@ -176,8 +186,9 @@ class Greedy(Base):
 
     def test_first_200_test2016_sentences(self):
         out = self.path("train_multi30k")
-        self.assertOk(run("train", "--preset", "default", "--subset", "2000", "--epochs", "1", "--embed", "32",
-                          "--hidden", "32", "--threads", "2", "--quiet", "--data-dir", DATA, "--out", out))
+        self.assertOk(run("train", "--preset", "default", "--subset", "6000", "--epochs", "2", "--embed", "64",
+                          "--hidden", "64", "--lr", "0.01", "--threads", "2", "--quiet", "--data-dir", DATA,
+                          "--out", out))
         ckpt = os.path.join(out, "best.safetensors")
         folder = self.export(ckpt, self.path("export_multi30k"))
         with open(os.path.join(DATA, "multi30k", "test2016.de"), encoding="utf-8") as f:
@@ -189,7 +200,7 @@ class Greedy(Base):
         got = [translator.translate(s) for s in sentences]
         mismatches = [(i, s, w, g) for i, (s, w, g) in enumerate(zip(sentences, want, got)) if w != g]
         self.assertEqual(mismatches, [], "sentences translated differently (index, source, seqgrad, onnxruntime)")
-        self.assertGreater(len(set(got)), 20, "a degenerate model: too few distinct translations")
+        self.assertGreater(len(set(got)), 100, "a degenerate model: too few distinct translations")
 
 
 class BadInput(Base):
@@ -235,13 +246,13 @@ class BadInput(Base):
 
     def test_failed_export_keeps_the_previous_one(self):
         out = self.export(self.checkpoint("additive", 1), self.path("bad_keep"))
-        before = {n: open(os.path.join(out, n), "rb").read() for n in os.listdir(out)}
+        before = read_all(out)
         self.assertEqual(set(before), self.FINAL_NAMES)
         bad = self.path("corrupt2.safetensors")
         with open(bad, "wb") as f:
             f.write(b"\x00" * 100)
         self.assertFails(run("export", "--checkpoint", bad, "--out", out), r"export: error:")
-        after = {n: open(os.path.join(out, n), "rb").read() for n in os.listdir(out)}
+        after = read_all(out)
         self.assertEqual(after, before)  # no temporary files left, nothing replaced
 
     def test_translate_py_refuses_a_folder_without_an_export(self):

@@ -27,7 +27,7 @@ struct Exportable {
 };
 
 Exportable load_checkpoint_model(const std::string& path) {
-  SG_CHECK_IO(fs::exists(path), "export: no checkpoint at {} (train one with `seqgrad train`)", path);
+  SG_CHECK_IO(fs::exists(path), "no checkpoint at {} (train one with `seqgrad train`)", path);
   models::LoadedCheckpoint checkpoint = models::read_checkpoint(path);
   Exportable e{std::make_unique<models::Seq2Seq>(checkpoint.info.config.model), checkpoint.info};
   models::load_weights(*e.model, checkpoint, path);
@@ -42,7 +42,7 @@ Exportable load_bench_model(const std::string& prefix) {
   try {
     j = nlohmann::json::parse(read_file(prefix + ".json"));
   } catch (const nlohmann::json::exception& err) {
-    throw IOError(fmt::format("export: {}.json is not JSON: {}", prefix, err.what()));
+    throw IOError(fmt::format("{}.json is not JSON: {}", prefix, err.what()));
   }
   models::Seq2SeqConfig config = models::Seq2SeqConfig::from_json(j.at("config").at("model"));
   Exportable e{std::make_unique<models::Seq2Seq>(config), std::nullopt};
@@ -82,7 +82,7 @@ void write_reference(const models::Seq2Seq& model, const std::string& inputs, co
   NoGradGuard no_grad;
   TensorFile in = load_tensors(inputs);
   for (const char* name : {"src", "src_lengths", "tgt"})
-    SG_CHECK_VALUE(in.tensors.count(name), "export: --reference-inputs {} has no tensor '{}'", inputs, name);
+    SG_CHECK_VALUE(in.tensors.count(name), "--reference-inputs {} has no tensor '{}'", inputs, name);
   const Tensor &src = in.tensors.at("src"), &lengths = in.tensors.at("src_lengths"), &tgt = in.tensors.at("tgt");
   models::Encoder::Output enc = model.encoder(src, lengths);
   models::AttnDecoder::Memory memory = model.decoder.prepare(enc.outputs, lengths);
@@ -99,7 +99,7 @@ void write_reference(const models::Seq2Seq& model, const std::string& inputs, co
 void write_export(const std::string& dir, const onnx::Graphs& graphs, const nlohmann::json& translator) {
   std::error_code error;
   fs::create_directories(dir, error);
-  SG_CHECK_IO(!error && fs::is_directory(dir), "export: cannot create the output folder {}: {}", dir,
+  SG_CHECK_IO(!error && fs::is_directory(dir), "cannot create the output folder {}: {}", dir,
               error ? error.message() : "a file of that name exists");
   // Each file is written under a temporary name and renamed (core/fileio.h): a failure leaves the
   // previous file or none, never a partial one. Everything was built and checked before this.
@@ -126,11 +126,11 @@ int export_main(int argc, char** argv) {
       .hidden_option("reference-inputs", "file", "src, src_lengths, tgt to run seqgrad on")
       .hidden_option("reference-outputs", "file", "where seqgrad's outputs for --reference-inputs go");
   if (!a.parse(argc, argv)) return 0;
-  SG_CHECK_VALUE(a.has("out"), "export: --out DIR is required (the folder for the .onnx files)");
+  SG_CHECK_VALUE(a.has("out"), "--out DIR is required (the folder for the .onnx files)");
   const int64_t opset = a.get_int("opset");
   SG_CHECK_VALUE(opset >= onnx::kMinOpset && opset <= onnx::kMaxOpset,
-                 "export: --opset {} is not supported (supported: {} to {})", opset, onnx::kMinOpset, onnx::kMaxOpset);
-  SG_CHECK_VALUE(onnx::onnx_available(), "export: this build of seqgrad lacks ONNX support (install libonnx-dev and "
+                 "--opset {} is not supported (supported: {} to {})", opset, onnx::kMinOpset, onnx::kMaxOpset);
+  SG_CHECK_VALUE(onnx::onnx_available(), "this build of seqgrad lacks ONNX support (install libonnx-dev and "
                  "libprotobuf-dev, then reconfigure with -Donnx=enabled)");
   Exportable e = a.has("bench-data") ? load_bench_model(a.get("bench-data")) : load_checkpoint_model(a.get("checkpoint"));
   onnx::Graphs graphs = onnx::export_graphs(*e.model, {.opset = opset});

@@ -39,7 +39,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "examples", "onnx"))
 import translate as onnx_translate  # noqa: E402  (examples/onnx/translate.py)
 
-TINY = ["--preset", "d2l", "--subset", "64", "--epochs", "1", "--embed", "12", "--hidden", "16", "--threads", "1",
+TINY = ["--subset", "64", "--epochs", "1", "--embed", "12", "--hidden", "16", "--threads", "1",
         "--quiet"]
 RTOL = 1e-5
 
@@ -75,13 +75,13 @@ class Base(unittest.TestCase):
         self.assertRegex(proc.stderr, pattern, msg)
         self.assertNotIn("internal error", proc.stderr, msg)
 
-    def checkpoint(self, attention, layers):
-        """A tiny model trained for one epoch (shared between tests)."""
-        key = (attention, layers)
+    def checkpoint(self, attention, layers, preset="d2l"):
+        """A tiny model of the preset (d2l: no deep output) trained for one epoch (shared between tests)."""
+        key = (attention, layers, preset)
         if key not in Base.checkpoints:
-            out = self.path(f"train_{attention}_{layers}")
-            self.assertOk(run("train", *TINY, "--attention", attention, "--layers", str(layers), "--data-dir", DATA,
-                              "--out", out))
+            out = self.path(f"train_{attention}_{layers}_{preset}")
+            self.assertOk(run("train", "--preset", preset, *TINY, "--attention", attention, "--layers", str(layers),
+                              "--data-dir", DATA, "--out", out))
             Base.checkpoints[key] = os.path.join(out, "best.safetensors")
         return Base.checkpoints[key]
 
@@ -116,7 +116,8 @@ def random_inputs(rng, batch, src_len, tgt_len, vocab_src, vocab_tgt):
 
 class Parity(Base):
     """Each graph's outputs equal seqgrad's: two batch sizes, two source/target lengths, padded
-    sources, every attention kind, 1 and 2 layers."""
+    sources, every attention kind, 1 and 2 layers, every preset (d2l without deep output, default
+    and seed with it; E and H made tiny)."""
     SHAPES = [(2, 5, 3), (5, 9, 7)]  # (batch, source length, target length)
 
     def assertClose(self, got, want, name):
@@ -125,9 +126,9 @@ class Parity(Base):
         err = float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64))))
         self.assertLessEqual(err, RTOL * max(scale, 1e-30), f"{name}: max error {err:.3g} vs scale {scale:.3g}")
 
-    def check_kind(self, attention, layers, opset="13"):
-        ckpt = self.checkpoint(attention, layers)
-        folder = self.export(ckpt, self.path(f"export_{attention}_{layers}_{opset}"), "--opset", opset)
+    def check_kind(self, attention, layers, opset="13", preset="d2l"):
+        ckpt = self.checkpoint(attention, layers, preset)
+        folder = self.export(ckpt, self.path(f"export_{attention}_{layers}_{opset}_{preset}"), "--opset", opset)
         with open(os.path.join(folder, "translator.json")) as f:
             model = json.load(f)["model"]
         rng = np.random.default_rng(layers * 10 + len(attention))
@@ -174,9 +175,15 @@ class Parity(Base):
     def test_hybrid_2_layers(self):
         self.check_kind("hybrid", 2)
 
+    def test_default_preset_deep_output(self):  # logits from [state; context; embedding]
+        self.check_kind("additive", 1, preset="default")
+
+    def test_seed_preset_deep_output_2_layers(self):
+        self.check_kind("hybrid", 2, preset="seed")
+
     def test_opset_17(self):
         self.check_kind("additive", 2, opset="17")
-        with open(self.path("export_additive_2_17", "model.onnx"), "rb") as f:
+        with open(self.path("export_additive_2_17_d2l", "model.onnx"), "rb") as f:
             self.assertEqual(onnx.load_model_from_string(f.read()).opset_import[0].version, 17)
 
 
@@ -201,6 +208,37 @@ class Greedy(Base):
         mismatches = [(i, s, w, g) for i, (s, w, g) in enumerate(zip(sentences, want, got)) if w != g]
         self.assertEqual(mismatches, [], "sentences translated differently (index, source, seqgrad, onnxruntime)")
         self.assertGreater(len(set(got)), 100, "a degenerate model: too few distinct translations")
+
+
+class Tokenizer(unittest.TestCase):
+    """examples/onnx/translate.py tokenizes as models/text/tokenizer.cpp: the expected tokens are
+    tests/test_models_text.cpp's."""
+
+    def test_tokenize(self):
+        t = onnx_translate.tokenize
+        self.assertEqual(t("« Bonjour », dit-il… “Oui” — ¿Qué? ¡Sí!"),
+                         ["«", "bonjour", "»", ",", "dit-il", "…", "“", "oui", "”", "—", "¿", "qué", "?", "¡", "sí", "!"])
+        self.assertEqual(t("It costs $3.50 (i.e. 1,000 units) at 10:30... U.S. 5-4"),
+                         ["it", "costs", "$", "3.50", "(", "i.e", ".", "1,000", "units", ")", "at", "10:30", "...",
+                          "u.s", ".", "5-4"])
+        self.assertEqual(t("A T-Shirt", lowercase=False), ["A", "T-Shirt"])
+        self.assertEqual(t("l'homme d’aujourd'hui"), ["l'", "homme", "d'", "aujourd'", "hui"])
+        self.assertEqual(t("the man's dog", apostrophe="attach_right"), ["the", "man", "'s", "dog"])
+        self.assertEqual(t("l’homme", apostrophe="keep"), ["l'homme"])
+        self.assertEqual(t("'quoted'"), ["'", "quoted", "'"])
+        self.assertEqual(t(" \t "), [])
+        self.assertEqual(t("Cours\u202F!"), ["cours", "!"])
+        self.assertEqual(t("Qui\u00A0?"), ["qui", "?"])
+        self.assertEqual(t("@@"), ["@", "@"])
+        self.assertEqual(t("Žena,\u200b\u200bkterá"), ["žena", ",", "která"])
+
+    def test_detokenize(self):
+        d, t = onnx_translate.detokenize, onnx_translate.tokenize
+        self.assertEqual(d(t("A dog, a cat (and a bird) run!")), "a dog, a cat (and a bird) run!")
+        self.assertEqual(d(["\"", "zwei", "hunde", ".", "\"", "sagt", "er"]), "\"zwei hunde.\" sagt er")
+        self.assertEqual(d(["l'", "homme", "«", "parle", "»", "?"]), "l'homme «parle»?")
+        self.assertEqual(d(["the", "man", "'s", "dog", "..."]), "the man's dog...")
+        self.assertEqual(d([]), "")
 
 
 class BadInput(Base):

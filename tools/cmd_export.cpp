@@ -128,10 +128,10 @@ int export_main(int argc, char** argv) {
   if (!a.parse(argc, argv)) return 0;
   SG_CHECK_VALUE(a.has("out"), "--out DIR is required (the folder for the .onnx files)");
   const int64_t opset = a.get_int("opset");
-  SG_CHECK_VALUE(opset >= onnx::kMinOpset && opset <= onnx::kMaxOpset,
-                 "--opset {} is not supported (supported: {} to {})", opset, onnx::kMinOpset, onnx::kMaxOpset);
-  SG_CHECK_VALUE(onnx::onnx_available(), "this build of seqgrad lacks ONNX support (install libonnx-dev and "
-                 "libprotobuf-dev, then reconfigure with -Donnx=enabled)");
+  onnx::check_options({.opset = opset});  // before loading anything
+  SG_CHECK_VALUE(a.has("reference-inputs") == a.has("reference-outputs"),
+                 "--reference-inputs and --reference-outputs go together");
+  SG_CHECK(onnx::onnx_available(), "{}", onnx::kNoOnnxSupport);
   Exportable e = a.has("bench-data") ? load_bench_model(a.get("bench-data")) : load_checkpoint_model(a.get("checkpoint"));
   onnx::Graphs graphs = onnx::export_graphs(*e.model, {.opset = opset});
   write_export(a.get("out"), graphs, translator_json(*e.model, e.info ? &*e.info : nullptr, opset));

@@ -6,6 +6,7 @@
 #include <initializer_list>
 #include <limits>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include <onnx/checker.h>
@@ -103,22 +104,20 @@ class Builder {
   // Adds a node and returns its output names (`outputs` of them).
   std::vector<std::string> ops(const std::string& type, const std::vector<std::string>& inputs,
                                std::initializer_list<pb::AttributeProto> attrs, int outputs) {
-    pb::NodeProto* n = graph_->add_node();
-    n->set_op_type(type);
-    n->set_name(fresh(type));
-    for (const std::string& in : inputs) n->add_input(in);
+    std::string name = fresh(type);
     std::vector<std::string> names;
-    for (int i = 0; i < outputs; ++i) names.push_back(n->name() + (outputs > 1 ? fmt::format(":{}", i) : ""));
-    for (const std::string& out : names) n->add_output(out);
-    for (const pb::AttributeProto& a : attrs) *n->add_attribute() = a;
+    for (int i = 0; i < outputs; ++i) names.push_back(outputs > 1 ? fmt::format("{}:{}", name, i) : name);
+    add_node(name, type, inputs, attrs, names);
     return names;
   }
   std::string op(const std::string& type, const std::vector<std::string>& inputs,
                  std::initializer_list<pb::AttributeProto> attrs = {}) {
     return ops(type, inputs, attrs, 1)[0];
   }
-  // Gives the value `value` the name `name` (a graph output).
-  void rename_output(const std::string& value, const std::string& name) { op_named("Identity", {value}, name); }
+  // Gives `value` the name `name` (for a graph's outputs).
+  void rename_output(const std::string& value, const std::string& name) {
+    add_node(fresh("Identity"), "Identity", {value}, {}, {name});
+  }
 
   // A weight, added once to the top-level graph under `name`.
   std::string weight(const std::string& name, const Tensor& t) {
@@ -126,42 +125,35 @@ class Builder {
     return name;
   }
   std::string ints(const std::vector<int64_t>& values) {
-    std::string name = fresh("ints");
-    *top_->add_initializer() =
-        constant_tensor(name, pb::TensorProto::INT64, values, {static_cast<int64_t>(values.size())});
-    return name;
+    return constant(pb::TensorProto::INT64, values, {static_cast<int64_t>(values.size())});
   }
-  std::string scalar_i64(int64_t value) {
-    std::string name = fresh("i64");
-    *top_->add_initializer() = constant_tensor(name, pb::TensorProto::INT64, std::vector<int64_t>{value}, {});
-    return name;
-  }
-  std::string scalar_f32(float value) {
-    std::string name = fresh("f32");
-    *top_->add_initializer() = constant_tensor(name, pb::TensorProto::FLOAT, std::vector<float>{value}, {});
-    return name;
-  }
+  std::string scalar_i64(int64_t value) { return constant(pb::TensorProto::INT64, std::vector<int64_t>{value}, {}); }
+  std::string scalar_f32(float value) { return constant(pb::TensorProto::FLOAT, std::vector<float>{value}, {}); }
 
-  // Builds nodes into `sub` (a Scan body) until the returned guard ends.
+  // Builds nodes into `sub` (a Scan body) while the returned guard lives.
   struct Scope {
     Builder& b;
     pb::GraphProto* previous;
     ~Scope() { b.graph_ = previous; }
   };
-  Scope enter(pb::GraphProto* sub) {
-    Scope s{*this, graph_};
-    graph_ = sub;
-    return s;
-  }
+  Scope enter(pb::GraphProto* sub) { return Scope{*this, std::exchange(graph_, sub)}; }  // prvalue: no copy
 
  private:
   std::string fresh(const std::string& stem) { return fmt::format("{}_{}", stem, counter_++); }
-  void op_named(const std::string& type, const std::vector<std::string>& inputs, const std::string& output) {
+  void add_node(const std::string& name, const std::string& type, const std::vector<std::string>& inputs,
+                std::initializer_list<pb::AttributeProto> attrs, const std::vector<std::string>& outputs) {
     pb::NodeProto* n = graph_->add_node();
+    n->set_name(name);
     n->set_op_type(type);
-    n->set_name(fresh(type));
     for (const std::string& in : inputs) n->add_input(in);
-    n->add_output(output);
+    for (const std::string& out : outputs) n->add_output(out);
+    for (const pb::AttributeProto& a : attrs) *n->add_attribute() = a;
+  }
+  template <typename T>
+  std::string constant(int data_type, const std::vector<T>& values, const std::vector<int64_t>& dims) {
+    std::string name = fresh("const");
+    *top_->add_initializer() = constant_tensor(name, data_type, values, dims);
+    return name;
   }
 
   pb::GraphProto* top_;
@@ -436,8 +428,7 @@ std::string build_model(const models::Seq2Seq& model, const ExportOptions& optio
 bool onnx_available() { return true; }
 
 Graphs export_graphs(const models::Seq2Seq& model, const ExportOptions& options) {
-  SG_CHECK_VALUE(options.opset >= kMinOpset && options.opset <= kMaxOpset,
-                 "onnx export: opset {} is not supported (supported: {} to {})", options.opset, kMinOpset, kMaxOpset);
+  check_options(options);
   NoGradGuard no_grad;
   return {build_model(model, options), build_encoder(model, options), build_decoder_step(model, options)};
 }

@@ -31,17 +31,26 @@ constexpr int64_t kMinOpset = 13, kMaxOpset = 17;  // the ops used here have one
 struct ExportOptions {
   int64_t opset = kDefaultOpset;  // in [kMinOpset, kMaxOpset]
 };
+// Throws ValueError naming the supported range for an opset outside [kMinOpset, kMaxOpset].
+inline void check_options(const ExportOptions& options) {
+  SG_CHECK_VALUE(options.opset >= kMinOpset && options.opset <= kMaxOpset,
+                 "ONNX opset {} is not supported (supported: {} to {})", options.opset, kMinOpset, kMaxOpset);
+}
 
 // The serialized ModelProto of each graph; each passed the ONNX checker and strict shape inference.
 struct Graphs {
   std::string model, encoder, decoder_step;
 };
 
-// True when this build has the ONNX libraries (meson option onnx); else export_graphs throws.
+// True when this build has the ONNX libraries (meson option onnx); else export_graphs throws
+// Error(kNoOnnxSupport).
 bool onnx_available();
+constexpr const char* kNoOnnxSupport =
+    "this build of seqgrad lacks ONNX support (install libonnx-dev and libprotobuf-dev, then reconfigure with "
+    "meson setup --reconfigure -Donnx=enabled)";
 
 // Builds and checks the three graphs from the model's weights (on any device; copied to the host).
-// Throws ValueError for an opset outside [kMinOpset, kMaxOpset], Error when the checker rejects a
+// Throws ValueError for a bad option (check_options), Error when the checker rejects a
 // graph (a bug in the exporter: the message names the graph and the checker's complaint).
 Graphs export_graphs(const models::Seq2Seq& model, const ExportOptions& options = {});
 

@@ -6,8 +6,7 @@ namespace seqgrad::tools::onnx {
 bool onnx_available() { return false; }
 
 Graphs export_graphs(const models::Seq2Seq&, const ExportOptions&) {
-  throw Error("this build of seqgrad lacks ONNX support: install libonnx-dev and libprotobuf-dev, then "
-              "reconfigure with meson setup --reconfigure -Donnx=enabled");
+  throw Error(kNoOnnxSupport);
 }
 
 }  // namespace seqgrad::tools::onnx

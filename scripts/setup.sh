@@ -26,6 +26,10 @@ for mod in safetensors sacrebleu onnxruntime onnx; do
   /usr/bin/python3 -c "import $mod" 2>/dev/null ||
     /usr/bin/python3 -m pip install -q --break-system-packages "$mod" "numpy<2" >/dev/null
 done
+# ... and where an earlier install brought numpy 2 (torch.from_numpy then says "Numpy is not
+# available"), go back to numpy 1.x and the ml_dtypes that supports it.
+/usr/bin/python3 -c "import numpy, sys; sys.exit(int(numpy.__version__.split('.')[0]) >= 2)" ||
+  /usr/bin/python3 -m pip install -q --break-system-packages "numpy<2" "ml_dtypes<0.6" >/dev/null
 
 if [ ! -f "$build/build.ninja" ]; then
   meson setup "$build" --buildtype=release "$@" >/dev/null

@@ -45,7 +45,8 @@ T field(const nlohmann::json& j, const char* name, const std::string& path, std:
   bool ok = std::is_floating_point_v<T> ? v.is_number() : std::is_unsigned_v<T> ? v.is_number_unsigned()
                                                                                  : v.is_number_integer();
   SG_CHECK_IO(ok, "checkpoint {}: train_state.{} must be {}, got {}", path, name,
-              std::is_floating_point_v<T> ? "a number" : "an integer", v.dump());
+              std::is_floating_point_v<T> ? "a number" : std::is_unsigned_v<T> ? "an integer >= 0" : "an integer",
+              v.dump());
   return v.get<T>();
 }
 
@@ -146,7 +147,7 @@ Tensor Trainer::loss(const TensorBatch& b) {
 
 void Trainer::diverged(const char* what, double value, const std::string& why) {
   default_generator().set_offset(rng_before_step_);  // a run resumed from this state replays the step
-  throw DivergenceError(fmt::format("{} is {} at epoch {} batch {} (step {}){}; stopped before the update", what,
+  throw DivergenceError(fmt::format("{} is {:.6g} at epoch {} batch {} (step {}){}; stopped before the update", what,
                                     std::isnan(value) ? std::fabs(value) : value,  // "nan", whatever its sign bit
                                     state_.epoch + 1, state_.batch + 1, state_.step + 1, why));
 }
@@ -202,17 +203,15 @@ EpochResult Trainer::train_epoch(const text::EncodedCorpus& train, const AfterSt
                  "{}: train_state.batch = {} is past the {} batches of epoch {}", resumed_from_, state_.batch,
                  batches.size(), state_.epoch + 1);
   auto start = Clock::now();
-  EpochResult result;
-  while (state_.batch < static_cast<int64_t>(batches.size())) {
+  bool stopped = false;  // a stop after the last batch still leaves the epoch open: resuming ends it
+  while (!stopped && state_.batch < static_cast<int64_t>(batches.size())) {
     auto step_start = Clock::now();
     StepResult r = train_step(to_tensors(batches[state_.batch], device_));
     r.seconds = seconds_since(step_start);
-    if (after_step && !after_step(r)) break;
+    stopped = after_step && !after_step(r);
   }
-  result.loss = state_.epoch_loss();
-  result.skipped = state_.epoch_skipped;
-  result.seconds = seconds_since(start);
-  result.completed = state_.batch == static_cast<int64_t>(batches.size());
+  EpochResult result{.completed = !stopped, .loss = state_.epoch_loss(), .skipped = state_.epoch_skipped,
+                     .seconds = seconds_since(start)};
   if (result.completed) {
     scheduler_.step();
     state_.epoch += 1;

@@ -274,8 +274,12 @@ class Divergence(Base):
                 self.assertEqual(json.loads(header["__metadata__"]["train_state"])["step"], 1)
                 self.assertFalse(os.path.exists(os.path.join(out, "metrics.jsonl")))
 
-    def test_a_normal_learning_rate_is_not_stopped(self):
-        self.assertOk(self.train(self.out("lr_normal"), "--epochs", "1", "--lr", "0.01"))
+    def test_a_diverged_run_can_be_retried_in_its_folder(self):
+        out = self.out("retry")
+        self.assertFails(self.train(out, "--epochs", "1", "--lr", "100"), r"training diverged")
+        # nan.safetensors alone is no run to protect: a normal learning rate trains there, unstopped
+        self.assertOk(self.train(out, "--epochs", "1", "--lr", "0.01"))
+        self.assertFalse(os.path.exists(os.path.join(out, "nan.safetensors")))
 
 
 # ---- bench --json ------------------------------------------------------------------------------

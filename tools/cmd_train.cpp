@@ -65,9 +65,15 @@ Args train_args() {
               "mixed precision: off | bf16 | fp16: forward pass, loss and evaluations\n"
               "                             under autocast (16-bit GEMM operands, float32 weights);\n"
               "                             fp16 adds loss scaling (GradScaler)", "off")
-      .option("force", "", "start a new run in an --out folder that holds one, deleting its checkpoints and metrics")
-      .option("quiet", "", "no progress on stderr (a bar on a terminal, else a line every 10% of an epoch)");
-  // Test hooks (tests/test_tools_cli.py), left out of --help:
+      .option("force", "",
+              "start a new run in an --out folder that holds one, deleting its\n"
+              "                             checkpoints and metrics")
+      .option("quiet", "",
+              "no progress on stderr (else a bar on a terminal, and a plain line per\n"
+              "                             10% of an epoch in a log)");
+  // Test hooks (tests/test_tools_cli.py, tests/test_tools_train.py), left out of --help; they live
+  // here, outside models::Trainer: --stop-after-steps in the after-step callback, --nan-at-step in
+  // a Trainer subclass (NanAtStep below).
   a.hidden_option("stop-after-steps", "n", "behave exactly like Ctrl-C once the step counter reaches n")
       .hidden_option("nan-at-step", "n", "make the loss of step n (1-based) NaN, to test the non-finite stop")
       .hidden_option("init-loss-scale", "x", "--amp fp16's initial loss scale (default 65536); a huge one forces "
@@ -246,7 +252,7 @@ std::optional<int64_t> hook_step(const Args& a, const char* name) {
   return a.get_int(name);
 }
 
-// --resume and --force decide what happens to a run folder that holds a run.
+// A new run's folder: one that holds a run is refused unless --force deletes that run.
 void check_run_folder(const std::string& out_dir, bool force) {
   std::string held;
   for (const char* name : {"last.safetensors", "best.safetensors", "metrics.jsonl"})
@@ -254,11 +260,11 @@ void check_run_folder(const std::string& out_dir, bool force) {
   SG_CHECK_VALUE(force || held.empty(),
                  "the run folder {} already holds a run ({}); pass --resume to continue it, --force to delete it "
                  "and start over, or choose another --out", out_dir, held);
-  if (force) {
-    for (const char* name : {"last.safetensors", "best.safetensors", "metrics.jsonl", "nan.safetensors"})
-      std::filesystem::remove(out_dir + "/" + name);
-    if (!held.empty()) fmt::print("note: --force: deleted the previous run's checkpoints and metrics in {}\n", out_dir);
-  }
+  // nan.safetensors alone is what a run that diverged before its first epoch leaves: a new run
+  // (with another --lr, say) replaces it without --force.
+  for (const char* name : {"last.safetensors", "best.safetensors", "metrics.jsonl", "nan.safetensors"})
+    std::filesystem::remove(out_dir + "/" + name);
+  if (!held.empty()) fmt::print("note: --force: deleted the previous run's checkpoints and metrics in {}\n", out_dir);
 }
 
 }  // namespace

@@ -92,7 +92,7 @@ TEST_CASE("trainer: a step is forward, label-smoothed loss, backward, clip and A
   CHECK(s.epoch_loss() == doctest::Approx(r.loss).epsilon(1e-15));
 }
 
-TEST_CASE("trainer: forward_backward then optimizer_step is train_step, with a hook point between") {
+TEST_CASE("trainer: forward_backward then optimizer_step is train_step; after_backward sits between") {
   Toy toy;
   Trainer whole(toy.config, toy.src_vocab, toy.tgt_vocab);
   uint64_t offset = default_generator().offset();
@@ -107,16 +107,24 @@ TEST_CASE("trainer: forward_backward then optimizer_step is train_step, with a h
   CHECK(a.grad_norm == b.grad_norm);
   check_same_parameters(whole, split);
 
-  // Between the halves the gradients are final and may be changed (a data-parallel all-reduce
-  // averages them there): zeroed, Adam's first step moves nothing.
-  Trainer hooked(toy.config, toy.src_vocab, toy.tgt_vocab);
+  // Between the halves the gradients are final and may be changed: a data-parallel trainer
+  // averages them across ranks in after_backward. Zeroed there, Adam's first step moves nothing.
+  struct ZeroingTrainer : Trainer {
+    using Trainer::Trainer;
+    int calls = 0;
+    void after_backward() override {
+      ++calls;
+      for (Tensor& p : model().parameters())
+        if (p.grad().defined()) p.grad().zero_();
+    }
+  };
+  ZeroingTrainer hooked(toy.config, toy.src_vocab, toy.tgt_vocab);
   std::vector<std::vector<float>> before;
   for (Tensor& p : hooked.model().parameters()) before.push_back(p.to_vector<float>());
-  models::StepResult h = hooked.forward_backward(toy.batch());
-  for (Tensor& p : hooked.model().parameters())
-    if (p.grad().defined()) p.grad().zero_();
-  hooked.optimizer_step(h);
+  models::StepResult h = hooked.train_step(toy.batch());
+  CHECK(hooked.calls == 1);
   CHECK(h.grad_norm == 0);
+  CHECK(h.loss == a.loss);  // the forward pass was the same
   std::vector<Tensor> after = hooked.model().parameters();
   for (size_t i = 0; i < after.size(); ++i) CHECK(after[i].to_vector<float>() == before[i]);
 }

@@ -188,6 +188,7 @@ void Trainer::optimizer_step(StepResult& r) {
 
 StepResult Trainer::train_step(const TensorBatch& batch) {
   StepResult r = forward_backward(batch);
+  after_backward();
   optimizer_step(r);
   return r;
 }

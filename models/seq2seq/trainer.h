@@ -9,8 +9,9 @@
 //     trainer.save("last.safetensors");
 //   }
 //
-// A step is forward_backward(batch) then optimizer_step(): code that must run between the two
-// (an all-reduce of the gradients in data-parallel training) calls them itself.
+// A step is forward_backward(batch), after_backward(), optimizer_step(). A subclass changes what it
+// needs: loss() (another objective), after_backward() (a data-parallel trainer all-reduces the
+// gradients there), epoch_batches() (each rank's shard); or a program calls the parts itself.
 #pragma once
 #include <functional>
 #include <optional>
@@ -93,8 +94,8 @@ class Trainer {
   // The mean label-smoothed loss of a batch (forward only, under the config's autocast).
   // Virtual so that a program can change the objective (add a regulariser; a test injects a NaN).
   virtual Tensor loss(const TensorBatch& batch);
-  // One step: forward_backward, then optimizer_step. Throws DivergenceError before the update when
-  // the loss or gradient norm is not finite or the loss exploded.
+  // One step: forward_backward, after_backward, optimizer_step. Throws DivergenceError before the
+  // update when the loss or gradient norm is not finite or the loss exploded.
   StepResult train_step(const TensorBatch& batch);
   // The first half of a step: loss, backward; the gradients are unscaled (fp16) and ready to be
   // reduced. Advances nothing; throws DivergenceError for a bad loss.
@@ -102,6 +103,9 @@ class Trainer {
   // The second half: clip, Adam (or the GradScaler's step), and the state's counters. `result`
   // is forward_backward's, completed with the gradient norm and whether the step was skipped.
   void optimizer_step(StepResult& result);
+  // Between the two halves, with the gradients final (unscaled): nothing here; a data-parallel
+  // subclass averages them across ranks.
+  virtual void after_backward() {}
 
   // The current epoch's batches (shuffled with config.seed + epoch), from state().batch to the end,
   // each followed by after_step; it returns false to stop after that step (Ctrl-C). A completed
@@ -109,7 +113,7 @@ class Trainer {
   using AfterStep = std::function<bool(const StepResult&)>;
   EpochResult train_epoch(const text::EncodedCorpus& train, const AfterStep& after_step = {});
   // The batches of the current epoch (all of them, also those already done).
-  std::vector<text::Batch> epoch_batches(const text::EncodedCorpus& train) const;
+  virtual std::vector<text::Batch> epoch_batches(const text::EncodedCorpus& train) const;
 
   // evaluate() with this trainer's model and target vocabulary, under the config's autocast.
   Evaluation evaluate(const text::EncodedCorpus& corpus, const std::vector<text::TokenizedPair>& references,

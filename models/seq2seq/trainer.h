@@ -2,11 +2,11 @@
 // the epoch loop, evaluation (loss and BLEU) and checkpoints that resume a run exactly. It is the
 // worked example of a seqgrad training program: `seqgrad train`, `compare` and `bench` all use it.
 //
-//   models::Trainer trainer(config, src_vocab, tgt_vocab);   // seeded model, Adam, StepLR
-//   for (int64_t e = trainer.state().epoch; e < config.epochs; ++e) {
-//     trainer.train_epoch(train);                               // train_step on each batch
+//   models::Trainer trainer(config, src_vocab, tgt_vocab);  // seeded model, Adam, StepLR
+//   while (trainer.state().epoch < config.epochs) {
+//     models::EpochResult epoch = trainer.train_epoch(train);  // train_step on each batch
 //     models::Evaluation val = trainer.evaluate(valid, valid_pairs, {});
-//     trainer.save("last.safetensors");
+//     trainer.save("last.safetensors");                       // trainer.restore(...) resumes it
 //   }
 //
 // A step is forward_backward(batch), after_backward(), optimizer_step(). A subclass changes what it
@@ -14,7 +14,6 @@
 // gradients there), epoch_batches() (each rank's shard); or a program calls the parts itself.
 #pragma once
 #include <functional>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -150,8 +149,8 @@ class Trainer {
   optim::GradScaler scaler_;
   nn::CrossEntropyOptions loss_options_;
   TrainState state_;
-  uint64_t rng_before_step_ = 0;
-  std::string resumed_from_ = "train";  // names the checkpoint in errors about the restored state  // restored on divergence, so that resuming replays the bad step
+  uint64_t rng_before_step_ = 0;        // restored on divergence, so that resuming replays the bad step
+  std::string resumed_from_ = "train";  // names the checkpoint in errors about the restored state
 };
 
 // The GEMM precision of an amp mode ("off", "bf16", "fp16"); throws ValueError naming the value.

@@ -157,8 +157,8 @@ class RunFolder(Base):
 
     def test_two_concurrent_trainings_are_refused(self):
         out = self.out("concurrent")
-        first = subprocess.Popen([SEQGRAD, "train", *TINY, "--quiet", "--epochs", "3", "--data-dir", DATA, "--out", out],
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        first = subprocess.Popen([SEQGRAD, "train", *TINY, "--quiet", "--epochs", "3", "--data-dir", DATA,
+                                  "--out", out], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             for line in first.stdout:  # the model line comes after the lock is taken
                 if line.startswith("model:"):

@@ -285,7 +285,8 @@ int train_main(int argc, char** argv) {
   apply_threads_flag(args);
   const int64_t beam = args.get_int("beam");
   SG_CHECK_VALUE(beam >= 1, "--beam must be >= 1, got {}", beam);
-  const std::optional<int64_t> stop_after = hook_step(args, "stop-after-steps"), nan_at = hook_step(args, "nan-at-step");
+  const std::optional<int64_t> stop_after = hook_step(args, "stop-after-steps");
+  const std::optional<int64_t> nan_at = hook_step(args, "nan-at-step");
   SG_CHECK_VALUE(!(args.flag("resume") && args.flag("force")), "--resume and --force exclude each other (--resume "
                  "continues the run in --out, --force deletes it)");
   std::string out_dir = args.get("out") == "runs/<preset>" ? "runs/" + args.get("preset") : args.get("out");
@@ -378,7 +379,8 @@ int train_main(int argc, char** argv) {
     }
     if (!result.completed) return interrupt();
     progress.end_line();
-    progress.message(fmt::format("epoch {}/{}: validating on {} pairs...", epoch + 1, config.epochs, valid.pairs.size()));
+    progress.message(
+        fmt::format("epoch {}/{}: validating on {} pairs...", epoch + 1, config.epochs, valid.pairs.size()));
     models::Evaluation val = trainer->evaluate(valid, data.valid, {.beam_size = 1});
     std::string amp_note = trainer->scaler().is_enabled()
                                ? fmt::format(", {} skipped steps (inf/NaN fp16 gradients), loss scale {}",

@@ -195,7 +195,8 @@ StepResult Trainer::train_step(const TensorBatch& batch) {
 }
 
 std::vector<text::Batch> Trainer::epoch_batches(const text::EncodedCorpus& train) const {
-  return text::make_batches(train.pairs, {.batch_size = config_.batch_size, .seed = config_.seed + uint64_t(state_.epoch)});
+  const uint64_t seed = config_.seed + static_cast<uint64_t>(state_.epoch);  // new batches every epoch
+  return text::make_batches(train.pairs, {.batch_size = config_.batch_size, .seed = seed});
 }
 
 EpochResult Trainer::train_epoch(const text::EncodedCorpus& train, const AfterStep& after_step) {

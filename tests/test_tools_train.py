@@ -244,7 +244,9 @@ class ResumeState(Base):
                 ({"best_bleu": 1e300}, r"train_state.best_bleu = 1e\+300 must be in \[-1, 100\]"),
                 ({"rng_offset": -3}, r"train_state.rng_offset must be an integer >= 0, got -3"),
                 ({"batch": 100, "step": 200, "epoch": 0}, r"train_state.batch = 100 is past the 8 batches of epoch 1"),
-                ({"scheduler": None}, r"train_state has no scheduler state to resume from")]):
+                ({"scheduler": None}, r"train_state has no scheduler state to resume from"),
+                ({"scheduler": "garbage"}, r"train_state.scheduler: StepLR.load_state_dict: state is not valid JSON"),
+                ({"optimizer": 5}, r"train_state.optimizer: .*must be string, but is number")]):
             with self.subTest(changes=changes):
                 out = self.crafted(f"state{i}", **changes)
                 p = run("train", "--resume", "--out", out, "--threads", "1", "--quiet", "--epochs", "2")

@@ -249,26 +249,28 @@ void Trainer::restore(const LoadedCheckpoint& checkpoint, const std::string& pat
   const nlohmann::json& j = checkpoint.info.train_state;
   TrainState state = train_state_from_json(j, path);
   load_weights(model_, checkpoint, path);  // CPU tensors copied onto the model's device
-  auto text = [&](const char* name) {
-    SG_CHECK_IO(j.contains(name) && j[name].is_string(), "checkpoint {}: train_state has no {} state to resume from",
-                path, name);
-    return j[name].get<std::string>();
-  };
-  optim::OptimizerState os;
-  os.metadata = text("optimizer");
-  for (const auto& [name, t] : checkpoint.tensors)
-    if (name.rfind("optim.", 0) == 0) os.tensors[name.substr(6)] = t;
-  optimizer_.load_state_dict(os);
-  scheduler_.load_state_dict(text("scheduler"));
-  if (scaler_.is_enabled()) {
-    SG_CHECK_IO(j.contains("grad_scaler") && j["grad_scaler"].is_object(),
-                "checkpoint {}: train_state has no grad_scaler state (--amp fp16)", path);
+  // The optimizer's, scheduler's and scaler's own checks, with the checkpoint and the field named.
+  auto restoring = [&](const char* field, const auto& load) {
+    SG_CHECK_IO(j.contains(field), "checkpoint {}: train_state has no {} state to resume from", path, field);
     try {
-      scaler_.load_state_dict(j["grad_scaler"].get<std::map<std::string, double>>());
+      load(j[field]);
     } catch (const nlohmann::json::exception& e) {
-      throw IOError(fmt::format("checkpoint {}: train_state.grad_scaler: {}", path, e.what()));
+      throw IOError(fmt::format("checkpoint {}: train_state.{}: {}", path, field, e.what()));
+    } catch (const Error& e) {
+      throw IOError(fmt::format("checkpoint {}: train_state.{}: {}", path, field, e.what()));
     }
-  }
+  };
+  restoring("optimizer", [&](const nlohmann::json& metadata) {
+    optim::OptimizerState os{.metadata = metadata.get<std::string>()};
+    for (const auto& [name, t] : checkpoint.tensors)
+      if (name.rfind("optim.", 0) == 0) os.tensors[name.substr(6)] = t;
+    optimizer_.load_state_dict(os);
+  });
+  restoring("scheduler", [&](const nlohmann::json& s) { scheduler_.load_state_dict(s.get<std::string>()); });
+  if (scaler_.is_enabled())  // --amp fp16
+    restoring("grad_scaler", [&](const nlohmann::json& s) {
+      scaler_.load_state_dict(s.get<std::map<std::string, double>>());
+    });
   state_ = state;
   resumed_from_ = "checkpoint " + path;
   default_generator().set_offset(state_.rng_offset);

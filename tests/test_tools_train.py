@@ -184,6 +184,26 @@ class RunFolder(Base):
         self.assertEqual(sorted(n for n in os.listdir(out) if ".tmp." in n), ["notes.tmp.txt"])
 
 
+# ---- one validation of the training flags -------------------------------------------------------
+
+class Flags(Base):
+    def test_train_and_compare_validate_alike(self):
+        # tools/train_flags.cpp checks the flags both commands take, with the same messages
+        for flag, value, pattern in [("--lr", "-1", r"--lr must be positive, got -1"),
+                                     ("--lr", "inf", r"--lr expects a finite number, got 'inf'"),
+                                     ("--dropout", "1.5", r"--dropout must be in \[0, 1\), got 1.5"),
+                                     ("--hidden", "0", r"--embed 16, --hidden 0 and --layers 1 must be >= 1"),
+                                     ("--batch-size", "0", r"--batch-size must be >= 1, got 0"),
+                                     ("--max-tokens", "0", r"--max-tokens must be >= 1, got 0"),
+                                     ("--epochs", "0", r"--epochs must be >= 1, got 0"),
+                                     ("--seed", "-1", r"--seed must be >= 0, got -1")]:
+            for command in ["train", "compare"]:
+                with self.subTest(command=command, flag=flag, value=value):
+                    p = run(command, "--embed", "16", "--layers", "1", flag, value, "--threads", "1",
+                            "--data-dir", DATA, "--out", self.out("flags"))
+                    self.assertFails(p, rf"seqgrad {command}: error: " + pattern)
+
+
 # ---- logs and progress without a terminal ------------------------------------------------------
 
 class Logs(Base):

@@ -352,14 +352,6 @@ int train_main(int argc, char** argv) {
     fmt::print(stderr, "\ninterrupted {}: saved {} (continue with --resume)\n", where, last_path);
     return 130;
   };
-  // A diverged step: the state before it goes to nan.safetensors; last.safetensors stays the last
-  // good checkpoint.
-  auto stop_diverged = [&](const models::DivergenceError& e) {
-    trainer->save(nan_path);
-    std::string last = std::filesystem::exists(last_path) ? fmt::format("; the last good checkpoint is {}", last_path)
-                                                          : "";
-    throw ValueError(fmt::format("{} and saved the state that produced it to {}{}", e.what(), nan_path, last));
-  };
 
   // ---- the epochs: train, validate, log, keep the best and the last checkpoint
   Progress progress(args.flag("quiet"), config.epochs, static_cast<int64_t>(trainer->epoch_batches(train).size()));
@@ -374,8 +366,13 @@ int train_main(int argc, char** argv) {
     try {
       result = trainer->train_epoch(train, after_step);
     } catch (const models::DivergenceError& e) {
+      // The state before the diverged step goes to nan.safetensors; last.safetensors stays the last
+      // good checkpoint.
       progress.end_line();
-      stop_diverged(e);
+      trainer->save(nan_path);
+      std::string last = std::filesystem::exists(last_path) ? fmt::format("; the last good checkpoint is {}", last_path)
+                                                            : "";
+      throw ValueError(fmt::format("{} and saved the state that produced it to {}{}", e.what(), nan_path, last));
     }
     if (!result.completed) return interrupt();
     progress.end_line();

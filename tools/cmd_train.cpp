@@ -196,19 +196,19 @@ class Progress {
         run_start_(std::chrono::steady_clock::now()) {}
 
   void start_epoch(int64_t epoch) {
-    epoch_ = epoch, done_ = 0, epoch_start_ = std::chrono::steady_clock::now();
+    epoch_ = epoch, done_ = 0, tokens_ = 0, epoch_start_ = std::chrono::steady_clock::now();
   }
-  void step(const models::TrainState& s) {
-    ++done_, ++steps_;
+  // After each step: `s` is the state after it, `tokens` the step's target tokens.
+  void step(const models::TrainState& s, int64_t tokens) {
+    ++done_, ++steps_, tokens_ += tokens;
     if (quiet_) return;
     const int64_t i = s.batch;  // batches done in this epoch
     bool show = terminal_ ? (i - 1) % 10 == 0 || i == batches_ : i * 10 / batches_ != (i - 1) * 10 / batches_;
     if (!show) return;
     double epoch_elapsed = seconds_since(epoch_start_), run_elapsed = seconds_since(run_start_);
-    double tokens = static_cast<double>(s.epoch_tokens);
     int64_t run_left = epochs_ * batches_ - (epoch_ * batches_ + i);
     std::string line = fmt::format("epoch {}/{} batch {}/{} loss {:.3f} {:.0f} tok/s ETA {} (run {})", epoch_ + 1,
-                                   epochs_, i, batches_, s.epoch_loss(), tokens / epoch_elapsed,
+                                   epochs_, i, batches_, s.epoch_loss(), static_cast<double>(tokens_) / epoch_elapsed,
                                    duration(epoch_elapsed / done_ * (batches_ - i)),
                                    duration(run_elapsed / steps_ * run_left));
     fmt::print(stderr, "{}{}", terminal_ ? "\r" : "", line + (terminal_ ? "   " : "\n"));
@@ -226,7 +226,7 @@ class Progress {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
   }
   bool quiet_, terminal_;
-  int64_t epochs_, batches_, epoch_ = 0, done_ = 0, steps_ = 0;
+  int64_t epochs_, batches_, epoch_ = 0, done_ = 0, steps_ = 0, tokens_ = 0;  // done_, tokens_: this epoch
   std::chrono::steady_clock::time_point run_start_, epoch_start_;
 };
 
@@ -355,8 +355,8 @@ int train_main(int argc, char** argv) {
 
   // ---- the epochs: train, validate, log, keep the best and the last checkpoint
   Progress progress(args.flag("quiet"), config.epochs, static_cast<int64_t>(trainer->epoch_batches(train).size()));
-  auto after_step = [&](const models::StepResult&) {
-    progress.step(state);
+  auto after_step = [&](const models::StepResult& step) {
+    progress.step(state, step.tokens);
     return !interrupted && !(stop_after && state.step == *stop_after);
   };
   while (state.epoch < config.epochs) {

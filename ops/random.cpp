@@ -4,7 +4,6 @@
 
 namespace seqgrad {
 
-// A float mask of {0, 1 / p_keep} values, each kept with probability p_keep.
 Tensor bernoulli_mask(const Shape& shape, double p_keep, TensorOptions options) {
   Tensor u = Tensor::empty(shape, {.dtype = options.dtype, .device = options.device});
   Generator& gen = default_generator();
@@ -14,17 +13,47 @@ Tensor bernoulli_mask(const Shape& shape, double p_keep, TensorOptions options) 
   return where(keep, scale.expand(shape), zeros({}, {.dtype = options.dtype, .device = options.device}).expand(shape));
 }
 
-// dropout  y = x * mask, mask_i ∈ {0, 1/(1-p)}      dx = dy * mask (through mul)
-Tensor dropout(const Tensor& x, double p, bool training) {
+namespace {
+
+void check_dropout(const Tensor& x, double p) {
   detail::check_floating("dropout", x);
   SG_CHECK_VALUE(p >= 0 && p <= 1, "dropout: probability p = {} not in [0, 1]", p);
+}
+
+// y = x · mask with the mask drawn from `seed`'s counters at `offset` (Backend::dropout). The
+// gradient is the same draw applied to dy (dx = dy · mask): nothing is stored, and the backward is
+// this op again, so it is differentiable to any order.
+Tensor dropout_draw(const Tensor& x, double p_keep, uint64_t seed, uint64_t offset) {
+  Tensor y = detail::empty_like_shape(x.shape(), x);
+  const double scale = p_keep > 0 ? 1.0 / p_keep : 0.0;
+  if (y.numel() > 0) backend_for(x).dropout(x.detach().contiguous(), y, p_keep, scale, seed, offset);
+  return record("dropout", y, {x}, [p_keep, seed, offset](const Tensor& dy, Grads& g) {
+    g.add(0, dropout_draw(dy, p_keep, seed, offset));
+  });
+}
+
+}  // namespace
+
+// dropout  y = x * mask, mask_i ∈ {0, 1/(1-p)}      dx = dy * mask
+// One pass each way: the draw, the comparison and the scaling in one kernel (dropout_draw); its
+// twin dropout_composed draws the same numbers (the same generator counters) into a mask.
+Tensor dropout(const Tensor& x, double p, bool training) {
+  check_dropout(x, p);
+  if (!training || p == 0) return x;
+  Generator& gen = default_generator();
+  const uint64_t seed = gen.seed(), offset = gen.reserve(x.numel());
+  return dropout_draw(x, 1.0 - p, seed, offset);
+}
+
+Tensor dropout_composed(const Tensor& x, double p, bool training) {
+  check_dropout(x, p);
   if (!training || p == 0) return x;
   Tensor mask;
   {
     NoGradGuard no_grad;
     mask = bernoulli_mask(x.shape(), 1.0 - p, {.dtype = x.dtype(), .device = x.device()});
   }
-  return mul(x, mask);
+  return mul(x, mask);  // dx = dy * mask through mul
 }
 
 Tensor& Tensor::uniform_(double low, double high) {

@@ -491,11 +491,11 @@ TEST_CASE("cuda fused ops: gru_layer, additive_scores and cross_entropy forward 
         std::vector<Tensor> in{leaf({T, B, 3 * H}, 52), leaf({B, H}, 53), leaf({3 * H, H}, 54), leaf({3 * H}, 55),
                                masked ? valid : Tensor()};
         check_op(fmt::format("gru_layer {} reverse {} masked {}", dtype_name(t), dir == nn::Direction::reverse, masked),
-                 in, [&](const std::vector<Tensor>& a) { return nn::gru_layer(a[0], a[1], a[2], a[3], a[4], dir); });
+                 in, [&](const std::vector<Tensor>& a) { return gru_layer(a[0], a[1], a[2], a[3], a[4], dir); });
       }
     check_op(fmt::format("additive_scores {}", dtype_name(t)),
              {leaf({3, 4, 9}, 56), leaf({3, 7, 9}, 57), leaf({1, 9}, 58)},
-             [](const std::vector<Tensor>& a) { return nn::additive_scores(a[0], a[1], a[2]); });
+             [](const std::vector<Tensor>& a) { return additive_scores(a[0], a[1], a[2]); });
     Tensor targets = tensor({2, 0, 4, 4, 1, 0}, {2, 3}, {.dtype = DType::i64});
     for (nn::Reduction reduction : {nn::Reduction::mean, nn::Reduction::sum, nn::Reduction::none}) {
       std::vector<Tensor> in{leaf({2, 3, 5}, 59), targets};

@@ -16,7 +16,7 @@ NAME_OF = {np.dtype(t): name for name, t in NUMPY_OF.items()}
 def _as_numpy(t):
     """A torch tensor or numpy array as a contiguous little-endian numpy array."""
     a = t.detach().contiguous().cpu().numpy() if isinstance(t, torch.Tensor) else np.asarray(t)
-    return np.ascontiguousarray(a.astype(a.dtype.newbyteorder("<"), copy=False))
+    return np.array(a, dtype=a.dtype.newbyteorder("<"), order="C")  # ascontiguousarray would make 0-d 1-d
 
 
 def save_safetensors(path, tensors, metadata):

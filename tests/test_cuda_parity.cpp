@@ -371,6 +371,20 @@ TEST_CASE("cuda random: the same seed gives the same uniform values (bit for bit
   manual_seed(5);
   Tensor dev_mask = dropout(x.to(kCuda), 0.3);
   check_same(dev_mask, cpu_mask, kExact, "dropout mask");
+  // the fused mask-and-scale on values, in both precisions, and its backward (the same mask on dy)
+  for (DType t : {DType::f32, DType::f64}) {
+    Tensor v = randn({37, 29}, {.dtype = t});
+    Tensor v_cpu = v.detach().requires_grad_(), v_dev = v.to(kCuda).requires_grad_();
+    manual_seed(6);
+    Tensor cpu_y = dropout(v_cpu, 0.4);
+    manual_seed(6);
+    Tensor dev_y = dropout(v_dev, 0.4);
+    check_same(dev_y, cpu_y, kExact, fmt::format("dropout values {}", dtype_name(t)));
+    Tensor dy = randn({37, 29}, {.dtype = t});
+    cpu_y.backward(dy);
+    dev_y.backward(dy.to(kCuda));
+    check_same(v_dev.grad(), v_cpu.grad(), kExact, fmt::format("dropout gradient {}", dtype_name(t)));
+  }
 }
 
 // ---- the fused kernels (core/backend.h's optional ones): each kernel directly on CPU and device

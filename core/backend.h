@@ -42,8 +42,9 @@ class Backend {
   virtual void random_normal(const Tensor& out, double mean, double stddev, uint64_t seed,
                              uint64_t offset) = 0;
   // dropout's mask and scale in one pass (ops/random.cpp): out_i = x_i · (u_i < keep ? scale : 0),
-  // u_i element i of the stream random_uniform(out, 0, 1, seed, offset) draws (core/philox.h's
-  // dropout_factor); keep and scale rounded to the dtype. x and out contiguous, one floating dtype.
+  // or the mask itself, (u_i < keep ? scale : 0), when x is undefined; u_i is element i of the
+  // stream random_uniform(out, 0, 1, seed, offset) draws (core/philox.h's dropout_factor); keep
+  // and scale rounded to the dtype. x and out contiguous, one floating dtype.
   virtual void dropout(const Tensor& x, const Tensor& out, double keep, double scale, uint64_t seed,
                        uint64_t offset) = 0;
 

@@ -136,8 +136,8 @@ Tensor embedding(const Tensor& weight, const Tensor& ids, int64_t padding_idx = 
 
 // ---- randomness (ops/random.cpp), drawn from the seeded default generator
 // dropout  y = x * mask, mask_i = 1/(1-p) with probability 1 - p, else 0;  dx = dy * mask
-// Identity when training is false. Fused: one pass draws the mask and scales (Backend::dropout),
-// and the backward redraws the same mask from the same counters instead of storing it.
+// Identity when training is false. Fused: one pass draws the mask and scales (Backend::dropout);
+// under autograd it writes the mask, and y = x · mask and dx = dy · mask are one product each.
 // dropout_composed is its twin: bernoulli_mask times x, drawing the same numbers.
 Tensor dropout(const Tensor& x, double p, bool training = true);
 Tensor dropout_composed(const Tensor& x, double p, bool training = true);

@@ -20,23 +20,30 @@ void check_dropout(const Tensor& x, double p) {
   SG_CHECK_VALUE(p >= 0 && p <= 1, "dropout: probability p = {} not in [0, 1]", p);
 }
 
-// y = x · mask with the mask drawn from `seed`'s counters at `offset` (Backend::dropout). The
-// gradient is the same draw applied to dy (dx = dy · mask): nothing is stored, and the backward is
-// this op again, so it is differentiable to any order.
+// Backend::dropout draws the mask and scales in one pass. Without autograd that is all (y = x ·
+// mask, nothing stored); when recording, the same pass writes the mask itself (x undefined), which
+// the backward multiplies dy by: redrawing it there would cost a second Philox pass, the most
+// expensive part.
 Tensor dropout_draw(const Tensor& x, double p_keep, uint64_t seed, uint64_t offset) {
-  Tensor y = detail::empty_like_shape(x.shape(), x);
+  Backend& backend = backend_for(x);
   const double scale = p_keep > 0 ? 1.0 / p_keep : 0.0;
-  if (y.numel() > 0) backend_for(x).dropout(x.detach().contiguous(), y, p_keep, scale, seed, offset);
-  return record("dropout", y, {x}, [p_keep, seed, offset](const Tensor& dy, Grads& g) {
-    g.add(0, dropout_draw(dy, p_keep, seed, offset));
-  });
+  Tensor y = detail::empty_like_shape(x.shape(), x);  // as x
+  if (!GradMode::is_enabled() || !x.requires_grad()) {
+    if (y.numel() > 0) backend.dropout(x.contiguous(), y, p_keep, scale, seed, offset);
+    return y;
+  }
+  Tensor mask = detail::empty_like_shape(x.shape(), x);  // {0, scale}
+  if (mask.numel() > 0) backend.dropout(Tensor(), mask, p_keep, scale, seed, offset);
+  if (y.numel() > 0) backend.binary(BinaryOp::mul, x.detach(), mask, y);
+  return record("dropout", y, {x}, [mask](const Tensor& dy, Grads& g) { g.add(0, mul(dy, mask)); });
 }
 
 }  // namespace
 
 // dropout  y = x * mask, mask_i ∈ {0, 1/(1-p)}      dx = dy * mask
-// One pass each way: the draw, the comparison and the scaling in one kernel (dropout_draw); its
-// twin dropout_composed draws the same numbers (the same generator counters) into a mask.
+// The draw, the comparison and the scaling are one kernel (dropout_draw), where the composed twin
+// dropout_composed writes the uniforms, compares, selects and multiplies; both draw the same
+// numbers (the same generator counters), so they agree bit for bit.
 Tensor dropout(const Tensor& x, double p, bool training) {
   check_dropout(x, p);
   if (!training || p == 0) return x;

@@ -63,13 +63,18 @@ void CpuBackend::random_normal(const Tensor& out_in, double mean, double stddev,
   if (!out_in.is_contiguous()) copy(out, out_in);
 }
 
-// The draw of random_uniform(out, 0, 1, seed, offset), compared and scaled in the same pass.
+// The draw of random_uniform(out, 0, 1, seed, offset), compared and scaled in the same pass (the
+// mask itself when x is undefined).
 void CpuBackend::dropout(const Tensor& x, const Tensor& out, double keep, double scale, uint64_t seed,
                          uint64_t offset) {
   dispatch_floating(out.dtype(), "dropout", [&]<class T>() {
-    const T* px = x.data<T>();
     T* p = out.data<T>();
     const T keep_t = static_cast<T>(keep), scale_t = static_cast<T>(scale);
+    if (!x.defined()) {
+      for_each_uniform<T>(out.numel(), seed, offset, [&](int64_t i, T u) { p[i] = dropout_factor(u, keep_t, scale_t); });
+      return;
+    }
+    const T* px = x.data<T>();
     for_each_uniform<T>(out.numel(), seed, offset,
                         [&](int64_t i, T u) { p[i] = px[i] * dropout_factor(u, keep_t, scale_t); });
   });

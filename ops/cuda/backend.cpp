@@ -389,10 +389,12 @@ class CudaBackend final : public Backend {
                uint64_t offset) override {
     DeviceGuard guard(out.device().index);
     check_floating("dropout", out);
-    SG_CHECK(x.dtype() == out.dtype() && x.shape() == out.shape() && x.is_contiguous() && out.is_contiguous(),
-             "dropout: expected contiguous x and out of one shape and dtype; got {} {} and {} {}", x.dtype(),
-             x.shape(), out.dtype(), out.shape());
-    cuda::dropout(elem(out.dtype()), x.raw_data(), out.raw_data(), out.numel(), keep, scale, seed, offset);
+    SG_CHECK(out.is_contiguous() && (!x.defined() || (x.dtype() == out.dtype() && x.shape() == out.shape() &&
+                                                       x.is_contiguous())),
+             "dropout: expected contiguous x (or none) and out of one shape and dtype; got {} and {} {}",
+             x.defined() ? fmt::format("{} {}", x.dtype(), x.shape()) : "none", out.dtype(), out.shape());
+    cuda::dropout(elem(out.dtype()), x.defined() ? x.raw_data() : nullptr, out.raw_data(), out.numel(), keep, scale,
+                  seed, offset);
   }
 
  private:

@@ -25,7 +25,8 @@ __global__ void normal_kernel(T* out, int64_t n, double mean, double stddev, uin
 template <class T>
 __global__ void dropout_kernel(const T* x, T* out, int64_t n, T keep, T scale, uint64_t seed, uint64_t offset) {
   SG_GRID_STRIDE_LOOP(i, n) {
-    out[i] = x[i] * dropout_factor(uniform_at_as<T>(seed, offset, static_cast<uint64_t>(i)), keep, scale);
+    const T factor = dropout_factor(uniform_at_as<T>(seed, offset, static_cast<uint64_t>(i)), keep, scale);
+    out[i] = x ? x[i] * factor : factor;  // no x: the mask itself
   }
 }
 

@@ -322,7 +322,10 @@ void dropout(ElemType t, const void* x, void* out, int64_t n, double keep, doubl
   numeric(t, [&]<class T>() {
     if constexpr (std::is_floating_point_v<T>)
       for (int64_t i = 0; i < n; ++i)
-        ((T*)out)[i] = ((const T*)x)[i] * dropout_factor(uniform_at_as<T>(seed, offset, i), (T)keep, (T)scale);
+      {
+        const T factor = dropout_factor(uniform_at_as<T>(seed, offset, i), (T)keep, (T)scale);
+        ((T*)out)[i] = x ? ((const T*)x)[i] * factor : factor;
+      }
   });
 }
 

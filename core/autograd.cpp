@@ -6,18 +6,14 @@
 #include <atomic>
 #include <unordered_map>
 
+#include "core/ops_hooks.h"
+
 namespace seqgrad {
 namespace {
 
 thread_local bool grad_enabled = true;
 thread_local const char* current_backward_op = nullptr;
-autograd::AddFn add_function = nullptr;
-autograd::AddInplaceFn add_inplace_function = nullptr;
-
-Tensor add_grads(const Tensor& a, const Tensor& b) {
-  SG_CHECK(add_function != nullptr, "autograd: no add function registered (link the ops library)");
-  return add_function(a, b);
-}
+Tensor add_grads(const Tensor& a, const Tensor& b) { return ops_hooks("gradient accumulation").add(a, b); }
 
 // A gradient buffer nobody else can see: no other handle, no view of its storage, no history.
 bool exclusively_owned(const std::shared_ptr<TensorImpl>& t) {
@@ -32,9 +28,10 @@ void accumulate(Tensor& acc, const Tensor& g, bool create_graph) {
     acc = g;
     return;
   }
-  if (!create_graph && add_inplace_function && acc.shape() == g.shape() && acc.dtype() == g.dtype() &&
+  const auto add_inplace = ops_hooks("gradient accumulation").add_inplace;
+  if (!create_graph && add_inplace && acc.shape() == g.shape() && acc.dtype() == g.dtype() &&
       acc.impl() != g.impl() && exclusively_owned(acc.impl_ptr())) {
-    add_inplace_function(acc, g);
+    add_inplace(acc, g);
     return;
   }
   acc = add_grads(acc, g);
@@ -207,7 +204,7 @@ void accumulate_leaf(TensorImpl& leaf, Tensor g, bool create_graph) {
   if (!leaf.grad) {
     bool exclusive = g.impl_ptr().use_count() == 1 && g.impl()->storage.use_count() == 1 &&
                      g.is_contiguous();
-    leaf.grad = exclusive ? g.impl_ptr() : g.clone().impl_ptr();
+    leaf.grad = exclusive ? g.impl_ptr() : ops_hooks("gradient accumulation").clone(g).impl_ptr();
   } else {
     Tensor acc(std::move(leaf.grad));  // the leaf's reference moves into acc: use_count stays 1
     accumulate(acc, g, create_graph);
@@ -360,9 +357,6 @@ void Tensor::backward(const Tensor& grad, BackwardOptions options) const {
 }
 
 namespace autograd {
-
-void set_add_function(AddFn add) { add_function = add; }
-void set_add_inplace_function(AddInplaceFn add) { add_inplace_function = add; }
 
 void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs,
               BackwardOptions options) {

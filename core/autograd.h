@@ -144,12 +144,5 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
 void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs = {},
               BackwardOptions options = {});
 
-// Gradient accumulation needs a (differentiable) add, which ops/ provides at start-up.
-using AddFn = Tensor (*)(const Tensor&, const Tensor&);
-void set_add_function(AddFn add);
-// acc += g in place, for accumulators the engine owns exclusively (same shape and dtype).
-using AddInplaceFn = void (*)(const Tensor& acc, const Tensor& g);
-void set_add_inplace_function(AddInplaceFn add);
-
 }  // namespace autograd
 }  // namespace seqgrad

@@ -41,11 +41,17 @@ class Backend {
   virtual void random_uniform(const Tensor& out, double a, double b, uint64_t seed, uint64_t offset) = 0;
   virtual void random_normal(const Tensor& out, double mean, double stddev, uint64_t seed,
                              uint64_t offset) = 0;
+  // dropout's mask and scale in one pass (ops/random.cpp): out_i = x_i · (u_i < keep ? scale : 0),
+  // or the mask itself, (u_i < keep ? scale : 0), when x is undefined; u_i is element i of the
+  // stream random_uniform(out, 0, 1, seed, offset) draws (core/philox.h's dropout_factor); keep
+  // and scale rounded to the dtype. x and out contiguous, one floating dtype.
+  virtual void dropout(const Tensor& x, const Tensor& out, double keep, double scale, uint64_t seed,
+                       uint64_t offset) = 0;
 
   // ---- optional fused kernels: supports() says which this backend has; the others throw.
   // All tensors contiguous; the math and the op using each kernel are in the file named.
   virtual bool supports(FusedOp) const { return false; }
-  // GRU step (nn/rnn.cpp): xp, hp (B, 3H) the step's input and recurrent projections [r | z | n]
+  // GRU step (ops/gru.cpp): xp, hp (B, 3H) the step's input and recurrent projections [r | z | n]
   // (hp includes b_hh), h (B, H), valid (B,) bool or undefined (every row valid) -> h_next (B, H),
   // the new state or h where !valid; gates (B, 4H) = [r | z | n | hp_n] for the backward.
   virtual void gru_cell(const Tensor& xp, const Tensor& /*hp*/, const Tensor& /*h*/, const Tensor& /*valid*/,
@@ -59,7 +65,7 @@ class Backend {
                                  const Tensor& /*dhp*/, const Tensor& /*dh*/) {
     unsupported(FusedOp::gru_cell, gates);
   }
-  // Additive attention energies (nn/attention_additive.cpp): qp (B, Q, A), kp (B, K, A), w (A,)
+  // Additive attention energies (ops/additive_scores.cpp): qp (B, Q, A), kp (B, K, A), w (A,)
   //   -> scores (B, Q, K), s_bqk = Σ_a w_a tanh(qp_bqa + kp_bka)
   virtual void additive_scores(const Tensor& qp, const Tensor& /*kp*/, const Tensor& /*w*/, const Tensor& /*scores*/) {
     unsupported(FusedOp::additive_scores, qp);
@@ -70,7 +76,7 @@ class Backend {
                                         const Tensor& /*dw*/) {
     unsupported(FusedOp::additive_scores, qp);
   }
-  // Cross-entropy with label smoothing over rows (nn/loss.cpp): logits (N, C), targets (N,) int64
+  // Cross-entropy with label smoothing over rows (ops/loss.cpp): logits (N, C), targets (N,) int64
   //   -> loss (N,) = lse - (1 - eps) x_y - eps/C Σ_c x_c (0 where target == ignore_index), and
   //   lse (N,) = log Σ_c exp(x_c) for the backward.
   virtual void cross_entropy_rows(const Tensor& logits, const Tensor& /*targets*/, double /*eps*/,

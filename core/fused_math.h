@@ -1,7 +1,7 @@
 // The per-element arithmetic of the fused kernels (core/backend.h: GRU step, additive-attention
 // energies, label-smoothed cross-entropy, Adam), defined once for the CUDA kernels (ops/cuda/fused.cu),
 // their host emulation (tests/cuda_emulation) and, for Adam, the CPU loop (optim/optimizer.cpp).
-// The CPU's other fused kernels (ops/cpu/kernels.cpp) write the same formulas with their vectorised
+// The CPU's other fused kernels (ops/cpu/fused.cpp) write the same formulas with their vectorised
 // float32 exp/tanh (ops/cpu/vec_math.h); the derivations are next to the ops that use them.
 #pragma once
 #include <cmath>
@@ -13,7 +13,7 @@
 
 namespace seqgrad::math {
 
-// ---- GRU step (nn/rnn.cpp): pre-activations a_r = x_r + p_r, a_z = x_z + p_z, with p = W_hh h + b_hh
+// ---- GRU step (ops/gru.cpp): pre-activations a_r = x_r + p_r, a_z = x_z + p_z, with p = W_hh h + b_hh
 //   r = σ(a_r)   z = σ(a_z)   n = tanh(x_n + r · p_n)   h' = n + z (h - n)
 template <class T>
 struct GruGates {
@@ -45,7 +45,7 @@ SG_HOST_DEVICE inline GruGrads<T> gru_cell_grad(T g, T r, T z, T n, T pn, T h) {
   return {dar, daz, dan, dan * r, g * z};
 }
 
-// ---- additive energies (nn/attention_additive.cpp): s_bqk = Σ_a w_a tanh(qp_bqa + kp_bka).
+// ---- additive energies (ops/additive_scores.cpp): s_bqk = Σ_a w_a tanh(qp_bqa + kp_bka).
 // One term's backward for ds = ∂L/∂s_bqk, with f = tanh(qp + kp) recomputed:
 //   dqp_bqa += dz and dkp_bka += dz with dz = ds · w_a (1 - f²);  dw_a += ds · f
 template <class T>
@@ -64,7 +64,7 @@ SG_HOST_DEVICE inline AdditiveGrads<T> additive_term_grad(T ds, T q, T k, T w) {
   return {ds * w * (T(1) - f * f), ds * f};
 }
 
-// ---- cross-entropy with label smoothing ε over C classes (nn/loss.cpp), per row:
+// ---- cross-entropy with label smoothing ε over C classes (ops/loss.cpp), per row:
 //   lse = m + log Σ_c exp(x_c - m) with m = max x (0 when every logit is -inf: no inf - inf)
 //   loss = lse - (1 - ε) x_y - ε/C Σ_c x_c
 //   dx_c = dloss · (exp(x_c - lse) - ε/C) - [c == y] dloss · (1 - ε)

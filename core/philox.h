@@ -44,6 +44,19 @@ SG_HOST_DEVICE inline double uniform_at_f64(uint64_t seed, uint64_t first, uint6
   return static_cast<double>(bits >> 11) * (1.0 / 9007199254740992.0);  // 53 bits
 }
 
+// Element i in T's precision (float: 24 bits, double: 53 bits), as random_uniform draws it.
+template <class T>
+SG_HOST_DEVICE inline T uniform_at_as(uint64_t seed, uint64_t first, uint64_t i) {
+  if constexpr (sizeof(T) == sizeof(float)) return static_cast<T>(uniform_at(seed, first, i));
+  else return static_cast<T>(uniform_at_f64(seed, first, i));
+}
+
+// Dropout's factor for a uniform draw u: scale where u < keep (the element is kept), else 0.
+template <class T>
+SG_HOST_DEVICE inline T dropout_factor(T u, T keep, T scale) {
+  return u < keep ? scale : T(0);
+}
+
 // Box-Muller on the pair of words of the same counter, so element i needs one Philox call.
 SG_HOST_DEVICE inline double normal_at(uint64_t seed, uint64_t first, uint64_t i) {
   constexpr double kTwoPi = 6.283185307179586476925286766559;

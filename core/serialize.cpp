@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/ops_hooks.h"
 
 namespace seqgrad {
 namespace {
@@ -67,7 +68,7 @@ void gather_row_major(const Tensor& t, char* out) {
 
 safetensors::Entry to_entry(const Tensor& t_in) {
   SG_CHECK_VALUE(t_in.defined(), "to_entry: tensor is undefined");
-  const Tensor t = t_in.device().is_cpu() ? t_in : t_in.detach().cpu();  // device tensors: one copy over
+  const Tensor t = t_in.device().is_cpu() ? t_in : ops_hooks("to_entry").to_device(t_in.detach(), Device::cpu());  // one copy over
   safetensors::Entry entry;
   entry.dtype = safetensors_dtype(t.dtype());
   entry.shape = t.shape().vec();

@@ -8,6 +8,7 @@
 #include "core/allocator.h"
 #include "core/autograd.h"
 #include "core/device_memory.h"
+#include "core/ops_hooks.h"
 #include "core/rng.h"
 
 namespace seqgrad {
@@ -134,7 +135,7 @@ double Tensor::item() const {
 template <class T>
 std::vector<T> Tensor::to_vector() const {
   SG_CHECK(defined(), "to_vector: tensor is undefined");
-  Tensor t = device().is_cpu() ? *this : detach().cpu();
+  Tensor t = device().is_cpu() ? *this : ops_hooks("to_vector").to_device(detach(), Device::cpu());
   std::vector<T> out;
   out.reserve(t.numel());
   dispatch_all(t.dtype(), [&]<class S>() {
@@ -193,6 +194,20 @@ std::string to_string(const Tensor& t) {
   if (!t.device().is_cpu()) out += fmt::format(", device={}", t.device());
   if (t.requires_grad()) out += ", requires_grad=true";
   return out + ")";
+}
+
+// ---- the services of ops/ (core/ops_hooks.h)
+
+namespace {
+OpsHooks registered_hooks;
+}  // namespace
+
+void register_ops_hooks(const OpsHooks& hooks) { registered_hooks = hooks; }
+
+const OpsHooks& ops_hooks(const char* what) {
+  SG_CHECK(registered_hooks.add && registered_hooks.add_inplace && registered_hooks.clone && registered_hooks.to_device,
+           "core: {} needs the ops library (link seqgrad's ops, or libseqgrad)", what);
+  return registered_hooks;
 }
 
 // ---- factories (values are computed on the CPU; other devices get them by one copy)

@@ -160,7 +160,7 @@ void set_num_threads(int n) {
   std::lock_guard<std::mutex> lock(pool_mutex);
   if (n != num_threads) pool.reset();
   num_threads = n;
-  blas::set_num_threads(1);  // GEMMs are split across this pool (ops/cpu/kernels.cpp)
+  blas::set_num_threads(1);  // GEMMs are split across this pool (ops/cpu/gemm.cpp)
 }
 
 int get_num_threads() {

@@ -1,9 +1,6 @@
-// AdditiveAttention: composed from ops (linear, tanh, masked softmax, bmm); autograd supplies the
-// backward, whose formulas are written out in docs/attention.md.
+// AdditiveAttention: projections (Linear), the fused energies (ops' additive_scores), masked
+// softmax and a bmm; the backward's formulas are written out in docs/attention.md.
 #include "nn/attention_additive.h"
-
-#include "core/autograd.h"
-#include "core/backend.h"
 
 namespace seqgrad::nn {
 namespace {
@@ -18,56 +15,6 @@ const AdditiveAttention::Options& checked(const AdditiveAttention::Options& o, c
 }
 
 }  // namespace
-
-Tensor additive_scores_composed(const Tensor& projected_queries, const Tensor& projected_keys, const Tensor& w_v) {
-  // features: (B, Q, 1, A) + (B, 1, K, A) -> (B, Q, K, A)
-  Tensor features = tanh(add(projected_queries.unsqueeze(2), projected_keys.unsqueeze(1)));
-  return linear(features, w_v).squeeze(-1);  // (B, Q, K)
-}
-
-// One node with a fused kernel each way: the (B, Q, K, A) features are never stored (backward
-// recomputes tanh), and dqp, dkp, dw_v come out of one pass instead of a broadcast add's two
-// reductions, tanh's backward and a GEMV. Second order (create_graph) and backends without the
-// kernel go through additive_scores_composed.
-Tensor additive_scores(const Tensor& projected_queries, const Tensor& projected_keys, const Tensor& w_v) {
-  const Tensor &qp = projected_queries, &kp = projected_keys;
-  SG_CHECK_SHAPE(qp.ndim() == 3 && kp.ndim() == 3 && qp.size(0) == kp.size(0) && qp.size(2) == kp.size(2) &&
-                     w_v.ndim() == 2 && w_v.size(0) == 1 && w_v.size(1) == qp.size(2),
-                 "additive_scores: expected projected queries (B, Q, A), keys (B, K, A) and w_v (1, A); got {}, {}, {}",
-                 qp.shape(), kp.shape(), w_v.shape());
-  SG_CHECK_DTYPE(qp.dtype() == kp.dtype() && kp.dtype() == w_v.dtype(), "additive_scores: dtypes {}, {}, {} differ",
-                 qp.dtype(), kp.dtype(), w_v.dtype());
-  Backend& backend = backend_for(qp);
-  if (!backend.supports(FusedOp::additive_scores) || !is_floating(qp.dtype()))
-    return additive_scores_composed(qp, kp, w_v);
-  const int64_t B = qp.size(0), Q = qp.size(1), K = kp.size(1), A = qp.size(2);
-  Tensor q = qp.detach().contiguous(), k = kp.detach().contiguous(), w = w_v.detach().contiguous();
-  Tensor scores = empty({B, Q, K}, {.dtype = qp.dtype(), .device = qp.device()});  // (B, Q, K)
-  backend.additive_scores(q, k, w.view({A}), scores);
-  return record("additive_scores", scores, {qp, kp, w_v},
-                [qp = save(qp), kp = save(kp), w_v = save(w_v)](const Tensor& ds, Grads& g) {
-                  const Tensor &qv = qp.get(), &kv = kp.get(), &wv = w_v.get();
-                  if (GradMode::is_enabled()) {  // create_graph: differentiate the composed twin
-                    std::vector<Tensor> in{qv, kv, wv}, wanted;
-                    std::vector<int> index;
-                    for (int i = 0; i < 3; ++i)
-                      if (g.needs(i) && in[i].requires_grad()) wanted.push_back(in[i]), index.push_back(i);
-                    std::vector<Tensor> grads = autograd::grad({additive_scores_composed(qv, kv, wv)}, wanted, {ds},
-                                                               {.retain_graph = true, .create_graph = true,
-                                                                .allow_unused = true});
-                    for (size_t i = 0; i < index.size(); ++i) g.add(index[i], grads[i]);
-                    return;
-                  }
-                  const TensorOptions like{.dtype = qv.dtype(), .device = qv.device()};
-                  Tensor dq = empty(qv.shape(), like), dk = empty(kv.shape(), like), dw = empty(wv.shape(), like);
-                  backend_for(qv).additive_scores_backward(qv.contiguous(), kv.contiguous(),
-                                                           wv.contiguous().view({wv.size(1)}), ds.contiguous(), dq, dk,
-                                                           dw.view({wv.size(1)}));
-                  if (g.needs(0)) g.add(0, dq);
-                  if (g.needs(1)) g.add(1, dk);
-                  if (g.needs(2)) g.add(2, dw);
-                });
-}
 
 AdditiveAttention::AdditiveAttention(Options options)
     : AdditiveAttention("AdditiveAttention", "additive_attention", options) {}

@@ -11,17 +11,7 @@
 
 namespace seqgrad::nn {
 
-// The additive energies from projected queries and keys:
-//   s_bij = w_v · tanh(qp_bi + kp_bj)
-// qp (B, Q, A), kp (B, K, A), w_v (1, A) -> scores (B, Q, K). Materialises the (B, Q, K, A) tanh
-// features (ChunkedAdditiveAttention bounds them to (B, Q, C, A)).
-//   dqp_bi = Σ_j dz_bij   dkp_bj = Σ_i dz_bij   dw_v = Σ_bij ds_bij · f_bij
-//   with f = tanh(qp + kp) and dz_bij = ds_bij · w_v ∘ (1 - f_bij²)
-// Fused (one node, one kernel each way; nothing of size B·Q·K·A is stored), with its composed
-// twin additive_scores_composed (tanh of a broadcast add, then a linear); tests/test_nn_fused.cpp
-// checks that they agree.
-Tensor additive_scores(const Tensor& projected_queries, const Tensor& projected_keys, const Tensor& w_v);
-Tensor additive_scores_composed(const Tensor& projected_queries, const Tensor& projected_keys, const Tensor& w_v);
+// The energies are ops/additive_scores.cpp's additive_scores (a fused op, ops/ops.h).
 
 class AdditiveAttention : public Attention {
  public:

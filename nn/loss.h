@@ -35,8 +35,8 @@ struct NLLLossOptions {
 // Throws for non-int64 targets, targets whose shape is not logits' without the class dimension,
 // a target outside [0, C) that is not ignore_index (naming the value and C), and
 // label_smoothing outside [0, 1].
-// Fused: one kernel per row each way (nn/loss.cpp); cross_entropy_composed is the same loss built
-// from ops (log_softmax, gather, sums), its twin in tests/test_nn_fused.cpp.
+// Fused: one kernel per row each way (ops/loss.cpp's cross_entropy_rows); cross_entropy_composed is
+// the same loss built from ops (log_softmax, gather, sums), its twin in tests/test_nn_fused.cpp.
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, CrossEntropyOptions options = {});
 Tensor cross_entropy_composed(const Tensor& logits, const Tensor& targets, CrossEntropyOptions options = {});
 

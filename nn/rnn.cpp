@@ -1,14 +1,12 @@
-// GRU and LSTM: the per-step gate math (derivation in rnn.h), the cells, and the layer runner that
-// projects every step's input with one GEMM and masks padded steps with where().
+// GRU and LSTM: the LSTM step (the GRU's step and its fused layer are ops: ops/gru.cpp; the
+// derivations are in rnn.h), the cells, and the layer runner that projects every step's input
+// with one GEMM and masks padded steps with where().
 #include "nn/rnn.h"
 
 #include <algorithm>
 #include <cmath>
 #include <utility>
 
-#include "core/autocast.h"
-#include "core/autograd.h"
-#include "core/backend.h"
 #include "nn/init.h"
 
 namespace seqgrad::nn {
@@ -16,21 +14,9 @@ namespace {
 
 // ---- per-step math. xp is the step's input projection W_ih x + b_ih, computed outside.
 
-// The recurrent weight is passed transposed, w_hh_t = W_hhᵀ (H, G·H), taken once per sequence:
-// every step's dW_hh then accumulates contiguously at that one transpose instead of as a strided
-// (transposed) add into the parameter's gradient at each step.
-
-// GRU step.  xp: (B, 3H) [r | z | n],  h: (B, H)  ->  h': (B, H)
-Tensor gru_step(const Tensor& xp, const Tensor& h, const Tensor& w_hh_t, const Tensor& bias_hh) {
-  const int64_t H = h.size(1);
-  Tensor hp = matmul(h, w_hh_t);                                          // (B, 3H): W_hh h
-  if (bias_hh.defined()) hp = hp + bias_hh;                               //          + b_hh
-  Tensor rz = sigmoid(xp.narrow(1, 0, 2 * H) + hp.narrow(1, 0, 2 * H));  // (B, 2H): [r | z]
-  Tensor r = rz.narrow(1, 0, H);                                          // (B, H)
-  Tensor z = rz.narrow(1, H, H);                                          // (B, H)
-  Tensor n = tanh(xp.narrow(1, 2 * H, H) + r * hp.narrow(1, 2 * H, H));   // (B, H)
-  return n + z * (h - n);                                                 // (1 - z) n + z h
-}
+// The recurrent weight is passed transposed, w_hh_t = W_hhᵀ (H, G·H), taken once per sequence
+// (as gru_step in ops/gru.cpp): every step's dW_hh then accumulates contiguously at that one
+// transpose instead of as a strided (transposed) add into the parameter's gradient at each step.
 
 // LSTM step.  xp: (B, 4H) [i | f | g | o],  state h, c: (B, H)  ->  {h', c'}
 LSTMState lstm_step(const Tensor& xp, const LSTMState& state, const Tensor& w_hh_t, const Tensor& bias_hh) {
@@ -94,19 +80,6 @@ StepMask make_step_mask(const char* op, const Tensor& lengths, const Tensor& x) 
   return mask;
 }
 
-// The T steps of x (T, ...) as views. Halving recursively keeps the backward O(T log T): each
-// narrow/select backward writes a zero tensor the size of its input, and the input sums those, so
-// selecting each step of x directly would cost T full-size passes (O(T²)).
-void split_steps(const Tensor& x, int64_t first, std::vector<Tensor>& steps) {
-  const int64_t n = x.size(0);
-  if (n <= 2) {
-    for (int64_t i = 0; i < n; ++i) steps[first + i] = x.select(0, i);
-    return;
-  }
-  split_steps(x.narrow(0, 0, n / 2), first, steps);
-  split_steps(x.narrow(0, n / 2, n - n / 2), first + n / 2, steps);
-}
-
 // Runs one layer in one direction over time-major projected inputs xp (T, B, G·H), starting from
 // `state`. Returns the per-step outputs stacked along `stack_dim` ((T, B, H) for 0, (B, T, H) for
 // 1) and the final state.
@@ -126,8 +99,8 @@ std::pair<Tensor, typename Math::State> run_direction(const Tensor& xp, typename
   const Tensor& h0 = Math::hidden(state);
   Tensor padding = zeros(h0.shape(), {.dtype = h0.dtype(), .device = h0.device()});  // (B, H)
   const Tensor w_hh_t = w.weight_hh.t();  // (H, G·H)
-  std::vector<Tensor> outputs(T, padding), xp_steps(T);
-  split_steps(xp.narrow(0, 0, mask.any_valid), 0, xp_steps);
+  std::vector<Tensor> outputs(T, padding);
+  const std::vector<Tensor> xp_steps = unbind(xp.narrow(0, 0, mask.any_valid), 0);  // steps past any_valid are not run
   for (int64_t i = 0; i < mask.any_valid; ++i) {
     const int64_t t = direction == Direction::forward ? i : mask.any_valid - 1 - i;
     typename Math::State next = Math::step(xp_steps[t], state, w_hh_t, w.bias_hh);
@@ -142,136 +115,6 @@ std::pair<Tensor, typename Math::State> run_direction(const Tensor& xp, typename
   }
   return {stack(outputs, stack_dim), std::move(state)};
 }
-
-}  // namespace
-
-// ---- the fused GRU layer (one autograd node per layer and direction) and its composed twin
-
-Tensor gru_layer_composed(const Tensor& xp, const Tensor& h0, const Tensor& w_hh, const Tensor& b_hh,
-                          const Tensor& valid, Direction direction) {
-  const int64_t T = xp.size(0);
-  const Tensor w_hh_t = w_hh.t();  // (H, 3H)
-  std::vector<Tensor> states(T), xp_steps(T);
-  split_steps(xp, 0, xp_steps);
-  Tensor h = h0;
-  for (int64_t i = 0; i < T; ++i) {
-    const int64_t t = direction == Direction::forward ? i : T - 1 - i;
-    Tensor next = gru_step(xp_steps[t], h, w_hh_t, b_hh);
-    h = valid.defined() ? where(valid.select(0, t).unsqueeze(1), next, h) : next;  // padding keeps the state
-    states[t] = h;
-  }
-  return stack(states, 0);  // (T, B, H)
-}
-
-Tensor gru_layer(const Tensor& xp, const Tensor& h0, const Tensor& w_hh, const Tensor& b_hh, const Tensor& valid,
-                 Direction direction) {
-  SG_CHECK_SHAPE(xp.ndim() == 3 && h0.ndim() == 2 && w_hh.ndim() == 2 && xp.size(1) == h0.size(0) &&
-                     w_hh.size(0) == 3 * h0.size(1) && w_hh.size(1) == h0.size(1) && xp.size(2) == w_hh.size(0),
-                 "gru_layer: expected xp (T, B, 3H), h0 (B, H), w_hh (3H, H); got xp {}, h0 {}, w_hh {}", xp.shape(),
-                 h0.shape(), w_hh.shape());
-  const int64_t T = xp.size(0), B = xp.size(1), H = h0.size(1);
-  SG_CHECK_SHAPE(!b_hh.defined() || b_hh.shape() == Shape{3 * H}, "gru_layer: b_hh {} must be (3H,) = ({},)",
-                 b_hh.shape(), 3 * H);
-  SG_CHECK_SHAPE(!valid.defined() || (valid.dtype() == DType::b8 && valid.shape() == Shape{T, B}),
-                 "gru_layer: valid must be bool (T, B) = ({}, {}), got {}", T, B, valid.shape());
-  Backend& backend = backend_for(xp);
-  if (!backend.supports(FusedOp::gru_cell)) return gru_layer_composed(xp, h0, w_hh, b_hh, valid, direction);
-  const TensorOptions like{.dtype = xp.dtype(), .device = xp.device()};
-  Tensor x = xp.detach().contiguous(), h_init = h0.detach().contiguous(), w = w_hh.detach();
-  Tensor ok = valid.defined() ? valid.contiguous() : Tensor();
-  // steps where every sequence is padding (the batch's longest is shorter than T) copy the state
-  std::vector<bool> skip(T, false);
-  if (ok.defined()) {
-    std::vector<bool> v = ok.to_vector<bool>();
-    for (int64_t t = 0; t < T; ++t) skip[t] = std::none_of(v.begin() + t * B, v.begin() + (t + 1) * B, [](bool b) { return b; });
-  }
-  Tensor y = empty({T, B, H}, like);          // (T, B, H) the state after each step
-  Tensor gates = empty({T, B, 4 * H}, like);  // (T, B, 4H) [r | z | n | hp_n] per step, for backward
-  Tensor hp = empty({1, B, 3 * H}, like);     // (1, B, 3H) W_hh h + b_hh of the current step
-  const Tensor w_t = w.t().unsqueeze(0);      // (1, H, 3H)
-  const GemmPrecision precision = xp.dtype() == DType::f32 ? Autocast::current() : GemmPrecision::full;
-  Tensor prev = h_init;
-  for (int64_t i = 0; i < T; ++i) {
-    const int64_t t = direction == Direction::forward ? i : T - 1 - i;
-    Tensor y_t = y.select(0, t);
-    if (skip[t]) {
-      backend.copy(prev, y_t);
-    } else {
-      if (b_hh.defined()) backend.copy(b_hh.detach().expand({1, B, 3 * H}), hp);
-      backend.gemm(prev.unsqueeze(0), w_t, hp, 1.0, b_hh.defined() ? 1.0 : 0.0, precision);
-      backend.gru_cell(x.select(0, t), hp.squeeze(0), prev, ok.defined() ? ok.select(0, t) : Tensor(), y_t,
-                       gates.select(0, t));
-    }
-    prev = y_t;
-  }
-  const Tensor inputs[] = {xp, h0, w_hh, b_hh};
-  return record(
-      "gru_layer", y, std::span<const Tensor>(inputs, b_hh.defined() ? 4 : 3),
-      [xp = save(xp), h0 = save(h0), w_hh = save(w_hh), b_hh = save(b_hh), valid = ok, gates, skip, direction,
-       precision](const Tensor& dy_in, Grads& g) {
-        const Tensor &xpv = xp.get(), &h0v = h0.get(), &wv = w_hh.get(), &bv = b_hh.get();
-        if (GradMode::is_enabled()) {  // create_graph: differentiate the composed twin
-          std::vector<Tensor> in{xpv, h0v, wv}, wanted;
-          if (bv.defined()) in.push_back(bv);
-          Tensor yc = gru_layer_composed(xpv, h0v, wv, bv, valid, direction);
-          std::vector<int> index;
-          for (int k = 0; k < static_cast<int>(in.size()); ++k)
-            if (g.needs(k) && in[k].requires_grad()) wanted.push_back(in[k]), index.push_back(k);
-          std::vector<Tensor> grads =
-              autograd::grad({yc}, wanted, {dy_in}, {.retain_graph = true, .create_graph = true, .allow_unused = true});
-          for (size_t k = 0; k < index.size(); ++k) g.add(index[k], grads[k]);
-          return;
-        }
-        // Backward through time, in the reverse of the forward's order. Step t:
-        //   4. forward wrote y_t = gru_cell(xp_t, hp_t, y_prev): the fused kernel gives dxp_t, dhp_t
-        //      and the direct part of dy_prev, from dy_t + the gradient carried from step t + 1;
-        //   3. hp_t = y_prev · W_hhᵀ + b_hh, so dy_prev += dhp_t · W_hh (one GEMM per step);
-        // then once over all steps: dW_hh = Σ_t dhp_tᵀ · y_prev(t) (two GEMMs over time), db_hh = Σ dhp.
-        Backend& be = backend_for(xpv);
-        const int64_t T = xpv.size(0), B = xpv.size(1), H = h0v.size(1);
-        const TensorOptions like{.dtype = xpv.dtype(), .device = xpv.device()};
-        Autocast scope(precision);
-        Tensor dy = dy_in.contiguous();
-        Tensor y = g.output().detach();
-        Tensor h_init = h0v.detach().contiguous();
-        Tensor dxp = empty({T, B, 3 * H}, like), dhp = empty({T, B, 3 * H}, like);
-        Tensor carry = zeros({B, H}, like), direct = empty({B, H}, like);
-        for (int64_t i = T - 1; i >= 0; --i) {
-          const int64_t t = direction == Direction::forward ? i : T - 1 - i;
-          const int64_t t_prev = direction == Direction::forward ? t - 1 : t + 1;
-          Tensor y_prev = i == 0 ? h_init : y.select(0, t_prev);
-          if (skip[t]) {  // a copied state: its gradient goes on to the previous one
-            carry = add(carry, dy.select(0, t));
-            be.fill(dxp.select(0, t), 0.0);
-            be.fill(dhp.select(0, t), 0.0);
-            continue;
-          }
-          be.gru_cell_backward(gates.select(0, t), y_prev, valid.defined() ? valid.select(0, t) : Tensor(),
-                               dy.select(0, t), carry, dxp.select(0, t), dhp.select(0, t), direct);
-          std::swap(carry, direct);
-          addmm_(carry, dhp.select(0, t), wv.detach());  // (B, 3H) · (3H, H)
-        }
-        if (g.needs(0)) g.add(0, dxp);
-        if (g.needs(1)) g.add(1, carry);
-        if (g.needs(2)) {
-          // forward: steps 1.. read y[0 .. T-2]; reverse: steps .. T-2 read y[1 .. T-1]; the first
-          // processed step reads h0
-          const int64_t first = direction == Direction::forward ? 0 : T - 1;
-          Tensor rows_dhp = direction == Direction::forward ? dhp.narrow(0, 1, T - 1) : dhp.narrow(0, 0, T - 1);
-          Tensor rows_y = direction == Direction::forward ? y.narrow(0, 0, T - 1) : y.narrow(0, 1, T - 1);
-          Tensor acc = g.accumulator(2);  // dW_hh adds straight into the gradient buffer when there is one
-          const bool fresh = !acc.defined();
-          if (fresh) acc = zeros(wv.shape(), like);
-          if (T > 1) addmm_(acc, rows_dhp.reshape({(T - 1) * B, 3 * H}).t(), rows_y.reshape({(T - 1) * B, H}));
-          addmm_(acc, dhp.select(0, first).t(), h_init);
-          if (fresh) g.add(2, acc);
-        }
-        if (bv.defined() && g.needs(3)) g.add(3, sum(dhp.reshape({T * B, 3 * H}), {0}));
-      },
-      SaveOutput::yes);
-}
-
-namespace {
 
 // All layers and directions. x: (B, T, F); states: one initial state per layer · dirs + direction,
 // replaced by the final ones. Returns the top layer's output (B, T, dirs · H).

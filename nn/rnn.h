@@ -26,7 +26,7 @@
 //
 // ---- How the layers compute (the hot path of the translator)
 // Per layer and direction, the input projections of ALL steps are one GEMM, (T·B, F) · W_ihᵀ.
-// GRU: the direction then runs as ONE autograd node, gru_layer (below): per step one recurrent
+// GRU: the direction then runs as ONE autograd node, gru_layer (ops/gru.cpp): per step one recurrent
 // GEMM h · W_hhᵀ + b_hh and one fused kernel for the gate math above, forward and backward
 // (Backend::gru_cell); in backward dW_hh is two GEMMs over all steps and dxp comes back for every
 // step at once. gru_layer_composed is the same layer written with ordinary ops (its twin in the
@@ -120,7 +120,7 @@ struct RNNOptions {
   double dropout = 0.0;  // on each layer's output except the last, in training; in [0, 1)
 };
 
-enum class Direction { forward, reverse };
+using seqgrad::Direction;  // forward, reverse (ops/ops.h)
 
 // The parameters of one layer and direction. Their state_dict names are PyTorch's:
 // weight_ih_l{k}, weight_hh_l{k}, bias_ih_l{k}, bias_hh_l{k}, with suffix _reverse for the
@@ -172,21 +172,6 @@ class RNNBase : public Module {
   int64_t gates_;
   std::vector<RNNWeights> weights_;  // index layer · dirs + direction; never resized after construction
 };
-
-// ---- the fused GRU layer: one layer in one direction as a single autograd node
-//   xp (T, B, 3H): every step's input projection W_ih x_t + b_ih (one GEMM, time-major);
-//   h0 (B, H); w_hh (3H, H); b_hh (3H,) or undefined; valid (T, B) bool or undefined (all valid)
-//   -> y (T, B, H): y[t] the state after step t (h_{t-1} again where the step is padding).
-// Forward: per step one GEMM (W_hh h + b_hh) and one fused gate kernel; backward: per step the
-// fused gate backward and one GEMM for the carried dh, then dW_hh as two GEMMs over all steps and
-// db_hh as one sum; dxp comes back for every step at once, so the input projection's backward is
-// one GEMM too. Backends without the fused kernel (Backend::supports) and create_graph (second
-// order) use gru_layer_composed, the same math written with ops (tests/test_nn_fused.cpp checks
-// that the two agree on values and gradients).
-Tensor gru_layer(const Tensor& xp, const Tensor& h0, const Tensor& w_hh, const Tensor& b_hh, const Tensor& valid,
-                 Direction direction);
-Tensor gru_layer_composed(const Tensor& xp, const Tensor& h0, const Tensor& w_hh, const Tensor& b_hh,
-                          const Tensor& valid, Direction direction);
 
 class GRU : public RNNBase {
  public:

@@ -1,5 +1,9 @@
 // Helpers shared by the op files: argument checks that name the op, and output allocation.
 #pragma once
+#include <functional>
+#include <span>
+#include <vector>
+
 #include "ops/ops.h"
 
 namespace seqgrad::detail {
@@ -47,5 +51,15 @@ void check_inplace(const char* op, const Tensor& self, bool recording);
 // Replaces self's contents and history with those of `result` (an in-place op recorded as its
 // out-of-place twin); bumps the version counter.
 void commit_inplace(const Tensor& self, const Tensor& result);
+
+// ---- recording a fused op (ops/fused.cpp)
+// A fused op's backward runs fused kernels, which are not themselves differentiable. When the
+// backward is recorded (create_graph, for higher-order gradients) the gradients come instead from
+// the op's composed twin (the same math written with differentiable ops), re-run on the saved
+// inputs. `inputs` may hold undefined tensors (an absent bias); both functions see them as given.
+using ComposedFn = std::function<Tensor(const std::vector<Tensor>& inputs)>;
+using FusedBackwardFn = std::function<void(const std::vector<Tensor>& inputs, const Tensor& dy, Grads& g)>;
+Tensor record_fused(const char* op, Tensor y, std::span<const Tensor> inputs, ComposedFn composed,
+                    FusedBackwardFn backward, SaveOutput save_output = SaveOutput::no);
 
 }  // namespace seqgrad::detail

@@ -2,6 +2,7 @@
 // own shape with sum_to (explicitly: there is no implicit reduction anywhere).
 #include <cmath>
 
+#include "core/ops_hooks.h"
 #include "ops/detail.h"
 
 namespace seqgrad {
@@ -31,11 +32,14 @@ Tensor scalar_like(double v, const Tensor& like) {
   return full({}, v, {.dtype = like.dtype(), .device = like.device()});
 }
 
-// Registers add with the autograd engine, which needs it to accumulate gradients.
-const bool add_registered = [] {
-  autograd::set_add_function([](const Tensor& a, const Tensor& b) { return add(a, b); });
-  autograd::set_add_inplace_function(
-      [](const Tensor& acc, const Tensor& g) { backend_for(acc).binary(BinaryOp::add, acc, g, acc); });
+// The ops core needs (core/ops_hooks.h: gradient accumulation, host reads), registered at start-up.
+const bool ops_hooks_registered = [] {
+  register_ops_hooks({
+      .add = [](const Tensor& a, const Tensor& b) { return add(a, b); },
+      .add_inplace = [](const Tensor& acc, const Tensor& g) { backend_for(acc).binary(BinaryOp::add, acc, g, acc); },
+      .clone = [](const Tensor& t) { return clone(t); },
+      .to_device = [](const Tensor& t, Device device) { return to_device(t, device); },
+  });
   return true;
 }();
 

@@ -118,6 +118,9 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
 Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
 std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim = 0);
 std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim = 0);
+// The slices of x along dim as views (torch.unbind). Taken by recursive halving, so that the
+// backward of all the slices costs O(n log n) instead of n full-size passes.
+std::vector<Tensor> unbind(const Tensor& x, int64_t dim = 0);
 // A zero tensor of `shape` with `src` written into the slice [start : start + step * n : step]
 // of `dim` (the backward of slice; differentiable for higher-order gradients).
 Tensor slice_scatter(const Shape& shape, const Tensor& src, int64_t dim, int64_t start, int64_t step);
@@ -132,9 +135,63 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
 Tensor embedding(const Tensor& weight, const Tensor& ids, int64_t padding_idx = -1);
 
 // ---- randomness (ops/random.cpp), drawn from the seeded default generator
-// Zeroes each element with probability p and scales the rest by 1 / (1 - p); identity when
-// training is false.
+// dropout  y = x * mask, mask_i = 1/(1-p) with probability 1 - p, else 0;  dx = dy * mask
+// Identity when training is false. Fused: one pass draws the mask and scales (Backend::dropout);
+// under autograd it writes the mask, and y = x · mask and dx = dy · mask are one product each.
+// dropout_composed is its twin: bernoulli_mask times x, drawing the same numbers.
 Tensor dropout(const Tensor& x, double p, bool training = true);
+Tensor dropout_composed(const Tensor& x, double p, bool training = true);
+// A float mask of {0, 1 / p_keep} values, each kept with probability p_keep.
 Tensor bernoulli_mask(const Shape& shape, double p_keep, TensorOptions options);
+
+// ---- fused ops: one autograd node with one kernel each way (the Backend's optional fused
+// kernels, core/backend.h), each with a composed twin, the same math written with the ops above.
+// The twin serves backends without the kernel and second-order gradients (create_graph; see
+// detail::record_fused), and tests/test_nn_fused.cpp checks that the two agree.
+
+// GRU (ops/gru.cpp; derivation in nn/rnn.h).
+// gru_step  xp (B, 3H) = W_ih x + b_ih as [r | z | n], h (B, H), w_hh_t = W_hhᵀ (H, 3H),
+// bias_hh (3H,) or undefined -> h' (B, H); composed from ops (GRUCell and gru_layer_composed).
+Tensor gru_step(const Tensor& xp, const Tensor& h, const Tensor& w_hh_t, const Tensor& bias_hh);
+enum class Direction { forward, reverse };
+// gru_layer: one layer in one direction
+//   xp (T, B, 3H): every step's input projection W_ih x_t + b_ih (one GEMM, time-major);
+//   h0 (B, H); w_hh (3H, H); b_hh (3H,) or undefined; valid (T, B) bool or undefined (all valid)
+//   -> y (T, B, H): y[t] the state after step t (h_{t-1} again where the step is padding).
+// Forward: per step one GEMM (W_hh h + b_hh) and one fused gate kernel; backward: per step the
+// fused gate backward and one GEMM for the carried dh, then dW_hh as two GEMMs over all steps and
+// db_hh as one sum; dxp comes back for every step at once, so the input projection's backward is
+// one GEMM too. gru_layer_composed: gru_step over the steps, with where() for padding.
+Tensor gru_layer(const Tensor& xp, const Tensor& h0, const Tensor& w_hh, const Tensor& b_hh, const Tensor& valid,
+                 Direction direction);
+Tensor gru_layer_composed(const Tensor& xp, const Tensor& h0, const Tensor& w_hh, const Tensor& b_hh,
+                          const Tensor& valid, Direction direction);
+
+// Additive attention energies (ops/additive_scores.cpp; derivation in docs/attention.md):
+//   s_bqk = w_v · tanh(qp_bq + kp_bk)
+// qp (B, Q, A), kp (B, K, A), w_v (1, A) -> scores (B, Q, K).
+//   dqp_bq = Σ_k dz_bqk   dkp_bk = Σ_q dz_bqk   dw_v = Σ_bqk ds_bqk · f_bqk
+//   with f = tanh(qp + kp) and dz_bqk = ds_bqk · w_v ∘ (1 - f_bqk²)
+// The fused op never stores anything of size B·Q·K·A (backward recomputes tanh); the composed
+// twin materialises the (B, Q, K, A) features (tanh of a broadcast add, then a linear).
+Tensor additive_scores(const Tensor& projected_queries, const Tensor& projected_keys, const Tensor& w_v);
+Tensor additive_scores_composed(const Tensor& projected_queries, const Tensor& projected_keys, const Tensor& w_v);
+
+// Per-target losses over class scores on the last dimension (ops/loss.cpp); nn/loss.h adds the
+// reductions. scores (..., C), targets (...) int64 -> (...), 0 where the target is ignore_index.
+// Both validate the targets (int64, shape, every one in [0, C) or ignore_index).
+//   nll_rows            loss = -scores[y]
+//   cross_entropy_rows  loss = lse - (1 - ε) x_y - ε/C Σ_c x_c, lse = log Σ_c exp(x_c)
+//                       dx_c = dloss · (softmax(x)_c - ε/C) - [c == y] dloss · (1 - ε)
+// (ε = label_smoothing in [0, 1]: the mass spread over all C classes, the target included, as
+// PyTorch does). cross_entropy_rows is fused (one pass per row each way); its composed twin is
+// log_softmax, gather and a class sum.
+Tensor nll_rows(const Tensor& log_probs, const Tensor& targets, int64_t ignore_index);
+Tensor cross_entropy_rows(const Tensor& logits, const Tensor& targets, double label_smoothing, int64_t ignore_index);
+Tensor cross_entropy_rows_composed(const Tensor& logits, const Tensor& targets, double label_smoothing,
+                                   int64_t ignore_index);
+// The one check of a label smoothing value (in [0, 1]), for the losses and for configurations
+// that carry one: "cross_entropy: label_smoothing = 1.5 not in [0, 1]".
+void check_label_smoothing(double label_smoothing);
 
 }  // namespace seqgrad

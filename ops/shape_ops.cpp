@@ -326,6 +326,32 @@ std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
   return out;
 }
 
+namespace {
+
+// Halving keeps the backward O(n log n): each narrow/select backward writes a zero tensor the size
+// of its input, and the input sums those, so selecting each slice of x directly would cost n
+// full-size passes (O(n²)).
+void unbind_into(const Tensor& x, int dim, int64_t first, std::vector<Tensor>& slices) {
+  const int64_t n = x.shape()[dim];
+  if (n <= 2) {
+    for (int64_t i = 0; i < n; ++i) slices[first + i] = select(x, dim, i);
+    return;
+  }
+  unbind_into(narrow(x, dim, 0, n / 2), dim, first, slices);
+  unbind_into(narrow(x, dim, n / 2, n - n / 2), dim, first + n / 2, slices);
+}
+
+}  // namespace
+
+std::vector<Tensor> unbind(const Tensor& x, int64_t dim) {
+  detail::check_defined("unbind", x);
+  SG_CHECK_SHAPE(x.ndim() > 0, "unbind: expected a tensor with at least one dimension, got a 0-d tensor");
+  const int d = wrap_dim(dim, x.ndim(), "unbind");
+  std::vector<Tensor> slices(x.shape()[d]);
+  unbind_into(x, d, 0, slices);
+  return slices;
+}
+
 std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
   detail::check_defined("chunk", x);
   SG_CHECK_VALUE(chunks > 0, "chunk: number of chunks must be positive, got {}", chunks);

@@ -371,6 +371,20 @@ TEST_CASE("cuda random: the same seed gives the same uniform values (bit for bit
   manual_seed(5);
   Tensor dev_mask = dropout(x.to(kCuda), 0.3);
   check_same(dev_mask, cpu_mask, kExact, "dropout mask");
+  // the fused mask-and-scale on values, in both precisions, and its backward (the same mask on dy)
+  for (DType t : {DType::f32, DType::f64}) {
+    Tensor v = randn({37, 29}, {.dtype = t});
+    Tensor v_cpu = v.detach().requires_grad_(), v_dev = v.to(kCuda).requires_grad_();
+    manual_seed(6);
+    Tensor cpu_y = dropout(v_cpu, 0.4);
+    manual_seed(6);
+    Tensor dev_y = dropout(v_dev, 0.4);
+    check_same(dev_y, cpu_y, kExact, fmt::format("dropout values {}", dtype_name(t)));
+    Tensor dy = randn({37, 29}, {.dtype = t});
+    cpu_y.backward(dy);
+    dev_y.backward(dy.to(kCuda));
+    check_same(v_dev.grad(), v_cpu.grad(), kExact, fmt::format("dropout gradient {}", dtype_name(t)));
+  }
 }
 
 // ---- the fused kernels (core/backend.h's optional ones): each kernel directly on CPU and device
@@ -491,11 +505,11 @@ TEST_CASE("cuda fused ops: gru_layer, additive_scores and cross_entropy forward 
         std::vector<Tensor> in{leaf({T, B, 3 * H}, 52), leaf({B, H}, 53), leaf({3 * H, H}, 54), leaf({3 * H}, 55),
                                masked ? valid : Tensor()};
         check_op(fmt::format("gru_layer {} reverse {} masked {}", dtype_name(t), dir == nn::Direction::reverse, masked),
-                 in, [&](const std::vector<Tensor>& a) { return nn::gru_layer(a[0], a[1], a[2], a[3], a[4], dir); });
+                 in, [&](const std::vector<Tensor>& a) { return gru_layer(a[0], a[1], a[2], a[3], a[4], dir); });
       }
     check_op(fmt::format("additive_scores {}", dtype_name(t)),
              {leaf({3, 4, 9}, 56), leaf({3, 7, 9}, 57), leaf({1, 9}, 58)},
-             [](const std::vector<Tensor>& a) { return nn::additive_scores(a[0], a[1], a[2]); });
+             [](const std::vector<Tensor>& a) { return additive_scores(a[0], a[1], a[2]); });
     Tensor targets = tensor({2, 0, 4, 4, 1, 0}, {2, 3}, {.dtype = DType::i64});
     for (nn::Reduction reduction : {nn::Reduction::mean, nn::Reduction::sum, nn::Reduction::none}) {
       std::vector<Tensor> in{leaf({2, 3, 5}, 59), targets};

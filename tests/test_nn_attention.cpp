@@ -14,39 +14,16 @@
 #include "core/rng.h"
 #include "nn/attention.h"
 #include "tools/gradcheck.h"
+#include "tests/check_values.h"
 
 using namespace seqgrad;
+using namespace seqgrad::testing;
 
 namespace {
 
 constexpr DType f64 = DType::f64;
 constexpr int64_t kB = 2, kQ = 3, kK = 4;
 
-Tensor randn64(const Shape& shape) { return randn(shape, {.dtype = f64}).requires_grad_(); }
-
-std::vector<Tensor> with_parameters(std::vector<Tensor> inputs, const nn::Module& m) {
-  for (const Tensor& p : m.parameters()) inputs.push_back(p);
-  return inputs;
-}
-
-void check_report(const GradcheckReport& report) {
-  INFO(report.format());
-  CHECK(report.ok());
-}
-
-std::vector<std::string> names_of(const nn::Module& m) {
-  std::vector<std::string> names;
-  for (const auto& [name, _] : m.named_parameters()) names.push_back(name);
-  return names;
-}
-
-double max_abs_diff(const Tensor& a, const Tensor& b) {
-  REQUIRE(a.shape() == b.shape());
-  std::vector<double> va = a.to_vector<double>(), vb = b.to_vector<double>();
-  double m = 0;
-  for (size_t i = 0; i < va.size(); ++i) m = std::max(m, std::abs(va[i] - vb[i]));
-  return m;
-}
 
 bool all_finite(const Tensor& t) {
   for (double v : t.to_vector<double>())

@@ -13,25 +13,12 @@
 #include "nn/loss.h"
 #include "nn/rnn.h"
 #include "tools/gradcheck.h"
+#include "tests/check_values.h"
 
 using namespace seqgrad;
-using nn::Direction;
+using namespace seqgrad::testing;
 
 namespace {
-
-Tensor randn64(const Shape& shape) { return randn(shape, {.dtype = DType::f64}).requires_grad_(); }
-
-void check_close(const Tensor& a, const Tensor& b, double tol, const char* what) {
-  INFO(what);
-  REQUIRE(a.defined());
-  REQUIRE(b.defined());
-  REQUIRE(a.shape() == b.shape());
-  std::vector<double> x = a.to_vector<double>(), y = b.to_vector<double>();
-  double worst = 0;
-  for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::abs(x[i] - y[i]) / std::max(1.0, std::abs(y[i])));
-  INFO("max relative difference " << worst);
-  CHECK(worst <= tol);
-}
 
 // Runs fused and composed on the same inputs with the same upstream gradient; compares the
 // outputs and every input's gradient.
@@ -49,11 +36,6 @@ void check_twins(const std::function<Tensor(const std::vector<Tensor>&)>& fused,
     REQUIRE(g1[i].defined() == g2[i].defined());
     if (g1[i].defined()) check_close(g1[i], g2[i], tol, "gradient");
   }
-}
-
-void check_report(const GradcheckReport& report) {
-  INFO(report.format());
-  CHECK(report.ok());
 }
 
 // A fused op's own checks: gradcheck, gradgradcheck (second order goes through the composed twin)
@@ -90,10 +72,10 @@ TEST_CASE("gru_layer (fused) equals gru_layer_composed on values and gradients")
                           << bias);
         Tensor v = masked ? valid : Tensor();
         auto fused = [=](const std::vector<Tensor>& x) {
-          return nn::gru_layer(x[0], x[1], x[2], bias ? x[3] : Tensor(), v, d);
+          return gru_layer(x[0], x[1], x[2], bias ? x[3] : Tensor(), v, d);
         };
         auto composed = [=](const std::vector<Tensor>& x) {
-          return nn::gru_layer_composed(x[0], x[1], x[2], bias ? x[3] : Tensor(), v, d);
+          return gru_layer_composed(x[0], x[1], x[2], bias ? x[3] : Tensor(), v, d);
         };
         std::vector<Tensor> inputs{randn64({T, B, 3 * H}), randn64({B, H}), randn64({3 * H, H})};
         if (bias) inputs.push_back(randn64({3 * H}));
@@ -102,9 +84,9 @@ TEST_CASE("gru_layer (fused) equals gru_layer_composed on values and gradients")
     }
   }
   // a single step (the decoder calls the layer once per step)
-  check_twins([](const std::vector<Tensor>& x) { return nn::gru_layer(x[0], x[1], x[2], x[3], {}, Direction::forward); },
+  check_twins([](const std::vector<Tensor>& x) { return gru_layer(x[0], x[1], x[2], x[3], {}, Direction::forward); },
               [](const std::vector<Tensor>& x) {
-                return nn::gru_layer_composed(x[0], x[1], x[2], x[3], {}, Direction::forward);
+                return gru_layer_composed(x[0], x[1], x[2], x[3], {}, Direction::forward);
               },
               {randn64({1, B, 3 * H}), randn64({B, H}), randn64({3 * H, H}), randn64({3 * H})});
 }
@@ -112,14 +94,14 @@ TEST_CASE("gru_layer (fused) equals gru_layer_composed on values and gradients")
 TEST_CASE("gru_layer: gradcheck, second order through the composed twin, and float32 against float64") {
   manual_seed(6);
   Tensor valid = from_vector(std::vector<bool>{1, 1, 1, 0, 0, 0}, {3, 2});
-  auto fn = [valid](const std::vector<Tensor>& x) { return nn::gru_layer(x[0], x[1], x[2], x[3], valid, Direction::reverse); };
+  auto fn = [valid](const std::vector<Tensor>& x) { return gru_layer(x[0], x[1], x[2], x[3], valid, Direction::reverse); };
   check_fused_op(fn, {randn64({3, 2, 6}), randn64({2, 2}), randn64({6, 2}), randn64({6})});
 }
 
 TEST_CASE("additive_scores (fused) equals additive_scores_composed; gradcheck and second order") {
   manual_seed(7);
-  auto fused = [](const std::vector<Tensor>& x) { return nn::additive_scores(x[0], x[1], x[2]); };
-  auto composed = [](const std::vector<Tensor>& x) { return nn::additive_scores_composed(x[0], x[1], x[2]); };
+  auto fused = [](const std::vector<Tensor>& x) { return additive_scores(x[0], x[1], x[2]); };
+  auto composed = [](const std::vector<Tensor>& x) { return additive_scores_composed(x[0], x[1], x[2]); };
   check_twins(fused, composed, {randn64({3, 2, 5}), randn64({3, 4, 5}), randn64({1, 5})});
   check_twins(fused, composed, {randn64({2, 1, 7}), randn64({2, 6, 7}), randn64({1, 7})});  // one query (decoder)
   check_fused_op(fused, {randn64({2, 2, 3}), randn64({2, 3, 3}), randn64({1, 3})});
@@ -141,4 +123,30 @@ TEST_CASE("cross_entropy (fused) equals cross_entropy_composed: smoothing, ignor
     return nn::cross_entropy(x[0], targets, {.label_smoothing = 0.1, .ignore_index = 0});
   };
   check_fused_op(fn, {randn64({2, 3, 5})});
+}
+
+TEST_CASE("dropout (fused) equals dropout_composed: the same mask bit for bit, values and gradients") {
+  for (DType dtype : {DType::f32, DType::f64}) {
+    for (double p : {0.3, 0.9, 1.0}) {
+      INFO(dtype_name(dtype) << ", p " << p);
+      // Each call reseeds, so both draw the same counters; 7 x 37 is not a whole number of the CPU
+      // kernel's blocks, and the transposed input is read in row-major order of its shape.
+      auto fused = [p](const std::vector<Tensor>& x) { manual_seed(12); return dropout(x[0], p); };
+      auto composed = [p](const std::vector<Tensor>& x) { manual_seed(12); return dropout_composed(x[0], p); };
+      Tensor x = randn({7, 37}, {.dtype = dtype}).requires_grad_();
+      check_twins(fused, composed, {x}, 0.0);
+      check_twins(fused, composed, {x.detach().t().requires_grad_()}, 0.0);
+      // the generator moves on by the same count either way
+      fused({x});
+      const uint64_t after_fused = default_generator().offset();
+      composed({x});
+      CHECK(default_generator().offset() == after_fused);
+    }
+  }
+}
+
+TEST_CASE("dropout: gradcheck and second order (the backward is dropout again, with the same mask)") {
+  auto fn = [](const std::vector<Tensor>& x) { manual_seed(4); return dropout(x[0], 0.4); };
+  check_report(gradcheck(fn, {randn64({3, 5})}));
+  check_report(gradgradcheck(fn, {randn64({3, 5})}));
 }

@@ -9,30 +9,13 @@
 #include "nn/embedding.h"
 #include "nn/linear.h"
 #include "tools/gradcheck.h"
+#include "tests/check_values.h"
 
 using namespace seqgrad;
+using namespace seqgrad::testing;
 
 namespace {
 
-Tensor randn64(const Shape& shape) { return randn(shape, {.dtype = DType::f64}).requires_grad_(); }
-
-// inputs followed by every parameter of `m` (which share storage with the module, so gradcheck's
-// perturbations reach it).
-std::vector<Tensor> with_parameters(std::vector<Tensor> inputs, const nn::Module& m) {
-  for (const Tensor& p : m.parameters()) inputs.push_back(p);
-  return inputs;
-}
-
-void check_report(const GradcheckReport& report) {
-  INFO(report.format());
-  CHECK(report.ok());
-}
-
-std::vector<std::string> names_of(const nn::Module& m) {
-  std::vector<std::string> names;
-  for (const auto& [name, _] : m.named_parameters()) names.push_back(name);
-  return names;
-}
 
 }  // namespace
 

@@ -7,8 +7,10 @@
 #include "core/rng.h"
 #include "nn/loss.h"
 #include "tools/gradcheck.h"
+#include "tests/check_values.h"
 
 using namespace seqgrad;
+using namespace seqgrad::testing;
 using nn::CrossEntropyOptions;
 using nn::Reduction;
 
@@ -16,19 +18,6 @@ namespace {
 
 Tensor ids(std::initializer_list<double> values, const Shape& shape) {
   return tensor(values, shape, {.dtype = DType::i64});
-}
-
-void check_close(const std::vector<double>& got, const std::vector<double>& want, double tol = 1e-12) {
-  REQUIRE(got.size() == want.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    INFO("element " << i << ": got " << got[i] << ", want " << want[i]);
-    CHECK(std::abs(got[i] - want[i]) <= tol * (1 + std::abs(want[i])));
-  }
-}
-
-void check_report(const GradcheckReport& report) {
-  INFO(report.format());
-  CHECK(report.ok());
 }
 
 // The golden case: logits (3, 2), C = 2, ε = 0.2, the last target ignored.
@@ -48,16 +37,16 @@ Tensor golden_targets() { return ids({0, 1, -100}, {3}); }
 TEST_CASE("cross_entropy: hand-derived values with label smoothing and ignore_index") {
   Tensor logits = golden_logits(), targets = golden_targets();
   CrossEntropyOptions o{.label_smoothing = 0.2};
-  check_close(nn::cross_entropy(logits, targets, {.label_smoothing = 0.2, .reduction = Reduction::none})
+  check_values(nn::cross_entropy(logits, targets, {.label_smoothing = 0.2, .reduction = Reduction::none})
                   .to_vector<double>(),
               {kLn4 - 0.1 * kLn3, kLn4 - 0.9 * kLn3, 0.0});
-  check_close({nn::cross_entropy(logits, targets, {.label_smoothing = 0.2, .reduction = Reduction::sum}).item()},
+  check_values({nn::cross_entropy(logits, targets, {.label_smoothing = 0.2, .reduction = Reduction::sum}).item()},
               {2 * kLn4 - kLn3});
-  check_close({nn::cross_entropy(logits, targets, o).item()}, {(2 * kLn4 - kLn3) / 2});
+  check_values({nn::cross_entropy(logits, targets, o).item()}, {(2 * kLn4 - kLn3) / 2});
   // Without smoothing: (ln 4 + (ln 4 - ln 3)) / 2.
-  check_close({nn::cross_entropy(logits, targets).item()}, {(2 * kLn4 - kLn3) / 2});
+  check_values({nn::cross_entropy(logits, targets).item()}, {(2 * kLn4 - kLn3) / 2});
   // ignore_index is an option: with ignore_index = 1 rows 1 and 2 are ignored; row 0 alone counts.
-  check_close({nn::cross_entropy(logits, ids({0, 1, 1}, {3}), {.ignore_index = 1}).item()}, {kLn4});
+  check_values({nn::cross_entropy(logits, ids({0, 1, 1}, {3}), {.ignore_index = 1}).item()}, {kLn4});
 }
 
 TEST_CASE("cross_entropy: hand-derived gradient, (softmax - smoothed one-hot) / count") {
@@ -67,7 +56,7 @@ TEST_CASE("cross_entropy: hand-derived gradient, (softmax - smoothed one-hot) / 
   //   row 2: ignored -> (0, 0)
   Tensor logits = golden_logits();
   nn::cross_entropy(logits, golden_targets(), {.label_smoothing = 0.2}).backward();
-  check_close(logits.grad().to_vector<double>(), {-0.325, 0.325, 0.075, -0.075, 0.0, 0.0});
+  check_values(logits.grad().to_vector<double>(), {-0.325, 0.325, 0.075, -0.075, 0.0, 0.0});
 }
 
 TEST_CASE("cross_entropy: (B, T, C) logits with (B, T) targets equal the flattened (N, C) case") {
@@ -79,11 +68,11 @@ TEST_CASE("cross_entropy: (B, T, C) logits with (B, T) targets equal the flatten
     Tensor a = nn::cross_entropy(logits, targets, o);
     Tensor b = nn::cross_entropy(logits.reshape({6, 5}), targets.reshape({6}), o);
     CHECK(a.shape() == (r == Reduction::none ? Shape{2, 3} : Shape{}));
-    check_close(a.to_vector<double>(), b.to_vector<double>());
+    check_values(a.to_vector<double>(), b.to_vector<double>());
   }
   // A single example: logits (C,) with a 0-d target.
   Tensor one = nn::cross_entropy(logits.select(0, 0).select(0, 0), ids({4}, {}));
-  check_close({one.item()}, {nn::cross_entropy(logits, targets, {.reduction = Reduction::none}).to_vector<double>()[0]});
+  check_values({one.item()}, {nn::cross_entropy(logits, targets, {.reduction = Reduction::none}).to_vector<double>()[0]});
 }
 
 TEST_CASE("cross_entropy: every target ignored gives NaN (PyTorch's 0/0) and zero gradients") {
@@ -92,7 +81,7 @@ TEST_CASE("cross_entropy: every target ignored gives NaN (PyTorch's 0/0) and zer
   Tensor loss = nn::cross_entropy(logits, targets, {.label_smoothing = 0.1});
   CHECK(std::isnan(loss.item()));
   loss.backward();
-  check_close(logits.grad().to_vector<double>(), {0, 0, 0, 0, 0, 0});
+  check_values(logits.grad().to_vector<double>(), {0, 0, 0, 0, 0, 0});
   CHECK(nn::cross_entropy(logits, targets, {.reduction = Reduction::sum}).item() == 0.0);
 }
 
@@ -118,7 +107,7 @@ TEST_CASE("nll_loss equals cross_entropy on log_softmax; mse_loss") {
   for (Reduction r : {Reduction::none, Reduction::sum, Reduction::mean}) {
     Tensor a = nn::nll_loss(log_softmax(logits, -1), targets, {.reduction = r});
     Tensor b = nn::cross_entropy(logits, targets, {.reduction = r});
-    check_close(a.to_vector<double>(), b.to_vector<double>());
+    check_values(a.to_vector<double>(), b.to_vector<double>());
   }
   check_report(gradcheck([&](const std::vector<Tensor>& in) { return nn::nll_loss(in[0], targets); }, {logits},
                          {.name = "nll_loss"}));
@@ -127,11 +116,11 @@ TEST_CASE("nll_loss equals cross_entropy on log_softmax; mse_loss") {
   Tensor x = tensor({1, 2}, {2}, {.dtype = DType::f64}).requires_grad_();
   Tensor y = tensor({0, 4}, {2}, {.dtype = DType::f64});
   Tensor loss = nn::mse_loss(x, y);
-  check_close({loss.item()}, {2.5});
-  check_close({nn::mse_loss(x, y, Reduction::sum).item()}, {5.0});
-  check_close(nn::mse_loss(x, y, Reduction::none).to_vector<double>(), {1.0, 4.0});
+  check_values({loss.item()}, {2.5});
+  check_values({nn::mse_loss(x, y, Reduction::sum).item()}, {5.0});
+  check_values(nn::mse_loss(x, y, Reduction::none).to_vector<double>(), {1.0, 4.0});
   loss.backward();
-  check_close(x.grad().to_vector<double>(), {1.0, -2.0});
+  check_values(x.grad().to_vector<double>(), {1.0, -2.0});
   Tensor t = randn({3, 2}, {.dtype = DType::f64}).requires_grad_();
   check_report(gradcheck([](const std::vector<Tensor>& in) { return nn::mse_loss(in[0], in[1]); },
                          {randn({3, 2}, {.dtype = DType::f64}).requires_grad_(), t}, {.name = "mse_loss"}));

@@ -9,8 +9,10 @@
 #include "core/autograd.h"
 #include "core/rng.h"
 #include "ops/ops.h"
+#include "tests/check_values.h"
 
 using namespace seqgrad;
+using namespace seqgrad::testing;
 
 namespace {
 
@@ -20,29 +22,19 @@ constexpr TensorOptions kF64 = {.dtype = DType::f64};
 Tensor f64(std::initializer_list<double> v, Shape shape) { return tensor(v, shape, kF64); }
 Tensor f64(std::initializer_list<double> v) { return tensor(v, kF64); }
 
-void check_close(const Tensor& got, const std::vector<double>& expected, double tol = 1e-12) {
-  std::vector<double> v = got.to_vector<double>();
-  REQUIRE(v.size() == expected.size());
-  for (size_t i = 0; i < v.size(); ++i) {
-    INFO("element " << i << ": got " << v[i] << ", expected " << expected[i]);
-    if (std::isinf(expected[i])) CHECK(v[i] == expected[i]);
-    else CHECK(std::abs(v[i] - expected[i]) <= tol * std::max(1.0, std::abs(expected[i])));
-  }
-}
-
-void check_same_values(const Tensor& a, const Tensor& b, double tol = 1e-12) { check_close(a, b.to_vector<double>(), tol); }
+void check_same_values(const Tensor& a, const Tensor& b, double tol = 1e-12) { check_values(a, b.to_vector<double>(), tol); }
 
 }  // namespace
 
 TEST_CASE("softmax of [0, ln 2] is [1/3, 2/3]") {
   // exp(0) = 1 and exp(ln 2) = 2, so the normaliser is 3: [1/3, 2/3]. log_softmax = [-ln 3, ln 2 - ln 3].
   Tensor x = f64({0, std::log(2.0)});
-  check_close(softmax(x, 0), {1.0 / 3, 2.0 / 3});
-  check_close(log_softmax(x, 0), {-std::log(3.0), std::log(2.0) - std::log(3.0)});
+  check_values(softmax(x, 0), {1.0 / 3, 2.0 / 3});
+  check_values(log_softmax(x, 0), {-std::log(3.0), std::log(2.0) - std::log(3.0)});
   // Shifting every logit by 1000 changes nothing (max-subtraction keeps exp finite).
-  check_close(softmax(add(x, 1000.0), 0), {1.0 / 3, 2.0 / 3});
+  check_values(softmax(add(x, 1000.0), 0), {1.0 / 3, 2.0 / 3});
   // A -inf logit gets probability 0: softmax([0, -inf]) = [1, 0].
-  check_close(softmax(f64({0, -kInf}), 0), {1, 0});
+  check_values(softmax(f64({0, -kInf}), 0), {1, 0});
 }
 
 TEST_CASE("softmax gradient by hand") {
@@ -50,26 +42,26 @@ TEST_CASE("softmax gradient by hand") {
   // dx = y * (dy - Σ dy y) = [1/3 (1 - 1/3), 2/3 (0 - 1/3)] = [2/9, -2/9].
   Tensor x = f64({0, std::log(2.0)}).requires_grad_();
   softmax(x, 0).select(0, 0).backward();
-  check_close(x.grad(), {2.0 / 9, -2.0 / 9});
+  check_values(x.grad(), {2.0 / 9, -2.0 / 9});
 }
 
 TEST_CASE("matmul of small integers") {
   // [[1, 2], [3, 4]] · [[5, 6], [7, 8]] = [[1·5 + 2·7, 1·6 + 2·8], [3·5 + 4·7, 3·6 + 4·8]] = [[19, 22], [43, 50]]
   Tensor a = f64({1, 2, 3, 4}, {2, 2}), b = f64({5, 6, 7, 8}, {2, 2});
-  check_close(matmul(a, b), {19, 22, 43, 50});
+  check_values(matmul(a, b), {19, 22, 43, 50});
   // [1, 2, 3] · [4, 5, 6] = 4 + 10 + 18 = 32, a 0-d result
   Tensor dot = matmul(f64({1, 2, 3}), f64({4, 5, 6}));
   CHECK(dot.shape() == Shape{});
   CHECK(dot.item() == 32);
   // [1, 2] · [[5, 6], [7, 8]] = [19, 22]; [[1, 2], [3, 4]] · [1, 1] = [3, 7]
-  check_close(matmul(f64({1, 2}), b), {19, 22});
-  check_close(matmul(a, f64({1, 1})), {3, 7});
+  check_values(matmul(f64({1, 2}), b), {19, 22});
+  check_values(matmul(a, f64({1, 1})), {3, 7});
   // float32 too (the same GEMM path, single precision)
-  check_close(matmul(a.to(DType::f32), b.to(DType::f32)), {19, 22, 43, 50});
+  check_values(matmul(a.to(DType::f32), b.to(DType::f32)), {19, 22, 43, 50});
   // d(sum(a·b))/da = ones · bᵀ: each row is [5 + 6, 7 + 8] = [11, 15]
   Tensor ag = a.detach().requires_grad_();
   matmul(ag, b).sum().backward();
-  check_close(ag.grad(), {11, 15, 11, 15});
+  check_values(ag.grad(), {11, 15, 11, 15});
 }
 
 TEST_CASE("matmul and broadcasting result shapes") {
@@ -85,41 +77,41 @@ TEST_CASE("matmul and broadcasting result shapes") {
   CHECK(where(zeros({3}, {.dtype = DType::b8}), z({2, 1}), z({})).shape() == Shape{2, 3});
   CHECK(broadcast_shapes({1}, {}, "test") == Shape{1});
   // (2, 3) + (3,): row [10, 20, 30] is added to each row
-  check_close(add(f64({1, 2, 3, 4, 5, 6}, {2, 3}), f64({10, 20, 30})), {11, 22, 33, 14, 25, 36});
+  check_values(add(f64({1, 2, 3, 4, 5, 6}, {2, 3}), f64({10, 20, 30})), {11, 22, 33, 14, 25, 36});
   // and the gradient of the broadcast operand sums over the broadcast rows: [2, 2, 2]
   Tensor b = f64({10, 20, 30}).requires_grad_();
   add(f64({1, 2, 3, 4, 5, 6}, {2, 3}), b).sum().backward();
-  check_close(b.grad(), {2, 2, 2});
+  check_values(b.grad(), {2, 2, 2});
 }
 
 TEST_CASE("logsumexp: hand values, large values, and an all -inf row gives -inf, not NaN") {
   // log(e^0 + e^(ln 3)) = log(1 + 3) = ln 4
-  check_close(logsumexp(f64({0, std::log(3.0)}), {0}), {std::log(4.0)});
+  check_values(logsumexp(f64({0, std::log(3.0)}), {0}), {std::log(4.0)});
   // log(2 e^1000) = 1000 + ln 2: no overflow although e^1000 is not representable
-  check_close(logsumexp(f64({1000, 1000}), {0}), {1000 + std::log(2.0)});
+  check_values(logsumexp(f64({1000, 1000}), {0}), {1000 + std::log(2.0)});
   // row 0 is entirely -inf: the max used for stabilisation is replaced by 0, so the result is
   // 0 + log(0) = -inf (not -inf - -inf = NaN); row 1 = ln 4 as above
   Tensor y = logsumexp(f64({-kInf, -kInf, 0, std::log(3.0)}, {2, 2}), {1});
-  check_close(y, {-kInf, std::log(4.0)});
+  check_values(y, {-kInf, std::log(4.0)});
 }
 
 TEST_CASE("reductions by hand") {
   Tensor x = f64({1, 2, 3, 4, 5, 6}, {2, 3});
-  check_close(sum(x), {21});
-  check_close(sum(x, {0}), {5, 7, 9});
-  check_close(mean(x, {1}), {2, 5});
+  check_values(sum(x), {21});
+  check_values(sum(x, {0}), {5, 7, 9});
+  check_values(mean(x, {1}), {2, 5});
   CHECK(sum(x, {1}, true).shape() == Shape{2, 1});
-  check_close(max(x, 1), {3, 6});
-  check_close(min(x, 0), {1, 2, 3});
-  check_close(sum_to(x, {1, 3}), {5, 7, 9});
+  check_values(max(x, 1), {3, 6});
+  check_values(min(x, 0), {1, 2, 3});
+  check_values(sum_to(x, {1, 3}), {5, 7, 9});
   // the gradient of max goes to the first maximum only: max([1, 3, 3]) -> dx = [0, 1, 0]
   Tensor t = f64({1, 3, 3}).requires_grad_();
   max(t, 0).backward();
-  check_close(t.grad(), {0, 1, 0});
+  check_values(t.grad(), {0, 1, 0});
   // mean's gradient is 1/n everywhere
   Tensor m = f64({1, 2, 3, 4}).requires_grad_();
   mean(m).backward();
-  check_close(m.grad(), {0.25, 0.25, 0.25, 0.25});
+  check_values(m.grad(), {0.25, 0.25, 0.25, 0.25});
 }
 
 TEST_CASE("argmax ties pick the first index; topk; comparisons") {
@@ -130,10 +122,10 @@ TEST_CASE("argmax ties pick the first index; topk; comparisons") {
   CHECK(argmin(x, 0).to_vector<int64_t>() == std::vector<int64_t>{0, 0, 1});
   // top-2 of [3, 1, 4, 1, 5] = 5 (index 4), 4 (index 2); bottom-2 = 1 (index 1), 1 (index 3)
   auto [values, indices] = topk(f64({3, 1, 4, 1, 5}), 2);
-  check_close(values, {5, 4});
+  check_values(values, {5, 4});
   CHECK(indices.to_vector<int64_t>() == std::vector<int64_t>{4, 2});
   auto [low, low_idx] = topk(f64({3, 1, 4, 1, 5}), 2, 0, false);
-  check_close(low, {1, 1});
+  check_values(low, {1, 1});
   CHECK(low_idx.to_vector<int64_t>() == std::vector<int64_t>{1, 3});
   CHECK(indices.dtype() == DType::i64);
   // comparisons give bool tensors and broadcast
@@ -149,21 +141,21 @@ TEST_CASE("gradients at conventional points: relu and abs at 0, clamp bounds, po
   // relu'(0) = 0 and |x|'(0) = sign(0) = 0, as PyTorch
   Tensor x = f64({-1, 0, 2}).requires_grad_();
   relu(x).sum().backward();
-  check_close(x.grad(), {0, 0, 1});
+  check_values(x.grad(), {0, 0, 1});
   x.zero_grad();
   abs(x).sum().backward();
-  check_close(x.grad(), {-1, 0, 1});
+  check_values(x.grad(), {-1, 0, 1});
   // clamp passes the gradient on its closed interval [lo, hi], bounds included
   Tensor c = f64({-2, -1, 0, 1, 2}).requires_grad_();
   clamp(c, -1, 1).sum().backward();
-  check_close(c.grad(), {0, 1, 1, 1, 0});
+  check_values(c.grad(), {0, 1, 1, 1, 0});
   // pow(a, b) at a = 0, b = 2: y = 0, dy/da = 2·0 = 0, dy/db = y·ln a = 0·(-inf), taken as 0
   Tensor a = f64({0}).requires_grad_(), b = f64({2}).requires_grad_();
   pow(a, b).sum().backward();
-  check_close(a.grad(), {0});
-  check_close(b.grad(), {0});
+  check_values(a.grad(), {0});
+  check_values(b.grad(), {0});
   // sigmoid saturates without NaN
-  check_close(sigmoid(f64({-1000, 0, 1000})), {0, 0.5, 1});
+  check_values(sigmoid(f64({-1000, 0, 1000})), {0, 0.5, 1});
 }
 
 TEST_CASE("embedding with padding_idx: the padding row gets exactly zero gradient") {
@@ -172,9 +164,9 @@ TEST_CASE("embedding with padding_idx: the padding row gets exactly zero gradien
   Tensor ids = tensor({1, 0, 0, 2}, {2, 2}, {.dtype = DType::i64});
   Tensor y = embedding(w, ids, 0);
   CHECK(y.shape() == Shape{2, 2, 2});
-  check_close(y, {10, 11, 0, 1, 0, 1, 20, 21});  // the forward still reads row 0
+  check_values(y, {10, 11, 0, 1, 0, 1, 20, 21});  // the forward still reads row 0
   y.sum().backward();
-  check_close(w.grad(), {0, 0, 1, 1, 1, 1});
+  check_values(w.grad(), {0, 0, 1, 1, 1, 1});
 }
 
 TEST_CASE("dropout: a fixed seed gives the same mask; kept values scale by 1/(1-p)") {

@@ -1,4 +1,4 @@
-// Picks the CPU kernels' build at start-up: kernels.cpp is compiled for x86-64-v2 (the project's
+// Picks the CPU kernels' build at start-up: the kernel files are compiled for x86-64-v2 (the project's
 // baseline) and, on x86-64, again with AVX2 + FMA; the wider build runs where the CPU has them.
 #include "ops/cpu/kernels.h"
 

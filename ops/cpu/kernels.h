@@ -5,7 +5,7 @@
 
 namespace seqgrad::cpu {
 
-// The CPU backend for this machine: kernels.cpp built for AVX2 + FMA when the CPU has them, else
+// The CPU backend for this machine: the kernels (ops/cpu/*.cpp) built for AVX2 + FMA when the CPU has them, else
 // for x86-64-v2 (ops/cpu/dispatch.cpp; SEQGRAD_CPU_KERNELS=x86-64-v2 forces the latter).
 Backend& backend();
 // Which build that is: "avx2+fma" or "x86-64-v2" (or "generic" off x86).

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "core/backend_math.h"
+#include "core/broadcast.h"
 #include "core/device_memory.h"
 #include "ops/cuda/check.h"
 #include "ops/cuda/cuda.h"
@@ -35,45 +36,10 @@ static_assert(static_cast<int>(ElemType::f32) == static_cast<int>(DType::f32) &&
 
 ElemType elem(DType t) { return static_cast<ElemType>(t); }
 
-// Operand strides over `shape` (0 where an operand is broadcast), size-1 dims dropped and dims that
-// are contiguous for every operand merged.
+// Operand strides over `shape` (core/broadcast.h: 0 where broadcast, dimensions coalesced).
 template <int N>
 Strided<N> strided(const Shape& shape, const std::array<const Tensor*, N>& ts) {
-  int nd = shape.size();
-  int64_t stride[N][kMaxDims];
-  for (int k = 0; k < N; ++k) {
-    const Tensor& t = *ts[k];
-    int off = nd - t.ndim();
-    for (int d = 0; d < nd; ++d) {
-      int td = d - off;
-      bool broadcast = td < 0 || (t.shape()[td] == 1 && shape[d] != 1);
-      stride[k][d] = broadcast ? 0 : t.strides()[td];
-    }
-  }
-  Strided<N> g;
-  int out = 0;
-  for (int d = 0; d < nd; ++d) {
-    if (shape[d] == 1) continue;
-    if (out > 0) {
-      bool mergeable = true;
-      for (int k = 0; k < N; ++k)
-        if (g.stride[k][out - 1] != stride[k][d] * shape[d]) mergeable = false;
-      if (mergeable) {
-        g.shape[out - 1] *= shape[d];
-        for (int k = 0; k < N; ++k) g.stride[k][out - 1] = stride[k][d];
-        continue;
-      }
-    }
-    g.shape[out] = shape[d];
-    for (int k = 0; k < N; ++k) g.stride[k][out] = stride[k][d];
-    ++out;
-  }
-  if (out == 0) {  // a scalar
-    g.shape[0] = 1;
-    out = 1;
-  }
-  g.ndim = out;
-  return g;
+  return broadcast_geometry<Strided<N>, N>(shape, ts);
 }
 
 // STYLE's "op X is not implemented on cuda": a primitive/dtype pair this backend does not provide
@@ -417,6 +383,18 @@ class CudaBackend final : public Backend {
     with_dense_output(out, [&](const Tensor& o) {
       cuda::random_normal(elem(o.dtype()), o.raw_data(), o.numel(), mean, stddev, seed, offset);
     });
+  }
+
+  void dropout(const Tensor& x, const Tensor& out, double keep, double scale, uint64_t seed,
+               uint64_t offset) override {
+    DeviceGuard guard(out.device().index);
+    check_floating("dropout", out);
+    SG_CHECK(out.is_contiguous() && (!x.defined() || (x.dtype() == out.dtype() && x.shape() == out.shape() &&
+                                                       x.is_contiguous())),
+             "dropout: expected contiguous x (or none) and out of one shape and dtype; got {} and {} {}",
+             x.defined() ? fmt::format("{} {}", x.dtype(), x.shape()) : "none", out.dtype(), out.shape());
+    cuda::dropout(elem(out.dtype()), x.defined() ? x.raw_data() : nullptr, out.raw_data(), out.numel(), keep, scale,
+                  seed, offset);
   }
 
  private:

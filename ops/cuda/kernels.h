@@ -73,6 +73,10 @@ void scatter_add(ElemType type, void* out, const int64_t* index, const void* src
 // ---- random (random.cu): element i of dense out from core/philox.h's streams
 void random_uniform(ElemType type, void* out, int64_t n, double a, double b, uint64_t seed, uint64_t offset);
 void random_normal(ElemType type, void* out, int64_t n, double mean, double stddev, uint64_t seed, uint64_t offset);
+// out = x · (u < keep ? scale : 0) with u the uniform stream above (dense x and out), or the
+// factor itself when x is null
+void dropout(ElemType type, const void* x, void* out, int64_t n, double keep, double scale, uint64_t seed,
+             uint64_t offset);
 
 // ---- mixed precision (elementwise.cu): a strided float32 tensor as dense, row-major bfloat16 or
 // float16 patterns (core/half.h's rounding), the operands of a reduced-precision GEMM

@@ -318,6 +318,16 @@ void random_normal(ElemType t, void* out, int64_t n, double mean, double sd, uin
     if constexpr (std::is_floating_point_v<T>) for (int64_t i = 0; i < n; ++i) ((T*)out)[i] = (T)(mean + sd * normal_at(seed, offset, i));
   });
 }
+void dropout(ElemType t, const void* x, void* out, int64_t n, double keep, double scale, uint64_t seed, uint64_t offset) {
+  numeric(t, [&]<class T>() {
+    if constexpr (std::is_floating_point_v<T>)
+      for (int64_t i = 0; i < n; ++i)
+      {
+        const T factor = dropout_factor(uniform_at_as<T>(seed, offset, i), (T)keep, (T)scale);
+        ((T*)out)[i] = x ? ((const T*)x)[i] * factor : factor;
+      }
+  });
+}
 
 // ---- fused.cu
 namespace {

@@ -18,7 +18,6 @@ Needs python3-torch (tested with 1.13) and numpy. Prints one line per case, then
 import json
 import math
 import os
-import struct
 import subprocess
 import sys
 import tempfile
@@ -28,40 +27,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-# ---- safetensors (the format is tiny; no dependency on the safetensors package)
-
-TO_ST = {torch.float32: "F32", torch.float64: "F64", torch.int64: "I64", torch.bool: "BOOL"}
-FROM_ST = {"F32": np.float32, "F64": np.float64, "I64": np.int64, "BOOL": np.bool_}
-
-
-def save_file(path, tensors, metadata):
-    items = sorted(tensors.items(), key=lambda kv: (-kv[1].element_size(), kv[0]))
-    header, blobs, offset = {"__metadata__": metadata}, [], 0
-    for name, t in items:
-        data = t.detach().contiguous().cpu().numpy().tobytes()
-        header[name] = {"dtype": TO_ST[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    head = json.dumps(header).encode()
-    head += b" " * (-len(head) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(head)) + head + b"".join(blobs))
-
-
-def load_file(path):
-    with open(path, "rb") as f:
-        raw = f.read()
-    (n,) = struct.unpack("<Q", raw[:8])
-    header, buf = json.loads(raw[8:8 + n]), raw[8 + n:]
-    out = {}
-    for name, e in header.items():
-        if name == "__metadata__":
-            continue
-        begin, end = e["data_offsets"]
-        arr = np.frombuffer(buf[begin:end], dtype=FROM_ST[e["dtype"]]).reshape(e["shape"])
-        out[name] = torch.from_numpy(arr.copy())
-    return out
-
+from safetensors_io import load_safetensors, save_safetensors
 
 # ---- references in plain PyTorch
 
@@ -262,11 +228,11 @@ def run_case(driver, tmp, name, case, lengths_name, dtype):
     meta = dict(case)
     meta.pop("torch_softmax", None)
     in_path, out_path = os.path.join(tmp, "in.safetensors"), os.path.join(tmp, "out.safetensors")
-    save_file(in_path, tensors, {"case": json.dumps(meta)})
+    save_safetensors(in_path, tensors, {"case": json.dumps(meta)})
     proc = subprocess.run([driver, in_path, out_path], capture_output=True, text=True)
     if proc.returncode != 0:
         return False, f"driver failed ({proc.returncode}): {proc.stderr.strip()}"
-    got = load_file(out_path)
+    got, _ = load_safetensors(out_path)
 
     # the reference, differentiated w.r.t. inputs and parameters
     qr, kr, vr = (t.clone().requires_grad_() for t in (q, k, v))

@@ -19,7 +19,6 @@ Prints one line per case, then exactly "N passed, M failed"; exit status 1 on an
 """
 import json
 import os
-import struct
 import subprocess
 import sys
 import tempfile
@@ -29,41 +28,10 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from safetensors_io import load_safetensors, save_safetensors
+
 RTOL = {"f32": 1e-4, "f64": 1e-5}
 TORCH_DTYPE = {"f32": torch.float32, "f64": torch.float64}
-ST_DTYPE = {np.dtype(np.float32): "F32", np.dtype(np.float64): "F64", np.dtype(np.int64): "I64"}
-NP_DTYPE = {v: k for k, v in ST_DTYPE.items()}
-
-
-# ---- safetensors: an 8-byte little-endian header size, a JSON header, the raw data
-def save_safetensors(path, tensors, metadata):
-    header = {"__metadata__": metadata}
-    blobs, offset = [], 0
-    for name in sorted(tensors):
-        a = np.ascontiguousarray(tensors[name])
-        data = a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes()
-        header[name] = {"dtype": ST_DTYPE[a.dtype], "shape": list(a.shape),
-                        "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    text = json.dumps(header).encode()
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
-
-
-def load_safetensors(path):
-    with open(path, "rb") as f:
-        raw = f.read()
-    (n,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8:8 + n])
-    metadata = header.pop("__metadata__", {})
-    data = raw[8 + n:]
-    tensors = {}
-    for name, e in header.items():
-        begin, end = e["data_offsets"]
-        tensors[name] = np.frombuffer(data[begin:end], dtype=NP_DTYPE[e["dtype"]]).reshape(e["shape"])
-    return tensors, metadata
 
 
 # ---- the cases: (name, kind, options); each runs in float32 and float64
@@ -190,7 +158,7 @@ def main():
             print(f"FAIL: nn_parity exited with {run.returncode}: {run.stderr.strip()}")
             print(f"0 passed, {len(expected)} failed")
             return 1
-        got, got_meta = load_safetensors(path_out)
+        got, got_meta = load_safetensors(path_out, as_numpy=True)
     errors = json.loads(got_meta.get("errors", "{}"))
 
     passed = failed = 0

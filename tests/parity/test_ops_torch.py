@@ -36,48 +36,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from safetensors_io import load_safetensors, save_safetensors
+
 torch.set_num_threads(1)
 
 RTOL = {torch.float32: 1e-4, torch.float64: 1e-5}
 ATOL_EPS = 64  # atol = ATOL_EPS * eps(dtype) * max(1, max |reference|)
-
-# ---------------------------------------------------------------------------------------------
-# Minimal safetensors I/O (the format is simple; this keeps the suite free of pip packages).
-
-ST_DTYPES = {torch.float32: ("F32", np.float32), torch.float64: ("F64", np.float64),
-             torch.int64: ("I64", np.int64), torch.bool: ("BOOL", np.bool_)}
-NP_OF = {name: np_type for name, np_type in ST_DTYPES.values()}
-TORCH_OF = {name: torch_type for torch_type, (name, _) in ST_DTYPES.items()}
-
-
-def save_safetensors(path, tensors, metadata):
-    header, blobs, offset = {"__metadata__": metadata}, [], 0
-    # 8-byte types first, so every tensor's data is aligned to its element size.
-    for name in sorted(tensors, key=lambda n: (-tensors[n].element_size(), n)):
-        t = tensors[name].detach().contiguous()
-        data = t.numpy().tobytes()
-        header[name] = {"dtype": ST_DTYPES[t.dtype][0], "shape": list(t.shape),
-                        "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    text = json.dumps(header).encode()
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(len(text).to_bytes(8, "little") + text + b"".join(blobs))
-
-
-def load_safetensors(path):
-    with open(path, "rb") as f:
-        raw = f.read()
-    n = int.from_bytes(raw[:8], "little")
-    header = json.loads(raw[8:8 + n])
-    metadata = header.pop("__metadata__", {})
-    base, tensors = 8 + n, {}
-    for name, info in header.items():
-        begin, end = info["data_offsets"]
-        array = np.frombuffer(raw[base + begin:base + end], dtype=NP_OF[info["dtype"]])
-        tensors[name] = torch.from_numpy(array.copy().reshape(info["shape"]))
-    return tensors, metadata
 
 
 # ---------------------------------------------------------------------------------------------

@@ -39,47 +39,11 @@ import torch
 import torch.nn.functional as F
 from torch.optim import lr_scheduler as L
 
+from safetensors_io import load_safetensors, save_safetensors
+
 torch.set_num_threads(1)
 warnings.filterwarnings("ignore")  # PyTorch's deprecation notes about schedulers
 
-# ---------------------------------------------------------------------------------------------
-# Minimal safetensors I/O (keeps the suite free of pip packages).
-
-ST_DTYPES = {torch.float32: ("F32", np.float32), torch.float64: ("F64", np.float64),
-             torch.int64: ("I64", np.int64), torch.bool: ("BOOL", np.bool_)}
-NP_OF = {name: np_type for name, np_type in ST_DTYPES.values()}
-
-
-def save_safetensors(path, tensors, metadata):
-    header, blobs, offset = {"__metadata__": metadata}, [], 0
-    for name in sorted(tensors, key=lambda n: (-tensors[n].element_size(), n)):
-        t = tensors[name].detach().contiguous()
-        data = t.numpy().tobytes()
-        header[name] = {"dtype": ST_DTYPES[t.dtype][0], "shape": list(t.shape),
-                        "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    text = json.dumps(header).encode()
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(len(text).to_bytes(8, "little") + text + b"".join(blobs))
-
-
-def load_safetensors(path):
-    with open(path, "rb") as f:
-        raw = f.read()
-    n = int.from_bytes(raw[:8], "little")
-    header = json.loads(raw[8:8 + n])
-    metadata = header.pop("__metadata__", {})
-    base, tensors = 8 + n, {}
-    for name, info in header.items():
-        begin, end = info["data_offsets"]
-        array = np.frombuffer(raw[base + begin:base + end], dtype=NP_OF[info["dtype"]])
-        tensors[name] = torch.from_numpy(array.copy().reshape(info["shape"]))
-    return tensors, metadata
-
-
-# ---------------------------------------------------------------------------------------------
 
 GEN = torch.Generator().manual_seed(20240612)
 DTYPES = (torch.float32, torch.float64)

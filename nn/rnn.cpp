@@ -10,6 +10,7 @@
 #include "core/autograd.h"
 #include "core/backend.h"
 #include "nn/init.h"
+#include "ops/quantized.h"
 
 namespace seqgrad::nn {
 namespace {
@@ -20,16 +21,22 @@ namespace {
 // every step's dW_hh then accumulates contiguously at that one transpose instead of as a strided
 // (transposed) add into the parameter's gradient at each step.
 
-// GRU step.  xp: (B, 3H) [r | z | n],  h: (B, H)  ->  h': (B, H)
-Tensor gru_step(const Tensor& xp, const Tensor& h, const Tensor& w_hh_t, const Tensor& bias_hh) {
+// GRU gates given both projections.  xp: (B, 3H) [r | z | n],  hp = W_hh h + b_hh: (B, 3H),
+// h: (B, H)  ->  h': (B, H)
+Tensor gru_gates(const Tensor& xp, const Tensor& hp, const Tensor& h) {
   const int64_t H = h.size(1);
-  Tensor hp = matmul(h, w_hh_t);                                          // (B, 3H): W_hh h
-  if (bias_hh.defined()) hp = hp + bias_hh;                               //          + b_hh
   Tensor rz = sigmoid(xp.narrow(1, 0, 2 * H) + hp.narrow(1, 0, 2 * H));  // (B, 2H): [r | z]
   Tensor r = rz.narrow(1, 0, H);                                          // (B, H)
   Tensor z = rz.narrow(1, H, H);                                          // (B, H)
   Tensor n = tanh(xp.narrow(1, 2 * H, H) + r * hp.narrow(1, 2 * H, H));   // (B, H)
   return n + z * (h - n);                                                 // (1 - z) n + z h
+}
+
+// GRU step.  xp: (B, 3H) [r | z | n],  h: (B, H)  ->  h': (B, H)
+Tensor gru_step(const Tensor& xp, const Tensor& h, const Tensor& w_hh_t, const Tensor& bias_hh) {
+  Tensor hp = matmul(h, w_hh_t);             // (B, 3H): W_hh h
+  if (bias_hh.defined()) hp = hp + bias_hh;  //          + b_hh
+  return gru_gates(xp, hp, h);
 }
 
 // LSTM step.  xp: (B, 4H) [i | f | g | o],  state h, c: (B, H)  ->  {h', c'}
@@ -117,7 +124,8 @@ std::pair<Tensor, typename Math::State> run_direction(const Tensor& xp, typename
   const int64_t T = xp.size(0);
   if constexpr (std::is_same_v<Math, GRUMath>) {  // the whole direction is one gru_layer node
     Tensor valid = mask.valid.defined() ? mask.valid.squeeze(2) : Tensor();  // (T, B)
-    Tensor y = gru_layer(xp, state, w.weight_hh, w.bias_hh, valid, direction);  // (T, B, H) states
+    Tensor y = w.qweight_hh ? gru_layer_quantized(xp, state, *w.qweight_hh, w.bias_hh, valid, direction)
+                            : gru_layer(xp, state, w.weight_hh, w.bias_hh, valid, direction);  // (T, B, H) states
     Tensor final_state = y.select(0, direction == Direction::forward ? T - 1 : 0);
     if (valid.defined())  // outputs are zero at padded steps
       y = where(mask.valid, y, zeros({}, {.dtype = y.dtype(), .device = y.device()}));
@@ -147,20 +155,39 @@ std::pair<Tensor, typename Math::State> run_direction(const Tensor& xp, typename
 
 // ---- the fused GRU layer (one autograd node per layer and direction) and its composed twin
 
-Tensor gru_layer_composed(const Tensor& xp, const Tensor& h0, const Tensor& w_hh, const Tensor& b_hh,
-                          const Tensor& valid, Direction direction) {
+namespace {
+
+// The layer written with ops, over step(xp_t (B, 3H), h (B, H)) -> h' (B, H).
+template <class Step>
+Tensor gru_layer_steps(const Tensor& xp, const Tensor& h0, const Tensor& valid, Direction direction, Step&& step) {
   const int64_t T = xp.size(0);
-  const Tensor w_hh_t = w_hh.t();  // (H, 3H)
   std::vector<Tensor> states(T), xp_steps(T);
   split_steps(xp, 0, xp_steps);
   Tensor h = h0;
   for (int64_t i = 0; i < T; ++i) {
     const int64_t t = direction == Direction::forward ? i : T - 1 - i;
-    Tensor next = gru_step(xp_steps[t], h, w_hh_t, b_hh);
+    Tensor next = step(xp_steps[t], h);
     h = valid.defined() ? where(valid.select(0, t).unsqueeze(1), next, h) : next;  // padding keeps the state
     states[t] = h;
   }
   return stack(states, 0);  // (T, B, H)
+}
+
+}  // namespace
+
+Tensor gru_layer_composed(const Tensor& xp, const Tensor& h0, const Tensor& w_hh, const Tensor& b_hh,
+                          const Tensor& valid, Direction direction) {
+  const Tensor w_hh_t = w_hh.t();  // (H, 3H)
+  return gru_layer_steps(xp, h0, valid, direction,
+                         [&](const Tensor& xp_t, const Tensor& h) { return gru_step(xp_t, h, w_hh_t, b_hh); });
+}
+
+// As PyTorch's dynamic quantized GRU; quantized_linear's backward throws, naming the module.
+Tensor gru_layer_quantized(const Tensor& xp, const Tensor& h0, const QuantizedWeight& w_hh, const Tensor& b_hh,
+                           const Tensor& valid, Direction direction) {
+  return gru_layer_steps(xp, h0, valid, direction, [&](const Tensor& xp_t, const Tensor& h) {
+    return gru_gates(xp_t, quantized_linear(h, w_hh, b_hh), h);
+  });
 }
 
 Tensor gru_layer(const Tensor& xp, const Tensor& h0, const Tensor& w_hh, const Tensor& b_hh, const Tensor& valid,
@@ -287,7 +314,8 @@ Tensor run_layers(const RNNOptions& options, const std::vector<RNNWeights>& weig
     for (int64_t d = 0; d < dirs; ++d) {
       const int64_t k = layer * dirs + d;
       const RNNWeights& w = weights[k];
-      Tensor xp = linear(input, w.weight_ih, w.bias_ih);  // (T, B, G·H): every step in one GEMM
+      // (T, B, G·H): every step in one GEMM; int8 in a quantized GRU (nn/quantized.h)
+      Tensor xp = w.qweight_ih ? quantized_linear(input, *w.qweight_ih, w.bias_ih) : linear(input, w.weight_ih, w.bias_ih);
       const Direction direction = d == 0 ? Direction::forward : Direction::reverse;
       auto [output, final_state] = run_direction<Math>(xp, states[k], w, mask, direction, last ? 1 : 0);
       outputs.push_back(output);  // (B, T, H) for the last layer, else (T, B, H)

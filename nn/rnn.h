@@ -45,10 +45,15 @@
 // Between layers (not after the last) dropout with probability `dropout` applies in training.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "nn/module.h"
+
+namespace seqgrad {
+struct QuantizedWeight;  // ops/quantized.h
+}
 
 namespace seqgrad::nn {
 
@@ -131,6 +136,10 @@ struct RNNWeights {
   Tensor weight_hh = {};
   Tensor bias_ih = {};  // undefined without bias
   Tensor bias_hh = {};
+  // Set by nn::quantize_dynamic (nn/quantized.h), GRU only: both products then run in int8 with
+  // the gate math in float32 (the weights hold their dequantized values); null for a float layer.
+  std::shared_ptr<const QuantizedWeight> qweight_ih = {};
+  std::shared_ptr<const QuantizedWeight> qweight_hh = {};
 };
 
 // What GRU returns; use with structured bindings: auto [output, h_n] = gru(x);
@@ -187,6 +196,10 @@ Tensor gru_layer(const Tensor& xp, const Tensor& h0, const Tensor& w_hh, const T
                  Direction direction);
 Tensor gru_layer_composed(const Tensor& xp, const Tensor& h0, const Tensor& w_hh, const Tensor& b_hh,
                           const Tensor& valid, Direction direction);
+// The same layer with W_hh h + b_hh as an int8 product at each step (a GRU after
+// nn::quantize_dynamic, nn/quantized.h); gates in float32; inference only.
+Tensor gru_layer_quantized(const Tensor& xp, const Tensor& h0, const QuantizedWeight& w_hh, const Tensor& b_hh,
+                           const Tensor& valid, Direction direction);
 
 class GRU : public RNNBase {
  public:

@@ -17,4 +17,6 @@ int attention_main(int argc, char** argv);
 int compare_main(int argc, char** argv);
 // seqgrad bench [WORKLOAD ...]: timed workloads, compared with PyTorch by bench/run.sh (tools/cmd_bench.cpp).
 int bench_main(int argc, char** argv);
+// seqgrad quantize --checkpoint IN --out OUT [--per-tensor]: int8 dynamic quantization (tools/cmd_quantize.cpp).
+int quantize_main(int argc, char** argv);
 }  // namespace seqgrad::tools

@@ -33,6 +33,7 @@ const Command kCommands[] = {
     {"compare", seqgrad::tools::compare_main, "additive vs scaled-dot vs hybrid attention: loss, BLEU, speed, sharpness"},
     {"gradcheck", gradcheck_main, "finite-difference gradient checks of every op (float64)"},
     {"bench", seqgrad::tools::bench_main, "timed workloads (training steps, kernels, decoding, memory); bench/run.sh vs PyTorch"},
+    {"quantize", seqgrad::tools::quantize_main, "int8 dynamic quantization of a checkpoint (PyTorch's quantize_dynamic)"},
     {"info", info_main, "version, threads and which BLAS kernels run"},
 };
 

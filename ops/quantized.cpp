@@ -104,6 +104,9 @@ QuantizedWeight make_quantized_weight(int64_t rows, int64_t cols, std::vector<in
   q.values = std::move(values);
   q.scales = std::move(scales);
   q.name = name;
+#ifdef SG_ONEDNN
+  if (!force_reference_gemm()) q.packed = onednn::pack_int8_weights(rows, cols, q.values.data());
+#endif
   return q;
 }
 
@@ -176,6 +179,16 @@ void int8_gemm(int64_t m, int64_t n, int64_t k, const uint8_t* a, const int8_t* 
   int8_gemm_reference(m, n, k, a, b, c);
 }
 
+void int8_gemm(int64_t m, const uint8_t* a, const QuantizedWeight& w, int32_t* c) {
+#ifdef SG_ONEDNN
+  if (w.packed && m > 0 && !force_reference_gemm()) {
+    onednn::int8_gemm_packed(m, w.rows, w.cols, a, w.packed.get(), c);
+    return;
+  }
+#endif
+  int8_gemm(m, w.rows, w.cols, a, w.values.data(), c);
+}
+
 // quantized_linear  y = s_x · s_w[n] · (Σ_k xq[m, k] Wq[n, k] - z_x Σ_k Wq[n, k]) + b[n]
 //   x: (..., cols) -> y: (..., rows). No gradient: backward throws, naming the module.
 Tensor quantized_linear(const Tensor& x, const QuantizedWeight& w, const Tensor& bias) {
@@ -215,7 +228,7 @@ Tensor quantized_linear(const Tensor& x, const QuantizedWeight& w, const Tensor&
     }
     // 3. the exact int32 product, 4. the float epilogue
     std::vector<int32_t> acc(rows * out);
-    int8_gemm(rows, out, cols, xq.data(), w.values.data(), acc.data());
+    int8_gemm(rows, xq.data(), w, acc.data());
     float* py = y.data<float>();
     const Tensor bias_c = bias.defined() ? bias.detach().contiguous() : Tensor();
     const float* pb = bias_c.defined() ? bias_c.data<float>() : nullptr;

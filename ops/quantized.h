@@ -38,6 +38,7 @@ struct QuantizedWeight {
   std::vector<float> scales;    // (rows,) per channel, (1,) per tensor
   std::vector<int32_t> row_sums;  // Σ_k values[n, k]: the zero-point correction of the product
   std::string name;             // the module it belongs to, for error messages ("decoder.out")
+  std::shared_ptr<const void> packed;  // values in the int8 GEMM's own layout (oneDNN), or null
 
   float scale(int64_t row) const { return scales[scheme == QScheme::per_channel ? row : 0]; }
 };
@@ -73,6 +74,8 @@ bool int8_needs_reduce_range();
 // int8 matmul when the build has it (SEQGRAD_INT8_GEMM=reference forces the loops), else
 // int8_gemm_reference; both are exact.
 void int8_gemm(int64_t m, int64_t n, int64_t k, const uint8_t* a, const int8_t* b, int32_t* c);
+// int8_gemm with b = w.values, read from w.packed when make_quantized_weight packed it.
+void int8_gemm(int64_t m, const uint8_t* a, const QuantizedWeight& w, int32_t* c);
 // The oracle: plain loops with int32 accumulation.
 void int8_gemm_reference(int64_t m, int64_t n, int64_t k, const uint8_t* a, const int8_t* b, int32_t* c);
 // "onednn" or "reference": the backend int8_gemm uses now.

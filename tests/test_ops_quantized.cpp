@@ -69,10 +69,15 @@ TEST_CASE("int8_gemm equals the reference exactly, extremes and random shapes (b
           CAPTURE(k);
           auto a = random_ints<uint8_t>(m * k, 0, q_max, seed++);
           auto b = random_ints<int8_t>(n * k, -128, 127, seed++);
-          std::vector<int32_t> c(m * n, 7), ref(m * n, -7);
+          std::vector<int32_t> c(m * n, 7), ref(m * n, -7), packed(m * n, 9);
           int8_gemm(m, n, k, a.data(), b.data(), c.data());
           int8_gemm_reference(m, n, k, a.data(), b.data(), ref.data());
           CHECK(c == ref);
+          // the weight as a QuantizedWeight: read from oneDNN's prepacked layout when built with it
+          QuantizedWeight w = make_quantized_weight(n, k, b, std::vector<float>(n, 1.0f), "w");
+          CHECK(static_cast<bool>(w.packed) == (std::string(int8_gemm_backend()) == "onednn"));
+          int8_gemm(m, a.data(), w, packed.data());
+          CHECK(packed == ref);
         }
   }
 }

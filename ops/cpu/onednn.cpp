@@ -4,10 +4,13 @@
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <vector>
 
 #include <dnnl.hpp>
+#include <omp.h>
 
 #include "core/error.h"
+#include "core/threads.h"
 
 namespace seqgrad::onednn {
 namespace {
@@ -41,6 +44,15 @@ dnnl::matmul cached(const Key& key, const dnnl::memory::desc& a, const dnnl::mem
   return cache.emplace(key, dnnl::matmul(pd)).first->second;
 }
 
+// Threads for one product. oneDNN runs on OpenMP, whose fork-join waits for every thread of the
+// team: on a loaded machine a decoder step's small product then waits a scheduler slice for a
+// helper (core/threads.h), so products below kThreadedWork multiply-adds run on the caller alone.
+constexpr int64_t kThreadedWork = int64_t{1} << 24;
+
+void set_threads_for(int64_t m, int64_t n, int64_t k) {
+  omp_set_num_threads(m * n * k < kThreadedWork ? 1 : get_num_threads());  // this thread's ICV only
+}
+
 void run(const dnnl::matmul& product, const dnnl::memory::desc& a_md, const void* a, const dnnl::memory::desc& b_md,
          const void* b, const dnnl::memory::desc& c_md, void* c) {
   Context& ctx = context();
@@ -70,7 +82,54 @@ void int8_gemm(int64_t m, int64_t n, int64_t k, const uint8_t* a, const int8_t* 
     dnnl::memory::desc b_md(dims{k, n}, dt::s8, dims{1, k});  // b (n, k) row-major is bᵀ (k, n)
     dnnl::memory::desc c_md(dims{m, n}, dt::s32, dims{n, 1});
     dnnl::matmul product = cached(Key{0, m, n, k, 0, 0, 0, 0, 0}, a_md, b_md, c_md);
+    set_threads_for(m, n, k);
     run(product, a_md, a, b_md, b, c_md, c);
+  });
+}
+
+namespace {
+
+// A packed weight: its blocked layout and the reordered bytes.
+struct PackedWeights {
+  dnnl::memory::desc md;
+  std::vector<int8_t> bytes;
+};
+
+// The layout oneDNN's int8 matmul picks for weights (k, n) when it may choose (format any).
+dnnl::memory::desc preferred_weights_md(int64_t n, int64_t k) {
+  dnnl::memory::desc a_md(dims{1, k}, dt::u8, dims{k, 1});
+  dnnl::memory::desc b_any(dims{k, n}, dt::s8, dnnl::memory::format_tag::any);
+  dnnl::memory::desc c_md(dims{1, n}, dt::s32, dims{n, 1});
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_any, c_md), context().engine);
+  return pd.weights_desc();
+}
+
+}  // namespace
+
+std::shared_ptr<const void> pack_int8_weights(int64_t n, int64_t k, const int8_t* b) {
+  auto packed = std::make_shared<PackedWeights>();
+  checked("int8_gemm (packing weights)", 1, n, k, [&] {
+    Context& ctx = context();
+    packed->md = preferred_weights_md(n, k);
+    packed->bytes.resize(packed->md.get_size());
+    dnnl::memory::desc plain(dims{k, n}, dt::s8, dims{1, k});
+    dnnl::memory src(plain, ctx.engine, const_cast<int8_t*>(b));
+    dnnl::memory dst(packed->md, ctx.engine, packed->bytes.data());
+    dnnl::reorder(src, dst).execute(ctx.stream, src, dst);
+    ctx.stream.wait();
+  });
+  return packed;
+}
+
+void int8_gemm_packed(int64_t m, int64_t n, int64_t k, const uint8_t* a, const void* packed_b, int32_t* c) {
+  const auto& packed = *static_cast<const PackedWeights*>(packed_b);
+  checked("int8_gemm", m, n, k, [&] {
+    dnnl::memory::desc a_md(dims{m, k}, dt::u8, dims{k, 1});
+    dnnl::memory::desc c_md(dims{m, n}, dt::s32, dims{n, 1});
+    // the blocked layout depends on (n, k) only, so one key per shape holds
+    dnnl::matmul product = cached(Key{2, m, n, k, 0, 0, 0, 0, 0}, a_md, packed.md, c_md);
+    set_threads_for(m, n, k);
+    run(product, a_md, a, packed.md, packed.bytes.data(), c_md, c);
   });
 }
 
@@ -99,6 +158,7 @@ void bf16_gemm(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t a_row
     dnnl::memory::desc b_md(dims{k, n}, dt::bf16, dims{b_row, b_col});
     dnnl::memory::desc c_md(dims{m, n}, dt::f32, dims{ldc, 1});
     dnnl::matmul product = cached(Key{1, m, n, k, a_row, a_col, b_row, b_col, ldc}, a_md, b_md, c_md);
+    set_threads_for(m, n, k);
     run(product, a_md, a, b_md, b, c_md, c);
   });
 }

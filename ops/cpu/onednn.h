@@ -5,11 +5,19 @@
 // more than a decoder step's product).
 #pragma once
 #include <cstdint>
+#include <memory>
 
 namespace seqgrad::onednn {
 
 // int32 c (m, n) = a (m, k) · bᵀ, b (n, k); all row-major and contiguous. Exact.
 void int8_gemm(int64_t m, int64_t n, int64_t k, const uint8_t* a, const int8_t* b, int32_t* c);
+
+// b (n, k) reordered once into the blocked layout oneDNN's int8 kernels read (VNNI groups of 4 k
+// values), so that a product does not repack b at every call, as PyTorch prepacks its weights.
+// Opaque; null when oneDNN has no blocked layout for this shape.
+std::shared_ptr<const void> pack_int8_weights(int64_t n, int64_t k, const int8_t* b);
+// int8_gemm with b given packed; exact, the same int32 result.
+void int8_gemm_packed(int64_t m, int64_t n, int64_t k, const uint8_t* a, const void* packed_b, int32_t* c);
 
 // Whether oneDNN's int8 kernels use VNNI here (vpdpbusd: u8 × s8 products summed in int32, no
 // saturation); without it they use vpmaddubsw, whose int16 pair sums saturate (ops/quantized.h).

@@ -13,11 +13,13 @@ Usage: test_tools_quantize.py PATH/TO/seqgrad DATA_DIR
 import json
 import os
 import re
-import struct
 import subprocess
 import sys
 import tempfile
 import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_tools_cli import read_safetensors, write_safetensors  # noqa: E402  (the CLI tests' helpers)
 
 SEQGRAD = None
 DATA = None
@@ -27,20 +29,6 @@ TMP = tempfile.mkdtemp(prefix="seqgrad_quantize_")
 
 def run(*args, timeout=300):
     return subprocess.run([SEQGRAD, *args], capture_output=True, text=True, timeout=timeout)
-
-
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        blob = f.read()
-    (n,) = struct.unpack("<Q", blob[:8])
-    return json.loads(blob[8:8 + n]), blob[8 + n:]
-
-
-def write_safetensors(path, header, data):
-    raw = json.dumps(header).encode()
-    raw += b" " * (-len(raw) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(raw)) + raw + data)
 
 
 def float_checkpoint():

@@ -138,17 +138,21 @@ std::vector<int64_t> encode_sentence(const text::Vocab& vocab, const std::vector
   return ids;
 }
 
-void save_checkpoint(const std::string& path, const Seq2Seq& model, const CheckpointInfo& info,
-                     const std::map<std::string, Tensor>& extra) {
-  std::map<std::string, Tensor> tensors = extra;
-  for (auto& [name, t] : model.state_dict()) tensors["model." + name] = t;
-  std::map<std::string, std::string> metadata{
+std::map<std::string, std::string> checkpoint_metadata(const CheckpointInfo& info) {
+  return {
       {"format", "seqgrad.seq2seq"},
       {"config", info.config.to_json().dump()},
       {"src_vocab", info.src_vocab.to_json().dump()},
       {"tgt_vocab", info.tgt_vocab.to_json().dump()},
       {"train_state", info.train_state.dump()},
   };
+}
+
+void save_checkpoint(const std::string& path, const Seq2Seq& model, const CheckpointInfo& info,
+                     const std::map<std::string, Tensor>& extra) {
+  std::map<std::string, Tensor> tensors = extra;
+  for (auto& [name, t] : model.state_dict()) tensors["model." + name] = t;
+  std::map<std::string, std::string> metadata = checkpoint_metadata(info);
   metadata[nn::kChecksumKey] = nn::checkpoint_checksum(tensors, metadata);  // read_checkpoint verifies it
   std::filesystem::path dir = std::filesystem::path(path).parent_path();
   if (!dir.empty()) std::filesystem::create_directories(dir);

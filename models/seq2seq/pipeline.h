@@ -71,6 +71,8 @@ struct CheckpointInfo {
 };
 void save_checkpoint(const std::string& path, const Seq2Seq& model, const CheckpointInfo& info,
                      const std::map<std::string, Tensor>& extra_tensors = {});
+// The metadata every translator checkpoint carries (format, config, vocabularies, train_state).
+std::map<std::string, std::string> checkpoint_metadata(const CheckpointInfo& info);
 struct LoadedCheckpoint {
   CheckpointInfo info;
   std::map<std::string, Tensor> tensors;  // all tensors, "model." prefixed weights included

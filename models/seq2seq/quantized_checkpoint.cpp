@@ -50,14 +50,8 @@ void save_quantized_checkpoint(const std::string& path, const Seq2Seq& model, co
                  "nn::quantize_dynamic first");
   nlohmann::json kinds = nlohmann::json::array();
   for (nn::QuantKind kind : options.kinds) kinds.push_back(nn::quant_kind_name(kind));
-  std::map<std::string, std::string> metadata{
-      {"format", "seqgrad.seq2seq"},
-      {"config", info.config.to_json().dump()},
-      {"src_vocab", info.src_vocab.to_json().dump()},
-      {"tgt_vocab", info.tgt_vocab.to_json().dump()},
-      {"train_state", info.train_state.dump()},
-      {kQuantizedKey, nlohmann::json{{"scheme", qscheme_name(options.scheme)}, {"kinds", kinds}}.dump()},
-  };
+  std::map<std::string, std::string> metadata = checkpoint_metadata(info);
+  metadata[kQuantizedKey] = nlohmann::json{{"scheme", qscheme_name(options.scheme)}, {"kinds", kinds}}.dump();
   CheckpointFile checkpoint;
   for (const auto& [name, t] : model.state_dict()) {
     auto q = quantized.find(name);

@@ -39,7 +39,7 @@ std::vector<int32_t> sums_of_rows(const std::vector<int8_t>& values, int64_t row
   return sums;
 }
 
-bool force_reference_gemm() {
+[[maybe_unused]] bool force_reference_gemm() {  // used only with oneDNN
   static const bool forced = [] {
     const char* v = std::getenv("SEQGRAD_INT8_GEMM");
     return v != nullptr && std::strcmp(v, "reference") == 0;

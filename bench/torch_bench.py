@@ -227,16 +227,17 @@ class PresetData:
 
 
 class Trainer:
-    def __init__(self, model, train):
-        self.model = model
+    def __init__(self, model, train, amp=None):
+        self.model, self.amp = model, amp  # amp torch.bfloat16: forward and loss under CPU autocast
         self.optimizer = torch.optim.Adam(model.parameters(), lr=train["lr"])
         self.label_smoothing, self.clip = train["label_smoothing"], train["clip"]
         model.train()
 
     def step(self, b):
-        logits = self.model(b["src"], b["src_lengths"], b["tgt_in"])                        # (B, T, V)
-        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), b["tgt_out"].reshape(-1), ignore_index=PAD,
-                               label_smoothing=self.label_smoothing)
+        with torch.autocast("cpu", dtype=self.amp or torch.bfloat16, enabled=self.amp is not None):
+            logits = self.model(b["src"], b["src_lengths"], b["tgt_in"])                    # (B, T, V)
+            loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), b["tgt_out"].reshape(-1), ignore_index=PAD,
+                                   label_smoothing=self.label_smoothing)
         value = loss.item()
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -245,10 +246,10 @@ class Trainer:
         return value
 
 
-def bench_step(preset, plan, out):
+def bench_step(preset, plan, out, amp=None):
     d = PresetData(plan.data, preset)
     torch.manual_seed(0)
-    trainer = Trainer(d.make_model(), d.train)
+    trainer = Trainer(d.make_model(), d.train, amp)
     tokens = sum(b["target_tokens"] for b in d.batches)
     flops = sum(b["gemm_flops"] for b in d.batches)
     for _ in range(plan.warmup):
@@ -263,7 +264,7 @@ def bench_step(preset, plan, out):
         cpu_per_step.append((time.process_time() - c0) / len(d.batches))
     ms = scaled(per_step, 1e3)
     step_s = ms["median"] / 1e3
-    out.report("step_" + preset, "ms/step", ms,
+    out.report("step_" + preset + ("_bf16" if amp is not None else ""), "ms/step", ms,
                {"tok_s": tokens / len(d.batches) / step_s, "gemm_gflops": flops / len(d.batches) / step_s / 1e9,
                 "gemm_gflop_per_step": flops / len(d.batches) / 1e9, "cpu_ms": scaled(cpu_per_step, 1e3)["median"],
                 "loss": loss})
@@ -359,9 +360,12 @@ def beam_search(model, src, lengths, max_len, beam_size, length_penalty=1.0):
     return max(finished, key=lambda f: f[0])[1]
 
 
-def bench_decode(preset, beam, plan, out):
+def bench_decode(preset, beam, plan, out, int8=False):
     d = PresetData(plan.data, preset)
     model = d.make_model()
+    if int8:  # dynamic quantization on the onednn engine (Debian's torch has no fbgemm)
+        torch.backends.quantized.engine = "onednn"
+        model = torch.ao.quantization.quantize_dynamic(model.eval(), {nn.Linear, nn.GRU}, dtype=torch.qint8)
     src = torch.tensor([d.decode_src], dtype=torch.int64)
     lengths = torch.tensor([len(d.decode_src)], dtype=torch.int64)
     produced = [0]
@@ -374,7 +378,7 @@ def bench_decode(preset, beam, plan, out):
     cpu = []
     ms = scaled(time_blocks(run, plan, 0.5, cpu), 1e3)
     name = "greedy" if beam == 1 else f"beam{beam}"
-    out.report(f"{name}_{preset}", "ms/sent", ms, {"tokens": float(produced[0]), "cpu_ms": scaled(cpu, 1e3)["median"]})
+    out.report(f"{name}_{preset}" + ("_int8" if int8 else ""), "ms/sent", ms, {"tokens": float(produced[0]), "cpu_ms": scaled(cpu, 1e3)["median"]})
 
 
 # ---- kernels at the seed model's shapes
@@ -477,7 +481,8 @@ def bench_sgemm(plan, out):
 
 
 WORKLOADS = ["sgemm", "step_seed", "step_d2l", "attention", "attention_projected", "gru", "linear_ce", "op_overhead",
-             "greedy_seed", "beam5_seed", "greedy_d2l", "beam5_d2l", "memory_seed", "memory_d2l"]
+             "greedy_seed", "beam5_seed", "greedy_d2l", "beam5_d2l", "memory_seed", "memory_d2l",
+             "greedy_seed_int8", "beam5_seed_int8", "step_seed_bf16"]
 
 
 def run_workload(w, plan, out):
@@ -499,6 +504,10 @@ def run_workload(w, plan, out):
         return bench_decode(w[7:], 1, plan, out)
     if w in ("beam5_seed", "beam5_d2l"):
         return bench_decode(w[6:], 5, plan, out)
+    if w in ("greedy_seed_int8", "beam5_seed_int8"):
+        return bench_decode("seed", 1 if w.startswith("greedy") else 5, plan, out, int8=True)
+    if w == "step_seed_bf16":
+        return bench_step("seed", plan, out, amp=torch.bfloat16)
     sys.exit(f"torch_bench: unknown workload '{w}'; choose from: {' '.join(WORKLOADS)}")
 
 

@@ -8,4 +8,5 @@
 #include "nn/loss.h"
 #include "nn/checkpoint.h"
 #include "nn/module.h"
+#include "nn/quantized.h"
 #include "nn/rnn.h"

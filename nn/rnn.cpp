@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "nn/init.h"
+#include "ops/quantized.h"
 
 namespace seqgrad::nn {
 namespace {
@@ -90,7 +91,8 @@ std::pair<Tensor, typename Math::State> run_direction(const Tensor& xp, typename
   const int64_t T = xp.size(0);
   if constexpr (std::is_same_v<Math, GRUMath>) {  // the whole direction is one gru_layer node
     Tensor valid = mask.valid.defined() ? mask.valid.squeeze(2) : Tensor();  // (T, B)
-    Tensor y = gru_layer(xp, state, w.weight_hh, w.bias_hh, valid, direction);  // (T, B, H) states
+    Tensor y = w.qweight_hh ? gru_layer_quantized(xp, state, *w.qweight_hh, w.bias_hh, valid, direction)
+                            : gru_layer(xp, state, w.weight_hh, w.bias_hh, valid, direction);  // (T, B, H) states
     Tensor final_state = y.select(0, direction == Direction::forward ? T - 1 : 0);
     if (valid.defined())  // outputs are zero at padded steps
       y = where(mask.valid, y, zeros({}, {.dtype = y.dtype(), .device = y.device()}));
@@ -130,7 +132,8 @@ Tensor run_layers(const RNNOptions& options, const std::vector<RNNWeights>& weig
     for (int64_t d = 0; d < dirs; ++d) {
       const int64_t k = layer * dirs + d;
       const RNNWeights& w = weights[k];
-      Tensor xp = linear(input, w.weight_ih, w.bias_ih);  // (T, B, G·H): every step in one GEMM
+      // (T, B, G·H): every step in one GEMM; int8 in a quantized GRU (nn/quantized.h)
+      Tensor xp = w.qweight_ih ? quantized_linear(input, *w.qweight_ih, w.bias_ih) : linear(input, w.weight_ih, w.bias_ih);
       const Direction direction = d == 0 ? Direction::forward : Direction::reverse;
       auto [output, final_state] = run_direction<Math>(xp, states[k], w, mask, direction, last ? 1 : 0);
       outputs.push_back(output);  // (B, T, H) for the last layer, else (T, B, H)

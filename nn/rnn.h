@@ -45,10 +45,15 @@
 // Between layers (not after the last) dropout with probability `dropout` applies in training.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "nn/module.h"
+
+namespace seqgrad {
+struct QuantizedWeight;  // ops/quantized.h
+}
 
 namespace seqgrad::nn {
 
@@ -131,6 +136,10 @@ struct RNNWeights {
   Tensor weight_hh = {};
   Tensor bias_ih = {};  // undefined without bias
   Tensor bias_hh = {};
+  // Set by nn::quantize_dynamic (nn/quantized.h), GRU only: both products then run in int8 with
+  // the gate math in float32 (the weights hold their dequantized values); null for a float layer.
+  std::shared_ptr<const QuantizedWeight> qweight_ih = {};
+  std::shared_ptr<const QuantizedWeight> qweight_hh = {};
 };
 
 // What GRU returns; use with structured bindings: auto [output, h_n] = gru(x);

@@ -103,10 +103,8 @@ void gru_layer_backward(const GruLayerSaved& s, const std::vector<Tensor>& in, c
 // (transposed) add into the parameter's gradient at each step.
 
 // GRU step.  xp: (B, 3H) [r | z | n],  h: (B, H)  ->  h': (B, H)
-Tensor gru_step(const Tensor& xp, const Tensor& h, const Tensor& w_hh_t, const Tensor& bias_hh) {
+Tensor gru_gates(const Tensor& xp, const Tensor& hp, const Tensor& h) {
   const int64_t H = h.size(1);
-  Tensor hp = matmul(h, w_hh_t);                                          // (B, 3H): W_hh h
-  if (bias_hh.defined()) hp = hp + bias_hh;                               //          + b_hh
   Tensor rz = sigmoid(xp.narrow(1, 0, 2 * H) + hp.narrow(1, 0, 2 * H));  // (B, 2H): [r | z]
   Tensor r = rz.narrow(1, 0, H);                                          // (B, H)
   Tensor z = rz.narrow(1, H, H);                                          // (B, H)
@@ -114,21 +112,33 @@ Tensor gru_step(const Tensor& xp, const Tensor& h, const Tensor& w_hh_t, const T
   return n + z * (h - n);                                                 // (1 - z) n + z h
 }
 
-Tensor gru_layer_composed(const Tensor& xp, const Tensor& h0, const Tensor& w_hh, const Tensor& b_hh,
-                          const Tensor& valid, Direction direction) {
-  check_gru_layer(xp, h0, w_hh, b_hh, valid);
+Tensor gru_step(const Tensor& xp, const Tensor& h, const Tensor& w_hh_t, const Tensor& bias_hh) {
+  Tensor hp = matmul(h, w_hh_t);             // (B, 3H): W_hh h
+  if (bias_hh.defined()) hp = hp + bias_hh;  //          + b_hh
+  return gru_gates(xp, hp, h);
+}
+
+Tensor gru_layer_steps(const Tensor& xp, const Tensor& h0, const Tensor& valid, Direction direction,
+                       const GruStepFn& step) {
   const int64_t T = xp.size(0);
-  const Tensor w_hh_t = w_hh.t();  // (H, 3H)
   std::vector<Tensor> states(T);
   const std::vector<Tensor> xp_steps = unbind(xp, 0);
   Tensor h = h0;
   for (int64_t i = 0; i < T; ++i) {
     const int64_t t = direction == Direction::forward ? i : T - 1 - i;
-    Tensor next = gru_step(xp_steps[t], h, w_hh_t, b_hh);
+    Tensor next = step(xp_steps[t], h);
     h = valid.defined() ? where(valid.select(0, t).unsqueeze(1), next, h) : next;  // padding keeps the state
     states[t] = h;
   }
   return stack(states, 0);  // (T, B, H)
+}
+
+Tensor gru_layer_composed(const Tensor& xp, const Tensor& h0, const Tensor& w_hh, const Tensor& b_hh,
+                          const Tensor& valid, Direction direction) {
+  check_gru_layer(xp, h0, w_hh, b_hh, valid);
+  const Tensor w_hh_t = w_hh.t();  // (H, 3H)
+  return gru_layer_steps(xp, h0, valid, direction,
+                         [&](const Tensor& xp_t, const Tensor& h) { return gru_step(xp_t, h, w_hh_t, b_hh); });
 }
 
 Tensor gru_layer(const Tensor& xp, const Tensor& h0, const Tensor& w_hh, const Tensor& b_hh, const Tensor& valid,

@@ -2,6 +2,7 @@
 // together in ops/<family>.cpp. Binary ops broadcast like NumPy; both tensor operands must have
 // the same dtype and device (a double operand takes the tensor's dtype).
 #pragma once
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -153,7 +154,15 @@ Tensor bernoulli_mask(const Shape& shape, double p_keep, TensorOptions options);
 // gru_step  xp (B, 3H) = W_ih x + b_ih as [r | z | n], h (B, H), w_hh_t = W_hhᵀ (H, 3H),
 // bias_hh (3H,) or undefined -> h' (B, H); composed from ops (GRUCell and gru_layer_composed).
 Tensor gru_step(const Tensor& xp, const Tensor& h, const Tensor& w_hh_t, const Tensor& bias_hh);
+// gru_gates: the step's gate math given both projections, xp and hp = W_hh h + b_hh (B, 3H) -> h'
+// (gru_step is matmul + gru_gates; the int8 GRU of ops/quantized.h computes hp in int8).
+Tensor gru_gates(const Tensor& xp, const Tensor& hp, const Tensor& h);
 enum class Direction { forward, reverse };
+// A GRU layer written with ops over any step(xp_t (B, 3H), h (B, H)) -> h' (B, H): the loop of
+// gru_layer_composed (padding keeps the state), shared with the int8 GRU.
+using GruStepFn = std::function<Tensor(const Tensor& xp_t, const Tensor& h)>;
+Tensor gru_layer_steps(const Tensor& xp, const Tensor& h0, const Tensor& valid, Direction direction,
+                       const GruStepFn& step);
 // gru_layer: one layer in one direction
 //   xp (T, B, 3H): every step's input projection W_ih x_t + b_ih (one GEMM, time-major);
 //   h0 (B, H); w_hh (3H, H); b_hh (3H,) or undefined; valid (T, B) bool or undefined (all valid)

@@ -19,6 +19,7 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
+#include "core/autocast.h"
 #include "core/blas.h"
 #include "core/fileio.h"
 #include "core/rng.h"
@@ -197,8 +198,11 @@ std::unique_ptr<models::Seq2Seq> make_model(const PresetData& d) {
   return model;
 }
 
-void bench_step(const std::string& preset, const Plan& plan, const Reporter& out) {
+// amp "bf16": the step under Autocast(bf16), as `train --amp bf16` (native bf16 GEMMs where the CPU
+// has them, ops/cpu/bf16_gemm.h)
+void bench_step(const std::string& preset, const Plan& plan, const Reporter& out, const std::string& amp = "off") {
   PresetData d = load_preset(preset, plan.data_dir);
+  d.config.amp = amp;
   models::Trainer trainer(d.config, d.src_vocab, d.tgt_vocab);
   int64_t tokens = 0;
   double flops = 0;
@@ -216,7 +220,7 @@ void bench_step(const std::string& preset, const Plan& plan, const Reporter& out
   }
   Stats ms = scaled(per_step, 1e3);
   double step_s = ms.median / 1e3;
-  out.report("step_" + preset, "ms/step", ms,
+  out.report("step_" + preset + (amp == "bf16" ? "_bf16" : ""), "ms/step", ms,
              {{"tok_s", static_cast<double>(tokens) / kBatches / step_s},
               {"gemm_gflops", flops / kBatches / step_s / 1e9},
               {"gemm_gflop_per_step", flops / kBatches / 1e9},
@@ -248,9 +252,12 @@ void bench_memory(const std::string& preset, const Plan& plan, const Reporter& o
               {"step_delta_mb", static_cast<double>(peak - before) / 1024.0}});
 }
 
-void bench_decode(const std::string& preset, int64_t beam, const Plan& plan, const Reporter& out) {
+// int8: the model after nn::quantize_dynamic (Linear and GRU, per channel), as PyTorch's
+// quantize_dynamic({nn.Linear, nn.GRU}) on the other side
+void bench_decode(const std::string& preset, int64_t beam, const Plan& plan, const Reporter& out, bool int8 = false) {
   PresetData d = load_preset(preset, plan.data_dir);
   auto model = make_model(d);
+  if (int8) nn::quantize_dynamic(*model);
   const int64_t S = static_cast<int64_t>(d.decode_src.size());
   Tensor src = from_vector(d.decode_src, {1, S}, {.dtype = DType::i64});
   Tensor lengths = from_vector(std::vector<int64_t>{S}, {1}, {.dtype = DType::i64});
@@ -262,7 +269,8 @@ void bench_decode(const std::string& preset, int64_t beam, const Plan& plan, con
   };
   std::vector<double> cpu;
   Stats ms = scaled(time_blocks(run, plan, 0.5, &cpu), 1e3);
-  out.report(fmt::format("{}_{}", beam == 1 ? "greedy" : fmt::format("beam{}", beam), preset), "ms/sent", ms,
+  out.report(fmt::format("{}_{}{}", beam == 1 ? "greedy" : fmt::format("beam{}", beam), preset, int8 ? "_int8" : ""),
+             "ms/sent", ms,
              {{"tokens", static_cast<double>(produced)}, {"cpu_ms", scaled(cpu, 1e3).median}});
 }
 
@@ -398,7 +406,8 @@ void export_preset(const std::string& preset, const std::string& data_dir, const
 
 const std::vector<std::string> kWorkloads = {
     "sgemm",     "step_seed", "step_d2l",   "attention",   "attention_projected", "gru",         "linear_ce",
-    "op_overhead", "greedy_seed", "beam5_seed", "greedy_d2l", "beam5_d2l",         "memory_seed", "memory_d2l"};
+    "op_overhead", "greedy_seed", "beam5_seed", "greedy_d2l", "beam5_d2l",         "memory_seed", "memory_d2l",
+    "greedy_seed_int8", "beam5_seed_int8", "step_seed_bf16"};
 
 void run_workload(const std::string& w, const Plan& plan, const Reporter& out) {
   if (w == "sgemm") return bench_sgemm(plan, out);
@@ -414,6 +423,9 @@ void run_workload(const std::string& w, const Plan& plan, const Reporter& out) {
   if (w == "op_overhead") return bench_overhead(plan, out);
   if (w == "greedy_seed" || w == "greedy_d2l") return bench_decode(w.substr(7), 1, plan, out);
   if (w == "beam5_seed" || w == "beam5_d2l") return bench_decode(w.substr(6), 5, plan, out);
+  if (w == "greedy_seed_int8") return bench_decode("seed", 1, plan, out, true);
+  if (w == "beam5_seed_int8") return bench_decode("seed", 5, plan, out, true);
+  if (w == "step_seed_bf16") return bench_step("seed", plan, out, "bf16");
   std::string names;
   for (const std::string& n : kWorkloads) names += " " + n;
   throw ValueError(fmt::format("bench: unknown workload '{}'; choose from:{}", w, names));

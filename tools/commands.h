@@ -19,4 +19,6 @@ int compare_main(int argc, char** argv);
 int bench_main(int argc, char** argv);
 // seqgrad export: a checkpoint as ONNX graphs for onnxruntime and other runtimes (tools/cmd_export.cpp).
 int export_main(int argc, char** argv);
+// seqgrad quantize --checkpoint IN --out OUT [--per-tensor]: int8 dynamic quantization (tools/cmd_quantize.cpp).
+int quantize_main(int argc, char** argv);
 }  // namespace seqgrad::tools

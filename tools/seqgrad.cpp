@@ -34,6 +34,7 @@ const Command kCommands[] = {
     {"gradcheck", gradcheck_main, "finite-difference gradient checks of every op (float64)"},
     {"bench", seqgrad::tools::bench_main, "timed workloads (training steps, kernels, decoding, memory); bench/run.sh vs PyTorch"},
     {"export", seqgrad::tools::export_main, "export a checkpoint to ONNX (model, encoder, decoder step) for onnxruntime"},
+    {"quantize", seqgrad::tools::quantize_main, "int8 dynamic quantization of a checkpoint (PyTorch's quantize_dynamic)"},
     {"info", info_main, "version, threads and which BLAS kernels run"},
 };
 

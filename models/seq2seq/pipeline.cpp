@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "core/serialize.h"
+#include "models/seq2seq/quantized_checkpoint.h"
 #include "nn/checkpoint.h"
 #include "models/text/tokenizer.h"
 
@@ -137,17 +138,21 @@ std::vector<int64_t> encode_sentence(const text::Vocab& vocab, const std::vector
   return ids;
 }
 
-void save_checkpoint(const std::string& path, const Seq2Seq& model, const CheckpointInfo& info,
-                     const std::map<std::string, Tensor>& extra) {
-  std::map<std::string, Tensor> tensors = extra;
-  for (auto& [name, t] : model.state_dict()) tensors["model." + name] = t;
-  std::map<std::string, std::string> metadata{
+std::map<std::string, std::string> checkpoint_metadata(const CheckpointInfo& info) {
+  return {
       {"format", "seqgrad.seq2seq"},
       {"config", info.config.to_json().dump()},
       {"src_vocab", info.src_vocab.to_json().dump()},
       {"tgt_vocab", info.tgt_vocab.to_json().dump()},
       {"train_state", info.train_state.dump()},
   };
+}
+
+void save_checkpoint(const std::string& path, const Seq2Seq& model, const CheckpointInfo& info,
+                     const std::map<std::string, Tensor>& extra) {
+  std::map<std::string, Tensor> tensors = extra;
+  for (auto& [name, t] : model.state_dict()) tensors["model." + name] = t;
+  std::map<std::string, std::string> metadata = checkpoint_metadata(info);
   metadata[nn::kChecksumKey] = nn::checkpoint_checksum(tensors, metadata);  // read_checkpoint verifies it
   std::filesystem::path dir = std::filesystem::path(path).parent_path();
   if (!dir.empty()) std::filesystem::create_directories(dir);
@@ -155,7 +160,8 @@ void save_checkpoint(const std::string& path, const Seq2Seq& model, const Checkp
 }
 
 LoadedCheckpoint read_checkpoint(const std::string& path) {
-  TensorFile file = load_tensors(path);
+  CheckpointFile checkpoint = load_checkpoint_file(path);  // float or quantized (int8 weights apart)
+  TensorFile& file = checkpoint.file;
   auto meta = [&](const char* key) -> const std::string& {
     auto it = file.metadata.find(key);
     SG_CHECK_IO(it != file.metadata.end(), "checkpoint {}: metadata '{}' is missing; is this a seqgrad translator "
@@ -166,7 +172,7 @@ LoadedCheckpoint read_checkpoint(const std::string& path) {
               meta("format"));
   // Checkpoints written before the checksum was added have none; any written since must match it.
   if (auto stored = file.metadata.find(nn::kChecksumKey); stored != file.metadata.end()) {
-    std::string computed = nn::checkpoint_checksum(file.tensors, file.metadata);
+    std::string computed = nn::checkpoint_checksum(checksummed_tensors(checkpoint), file.metadata);
     SG_CHECK_IO(stored->second == computed, "checkpoint {} is corrupted: checksum {} does not match its contents ({})",
                 path, stored->second, computed);
   }
@@ -184,6 +190,7 @@ LoadedCheckpoint read_checkpoint(const std::string& path) {
               "checkpoint {}: vocabulary sizes {}/{} do not match the model's {}/{}", path, out.info.src_vocab.size(),
               out.info.tgt_vocab.size(), m.src_vocab, m.tgt_vocab);
   out.tensors = std::move(file.tensors);
+  out.quantized = std::move(checkpoint.quantized);
   return out;
 }
 
@@ -191,8 +198,12 @@ void load_weights(Seq2Seq& model, const LoadedCheckpoint& checkpoint, const std:
   std::map<std::string, Tensor> weights;
   for (const auto& [name, t] : checkpoint.tensors)
     if (name.rfind("model.", 0) == 0) weights[name.substr(6)] = t;
+  std::map<std::string, QuantizedWeight> quantized;  // int8 weights: their float values, then the int8 form
+  for (const auto& [name, q] : checkpoint.quantized)
+    if (name.rfind("model.", 0) == 0) weights[name.substr(6)] = dequantize(q), quantized.emplace(name.substr(6), q);
   try {
     model.load_state_dict(weights);
+    nn::load_quantized_weights(model, quantized);
   } catch (const ValueError& e) {
     throw IOError(fmt::format("checkpoint {}: its weights do not fit the model its config describes (saved with a "
                               "different vocabulary or architecture?): {}", path, e.what()));

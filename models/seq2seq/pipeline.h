@@ -11,6 +11,7 @@
 #include "models/seq2seq/model.h"
 #include "models/text/corpus.h"
 #include "models/text/vocab.h"
+#include "ops/quantized.h"
 
 namespace seqgrad::models {
 
@@ -70,9 +71,14 @@ struct CheckpointInfo {
 };
 void save_checkpoint(const std::string& path, const Seq2Seq& model, const CheckpointInfo& info,
                      const std::map<std::string, Tensor>& extra_tensors = {});
+// The metadata every translator checkpoint carries (format, config, vocabularies, train_state).
+std::map<std::string, std::string> checkpoint_metadata(const CheckpointInfo& info);
 struct LoadedCheckpoint {
   CheckpointInfo info;
   std::map<std::string, Tensor> tensors;  // all tensors, "model." prefixed weights included
+  // A quantized checkpoint's int8 weights by full name (models/seq2seq/quantized_checkpoint.h);
+  // empty for a float one. load_weights installs them.
+  std::map<std::string, QuantizedWeight> quantized;
 };
 // Reads the file and checks that it is a seqgrad translator checkpoint.
 LoadedCheckpoint read_checkpoint(const std::string& path);

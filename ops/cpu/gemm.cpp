@@ -5,6 +5,7 @@
 
 #include "core/blas.h"
 #include "core/half.h"
+#include "ops/cpu/bf16_gemm.h"
 #include "ops/cpu/loop.h"
 
 namespace seqgrad::cpu::SG_CPU_ISA {
@@ -117,6 +118,8 @@ void split_gemm(blas::Trans ta, blas::Trans tb, int64_t m, int64_t n, int64_t k,
 
 void CpuBackend::gemm(const Tensor& a_in, const Tensor& b_in, const Tensor& c, double alpha, double beta,
                       GemmPrecision precision) {
+  // Autocast(bf16) on a CPU with AVX-512 BF16: oneDNN's bf16 matmul (ops/cpu/bf16_gemm.h)
+  if (precision == GemmPrecision::bf16 && native_bf16_gemm(a_in, b_in, c, alpha, beta)) return;
   int64_t batch = c.shape()[0], m = c.shape()[1], n = c.shape()[2], k = a_in.shape()[2];
   bool reduced = precision != GemmPrecision::full && c.dtype() == DType::f32;
   auto prepare = [reduced, precision](const Tensor& t) {

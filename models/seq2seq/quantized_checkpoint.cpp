@@ -1,0 +1,115 @@
+// Quantized translator checkpoints (models/seq2seq/quantized_checkpoint.h).
+#include "models/seq2seq/quantized_checkpoint.h"
+
+#include <cstring>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "nn/checkpoint.h"
+
+namespace seqgrad::models {
+namespace {
+
+Tensor values_as_float(const QuantizedWeight& q) {
+  return from_vector(std::vector<float>(q.values.begin(), q.values.end()), {q.rows, q.cols});
+}
+
+safetensors::Entry int8_entry(const QuantizedWeight& q) {
+  safetensors::Entry e{.dtype = "I8", .shape = {q.rows, q.cols}, .data = {}};
+  e.data.assign(reinterpret_cast<const char*>(q.values.data()), q.values.size());
+  return e;
+}
+
+QuantizedWeight parse_int8(const std::string& path, const std::string& name, const safetensors::Entry& values,
+                           const safetensors::Entry* scales) {
+  SG_CHECK_IO(scales != nullptr, "checkpoint {}: int8 weight '{}' has no scales '{}{}'", path, name, name,
+              kScaleSuffix);
+  SG_CHECK_IO(values.shape.size() == 2, "checkpoint {}: int8 weight '{}' must be 2-D, got {} dimensions", path, name,
+              values.shape.size());
+  SG_CHECK_IO(scales->dtype == "F32" && scales->shape.size() == 1,
+              "checkpoint {}: scales '{}{}' must be float32 (rows,) or (1,), got {} with {} dimensions", path, name,
+              kScaleSuffix, scales->dtype, scales->shape.size());
+  std::vector<int8_t> v(values.data.size());
+  std::memcpy(v.data(), values.data.data(), v.size());
+  std::vector<float> s(static_cast<size_t>(scales->shape[0]));
+  std::memcpy(s.data(), scales->data.data(), s.size() * sizeof(float));
+  try {
+    return make_quantized_weight(values.shape[0], values.shape[1], std::move(v), std::move(s), name);
+  } catch (const Error& e) {
+    throw IOError(fmt::format("checkpoint {}: {}", path, e.what()));
+  }
+}
+
+}  // namespace
+
+void save_quantized_checkpoint(const std::string& path, const Seq2Seq& model, const CheckpointInfo& info,
+                               const nn::QuantizeOptions& options) {
+  const auto quantized = nn::quantized_weights(model);
+  SG_CHECK_VALUE(!quantized.empty(), "save_quantized_checkpoint: the model has no quantized weights; run "
+                 "nn::quantize_dynamic first");
+  nlohmann::json kinds = nlohmann::json::array();
+  for (nn::QuantKind kind : options.kinds) kinds.push_back(nn::quant_kind_name(kind));
+  std::map<std::string, std::string> metadata = checkpoint_metadata(info);
+  metadata[kQuantizedKey] = nlohmann::json{{"scheme", qscheme_name(options.scheme)}, {"kinds", kinds}}.dump();
+  CheckpointFile checkpoint;
+  for (const auto& [name, t] : model.state_dict()) {
+    auto q = quantized.find(name);
+    if (q == quantized.end()) checkpoint.file.tensors["model." + name] = t;
+    else checkpoint.quantized.emplace("model." + name, *q->second);
+  }
+  metadata[nn::kChecksumKey] = nn::checkpoint_checksum(checksummed_tensors(checkpoint), metadata);
+  safetensors::File file{.metadata = metadata, .tensors = {}};
+  for (const auto& [name, t] : checkpoint.file.tensors) file.tensors.emplace(name, to_entry(t));
+  for (const auto& [name, q] : checkpoint.quantized) {
+    file.tensors.emplace(name, int8_entry(q));
+    file.tensors.emplace(name + kScaleSuffix, to_entry(from_vector(q.scales, {static_cast<int64_t>(q.scales.size())})));
+  }
+  std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  if (!dir.empty()) std::filesystem::create_directories(dir);
+  safetensors::save(path, file);  // atomic: tmp + rename
+}
+
+CheckpointFile load_checkpoint_file(const std::string& path) {
+  safetensors::File raw = safetensors::load(path);
+  CheckpointFile out;
+  out.file.metadata = std::move(raw.metadata);
+  for (const auto& [name, entry] : raw.tensors) {
+    if (entry.dtype == "I8") {
+      auto scales = raw.tensors.find(name + kScaleSuffix);
+      out.quantized.emplace(name, parse_int8(path, name, entry, scales == raw.tensors.end() ? nullptr : &scales->second));
+      continue;
+    }
+    const bool is_scale = name.size() > std::strlen(kScaleSuffix) &&
+                          name.ends_with(kScaleSuffix);
+    if (is_scale) {
+      auto values = raw.tensors.find(name.substr(0, name.size() - std::strlen(kScaleSuffix)));
+      if (values != raw.tensors.end()) {
+        SG_CHECK_IO(values->second.dtype == "I8", "checkpoint {}: scales '{}' belong to '{}', which is {}, not I8", path,
+                    name, values->first, values->second.dtype);
+        continue;  // read with its int8 weight
+      }
+    }
+    try {
+      out.file.tensors.emplace(name, from_entry(entry, name));
+    } catch (const IOError& e) {
+      throw IOError(fmt::format("checkpoint {}: '{}': {}", path, name, e.what()));
+    }
+  }
+  const bool marked = out.file.metadata.count(kQuantizedKey) > 0;
+  SG_CHECK_IO(marked == !out.quantized.empty(), "checkpoint {}: {}", path,
+              marked ? "metadata says it is quantized but it holds no int8 weights"
+                     : "it holds int8 weights but its metadata has no 'quantized' entry");
+  return out;
+}
+
+std::map<std::string, Tensor> checksummed_tensors(const CheckpointFile& checkpoint) {
+  std::map<std::string, Tensor> all = checkpoint.file.tensors;
+  for (const auto& [name, q] : checkpoint.quantized) {
+    all[name] = values_as_float(q);
+    all[name + kScaleSuffix] = from_vector(q.scales, {static_cast<int64_t>(q.scales.size())});
+  }
+  return all;
+}
+
+}  // namespace seqgrad::models

@@ -1,0 +1,166 @@
+// oneDNN matmuls (ops/cpu/onednn.h): one cached primitive per shape, executed on a CPU stream.
+#include "ops/cpu/onednn.h"
+
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <vector>
+
+#include <dnnl.hpp>
+#include <omp.h>
+
+#include "core/error.h"
+#include "core/threads.h"
+
+namespace seqgrad::onednn {
+namespace {
+
+using dt = dnnl::memory::data_type;
+using dims = dnnl::memory::dims;
+
+struct Context {
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{engine};
+};
+
+Context& context() {
+  static Context ctx;
+  return ctx;
+}
+
+// Primitives by shape and strides. Creating one takes ~0.1 ms, more than a decoder step's product;
+// a translator uses a few dozen shapes. The mutex guards the map only: a primitive may execute
+// concurrently (oneDNN primitives are immutable once created).
+using Key = std::tuple<int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
+std::mutex cache_mutex;
+std::map<Key, dnnl::matmul> cache;
+
+dnnl::matmul cached(const Key& key, const dnnl::memory::desc& a, const dnnl::memory::desc& b,
+                    const dnnl::memory::desc& c) {
+  std::lock_guard<std::mutex> lock(cache_mutex);
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), context().engine);
+  return cache.emplace(key, dnnl::matmul(pd)).first->second;
+}
+
+// Threads for one product. oneDNN runs on OpenMP, whose fork-join waits for every thread of the
+// team: on a loaded machine a decoder step's small product then waits a scheduler slice for a
+// helper (core/threads.h), so products below kThreadedWork multiply-adds run on the caller alone.
+constexpr int64_t kThreadedWork = int64_t{1} << 24;
+
+void set_threads_for(int64_t m, int64_t n, int64_t k) {
+  omp_set_num_threads(m * n * k < kThreadedWork ? 1 : get_num_threads());  // this thread's ICV only
+}
+
+void run(const dnnl::matmul& product, const dnnl::memory::desc& a_md, const void* a, const dnnl::memory::desc& b_md,
+         const void* b, const dnnl::memory::desc& c_md, void* c) {
+  Context& ctx = context();
+  dnnl::memory a_mem(a_md, ctx.engine, const_cast<void*>(a));
+  dnnl::memory b_mem(b_md, ctx.engine, const_cast<void*>(b));
+  dnnl::memory c_mem(c_md, ctx.engine, c);
+  product.execute(ctx.stream, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
+  ctx.stream.wait();
+}
+
+// oneDNN reports failures as dnnl::error; ours name the product and the shape.
+template <class F>
+void checked(const char* what, int64_t m, int64_t n, int64_t k, F&& body) {
+  try {
+    body();
+  } catch (const dnnl::error& e) {
+    throw Error(fmt::format("{}: oneDNN matmul ({}, {}) x ({}, {}) failed: {} (status {})", what, m, k, k, n,
+                            e.what(), static_cast<int>(e.status)));
+  }
+}
+
+}  // namespace
+
+void int8_gemm(int64_t m, int64_t n, int64_t k, const uint8_t* a, const int8_t* b, int32_t* c) {
+  checked("int8_gemm", m, n, k, [&] {
+    dnnl::memory::desc a_md(dims{m, k}, dt::u8, dims{k, 1});
+    dnnl::memory::desc b_md(dims{k, n}, dt::s8, dims{1, k});  // b (n, k) row-major is bᵀ (k, n)
+    dnnl::memory::desc c_md(dims{m, n}, dt::s32, dims{n, 1});
+    dnnl::matmul product = cached(Key{0, m, n, k, 0, 0, 0, 0, 0}, a_md, b_md, c_md);
+    set_threads_for(m, n, k);
+    run(product, a_md, a, b_md, b, c_md, c);
+  });
+}
+
+namespace {
+
+// A packed weight: its blocked layout and the reordered bytes.
+struct PackedWeights {
+  dnnl::memory::desc md;
+  std::vector<int8_t> bytes;
+};
+
+// The layout oneDNN's int8 matmul picks for weights (k, n) when it may choose (format any).
+dnnl::memory::desc preferred_weights_md(int64_t n, int64_t k) {
+  dnnl::memory::desc a_md(dims{1, k}, dt::u8, dims{k, 1});
+  dnnl::memory::desc b_any(dims{k, n}, dt::s8, dnnl::memory::format_tag::any);
+  dnnl::memory::desc c_md(dims{1, n}, dt::s32, dims{n, 1});
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_any, c_md), context().engine);
+  return pd.weights_desc();
+}
+
+}  // namespace
+
+std::shared_ptr<const void> pack_int8_weights(int64_t n, int64_t k, const int8_t* b) {
+  auto packed = std::make_shared<PackedWeights>();
+  checked("int8_gemm (packing weights)", 1, n, k, [&] {
+    Context& ctx = context();
+    packed->md = preferred_weights_md(n, k);
+    packed->bytes.resize(packed->md.get_size());
+    dnnl::memory::desc plain(dims{k, n}, dt::s8, dims{1, k});
+    dnnl::memory src(plain, ctx.engine, const_cast<int8_t*>(b));
+    dnnl::memory dst(packed->md, ctx.engine, packed->bytes.data());
+    dnnl::reorder(src, dst).execute(ctx.stream, src, dst);
+    ctx.stream.wait();
+  });
+  return packed;
+}
+
+void int8_gemm_packed(int64_t m, int64_t n, int64_t k, const uint8_t* a, const void* packed_b, int32_t* c) {
+  const auto& packed = *static_cast<const PackedWeights*>(packed_b);
+  checked("int8_gemm", m, n, k, [&] {
+    dnnl::memory::desc a_md(dims{m, k}, dt::u8, dims{k, 1});
+    dnnl::memory::desc c_md(dims{m, n}, dt::s32, dims{n, 1});
+    // the blocked layout depends on (n, k) only, so one key per shape holds
+    dnnl::matmul product = cached(Key{2, m, n, k, 0, 0, 0, 0, 0}, a_md, packed.md, c_md);
+    set_threads_for(m, n, k);
+    run(product, a_md, a, packed.md, packed.bytes.data(), c_md, c);
+  });
+}
+
+// oneDNN's ISA values are bit sets, each one containing those it extends; the effective ISA
+// honours DNNL_MAX_CPU_ISA, so a user can force the non-VNNI kernels (and our reduce_range).
+bool effective_isa_has(dnnl::cpu_isa isa) {
+  const auto bits = static_cast<unsigned>(isa);
+  return (static_cast<unsigned>(dnnl::get_effective_cpu_isa()) & bits) == bits;
+}
+
+bool cpu_has_vnni() {
+  static const bool has =
+      effective_isa_has(dnnl::cpu_isa::avx512_core_vnni) || effective_isa_has(dnnl::cpu_isa::avx2_vnni);
+  return has;
+}
+
+bool cpu_has_bf16() {
+  static const bool has = effective_isa_has(dnnl::cpu_isa::avx512_core_bf16);
+  return has;
+}
+
+void bf16_gemm(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t a_row, int64_t a_col, const uint16_t* b,
+               int64_t b_row, int64_t b_col, float* c, int64_t ldc) {
+  checked("matmul (bf16)", m, n, k, [&] {
+    dnnl::memory::desc a_md(dims{m, k}, dt::bf16, dims{a_row, a_col});
+    dnnl::memory::desc b_md(dims{k, n}, dt::bf16, dims{b_row, b_col});
+    dnnl::memory::desc c_md(dims{m, n}, dt::f32, dims{ldc, 1});
+    dnnl::matmul product = cached(Key{1, m, n, k, a_row, a_col, b_row, b_col, ldc}, a_md, b_md, c_md);
+    set_threads_for(m, n, k);
+    run(product, a_md, a, b_md, b, c_md, c);
+  });
+}
+
+}  // namespace seqgrad::onednn

@@ -1,0 +1,87 @@
+// Native bf16 GEMMs under Autocast(bf16) on the CPU (ops/cpu/bf16_gemm.h) against the emulation
+// (a float32 GEMM of the bf16-rounded operands, core/autocast.h): equal where the accumulation
+// cannot round (small integers), within 2·k·ε·Σ|a||b| elsewhere, in forward and backward.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "core/autocast.h"
+#include "ops/cpu/bf16_gemm.h"
+#include "ops/ops.h"
+
+using namespace seqgrad;
+
+namespace {
+
+Tensor random_tensor(const Shape& shape, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> v(shape.numel());
+  for (float& x : v) x = dist(gen);
+  return from_vector(v, shape);
+}
+
+// matmul(a, b) under Autocast(bf16), on the native path or the emulation.
+std::vector<float> bf16_matmul(const Tensor& a, const Tensor& b, bool native) {
+  cpu::set_native_bf16_gemm(native);
+  Autocast amp(GemmPrecision::bf16);
+  std::vector<float> y = matmul(a, b).to_vector<float>();
+  cpu::set_native_bf16_gemm(true);
+  return y;
+}
+
+}  // namespace
+
+TEST_CASE("bf16 GEMM: native (oneDNN, AVX-512 BF16) vs the emulation") {
+  const bool native = cpu::native_bf16_gemm_available();
+  MESSAGE("native bf16 GEMM on this machine: " << std::string(native ? "yes (oneDNN)" : "no (emulation only)"));
+  SUBCASE("small integers: every sum is exact, so the two are equal") {
+    Tensor a = from_vector(std::vector<float>{1, -2, 3, 4, 5, -6}, {2, 3});
+    Tensor b = from_vector(std::vector<float>{7, 8, -9, 10, 11, 12}, {3, 2});
+    CHECK(bf16_matmul(a, b, true) == bf16_matmul(a, b, false));
+    CHECK(bf16_matmul(a, b, true) == std::vector<float>{7 + 18 + 33, 8 - 20 + 36, 28 - 45 - 66, 32 + 50 - 72});
+  }
+  SUBCASE("random shapes, transposed and batched operands: within the accumulation-order bound") {
+    const double eps = std::ldexp(1.0, -24);
+    for (auto [m, k, n] : {std::array<int64_t, 3>{1, 512, 1536}, {64, 256, 384}, {33, 17, 5}}) {
+      CAPTURE(m);
+      CAPTURE(k);
+      Tensor a = random_tensor({m, k}, 1), bt = random_tensor({n, k}, 2);
+      Tensor b = bt.t();  // a transposed view: strides (1, k)
+      std::vector<float> got = bf16_matmul(a, b, true), want = bf16_matmul(a, b, false);
+      if (native && k >= 256) CHECK(got != want);  // it really ran elsewhere: another summation order
+      std::vector<float> av = a.abs().to_vector<float>(), bv = b.abs().contiguous().to_vector<float>();
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          double mass = 0;
+          for (int64_t p = 0; p < k; ++p) mass += av[i * k + p] * bv[p * n + j];
+          CHECK(std::abs(got[i * n + j] - want[i * n + j]) <= 2 * k * eps * mass);
+        }
+    }
+    Tensor a3 = random_tensor({3, 4, 8}, 3), b3 = random_tensor({3, 8, 5}, 4);
+    std::vector<float> got = bf16_matmul(a3, b3, true), want = bf16_matmul(a3, b3, false);
+    for (size_t i = 0; i < got.size(); ++i) CHECK(std::abs(got[i] - want[i]) <= 1e-5 * (1 + std::abs(want[i])));
+  }
+  SUBCASE("linear forward and backward (the training step's GEMMs)") {
+    Tensor x = random_tensor({16, 32}, 5).requires_grad_(), w = random_tensor({24, 32}, 6).requires_grad_();
+    std::vector<std::vector<float>> results[2];
+    for (bool on : {true, false}) {
+      cpu::set_native_bf16_gemm(on);
+      x.zero_grad(), w.zero_grad();
+      {
+        Autocast amp(GemmPrecision::bf16);
+        Tensor y = linear(x, w, Tensor());
+        (y * y).sum().backward();
+        results[on].push_back(y.to_vector<float>());
+      }
+      results[on].push_back(x.grad().to_vector<float>());
+      results[on].push_back(w.grad().to_vector<float>());
+      cpu::set_native_bf16_gemm(true);
+    }
+    for (size_t r = 0; r < 3; ++r)
+      for (size_t i = 0; i < results[0][r].size(); ++i)
+        CHECK(std::abs(results[1][r][i] - results[0][r][i]) <= 1e-4 * (1 + std::abs(results[0][r][i])));
+  }
+}

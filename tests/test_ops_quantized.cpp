@@ -1,0 +1,192 @@
+// Dynamic int8 quantization (ops/quantized.h): the int8 GEMM against the reference loops exactly
+// (int32 results), PyTorch's weight and activation quantizers on hand-computed cases, and
+// quantized_linear against float32 within the bound its scales imply.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "core/autograd.h"
+#include "ops/ops.h"
+#include "ops/quantized.h"
+
+using namespace seqgrad;
+
+namespace {
+
+template <class T>
+std::vector<T> random_ints(size_t n, int lo, int hi, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_int_distribution<int> dist(lo, hi);
+  std::vector<T> v(n);
+  for (T& x : v) x = static_cast<T>(dist(gen));
+  return v;
+}
+
+Tensor random_tensor(const Shape& shape, double scale, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> dist(0.0f, static_cast<float>(scale));
+  std::vector<float> v(shape.numel());
+  for (float& x : v) x = dist(gen);
+  return from_vector(v, shape);
+}
+
+}  // namespace
+
+TEST_CASE("int8_gemm_reference: hand-computed u8 · s8ᵀ in int32") {
+  // a = [[1, 2], [255, 0]], b = [[1, -1], [-128, 127]]:
+  //   c00 = 1 - 2 = -1, c01 = -128 + 254 = 126, c10 = 255, c11 = 255 · -128 = -32640
+  const std::vector<uint8_t> a = {1, 2, 255, 0};
+  const std::vector<int8_t> b = {1, -1, -128, 127};
+  std::vector<int32_t> c(4);
+  int8_gemm_reference(2, 2, 2, a.data(), b.data(), c.data());
+  CHECK(c == std::vector<int32_t>{-1, 126, 255, -32640});
+}
+
+TEST_CASE("int8_gemm equals the reference exactly, extremes and random shapes (backend in the message)") {
+  MESSAGE("int8 GEMM backend: " << std::string(int8_gemm_backend()) << ", reduce_range: " << int8_needs_reduce_range());
+  SUBCASE("saturating pairs: 255 · -128 summed over k = 1000 (vpmaddubsw would saturate)") {
+    const int64_t m = 2, n = 3, k = 1000;
+    std::vector<uint8_t> a(m * k, 255);
+    std::vector<int8_t> b(n * k, -128);
+    std::vector<int32_t> c(m * n), ref(m * n);
+    // only VNNI or the reference give the exact sum; elsewhere reduce_range keeps a below 128
+    if (int8_needs_reduce_range()) std::fill(a.begin(), a.end(), 127);
+    int8_gemm(m, n, k, a.data(), b.data(), c.data());
+    int8_gemm_reference(m, n, k, a.data(), b.data(), ref.data());
+    CHECK(c == ref);
+    CHECK(ref[0] == static_cast<int32_t>(a[0]) * -128 * k);
+  }
+  SUBCASE("random") {
+    const int q_max = int8_needs_reduce_range() ? 127 : 255;
+    uint32_t seed = 1;
+    for (int64_t m : {1, 3, 17, 64})
+      for (int64_t n : {1, 33, 300})
+        for (int64_t k : {1, 64, 257}) {
+          CAPTURE(m);
+          CAPTURE(n);
+          CAPTURE(k);
+          auto a = random_ints<uint8_t>(m * k, 0, q_max, seed++);
+          auto b = random_ints<int8_t>(n * k, -128, 127, seed++);
+          std::vector<int32_t> c(m * n, 7), ref(m * n, -7), packed(m * n, 9);
+          int8_gemm(m, n, k, a.data(), b.data(), c.data());
+          int8_gemm_reference(m, n, k, a.data(), b.data(), ref.data());
+          CHECK(c == ref);
+          // the weight as a QuantizedWeight: read from oneDNN's prepacked layout when built with it
+          QuantizedWeight w = make_quantized_weight(n, k, b, std::vector<float>(n, 1.0f), "w");
+          CHECK(static_cast<bool>(w.packed) == (std::string(int8_gemm_backend()) == "onednn"));
+          int8_gemm(m, a.data(), w, packed.data());
+          CHECK(packed == ref);
+        }
+  }
+}
+
+TEST_CASE("quantize_weight: PyTorch's symmetric int8 (scale = amax / 127.5, round half to even)") {
+  // row 0: amax 1 -> s = 1/127.5; 0.5/s = 63.75 -> 64, 0.25/s = 31.875 -> 32, and -1 · (1/s) is
+  //        -127.49999 in float32 (1/s rounds below 127.5) -> -127; torch.quantize_per_channel gives
+  //        the same [64, -127, 32]
+  // row 1: amax 2 -> s = 2/127.5; 2/s ~ 127.5 -> 127 (rounded or clamped); -0.5/s = -31.875 -> -32; 0 -> 0
+  Tensor w = tensor({0.5, -1.0, 0.25, 2.0, -0.5, 0.0}, {2, 3});
+  QuantizedWeight q = quantize_weight(w, QScheme::per_channel, "layer");
+  CHECK(q.values == std::vector<int8_t>{64, -127, 32, 127, -32, 0});
+  REQUIRE(q.scales.size() == 2);
+  CHECK(q.scales[0] == doctest::Approx(1.0 / 127.5).epsilon(1e-7));
+  CHECK(q.scales[1] == doctest::Approx(2.0 / 127.5).epsilon(1e-7));
+  CHECK(q.row_sums == std::vector<int32_t>{64 - 127 + 32, 127 - 32});
+  // per tensor: one scale 2/127.5 for both rows; 0.5/s = 31.875 -> 32, -1/s = -63.75 -> -64, 0.25/s -> 16
+  QuantizedWeight t = quantize_weight(w, QScheme::per_tensor, "layer");
+  CHECK(t.values == std::vector<int8_t>{32, -64, 16, 127, -32, 0});
+  CHECK(t.scales.size() == 1);
+  // an all-zero row keeps a tiny positive scale and zero values
+  QuantizedWeight z = quantize_weight(zeros({1, 4}), QScheme::per_channel, "zero");
+  CHECK(z.scales[0] > 0);
+  CHECK(z.values == std::vector<int8_t>{0, 0, 0, 0});
+  CHECK(dequantize(q).to_vector<float>()[0] == doctest::Approx(64 / 127.5));
+}
+
+TEST_CASE("choose_activation_params: PyTorch's ChooseQuantizationParams for uint8") {
+  // [-1, 3]: s = 4/255, z = round(0 - (-1)/s) = round(63.75) = 64
+  ActivationParams p = choose_activation_params(-1.0f, 3.0f, false);
+  CHECK(p.scale == doctest::Approx(4.0 / 255));
+  CHECK(p.zero_point == 64);
+  CHECK(p.q_max == 255);
+  // reduce_range: 7 bits, s = 4/127, z = round(31.75) = 32
+  p = choose_activation_params(-1.0f, 3.0f, true);
+  CHECK(p.scale == doctest::Approx(4.0 / 127));
+  CHECK(p.zero_point == 32);
+  CHECK(p.q_max == 127);
+  // all positive: the range is stretched to hold 0, so z = 0
+  p = choose_activation_params(2.0f, 5.0f, false);
+  CHECK(p.scale == doctest::Approx(5.0 / 255));
+  CHECK(p.zero_point == 0);
+  // all zero: PyTorch's fallback scale 0.1
+  p = choose_activation_params(0.0f, 0.0f, false);
+  CHECK(p.scale == doctest::Approx(0.1));
+  CHECK(p.zero_point == 0);
+}
+
+TEST_CASE("quantized_linear: float32 result within the bound its scales imply") {
+  // y_q - y = Σ_k (x̂_k - x_k) ŵ_k + x_k (ŵ_k - w_k) with |x̂ - x| <= s_x / 2 and |ŵ - w| <= s_w / 2,
+  // so |y_q - y| <= s_x/2 Σ|ŵ_k| + s_w/2 Σ|x_k| (plus float32 rounding).
+  const int64_t rows = 5, in = 96, out = 40;
+  Tensor x = random_tensor({rows, in}, 1.0, 11) + 0.3;  // asymmetric range: a non-zero zero point
+  Tensor w = random_tensor({out, in}, 0.1, 12);
+  Tensor b = random_tensor({out}, 0.1, 13);
+  for (QScheme scheme : {QScheme::per_channel, QScheme::per_tensor}) {
+    const std::string scheme_name = qscheme_name(scheme);
+    CAPTURE(scheme_name);
+    QuantizedWeight q = quantize_weight(w, scheme, "proj");
+    std::vector<float> yq = quantized_linear(x, q, b).to_vector<float>();
+    std::vector<float> yf = linear(x, w, b).to_vector<float>();
+    std::vector<float> xv = x.to_vector<float>(), wq = dequantize(q).to_vector<float>();
+    float x_min = 0, x_max = 0;
+    for (float v : xv) x_min = std::min(x_min, v), x_max = std::max(x_max, v);
+    const float s_x = choose_activation_params(x_min, x_max, int8_needs_reduce_range()).scale;
+    double worst = 0;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t n = 0; n < out; ++n) {
+        double sum_w = 0, sum_x = 0;
+        for (int64_t k = 0; k < in; ++k) sum_w += std::abs(wq[n * in + k]), sum_x += std::abs(xv[r * in + k]);
+        const double bound = s_x / 2 * sum_w + q.scale(n) / 2 * sum_x + 1e-5;
+        const double err = std::abs(yq[r * out + n] - yf[r * out + n]);
+        CHECK(err <= bound);
+        worst = std::max(worst, err / bound);
+      }
+    MESSAGE(scheme_name << ": worst error / bound = " << worst);
+  }
+}
+
+TEST_CASE("quantized_linear: batched input shape, no bias, and an all-zero input") {
+  Tensor w = random_tensor({6, 8}, 0.5, 21);
+  QuantizedWeight q = quantize_weight(w, QScheme::per_channel, "proj");
+  Tensor x = random_tensor({2, 3, 8}, 1.0, 22);
+  Tensor y = quantized_linear(x, q, Tensor());
+  CHECK(y.shape() == Shape{2, 3, 6});
+  // row by row equals the batch (each call quantizes with its own range, so compare the same rows)
+  CHECK(quantized_linear(x.reshape({6, 8}), q, Tensor()).to_vector<float>() == y.to_vector<float>());
+  // zero input: scale 0.1, zero point 0 -> exactly the bias
+  Tensor b = tensor({1, 2, 3, 4, 5, 6});
+  CHECK(quantized_linear(zeros({1, 8}), q, b).to_vector<float>() == std::vector<float>{1, 2, 3, 4, 5, 6});
+}
+
+TEST_CASE("quantized_linear: inference only, and bad input names the op and the module") {
+  QuantizedWeight q = quantize_weight(random_tensor({4, 3}, 1.0, 31), QScheme::per_channel, "decoder.out");
+  Tensor x = random_tensor({2, 3}, 1.0, 32).requires_grad_();
+  Tensor y = quantized_linear(x, q, Tensor());
+  CHECK_THROWS_WITH_AS(y.sum().backward(),
+                       doctest::Contains("quantized_linear (decoder.out): backward is not supported"), Error);
+  CHECK_THROWS_WITH_AS(quantized_linear(zeros({2, 5}), q, Tensor()),
+                       doctest::Contains("quantized_linear (decoder.out): input feature size 5 != in_features 3"),
+                       ShapeError);
+  CHECK_THROWS_WITH_AS(quantized_linear(zeros({2, 3}, {.dtype = DType::f64}), q, Tensor()),
+                       doctest::Contains("expected a float32 input"), DTypeError);
+  CHECK_THROWS_WITH_AS(quantized_linear(zeros({2, 3}), q, zeros({3})), doctest::Contains("bias must be float32 (4,)"),
+                       ShapeError);
+  CHECK_THROWS_WITH_AS(make_quantized_weight(4, 3, std::vector<int8_t>(12), {1.0f, 1.0f}, "enc.bridge"),
+                       doctest::Contains("quantized weight (enc.bridge): 2 scales for 4 rows"), ShapeError);
+  CHECK_THROWS_WITH_AS(make_quantized_weight(4, 3, std::vector<int8_t>(10), {1.0f}, "enc.bridge"),
+                       doctest::Contains("10 int8 values for shape (4, 3), expected 12"), ShapeError);
+  CHECK_THROWS_WITH_AS(make_quantized_weight(1, 3, std::vector<int8_t>(3), {-1.0f}, "enc.bridge"),
+                       doctest::Contains("scale -1 must be finite and positive"), ValueError);
+}

@@ -1,0 +1,48 @@
+// `seqgrad quantize`: a trained translator checkpoint -> a dynamically quantized (int8) one that
+// translate, eval, attention and bench load as they load a float32 one (nn/quantized.h,
+// models/seq2seq/quantized_checkpoint.h).
+#include <filesystem>
+
+#include <fmt/core.h>
+
+#include "models/seq2seq/quantized_checkpoint.h"
+#include "tools/args.h"
+#include "tools/commands.h"
+
+namespace seqgrad::tools {
+
+int quantize_main(int argc, char** argv) {
+  Args a("quantize", "Dynamic int8 quantization of a translator checkpoint, as PyTorch's quantize_dynamic: every\n"
+                     "Linear and GRU weight (and by default the embeddings) becomes int8 with float32 scales;\n"
+                     "activations are quantized per call at inference. The output loads wherever a checkpoint does.");
+  a.option("checkpoint", "file", "the float32 checkpoint to quantize")
+      .option("out", "file", "where to write the quantized checkpoint (safetensors, I8 weights + F32 scales)")
+      .option("per-tensor", "", "one scale per weight tensor instead of one per output channel")
+      .option("float-embeddings", "", "keep the embedding tables float32 (a larger file)");
+  if (!a.parse(argc, argv)) return 0;
+  SG_CHECK_VALUE(a.has("checkpoint") && a.has("out"), "quantize: --checkpoint IN and --out OUT are required");
+  const std::string in = a.get("checkpoint"), out = a.get("out");
+  SG_CHECK_IO(std::filesystem::exists(in), "quantize: no checkpoint at {}", in);
+  SG_CHECK_VALUE(std::filesystem::weakly_canonical(in) != std::filesystem::weakly_canonical(out),
+                 "quantize: --out {} is the input checkpoint; write the quantized one to another file", out);
+  models::LoadedCheckpoint checkpoint = models::read_checkpoint(in);
+  SG_CHECK_VALUE(checkpoint.quantized.empty(),
+                 "quantize: {} is already quantized; quantize the float32 checkpoint (quantizing twice would round "
+                 "the weights twice)",
+                 in);
+  models::Seq2Seq model(checkpoint.info.config.model);
+  models::load_weights(model, checkpoint, in);
+  nn::QuantizeOptions options{.kinds = {nn::QuantKind::Linear, nn::QuantKind::GRU},
+                              .scheme = a.flag("per-tensor") ? QScheme::per_tensor : QScheme::per_channel};
+  if (!a.flag("float-embeddings")) options.kinds.push_back(nn::QuantKind::Embedding);
+  const std::vector<std::string> names = nn::quantize_dynamic(model, options);
+  models::CheckpointInfo info = checkpoint.info;
+  models::save_quantized_checkpoint(out, model, info, options);
+  const auto in_bytes = std::filesystem::file_size(in), out_bytes = std::filesystem::file_size(out);
+  fmt::print("quantized {} weights ({}): {} -> {} ({:.1f} MB -> {:.1f} MB, {:.1f}% of the input file)\n",
+             names.size(), qscheme_name(options.scheme), in, out, in_bytes / 1e6, out_bytes / 1e6,
+             100.0 * out_bytes / in_bytes);
+  return 0;
+}
+
+}  // namespace seqgrad::tools

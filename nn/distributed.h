@@ -1,0 +1,115 @@
+// DistributedDataParallel: data-parallel training of a Module over a dist::Communicator, with
+// PyTorch's design. Each rank holds a full replica and runs forward and backward on its shard of the
+// batch; rank 0's parameters and buffers are broadcast at construction; gradients are grouped into
+// buckets (about 25 MB, parameters in reverse registration order, which is roughly the order
+// backward produces them) and each bucket's allreduce starts from a post-accumulate-grad hook as
+// soon as its last gradient is ready, so communication overlaps the rest of backward.
+//
+//   nn::DistributedDataParallel ddp(model, dist::world());
+//   Tensor loss = loss_on_my_shard(model, batch);   // mean over this rank's examples
+//   ddp.backward(loss);                             // .grad = mean over ranks of each rank's .grad
+//   opt.step();
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dist/communicator.h"
+#include "nn/module.h"
+
+namespace seqgrad::nn {
+
+struct DistributedDataParallelOptions {
+  double bucket_cap_mb = 25.0;       // PyTorch's bucket_cap_mb
+  double first_bucket_cap_mb = 1.0;  // the first bucket is small so its allreduce starts early
+  bool broadcast_buffers = true;     // buffers (state that is not trained) from rank 0 as well
+  // A parameter this rank's loss does not reach (e.g. a layer the batch skipped) is found by walking
+  // the graph before backward and contributes its current .grad (zeros if none), so every rank
+  // completes every bucket. Off: such a parameter is an error naming it (saves the walk).
+  bool find_unused_parameters = true;
+};
+
+// Communication of the synchronised steps so far (for logs and docs/scaling.md).
+struct DistributedStats {
+  int64_t steps = 0;                // backward() calls that averaged gradients
+  int64_t bytes_allreduced = 0;     // gradient bytes this rank handed to allreduce
+  double backward_seconds = 0;      // in loss.backward(), with the allreduces started inside it
+  double exposed_wait_seconds = 0;  // waiting for allreduces after backward had finished
+};
+
+class DistributedDataParallel {
+ public:
+  using Options = DistributedDataParallelOptions;
+  // Broadcasts rank 0's parameters (and buffers) into `module` on every rank; collective: every
+  // rank builds its DistributedDataParallel at the same point with the same model architecture.
+  DistributedDataParallel(Module& module, std::shared_ptr<dist::Communicator> communicator,
+                          Options options = {});
+  ~DistributedDataParallel();
+  DistributedDataParallel(const DistributedDataParallel&) = delete;
+  DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;
+
+  Module& module() const { return module_; }
+  dist::Communicator& communicator() const { return *communicator_; }
+
+  // loss.backward(); when it returns, every parameter's .grad is the mean over ranks of the ranks'
+  // .grad. Collective (every rank calls it once per step). Within no_sync(), a plain local backward.
+  void backward(const Tensor& loss, BackwardOptions options = {});
+
+  // While the guard lives, backward() only accumulates local gradients (gradient accumulation over
+  // micro-batches); the first backward() after it averages everything accumulated.
+  class NoSyncGuard {
+   public:
+    explicit NoSyncGuard(DistributedDataParallel& ddp) : ddp_(ddp) { ++ddp_.no_sync_depth_; }
+    ~NoSyncGuard() { --ddp_.no_sync_depth_; }
+    NoSyncGuard(const NoSyncGuard&) = delete;
+    NoSyncGuard& operator=(const NoSyncGuard&) = delete;
+
+   private:
+    DistributedDataParallel& ddp_;
+  };
+  [[nodiscard]] NoSyncGuard no_sync() { return NoSyncGuard(*this); }
+
+  // The parameters of each bucket, in allreduce order.
+  std::vector<std::vector<std::string>> bucket_parameter_names() const;
+  // Gradient bytes each rank allreduces per synchronised step.
+  int64_t bytes_per_step() const;
+  const DistributedStats& stats() const { return stats_; }
+
+ private:
+  struct Parameter {
+    std::string name;
+    Tensor tensor;
+    size_t bucket = 0;
+    int64_t offset = 0;  // in the bucket's flat buffer, in elements
+    bool ready = false;  // its gradient is in the bucket for this step
+    uint64_t hook_id = 0;
+  };
+  struct Bucket {
+    Tensor flat;                 // (n,) every gradient of the bucket, concatenated
+    std::vector<size_t> params;  // indices into params_
+    size_t pending = 0;          // parameters not ready yet in this step
+    std::unique_ptr<dist::Work> work;
+  };
+
+  void check_replicas_match() const;
+  void broadcast_state() const;
+  void build_buckets(const Options& options);
+  void start_step();
+  void mark_unreached_parameters_ready(const Tensor& loss);
+  void on_gradient_ready(size_t index);
+  void launch_ready_buckets();
+  void finish_step();
+
+  Module& module_;
+  std::shared_ptr<dist::Communicator> communicator_;
+  Options options_;
+  std::vector<Parameter> params_;
+  std::vector<Bucket> buckets_;
+  size_t next_bucket_ = 0;  // buckets are launched in index order, the same on every rank
+  bool in_step_ = false;
+  int no_sync_depth_ = 0;
+  DistributedStats stats_;
+};
+
+}  // namespace seqgrad::nn

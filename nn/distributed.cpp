@@ -127,26 +127,23 @@ void DistributedDataParallel::build_buckets(const Options& options) {
 }
 
 void DistributedDataParallel::backward(const Tensor& loss, BackwardOptions options) {
-  if (no_sync_depth_ > 0) {
+  prepare_for_backward(loss);
+  try {
     loss.backward({}, options);
-    return;
+  } catch (...) {
+    in_step_ = false;  // the hooks go idle again
+    throw;
   }
-  SG_CHECK(loss.defined() && loss.requires_grad(),
-           "DistributedDataParallel::backward: the loss does not require grad (was it computed "
-           "under NoGradGuard?)");
-  start_step();
-  struct StepEnd {  // an exception leaves the hooks idle again
-    bool& in_step;
-    ~StepEnd() { in_step = false; }
-  } step_end{in_step_};
-  if (options_.find_unused_parameters) mark_unreached_parameters_ready(loss);
-  const auto start = std::chrono::steady_clock::now();
-  loss.backward({}, options);
-  stats_.backward_seconds += seconds_since(start);
-  finish_step();
+  finish_gradient_synchronization();
 }
 
-void DistributedDataParallel::start_step() {
+void DistributedDataParallel::prepare_for_backward(const Tensor& loss) {
+  if (no_sync_depth_ > 0) return;
+  SG_CHECK(loss.defined() && loss.requires_grad(),
+           "DistributedDataParallel: the loss does not require grad (was it computed under NoGradGuard?)");
+  SG_CHECK(!in_step_,
+           "DistributedDataParallel: prepare_for_backward called twice without "
+           "finish_gradient_synchronization in between");
   for (Parameter& p : params_) p.ready = false;
   for (Bucket& b : buckets_) {
     b.pending = b.params.size();
@@ -154,6 +151,8 @@ void DistributedDataParallel::start_step() {
   }
   next_bucket_ = 0;
   in_step_ = true;
+  step_start_ = std::chrono::steady_clock::now();
+  if (options_.find_unused_parameters) mark_unreached_parameters_ready(loss);
 }
 
 void DistributedDataParallel::mark_unreached_parameters_ready(const Tensor& loss) {
@@ -192,17 +191,21 @@ void DistributedDataParallel::launch_ready_buckets() {
   }
 }
 
-void DistributedDataParallel::finish_step() {
-  if (next_bucket_ < buckets_.size()) {
-    std::string missing;
-    for (const Parameter& p : params_)
-      if (!p.ready) missing += (missing.empty() ? "" : ", ") + p.name;
-    throw Error(fmt::format(
-        "DistributedDataParallel: backward finished but these parameters received no gradient on "
-        "rank {}: {}; construct it with find_unused_parameters = true if they are unused on purpose",
-        communicator_->rank(), missing));
-  }
-  const auto start = std::chrono::steady_clock::now();
+void DistributedDataParallel::missing_gradients() const {
+  std::string missing;
+  for (const Parameter& p : params_)
+    if (!p.ready) missing += (missing.empty() ? "" : ", ") + p.name;
+  throw Error(fmt::format(
+      "DistributedDataParallel: backward finished but these parameters received no gradient on rank "
+      "{}: {}; construct it with find_unused_parameters = true if they are unused on purpose",
+      communicator_->rank(), missing));
+}
+
+void DistributedDataParallel::finish_gradient_synchronization() {
+  if (!in_step_) return;  // within no_sync()
+  in_step_ = false;
+  if (next_bucket_ < buckets_.size()) missing_gradients();
+  const auto wait_start = std::chrono::steady_clock::now();
   NoGradGuard no_grad;
   for (Bucket& b : buckets_) {
     b.work->wait();
@@ -214,7 +217,8 @@ void DistributedDataParallel::finish_step() {
       else p.tensor.set_grad(mean.clone());
     }
   }
-  stats_.exposed_wait_seconds += seconds_since(start);
+  stats_.exposed_wait_seconds += seconds_since(wait_start);
+  stats_.backward_seconds += seconds_since(step_start_);
   ++stats_.steps;
 }
 

@@ -10,6 +10,7 @@
 //   ddp.backward(loss);                             // .grad = mean over ranks of each rank's .grad
 //   opt.step();
 #pragma once
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -34,8 +35,8 @@ struct DistributedDataParallelOptions {
 struct DistributedStats {
   int64_t steps = 0;                // backward() calls that averaged gradients
   int64_t bytes_allreduced = 0;     // gradient bytes this rank handed to allreduce
-  double backward_seconds = 0;      // in loss.backward(), with the allreduces started inside it
-  double exposed_wait_seconds = 0;  // waiting for allreduces after backward had finished
+  double backward_seconds = 0;      // prepare_for_backward to finish_gradient_synchronization
+  double exposed_wait_seconds = 0;  // of which waiting for allreduces after backward had finished
 };
 
 class DistributedDataParallel {
@@ -55,6 +56,11 @@ class DistributedDataParallel {
   // loss.backward(); when it returns, every parameter's .grad is the mean over ranks of the ranks'
   // .grad. Collective (every rank calls it once per step). Within no_sync(), a plain local backward.
   void backward(const Tensor& loss, BackwardOptions options = {});
+  // backward() in two halves, for code that runs the backward itself (e.g. through a GradScaler):
+  // prepare_for_backward(loss), then any backward of loss (its hooks start the allreduces), then
+  // finish_gradient_synchronization() before the gradients are read. Within no_sync() both do nothing.
+  void prepare_for_backward(const Tensor& loss);
+  void finish_gradient_synchronization();
 
   // While the guard lives, backward() only accumulates local gradients (gradient accumulation over
   // micro-batches); the first backward() after it averages everything accumulated.
@@ -95,11 +101,10 @@ class DistributedDataParallel {
   void check_replicas_match() const;
   void broadcast_state() const;
   void build_buckets(const Options& options);
-  void start_step();
   void mark_unreached_parameters_ready(const Tensor& loss);
   void on_gradient_ready(size_t index);
   void launch_ready_buckets();
-  void finish_step();
+  [[noreturn]] void missing_gradients() const;
 
   Module& module_;
   std::shared_ptr<dist::Communicator> communicator_;
@@ -107,7 +112,8 @@ class DistributedDataParallel {
   std::vector<Parameter> params_;
   std::vector<Bucket> buckets_;
   size_t next_bucket_ = 0;  // buckets are launched in index order, the same on every rank
-  bool in_step_ = false;
+  bool in_step_ = false;  // between prepare_for_backward and finish_gradient_synchronization
+  std::chrono::steady_clock::time_point step_start_;
   int no_sync_depth_ = 0;
   DistributedStats stats_;
 };

@@ -3,6 +3,7 @@
 // whether MPI was built).
 #include "dist/communicator.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <string_view>
 
@@ -114,11 +115,18 @@ void Communicator::broadcast(const Tensor& t, int root) {
 
 void Communicator::barrier() { barrier_impl(); }
 
+bool Communicator::any_rank(bool value) {
+  Tensor flag = full({1}, value ? 1.0 : 0.0);
+  allreduce(flag);
+  return flag.item() > 0;
+}
+
 std::unique_ptr<Work> LocalCommunicator::start_allreduce_sum(const Tensor&) {
   return std::make_unique<CompletedWork>();
 }
 
 void LocalCommunicator::broadcast_contiguous(const Tensor&, int) {}
+void LocalCommunicator::abort(int code) { std::exit(code); }
 void LocalCommunicator::broadcast_bytes(std::span<std::byte>, int root) {
   SG_CHECK(root == 0, "broadcast: root {} is not a rank of this job (world size 1)", root);
 }
@@ -145,6 +153,19 @@ std::shared_ptr<Communicator> world() {
     return std::make_shared<LocalCommunicator>();
   }();
   return communicator;
+}
+
+int run_on_every_rank(const std::function<int()>& body) {
+  if (!launched_by_mpi()) return body();
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    std::shared_ptr<Communicator> job = world();
+    if (job->world_size() == 1) throw;
+    fmt::print(stderr, "error: rank {} of {}: {}\n", job->rank(), job->world_size(), e.what());
+    std::fflush(stderr);
+    job->abort(1);
+  }
 }
 
 }  // namespace seqgrad::dist

@@ -4,6 +4,7 @@
 #pragma once
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -43,6 +44,11 @@ class Communicator {
   void barrier();
   // Raw bytes from root to every rank (for bootstrap data such as NCCL's unique id).
   virtual void broadcast_bytes(std::span<std::byte> bytes, int root) = 0;
+  // Whether `value` is true on any rank (one allreduce): decisions such as "stop now" that one
+  // rank may reach alone (a Ctrl-C) must be taken by all, or the others wait in a collective.
+  bool any_rank(bool value);
+  // Ends every process of the job at once (MPI_Abort) with exit code `code`.
+  [[noreturn]] virtual void abort(int code) = 0;
 
   // How long a collective may wait for the other ranks before it throws: a rank that died or hangs
   // then takes the job down with a message instead of leaving the others blocked for ever.
@@ -71,6 +77,7 @@ class LocalCommunicator final : public Communicator {
   int world_size() const override { return 1; }
   std::string backend() const override { return "local"; }
   void broadcast_bytes(std::span<std::byte>, int root) override;
+  [[noreturn]] void abort(int code) override;
 
  protected:
   std::unique_ptr<Work> start_allreduce_sum(const Tensor& buffer) override;
@@ -89,5 +96,10 @@ bool launched_by_mpi();
 // environment is finalised at exit. SEQGRAD_DIST_TIMEOUT (seconds) sets the collectives' timeout
 // (default 300).
 std::shared_ptr<Communicator> world();
+
+// Runs a program's body. In a job of several ranks an error that escapes it is printed with the
+// rank and then ends the whole job (the other ranks may be waiting in a collective for this one);
+// otherwise it propagates as usual.
+int run_on_every_rank(const std::function<int()>& body);
 
 }  // namespace seqgrad::dist

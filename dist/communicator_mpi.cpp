@@ -7,6 +7,7 @@
 #include <mpi.h>
 
 #include <climits>
+#include <cstdlib>
 #include <thread>
 
 namespace seqgrad::dist {
@@ -135,6 +136,11 @@ class MpiCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int world_size() const override { return world_size_; }
   std::string backend() const override { return "mpi"; }
+
+  [[noreturn]] void abort(int code) override {
+    MPI_Abort(comm_, code);
+    std::_Exit(code);  // MPI_Abort does not return; this is for the compiler
+  }
 
   void broadcast_bytes(std::span<std::byte> bytes, int root) override {
     SG_CHECK(bytes.size() <= INT_MAX, "mpi broadcast: {} bytes exceed MPI's count limit", bytes.size());

@@ -139,7 +139,7 @@ void DistributedDataParallel::backward(const Tensor& loss, BackwardOptions optio
 
 void DistributedDataParallel::prepare_for_backward(const Tensor& loss) {
   if (no_sync_depth_ > 0) return;
-  SG_CHECK(loss.defined() && loss.requires_grad(),
+  SG_CHECK(!loss.defined() || loss.requires_grad(),
            "DistributedDataParallel: the loss does not require grad (was it computed under NoGradGuard?)");
   SG_CHECK(!in_step_,
            "DistributedDataParallel: prepare_for_backward called twice without "
@@ -152,11 +152,12 @@ void DistributedDataParallel::prepare_for_backward(const Tensor& loss) {
   next_bucket_ = 0;
   in_step_ = true;
   step_start_ = std::chrono::steady_clock::now();
-  if (options_.find_unused_parameters) mark_unreached_parameters_ready(loss);
+  if (options_.find_unused_parameters || !loss.defined()) mark_unreached_parameters_ready(loss);
 }
 
 void DistributedDataParallel::mark_unreached_parameters_ready(const Tensor& loss) {
-  const std::unordered_set<const TensorImpl*> reached = reachable_leaves(loss);
+  std::unordered_set<const TensorImpl*> reached;
+  if (loss.defined()) reached = reachable_leaves(loss);
   for (size_t i = 0; i < params_.size(); ++i)
     if (!reached.count(params_[i].tensor.impl())) on_gradient_ready(i);
 }
@@ -235,6 +236,20 @@ int64_t DistributedDataParallel::bytes_per_step() const {
   int64_t bytes = 0;
   for (const Bucket& b : buckets_) bytes += b.flat.numel() * static_cast<int64_t>(element_size(b.flat.dtype()));
   return bytes;
+}
+
+GlobalMeanLoss global_mean_loss(dist::Communicator& communicator, const Tensor& local_mean, int64_t local_count) {
+  SG_CHECK(local_count == 0 || local_mean.defined(), "global_mean_loss: {} items but no loss", local_count);
+  const double local_sum = local_count > 0 ? local_mean.item() * static_cast<double>(local_count) : 0.0;
+  Tensor totals = from_vector<double>({local_sum, static_cast<double>(local_count)}, {2});  // (sum, count)
+  communicator.allreduce(totals);
+  const std::vector<double> t = totals.to_vector<double>();
+  GlobalMeanLoss out;
+  out.count = static_cast<int64_t>(t[1]);
+  out.mean = out.count > 0 ? t[0] / t[1] : 0.0;
+  if (local_count > 0)
+    out.local = local_mean * (static_cast<double>(local_count) * communicator.world_size() / t[1]);
+  return out;
 }
 
 }  // namespace seqgrad::nn

@@ -59,6 +59,8 @@ class DistributedDataParallel {
   // backward() in two halves, for code that runs the backward itself (e.g. through a GradScaler):
   // prepare_for_backward(loss), then any backward of loss (its hooks start the allreduces), then
   // finish_gradient_synchronization() before the gradients are read. Within no_sync() both do nothing.
+  // A rank without examples in this step passes an undefined loss and runs no backward: it
+  // contributes its current gradients (zeros after zero_grad) and still takes part in every bucket.
   void prepare_for_backward(const Tensor& loss);
   void finish_gradient_synchronization();
 
@@ -117,5 +119,16 @@ class DistributedDataParallel {
   int no_sync_depth_ = 0;
   DistributedStats stats_;
 };
+
+// The ranks' shards of a global batch may hold different numbers of items (tokens, examples).
+// DDP averages gradients over ranks, so each rank's mean loss is weighted by
+// local_count x world_size / global_count: the averaged gradient is then exactly the gradient of the
+// mean over the global batch. One allreduce of two numbers; collective.
+struct GlobalMeanLoss {
+  Tensor local;             // this rank's weighted loss, for backward (undefined for an empty shard)
+  double mean = 0;          // the global batch's mean loss (the same on every rank)
+  int64_t count = 0;        // the global batch's items
+};
+GlobalMeanLoss global_mean_loss(dist::Communicator& communicator, const Tensor& local_mean, int64_t local_count);
 
 }  // namespace seqgrad::nn

@@ -19,6 +19,7 @@
 
 #include "core/device_memory.h"
 #include "core/fileio.h"
+#include "dist/communicator.h"
 #include "models/seq2seq/trainer.h"
 #include "tools/args.h"
 #include "tools/commands.h"
@@ -261,11 +262,13 @@ void check_run_folder(const std::string& out_dir, bool force) {
   }
 }
 
-}  // namespace
-
-int train_main(int argc, char** argv) {
+int train(int argc, char** argv) {
   Args args = train_args();
   if (!args.parse(argc, argv)) return 0;
+  // Under mpirun every rank runs this program; rank 0 alone prints, locks and writes the run folder.
+  const std::shared_ptr<dist::Communicator> job = dist::world();
+  const bool writer = job->rank() == 0;
+  if (!writer) std::freopen("/dev/null", "w", stdout);
   // --device: a CUDA device must exist in this build and on this machine (a clear DeviceError
   // otherwise), checked before the data is read.
   const Device device = [&] {
@@ -298,9 +301,12 @@ int train_main(int argc, char** argv) {
   } else {
     config = apply_config_flags(models::preset(args.get("preset")), args);
   }
-  RunFolder run_folder(out_dir);  // refused here if another training holds it
-  if (!resumed) check_run_folder(out_dir, args.flag("force"));
-  run_folder.remove_stale_temporaries();
+  std::optional<RunFolder> run_folder;
+  if (writer) {
+    run_folder.emplace(out_dir);  // refused here if another training holds it
+    if (!resumed) check_run_folder(out_dir, args.flag("force"));
+    run_folder->remove_stale_temporaries();
+  }
   models::Corpora data = models::load_corpora(config);
   fmt::print("data: {} {}->{}: {} train, {} valid, {} test pairs\n{}\n", config.corpus, config.src_lang,
              config.tgt_lang, data.train.size(), data.valid.size(), data.test.size(), data.report);
@@ -317,7 +323,7 @@ int train_main(int argc, char** argv) {
   text::EncodedCorpus valid = text::encode_pairs(data.valid, src_vocab, tgt_vocab, truncate);
 
   // ---- the trainer: model, Adam, StepLR, GradScaler; a resumed run restores all of them
-  models::TrainerOptions options{.device = device};
+  models::TrainerOptions options{.device = device, .communicator = job};
   if (args.has("init-loss-scale")) options.init_loss_scale = args.get_double("init-loss-scale");
   std::unique_ptr<models::Trainer> trainer =
       nan_at ? std::make_unique<NanAtStep>(*nan_at, config, src_vocab, tgt_vocab, options)
@@ -327,8 +333,11 @@ int train_main(int argc, char** argv) {
   fmt::print("model: {} parameters, vocab {} -> {}, attention {}, device {}, amp {}\n",
              trainer->model().num_parameters(), src_vocab.size(), tgt_vocab.size(),
              models::attention_kind_name(config.model.attention), device, config.amp);
+  if (job->world_size() > 1)
+    fmt::print("data-parallel: {} ranks ({}), {} pairs per rank per batch of {}\n", job->world_size(), job->backend(),
+               config.batch_size / job->world_size(), config.batch_size);
   if (resumed) {
-    truncate_metrics(metrics_path, state.epoch);
+    if (writer) truncate_metrics(metrics_path, state.epoch);
     fmt::print("resuming {} after step {} (epoch {}, batch {})\n", last_path, state.step, state.epoch + 1,
                state.batch);
   }
@@ -355,10 +364,11 @@ int train_main(int argc, char** argv) {
   };
 
   // ---- the epochs: train, validate, log, keep the best and the last checkpoint
-  Progress progress(args.flag("quiet"), config.epochs, static_cast<int64_t>(trainer->epoch_batches(train).size()));
+  Progress progress(args.flag("quiet") || !writer, config.epochs, static_cast<int64_t>(trainer->epoch_batches(train).size()));
   auto after_step = [&](const models::StepResult&) {
     progress.step(state);
-    return !interrupted && !(stop_after && state.step == *stop_after);
+    const bool stop = interrupted || (stop_after && state.step == *stop_after);
+    return !(job->world_size() > 1 ? job->any_rank(stop) : stop);  // every rank stops at the same step
   };
   while (state.epoch < config.epochs) {
     const int64_t epoch = state.epoch;
@@ -388,7 +398,7 @@ int train_main(int argc, char** argv) {
       metrics["skipped_steps"] = result.skipped;
       metrics["loss_scale"] = trainer->scaler().get_scale();
     }
-    append_line(metrics_path, metrics.dump());
+    if (writer) append_line(metrics_path, metrics.dump());
     if (val.bleu > state.best_bleu) {
       trainer->state().best_bleu = val.bleu;
       trainer->save(best_path);
@@ -398,6 +408,7 @@ int train_main(int argc, char** argv) {
     if (interrupted) return interrupt();  // Ctrl-C during the validation: stop at the epoch boundary
   }
   std::signal(SIGINT, SIG_DFL);
+  if (!writer) return 0;
 
   // ---- test BLEU with the best checkpoint, a few translations and their heatmaps
   SG_CHECK_IO(std::filesystem::exists(best_path), "no best checkpoint at {}", best_path);
@@ -407,6 +418,12 @@ int train_main(int argc, char** argv) {
   report_test(trainer->model(), src_vocab, tgt_vocab, data, config, out_dir,
               {.max_len = 2 * config.max_tokens + 10, .beam_size = beam});
   return 0;
+}
+
+}  // namespace
+
+int train_main(int argc, char** argv) {
+  return dist::run_on_every_rank([&] { return train(argc, argv); });
 }
 
 }  // namespace seqgrad::tools

@@ -343,15 +343,27 @@ int train(int argc, char** argv) {
   }
   std::fflush(stdout);
 
+  // Data-parallel: what the gradient averaging cost (docs/scaling.md uses these numbers).
+  auto report_communication = [&] {
+    const nn::DistributedDataParallel* ddp = trainer->data_parallel();
+    if (ddp == nullptr || ddp->stats().steps == 0) return;
+    const nn::DistributedStats& s = ddp->stats();
+    fmt::print("data-parallel: {} steps, {:.2f} MB allreduced per step in {} buckets, backward {:.1f} ms per step of "
+               "which {:.1f} ms waiting for allreduces after it\n", s.steps, ddp->bytes_per_step() / 1e6,
+               ddp->bucket_parameter_names().size(), 1e3 * s.backward_seconds / s.steps,
+               1e3 * s.exposed_wait_seconds / s.steps);
+    std::fflush(stdout);
+  };
   interrupted = 0;
   std::signal(SIGINT, on_sigint);
   auto interrupt = [&] {
+    report_communication();
     trainer->save(last_path);
     std::signal(SIGINT, SIG_DFL);
     std::string where = state.batch == 0 ? fmt::format("after epoch {} (step {})", state.epoch, state.step)
                                          : fmt::format("at epoch {}, batch {} (step {})", state.epoch + 1, state.batch,
                                                        state.step);
-    fmt::print(stderr, "\ninterrupted {}: saved {} (continue with --resume)\n", where, last_path);
+    if (writer) fmt::print(stderr, "\ninterrupted {}: saved {} (continue with --resume)\n", where, last_path);
     return 130;
   };
   // A diverged step: the state before it goes to nan.safetensors; last.safetensors stays the last
@@ -408,6 +420,7 @@ int train(int argc, char** argv) {
     if (interrupted) return interrupt();  // Ctrl-C during the validation: stop at the epoch boundary
   }
   std::signal(SIGINT, SIG_DFL);
+  report_communication();
   if (!writer) return 0;
 
   // ---- test BLEU with the best checkpoint, a few translations and their heatmaps

@@ -141,6 +141,7 @@ class Trainer {
   // This process's rank and the job's size (0 and 1 without a communicator).
   int rank() const { return ddp_ ? ddp_->communicator().rank() : 0; }
   int world_size() const { return ddp_ ? ddp_->communicator().world_size() : 1; }
+  const nn::DistributedDataParallel* data_parallel() const { return ddp_.get(); }  // null: one process
 
  private:
   // Throws DivergenceError naming the step; `why` follows the step in the message.

@@ -10,6 +10,9 @@
 #ifdef SG_MPI
 #include "dist/communicator_mpi.h"
 #endif
+#ifdef SG_NCCL
+#include "dist/communicator_nccl.h"
+#endif
 
 namespace seqgrad::dist {
 namespace {
@@ -155,6 +158,23 @@ std::shared_ptr<Communicator> world() {
   return communicator;
 }
 
+bool nccl_available() {
+#ifdef SG_NCCL
+  return true;
+#else
+  return false;
+#endif
+}
+
+std::shared_ptr<Communicator> nccl_world(Device device) {
+#ifdef SG_NCCL
+  return make_nccl_communicator(world(), device);
+#else
+  throw DeviceError(fmt::format("distributed: NCCL collectives for {} need seqgrad built with the CUDA backend and "
+                                "NCCL (meson options cuda and nccl); this build has none", device));
+#endif
+}
+
 int run_on_every_rank(const std::function<int()>& body) {
   if (!launched_by_mpi()) return body();
   try {
@@ -166,6 +186,7 @@ int run_on_every_rank(const std::function<int()>& body) {
     std::fflush(stderr);
     job->abort(1);
   }
+  return 1;  // not reached: abort() ends the process
 }
 
 }  // namespace seqgrad::dist

@@ -97,6 +97,11 @@ bool launched_by_mpi();
 // (default 300).
 std::shared_ptr<Communicator> world();
 
+// The job's NCCL communicator for CUDA tensors on `device` (this rank's GPU), bootstrapped over
+// world(). Throws when seqgrad was built without NCCL (it needs the CUDA backend and libnccl).
+std::shared_ptr<Communicator> nccl_world(Device device);
+bool nccl_available();
+
 // Runs a program's body. In a job of several ranks an error that escapes it is printed with the
 // rank and then ends the whole job (the other ranks may be waiting in a collective for this one);
 // otherwise it propagates as usual.

@@ -188,7 +188,7 @@ void DistributedDataParallel::launch_ready_buckets() {
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
     Bucket& b = buckets_[next_bucket_++];
     b.work = communicator_->allreduce_async(b.flat, dist::ReduceOp::mean);
-    stats_.bytes_allreduced += b.flat.numel() * static_cast<int64_t>(element_size(b.flat.dtype()));
+    stats_.bytes_allreduced += b.flat.numel() * static_cast<int64_t>(element_size(b.flat.dtype()));  // (n,)
   }
 }
 
@@ -232,10 +232,16 @@ std::vector<std::vector<std::string>> DistributedDataParallel::bucket_parameter_
   return names;
 }
 
-int64_t DistributedDataParallel::bytes_per_step() const {
-  int64_t bytes = 0;
-  for (const Bucket& b : buckets_) bytes += b.flat.numel() * static_cast<int64_t>(element_size(b.flat.dtype()));
+std::vector<int64_t> DistributedDataParallel::bucket_bytes() const {
+  std::vector<int64_t> bytes;
+  for (const Bucket& b : buckets_) bytes.push_back(b.flat.numel() * static_cast<int64_t>(element_size(b.flat.dtype())));
   return bytes;
+}
+
+int64_t DistributedDataParallel::bytes_per_step() const {
+  int64_t total = 0;
+  for (int64_t b : bucket_bytes()) total += b;
+  return total;
 }
 
 GlobalMeanLoss global_mean_loss(dist::Communicator& communicator, const Tensor& local_mean, int64_t local_count) {

@@ -80,8 +80,9 @@ class DistributedDataParallel {
 
   // The parameters of each bucket, in allreduce order.
   std::vector<std::vector<std::string>> bucket_parameter_names() const;
-  // Gradient bytes each rank allreduces per synchronised step.
+  // Gradient bytes each rank allreduces per synchronised step, in all and per bucket.
   int64_t bytes_per_step() const;
+  std::vector<int64_t> bucket_bytes() const;
   const DistributedStats& stats() const { return stats_; }
 
  private:

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 
 #include "core/device_memory.h"
 #include "core/fileio.h"
@@ -348,10 +349,11 @@ int train(int argc, char** argv) {
     const nn::DistributedDataParallel* ddp = trainer->data_parallel();
     if (ddp == nullptr || ddp->stats().steps == 0) return;
     const nn::DistributedStats& s = ddp->stats();
-    fmt::print("data-parallel: {} steps, {:.2f} MB allreduced per step in {} buckets, backward {:.1f} ms per step of "
-               "which {:.1f} ms waiting for allreduces after it\n", s.steps, ddp->bytes_per_step() / 1e6,
-               ddp->bucket_parameter_names().size(), 1e3 * s.backward_seconds / s.steps,
-               1e3 * s.exposed_wait_seconds / s.steps);
+    std::vector<double> bucket_mb;
+    for (int64_t b : ddp->bucket_bytes()) bucket_mb.push_back(b / 1e6);
+    fmt::print("data-parallel: {} steps, {:.2f} MB allreduced per step in buckets of {:.2f} MB, backward {:.1f} ms per "
+               "step of which {:.1f} ms waiting for allreduces after it\n", s.steps, ddp->bytes_per_step() / 1e6,
+               fmt::join(bucket_mb, ", "), 1e3 * s.backward_seconds / s.steps, 1e3 * s.exposed_wait_seconds / s.steps);
     std::fflush(stdout);
   };
   interrupted = 0;

@@ -6,10 +6,11 @@ LINKS = {"10 Gbit/s": 10e9 / 8, "100 Gbit/s": 100e9 / 8}  # bytes/s per directio
 MACHINES = (8, 64, 256)
 GLOBAL_BATCH = 64
 
-# preset: (parameters, one machine's time per step on 2 threads in s, bytes outside the last bucket)
+# preset: (parameters, one machine's time per step on 2 threads in s (README: idle epoch / 454
+# batches), bytes of the buckets before the last one (seqgrad train's closing data-parallel line))
 PRESETS = {
-    "default": (7_002_220, 82.0 / 454, 4_697_104),
-    "seed": (27_000_000, 295.0 / 454, 27_000_000 * 4 - 25 * 2**20),
+    "default": (7_002_220, 82.0 / 454, 16.46e6),
+    "seed": (26_974_801, 295.0 / 454, (42.81 + 26.59 + 28.89) * 1e6),
 }
 
 

@@ -70,8 +70,9 @@ DistributedDataParallel::~DistributedDataParallel() {
 void DistributedDataParallel::check_replicas_match() const {
   int64_t values = 0;
   for (const Parameter& p : params_) values += p.tensor.numel();
-  Tensor mine = from_vector<double>({static_cast<double>(params_.size()), static_cast<double>(values)}, {2});
-  Tensor root = mine.clone();
+  const Device device = params_.empty() ? Device::cpu() : params_.front().tensor.device();  // NCCL: a GPU's
+  Tensor root = from_vector<double>({static_cast<double>(params_.size()), static_cast<double>(values)}, {2})
+                    .to(device);
   communicator_->broadcast(root, 0);
   const std::vector<double> r = root.to_vector<double>();
   SG_CHECK(r[0] == params_.size() && r[1] == values,
@@ -244,10 +245,11 @@ int64_t DistributedDataParallel::bytes_per_step() const {
   return total;
 }
 
-GlobalMeanLoss global_mean_loss(dist::Communicator& communicator, const Tensor& local_mean, int64_t local_count) {
+GlobalMeanLoss global_mean_loss(dist::Communicator& communicator, const Tensor& local_mean, int64_t local_count,
+                                Device device) {
   SG_CHECK(local_count == 0 || local_mean.defined(), "global_mean_loss: {} items but no loss", local_count);
   const double local_sum = local_count > 0 ? local_mean.item() * static_cast<double>(local_count) : 0.0;
-  Tensor totals = from_vector<double>({local_sum, static_cast<double>(local_count)}, {2});  // (sum, count)
+  Tensor totals = from_vector<double>({local_sum, static_cast<double>(local_count)}, {2}).to(device);  // (sum, count)
   communicator.allreduce(totals);
   const std::vector<double> t = totals.to_vector<double>();
   GlobalMeanLoss out;

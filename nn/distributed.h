@@ -124,12 +124,14 @@ class DistributedDataParallel {
 // The ranks' shards of a global batch may hold different numbers of items (tokens, examples).
 // DDP averages gradients over ranks, so each rank's mean loss is weighted by
 // local_count x world_size / global_count: the averaged gradient is then exactly the gradient of the
-// mean over the global batch. One allreduce of two numbers; collective.
+// mean over the global batch. One allreduce of two numbers (on `device`: the communicator's, e.g. a
+// GPU for NCCL); collective.
 struct GlobalMeanLoss {
   Tensor local;             // this rank's weighted loss, for backward (undefined for an empty shard)
   double mean = 0;          // the global batch's mean loss (the same on every rank)
   int64_t count = 0;        // the global batch's items
 };
-GlobalMeanLoss global_mean_loss(dist::Communicator& communicator, const Tensor& local_mean, int64_t local_count);
+GlobalMeanLoss global_mean_loss(dist::Communicator& communicator, const Tensor& local_mean, int64_t local_count,
+                                Device device = Device::cpu());
 
 }  // namespace seqgrad::nn

@@ -324,7 +324,10 @@ int train(int argc, char** argv) {
   text::EncodedCorpus valid = text::encode_pairs(data.valid, src_vocab, tgt_vocab, truncate);
 
   // ---- the trainer: model, Adam, StepLR, GradScaler; a resumed run restores all of them
-  models::TrainerOptions options{.device = device, .communicator = job};
+  // Several ranks: MPI moves CPU gradients, NCCL CUDA ones (one GPU per rank, e.g. through
+  // CUDA_VISIBLE_DEVICES=$OMPI_COMM_WORLD_LOCAL_RANK).
+  models::TrainerOptions options{
+      .device = device, .communicator = device.is_cuda() && job->world_size() > 1 ? dist::nccl_world(device) : job};
   if (args.has("init-loss-scale")) options.init_loss_scale = args.get_double("init-loss-scale");
   std::unique_ptr<models::Trainer> trainer =
       nan_at ? std::make_unique<NanAtStep>(*nan_at, config, src_vocab, tgt_vocab, options)

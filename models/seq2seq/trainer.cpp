@@ -162,7 +162,7 @@ StepResult Trainer::forward_backward(const TensorBatch& batch) {
   Tensor loss = no_rows ? Tensor() : this->loss(batch);
   StepResult r{.loss = no_rows ? 0.0 : loss.item(), .tokens = batch.target_tokens};
   if (ddp_) {  // the global batch's loss (the same on every rank, so they all stop or go on together)
-    nn::GlobalMeanLoss global = nn::global_mean_loss(ddp_->communicator(), loss, r.tokens);
+    nn::GlobalMeanLoss global = nn::global_mean_loss(ddp_->communicator(), loss, r.tokens, device_);
     loss = global.local;
     r.loss = global.mean;
     r.tokens = global.count;

@@ -248,6 +248,31 @@ TEST_CASE("DistributedDataParallel: no_sync accumulates locally; the next backwa
   }
 }
 
+// Rank 0 holds the whole batch and the others none (a last batch smaller than the job): the
+// token-weighted loss and the empty ranks' undefined loss still give the global batch's gradient.
+TEST_CASE("DistributedDataParallel + global_mean_loss: ranks without examples contribute nothing") {
+  SmallNet reference(13);
+  SmallNet replica(13);
+  nn::DistributedDataParallel ddp(replica, dist::world());
+  auto [x, y] = global_batch(60);
+  Tensor reference_loss = mse(reference, x, y);
+  reference_loss.backward();
+  const bool has_rows = comm().rank() == 0;
+  Tensor local = has_rows ? mse(replica, x, y) : Tensor();
+  nn::GlobalMeanLoss global = nn::global_mean_loss(comm(), local, has_rows ? kGlobalBatch : 0);
+  CHECK(global.count == kGlobalBatch);
+  CHECK(global.mean == doctest::Approx(reference_loss.item()).epsilon(1e-14));
+  CHECK(global.local.defined() == has_rows);
+  ddp.prepare_for_backward(global.local);
+  if (global.local.defined()) global.local.backward();
+  ddp.finish_gradient_synchronization();
+  auto pr = reference.named_parameters(), pd = replica.named_parameters();
+  for (size_t i = 0; i < pr.size(); ++i) {
+    CAPTURE(pr[i].first);
+    if (!pr[i].first.starts_with("unused")) check_close(pd[i].second.grad(), pr[i].second.grad(), 1e-13);
+  }
+}
+
 TEST_CASE("DistributedDataParallel: without find_unused_parameters an unused parameter is a clear error") {
   SmallNet replica(3);
   nn::DistributedDataParallel ddp(replica, dist::world(), {.find_unused_parameters = false});

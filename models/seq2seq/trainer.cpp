@@ -219,8 +219,9 @@ EpochResult Trainer::train_epoch(const text::EncodedCorpus& train, const AfterSt
   EpochResult result;
   while (state_.batch < static_cast<int64_t>(batches.size())) {
     auto step_start = Clock::now();
-    const text::Batch& batch = batches[state_.batch];
-    StepResult r = train_step(to_tensors(ddp_ ? batch_shard(batch, rank(), world_size()) : batch, device_));
+    text::Batch shard;  // data-parallel: this rank's rows of the global batch
+    if (ddp_) shard = batch_shard(batches[state_.batch], rank(), world_size());
+    StepResult r = train_step(to_tensors(ddp_ ? shard : batches[state_.batch], device_));
     r.seconds = seconds_since(step_start);
     if (after_step && !after_step(r)) break;
   }

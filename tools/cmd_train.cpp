@@ -41,7 +41,10 @@ Args train_args() {
                   "A loss far above a uniform prediction's (4 x log of the target vocabulary size) stops it the\n"
                   "same way: training diverged. With --amp fp16 an inf/NaN gradient only skips the step and\n"
                   "halves the loss scale. A run folder that holds a run is refused unless --resume or --force;\n"
-                  "it is locked while a run uses it.");
+                  "it is locked while a run uses it.\n"
+                  "Under `mpirun -np N` the N processes train one model data-parallel: each takes its share of\n"
+                  "every batch (--batch-size stays the global size), gradients are averaged, rank 0 writes;\n"
+                  "--resume works with any N. SEQGRAD_DIST_TIMEOUT (s, default 300) bounds a wait for a rank.");
   a.option("preset", "name", "hyper-parameter preset: default | seed | d2l", "default")
       .option("src", "lang", "source language (multi30k: de en fr cs; fra-eng: en fr)")
       .option("tgt", "lang", "target language")

@@ -174,12 +174,10 @@ PresetData load_preset(const std::string& name, const std::string& data_dir) {
   models::Corpora corpora = models::load_corpora(d.config);
   d.src_vocab = text::Vocab::build(text::source_side(corpora.train), {.min_freq = d.config.min_freq});
   d.tgt_vocab = text::Vocab::build(text::target_side(corpora.train), {.min_freq = d.config.min_freq});
-  const text::Vocab& src_vocab = d.src_vocab;
-  const text::Vocab& tgt_vocab = d.tgt_vocab;
-  d.config.model.src_vocab = src_vocab.size();
-  d.config.model.tgt_vocab = tgt_vocab.size();
+  d.config.model.src_vocab = d.src_vocab.size();
+  d.config.model.tgt_vocab = d.tgt_vocab.size();
   text::EncodeOptions truncate{.max_src_tokens = d.config.max_tokens, .max_tgt_tokens = d.config.max_tokens};
-  text::EncodedCorpus train = text::encode_pairs(corpora.train, src_vocab, tgt_vocab, truncate);
+  text::EncodedCorpus train = text::encode_pairs(corpora.train, d.src_vocab, d.tgt_vocab, truncate);
   std::vector<text::Batch> batches =
       text::make_batches(train.pairs, {.batch_size = d.config.batch_size, .seed = d.config.seed, .drop_last = true});
   SG_CHECK(static_cast<int>(batches.size()) >= kBatches, "bench: preset {} gives only {} batches", name, batches.size());
@@ -188,7 +186,7 @@ PresetData load_preset(const std::string& name, const std::string& data_dir) {
     d.flops.push_back(seq2seq_gemm_flops(d.config.model, batches[i].batch, batches[i].src_len_max,
                                          batches[i].tgt_len_max));
   }
-  d.decode_src = models::encode_sentence(src_vocab, corpora.test.at(0).src, d.config.max_tokens);
+  d.decode_src = models::encode_sentence(d.src_vocab, corpora.test.at(0).src, d.config.max_tokens);
   return d;
 }
 

@@ -70,9 +70,15 @@ Args train_args() {
               "mixed precision: off | bf16 | fp16: forward pass, loss and evaluations\n"
               "                             under autocast (16-bit GEMM operands, float32 weights);\n"
               "                             fp16 adds loss scaling (GradScaler)", "off")
-      .option("force", "", "start a new run in an --out folder that holds one, deleting its checkpoints and metrics")
-      .option("quiet", "", "no progress on stderr (a bar on a terminal, else a line every 10% of an epoch)");
-  // Test hooks (tests/test_tools_cli.py), left out of --help:
+      .option("force", "",
+              "start a new run in an --out folder that holds one, deleting its\n"
+              "                             checkpoints and metrics")
+      .option("quiet", "",
+              "no progress on stderr (else a bar on a terminal, and a plain line per\n"
+              "                             10% of an epoch in a log)");
+  // Test hooks (tests/test_tools_cli.py, tests/test_tools_train.py), left out of --help; they live
+  // here, outside models::Trainer: --stop-after-steps in the after-step callback, --nan-at-step in
+  // a Trainer subclass (NanAtStep below).
   a.hidden_option("stop-after-steps", "n", "behave exactly like Ctrl-C once the step counter reaches n")
       .hidden_option("nan-at-step", "n", "make the loss of step n (1-based) NaN, to test the non-finite stop")
       .hidden_option("init-loss-scale", "x", "--amp fp16's initial loss scale (default 65536); a huge one forces "
@@ -195,19 +201,19 @@ class Progress {
         run_start_(std::chrono::steady_clock::now()) {}
 
   void start_epoch(int64_t epoch) {
-    epoch_ = epoch, done_ = 0, epoch_start_ = std::chrono::steady_clock::now();
+    epoch_ = epoch, done_ = 0, tokens_ = 0, epoch_start_ = std::chrono::steady_clock::now();
   }
-  void step(const models::TrainState& s) {
-    ++done_, ++steps_;
+  // After each step: `s` is the state after it, `tokens` the step's target tokens.
+  void step(const models::TrainState& s, int64_t tokens) {
+    ++done_, ++steps_, tokens_ += tokens;
     if (quiet_) return;
     const int64_t i = s.batch;  // batches done in this epoch
     bool show = terminal_ ? (i - 1) % 10 == 0 || i == batches_ : i * 10 / batches_ != (i - 1) * 10 / batches_;
     if (!show) return;
     double epoch_elapsed = seconds_since(epoch_start_), run_elapsed = seconds_since(run_start_);
-    double tokens = static_cast<double>(s.epoch_tokens);
     int64_t run_left = epochs_ * batches_ - (epoch_ * batches_ + i);
     std::string line = fmt::format("epoch {}/{} batch {}/{} loss {:.3f} {:.0f} tok/s ETA {} (run {})", epoch_ + 1,
-                                   epochs_, i, batches_, s.epoch_loss(), tokens / epoch_elapsed,
+                                   epochs_, i, batches_, s.epoch_loss(), static_cast<double>(tokens_) / epoch_elapsed,
                                    duration(epoch_elapsed / done_ * (batches_ - i)),
                                    duration(run_elapsed / steps_ * run_left));
     fmt::print(stderr, "{}{}", terminal_ ? "\r" : "", line + (terminal_ ? "   " : "\n"));
@@ -225,7 +231,7 @@ class Progress {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
   }
   bool quiet_, terminal_;
-  int64_t epochs_, batches_, epoch_ = 0, done_ = 0, steps_ = 0;
+  int64_t epochs_, batches_, epoch_ = 0, done_ = 0, steps_ = 0, tokens_ = 0;  // done_, tokens_: this epoch
   std::chrono::steady_clock::time_point run_start_, epoch_start_;
 };
 
@@ -251,7 +257,7 @@ std::optional<int64_t> hook_step(const Args& a, const char* name) {
   return a.get_int(name);
 }
 
-// --resume and --force decide what happens to a run folder that holds a run.
+// A new run's folder: one that holds a run is refused unless --force deletes that run.
 void check_run_folder(const std::string& out_dir, bool force) {
   std::string held;
   for (const char* name : {"last.safetensors", "best.safetensors", "metrics.jsonl"})
@@ -259,11 +265,11 @@ void check_run_folder(const std::string& out_dir, bool force) {
   SG_CHECK_VALUE(force || held.empty(),
                  "the run folder {} already holds a run ({}); pass --resume to continue it, --force to delete it "
                  "and start over, or choose another --out", out_dir, held);
-  if (force) {
-    for (const char* name : {"last.safetensors", "best.safetensors", "metrics.jsonl", "nan.safetensors"})
-      std::filesystem::remove(out_dir + "/" + name);
-    if (!held.empty()) fmt::print("note: --force: deleted the previous run's checkpoints and metrics in {}\n", out_dir);
-  }
+  // nan.safetensors alone is what a run that diverged before its first epoch leaves: a new run
+  // (with another --lr, say) replaces it without --force.
+  for (const char* name : {"last.safetensors", "best.safetensors", "metrics.jsonl", "nan.safetensors"})
+    std::filesystem::remove(out_dir + "/" + name);
+  if (!held.empty()) fmt::print("note: --force: deleted the previous run's checkpoints and metrics in {}\n", out_dir);
 }
 
 int train(int argc, char** argv) {
@@ -286,7 +292,8 @@ int train(int argc, char** argv) {
   apply_threads_flag(args);
   const int64_t beam = args.get_int("beam");
   SG_CHECK_VALUE(beam >= 1, "--beam must be >= 1, got {}", beam);
-  const std::optional<int64_t> stop_after = hook_step(args, "stop-after-steps"), nan_at = hook_step(args, "nan-at-step");
+  const std::optional<int64_t> stop_after = hook_step(args, "stop-after-steps");
+  const std::optional<int64_t> nan_at = hook_step(args, "nan-at-step");
   SG_CHECK_VALUE(!(args.flag("resume") && args.flag("force")), "--resume and --force exclude each other (--resume "
                  "continues the run in --out, --force deletes it)");
   std::string out_dir = args.get("out") == "runs/<preset>" ? "runs/" + args.get("preset") : args.get("out");
@@ -374,19 +381,12 @@ int train(int argc, char** argv) {
     if (writer) fmt::print(stderr, "\ninterrupted {}: saved {} (continue with --resume)\n", where, last_path);
     return 130;
   };
-  // A diverged step: the state before it goes to nan.safetensors; last.safetensors stays the last
-  // good checkpoint.
-  auto stop_diverged = [&](const models::DivergenceError& e) {
-    trainer->save(nan_path);
-    std::string last = std::filesystem::exists(last_path) ? fmt::format("; the last good checkpoint is {}", last_path)
-                                                          : "";
-    throw ValueError(fmt::format("{} and saved the state that produced it to {}{}", e.what(), nan_path, last));
-  };
 
   // ---- the epochs: train, validate, log, keep the best and the last checkpoint
-  Progress progress(args.flag("quiet") || !writer, config.epochs, static_cast<int64_t>(trainer->epoch_batches(train).size()));
-  auto after_step = [&](const models::StepResult&) {
-    progress.step(state);
+  Progress progress(args.flag("quiet") || !writer, config.epochs,
+                    static_cast<int64_t>(trainer->epoch_batches(train).size()));
+  auto after_step = [&](const models::StepResult& step) {
+    progress.step(state, step.tokens);
     const bool stop = interrupted || (stop_after && state.step == *stop_after);
     return !(job->world_size() > 1 ? job->any_rank(stop) : stop);  // every rank stops at the same step
   };
@@ -397,12 +397,18 @@ int train(int argc, char** argv) {
     try {
       result = trainer->train_epoch(train, after_step);
     } catch (const models::DivergenceError& e) {
+      // The state before the diverged step goes to nan.safetensors; last.safetensors stays the last
+      // good checkpoint.
       progress.end_line();
-      stop_diverged(e);
+      trainer->save(nan_path);
+      std::string last = std::filesystem::exists(last_path) ? fmt::format("; the last good checkpoint is {}", last_path)
+                                                            : "";
+      throw ValueError(fmt::format("{} and saved the state that produced it to {}{}", e.what(), nan_path, last));
     }
     if (!result.completed) return interrupt();
     progress.end_line();
-    progress.message(fmt::format("epoch {}/{}: validating on {} pairs...", epoch + 1, config.epochs, valid.pairs.size()));
+    progress.message(
+        fmt::format("epoch {}/{}: validating on {} pairs...", epoch + 1, config.epochs, valid.pairs.size()));
     models::Evaluation val = trainer->evaluate(valid, data.valid, {.beam_size = 1});
     std::string amp_note = trainer->scaler().is_enabled()
                                ? fmt::format(", {} skipped steps (inf/NaN fp16 gradients), loss scale {}",

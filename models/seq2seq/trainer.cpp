@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <optional>
 
 #include <fmt/core.h>
 
@@ -46,7 +47,8 @@ T field(const nlohmann::json& j, const char* name, const std::string& path, std:
   bool ok = std::is_floating_point_v<T> ? v.is_number() : std::is_unsigned_v<T> ? v.is_number_unsigned()
                                                                                  : v.is_number_integer();
   SG_CHECK_IO(ok, "checkpoint {}: train_state.{} must be {}, got {}", path, name,
-              std::is_floating_point_v<T> ? "a number" : "an integer", v.dump());
+              std::is_floating_point_v<T> ? "a number" : std::is_unsigned_v<T> ? "an integer >= 0" : "an integer",
+              v.dump());
   return v.get<T>();
 }
 
@@ -151,7 +153,7 @@ Tensor Trainer::loss(const TensorBatch& b) {
 
 void Trainer::diverged(const char* what, double value, const std::string& why) {
   default_generator().set_offset(rng_before_step_);  // a run resumed from this state replays the step
-  throw DivergenceError(fmt::format("{} is {} at epoch {} batch {} (step {}){}; stopped before the update", what,
+  throw DivergenceError(fmt::format("{} is {:.6g} at epoch {} batch {} (step {}){}; stopped before the update", what,
                                     std::isnan(value) ? std::fabs(value) : value,  // "nan", whatever its sign bit
                                     state_.epoch + 1, state_.batch + 1, state_.step + 1, why));
 }
@@ -201,12 +203,14 @@ void Trainer::optimizer_step(StepResult& r) {
 
 StepResult Trainer::train_step(const TensorBatch& batch) {
   StepResult r = forward_backward(batch);
+  after_backward();
   optimizer_step(r);
   return r;
 }
 
 std::vector<text::Batch> Trainer::epoch_batches(const text::EncodedCorpus& train) const {
-  return text::make_batches(train.pairs, {.batch_size = config_.batch_size, .seed = config_.seed + uint64_t(state_.epoch)});
+  const uint64_t seed = config_.seed + static_cast<uint64_t>(state_.epoch);  // new batches every epoch
+  return text::make_batches(train.pairs, {.batch_size = config_.batch_size, .seed = seed});
 }
 
 EpochResult Trainer::train_epoch(const text::EncodedCorpus& train, const AfterStep& after_step) {
@@ -216,19 +220,17 @@ EpochResult Trainer::train_epoch(const text::EncodedCorpus& train, const AfterSt
                  "{}: train_state.batch = {} is past the {} batches of epoch {}", resumed_from_, state_.batch,
                  batches.size(), state_.epoch + 1);
   auto start = Clock::now();
-  EpochResult result;
-  while (state_.batch < static_cast<int64_t>(batches.size())) {
+  bool stopped = false;  // a stop after the last batch still leaves the epoch open: resuming ends it
+  while (!stopped && state_.batch < static_cast<int64_t>(batches.size())) {
     auto step_start = Clock::now();
     text::Batch shard;  // data-parallel: this rank's rows of the global batch
     if (ddp_) shard = batch_shard(batches[state_.batch], rank(), world_size());
     StepResult r = train_step(to_tensors(ddp_ ? shard : batches[state_.batch], device_));
     r.seconds = seconds_since(step_start);
-    if (after_step && !after_step(r)) break;
+    stopped = after_step && !after_step(r);
   }
-  result.loss = state_.epoch_loss();
-  result.skipped = state_.epoch_skipped;
-  result.seconds = seconds_since(start);
-  result.completed = state_.batch == static_cast<int64_t>(batches.size());
+  EpochResult result{.completed = !stopped, .loss = state_.epoch_loss(), .skipped = state_.epoch_skipped,
+                     .seconds = seconds_since(start)};
   if (result.completed) {
     scheduler_.step();
     state_.epoch += 1;
@@ -264,26 +266,28 @@ void Trainer::restore(const LoadedCheckpoint& checkpoint, const std::string& pat
   const nlohmann::json& j = checkpoint.info.train_state;
   TrainState state = train_state_from_json(j, path);
   load_weights(model_, checkpoint, path);  // CPU tensors copied onto the model's device
-  auto text = [&](const char* name) {
-    SG_CHECK_IO(j.contains(name) && j[name].is_string(), "checkpoint {}: train_state has no {} state to resume from",
-                path, name);
-    return j[name].get<std::string>();
-  };
-  optim::OptimizerState os;
-  os.metadata = text("optimizer");
-  for (const auto& [name, t] : checkpoint.tensors)
-    if (name.rfind("optim.", 0) == 0) os.tensors[name.substr(6)] = t;
-  optimizer_.load_state_dict(os);
-  scheduler_.load_state_dict(text("scheduler"));
-  if (scaler_.is_enabled()) {
-    SG_CHECK_IO(j.contains("grad_scaler") && j["grad_scaler"].is_object(),
-                "checkpoint {}: train_state has no grad_scaler state (--amp fp16)", path);
+  // The optimizer's, scheduler's and scaler's own checks, with the checkpoint and the field named.
+  auto restoring = [&](const char* field, const auto& load) {
+    SG_CHECK_IO(j.contains(field), "checkpoint {}: train_state has no {} state to resume from", path, field);
     try {
-      scaler_.load_state_dict(j["grad_scaler"].get<std::map<std::string, double>>());
+      load(j[field]);
     } catch (const nlohmann::json::exception& e) {
-      throw IOError(fmt::format("checkpoint {}: train_state.grad_scaler: {}", path, e.what()));
+      throw IOError(fmt::format("checkpoint {}: train_state.{}: {}", path, field, e.what()));
+    } catch (const Error& e) {
+      throw IOError(fmt::format("checkpoint {}: train_state.{}: {}", path, field, e.what()));
     }
-  }
+  };
+  restoring("optimizer", [&](const nlohmann::json& metadata) {
+    optim::OptimizerState os{.metadata = metadata.get<std::string>()};
+    for (const auto& [name, t] : checkpoint.tensors)
+      if (name.rfind("optim.", 0) == 0) os.tensors[name.substr(6)] = t;
+    optimizer_.load_state_dict(os);
+  });
+  restoring("scheduler", [&](const nlohmann::json& s) { scheduler_.load_state_dict(s.get<std::string>()); });
+  if (scaler_.is_enabled())  // --amp fp16
+    restoring("grad_scaler", [&](const nlohmann::json& s) {
+      scaler_.load_state_dict(s.get<std::map<std::string, double>>());
+    });
   state_ = state;
   resumed_from_ = "checkpoint " + path;
   default_generator().set_offset(state_.rng_offset);

@@ -2,19 +2,19 @@
 // the epoch loop, evaluation (loss and BLEU) and checkpoints that resume a run exactly. It is the
 // worked example of a seqgrad training program: `seqgrad train`, `compare` and `bench` all use it.
 //
-//   models::Trainer trainer(config, src_vocab, tgt_vocab);   // seeded model, Adam, StepLR
-//   for (int64_t e = trainer.state().epoch; e < config.epochs; ++e) {
-//     trainer.train_epoch(train);                               // train_step on each batch
+//   models::Trainer trainer(config, src_vocab, tgt_vocab);  // seeded model, Adam, StepLR
+//   while (trainer.state().epoch < config.epochs) {
+//     models::EpochResult epoch = trainer.train_epoch(train);  // train_step on each batch
 //     models::Evaluation val = trainer.evaluate(valid, valid_pairs, {});
-//     trainer.save("last.safetensors");
+//     trainer.save("last.safetensors");                       // trainer.restore(...) resumes it
 //   }
 //
-// A step is forward_backward(batch) then optimizer_step(): code that must run between the two
-// (an all-reduce of the gradients in data-parallel training) calls them itself.
+// A step is forward_backward(batch), after_backward(), optimizer_step(). A subclass changes what it
+// needs: loss() (another objective), after_backward() (a data-parallel trainer all-reduces the
+// gradients there), epoch_batches() (each rank's shard); or a program calls the parts itself.
 #pragma once
 #include <functional>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -100,8 +100,8 @@ class Trainer {
   // The mean label-smoothed loss of a batch (forward only, under the config's autocast).
   // Virtual so that a program can change the objective (add a regulariser; a test injects a NaN).
   virtual Tensor loss(const TensorBatch& batch);
-  // One step: forward_backward, then optimizer_step. Throws DivergenceError before the update when
-  // the loss or gradient norm is not finite or the loss exploded.
+  // One step: forward_backward, after_backward, optimizer_step. Throws DivergenceError before the
+  // update when the loss or gradient norm is not finite or the loss exploded.
   StepResult train_step(const TensorBatch& batch);
   // The first half of a step: loss, backward; the gradients are unscaled (fp16) and ready to be
   // reduced. Advances nothing; throws DivergenceError for a bad loss.
@@ -109,6 +109,9 @@ class Trainer {
   // The second half: clip, Adam (or the GradScaler's step), and the state's counters. `result`
   // is forward_backward's, completed with the gradient norm and whether the step was skipped.
   void optimizer_step(StepResult& result);
+  // Between the two halves, with the gradients final (unscaled): nothing here; a data-parallel
+  // subclass averages them across ranks.
+  virtual void after_backward() {}
 
   // The current epoch's batches (shuffled with config.seed + epoch), from state().batch to the end,
   // each followed by after_step; it returns false to stop after that step (Ctrl-C). A completed
@@ -116,7 +119,7 @@ class Trainer {
   using AfterStep = std::function<bool(const StepResult&)>;
   EpochResult train_epoch(const text::EncodedCorpus& train, const AfterStep& after_step = {});
   // The batches of the current epoch (all of them, also those already done).
-  std::vector<text::Batch> epoch_batches(const text::EncodedCorpus& train) const;
+  virtual std::vector<text::Batch> epoch_batches(const text::EncodedCorpus& train) const;
 
   // evaluate() with this trainer's model and target vocabulary, under the config's autocast.
   Evaluation evaluate(const text::EncodedCorpus& corpus, const std::vector<text::TokenizedPair>& references,
@@ -158,8 +161,8 @@ class Trainer {
   nn::CrossEntropyOptions loss_options_;
   TrainState state_;
   std::unique_ptr<nn::DistributedDataParallel> ddp_;  // data-parallel training only
-  uint64_t rng_before_step_ = 0;
-  std::string resumed_from_ = "train";  // names the checkpoint in errors about the restored state  // restored on divergence, so that resuming replays the bad step
+  uint64_t rng_before_step_ = 0;        // restored on divergence, so that resuming replays the bad step
+  std::string resumed_from_ = "train";  // names the checkpoint in errors about the restored state
 };
 
 // The GEMM precision of an amp mode ("off", "bf16", "fp16"); throws ValueError naming the value.

@@ -2,8 +2,11 @@
 // run in an order where each sees its complete output gradient. No recursion anywhere.
 #include "core/autograd.h"
 
+#include "core/autograd_hooks.h"
+
 #include <algorithm>
 #include <atomic>
+#include <mutex>
 #include <unordered_map>
 
 #include "core/ops_hooks.h"
@@ -164,12 +167,57 @@ struct NodeScratch {
 };
 thread_local int passes_running = 0;
 
+// Post-accumulate-grad hooks, by leaf. A table here rather than a field of every TensorImpl: only
+// DDP's parameters have hooks, and a pass without any hooked leaf checks one atomic counter.
+struct LeafHooks {
+  std::weak_ptr<TensorImpl> leaf;  // tells the hooked leaf from a later tensor at the same address
+  std::vector<std::pair<uint64_t, autograd::PostAccumulateGradHook>> hooks;
+  int pending_edges = 0;  // edges into the leaf that this pass has not run yet
+  uint64_t epoch = 0;     // the pass that counted them
+};
+std::mutex leaf_hooks_mutex;
+std::unordered_map<const TensorImpl*, LeafHooks> leaf_hooks;
+std::atomic<size_t> hooked_leaves{0};
+
+LeafHooks* find_leaf_hooks(const TensorImpl* leaf) {  // with leaf_hooks_mutex held
+  auto it = leaf_hooks.find(leaf);
+  if (it == leaf_hooks.end() || it->second.leaf.lock().get() != leaf) return nullptr;
+  return &it->second;
+}
+
+// A hooked leaf learns how many edges of this pass lead to it, so its hooks run once, after the last.
+void count_hooked_leaf_edges(const std::vector<std::shared_ptr<Node>>& order, uint64_t epoch) {
+  if (hooked_leaves.load() == 0) return;
+  std::lock_guard<std::mutex> lock(leaf_hooks_mutex);
+  for (const std::shared_ptr<Node>& n : order)
+    for (const InputEdge& e : n->inputs) {
+      LeafHooks* h = e.leaf ? find_leaf_hooks(e.leaf.get()) : nullptr;
+      if (h == nullptr) continue;
+      if (h->epoch != epoch) h->pending_edges = 0;
+      h->epoch = epoch;
+      ++h->pending_edges;
+    }
+}
+
+// One more edge into a leaf has run; after the last one, its hooks see the finished .grad.
+void leaf_edge_done(const std::shared_ptr<TensorImpl>& leaf) {
+  if (hooked_leaves.load() == 0) return;
+  std::vector<std::pair<uint64_t, autograd::PostAccumulateGradHook>> ready;
+  {
+    std::lock_guard<std::mutex> lock(leaf_hooks_mutex);
+    LeafHooks* h = find_leaf_hooks(leaf.get());
+    if (h == nullptr || h->pending_edges <= 0 || --h->pending_edges != 0) return;
+    ready = h->hooks;  // a copy, called unlocked: a hook may register or remove hooks
+  }
+  for (const auto& [id, hook] : ready) hook(Tensor(leaf));
+}
+
 // Sets up dependency counts for every node reachable from the roots (iterative DFS). Nodes are
 // marked with the pass's epoch instead of being kept in a visited set (no hashing per node); the
 // returned list holds each node once and keeps it alive for the pass. In a nested pass, `saved`
 // receives each node's previous scratch.
 std::vector<std::shared_ptr<Node>> collect_graph(const std::vector<std::shared_ptr<Node>>& roots,
-                                                 std::vector<NodeScratch>* saved) {
+                                                 std::vector<NodeScratch>* saved, bool count_hooked_leaves) {
   static std::atomic<uint64_t> epochs{0};
   const uint64_t epoch = ++epochs;
   std::vector<std::shared_ptr<Node>> order;
@@ -195,6 +243,7 @@ std::vector<std::shared_ptr<Node>> collect_graph(const std::vector<std::shared_p
   for (const std::shared_ptr<Node>& n : order)
     for (const InputEdge& e : n->inputs)
       if (e.fn) ++e.fn->dependencies;
+  if (count_hooked_leaves) count_hooked_leaf_edges(order, epoch);
   return order;
 }
 
@@ -255,14 +304,13 @@ void run_node(const std::shared_ptr<Node>& node, bool retain_graph, bool create_
     if (e.fn) {
       if (gi.defined()) accumulate(e.fn->grad, gi, create_graph);
       if (--e.fn->dependencies == 0) ready.push_back(e.fn.get());
-    } else if (e.leaf && gi.defined()) {
-      if (targets.leaf_grads) {
-        auto it = targets.leaf_grads->find(e.leaf.get());
-        if (it != targets.leaf_grads->end())
-          it->second = it->second.defined() ? add_grads(it->second, gi) : gi;
-      } else {
-        accumulate_leaf(*e.leaf, std::move(gi), create_graph);
-      }
+    } else if (e.leaf && targets.leaf_grads) {
+      auto it = targets.leaf_grads->find(e.leaf.get());
+      if (gi.defined() && it != targets.leaf_grads->end())
+        it->second = it->second.defined() ? add_grads(it->second, gi) : gi;
+    } else if (e.leaf) {
+      if (gi.defined()) accumulate_leaf(*e.leaf, std::move(gi), create_graph);
+      leaf_edge_done(e.leaf);
     }
   }
 }
@@ -316,7 +364,8 @@ void run_backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>&
       }
     }
   } scope;
-  std::vector<std::shared_ptr<Node>> order = collect_graph(roots, passes_running > 1 ? &scope.saved : nullptr);
+  std::vector<std::shared_ptr<Node>> order = collect_graph(roots, passes_running > 1 ? &scope.saved : nullptr,
+                                                          targets.leaf_grads == nullptr);
   for (size_t i = 0; i < outputs.size(); ++i) {
     if (!roots[i]) {  // a leaf passed as output: its gradient is the seed itself
       if (targets.leaf_grads) {
@@ -357,6 +406,34 @@ void Tensor::backward(const Tensor& grad, BackwardOptions options) const {
 }
 
 namespace autograd {
+
+uint64_t register_post_accumulate_grad_hook(const Tensor& leaf, PostAccumulateGradHook hook) {
+  SG_CHECK(leaf.defined() && leaf.is_leaf() && leaf.requires_grad(),
+           "register_post_accumulate_grad_hook: the tensor must be a leaf that requires grad (shape {})",
+           leaf.defined() ? leaf.shape() : Shape{});
+  static uint64_t next_id = 0;
+  std::lock_guard<std::mutex> lock(leaf_hooks_mutex);
+  auto [it, inserted] = leaf_hooks.try_emplace(leaf.impl());
+  if (inserted) ++hooked_leaves;
+  if (it->second.leaf.lock() != leaf.impl_ptr()) {  // new, or a dead leaf's entry at this address
+    it->second = LeafHooks();
+    it->second.leaf = leaf.impl_ptr();
+  }
+  it->second.hooks.emplace_back(++next_id, std::move(hook));
+  return next_id;
+}
+
+void remove_post_accumulate_grad_hook(uint64_t id) {
+  std::lock_guard<std::mutex> lock(leaf_hooks_mutex);
+  for (auto it = leaf_hooks.begin(); it != leaf_hooks.end(); ++it) {
+    if (std::erase_if(it->second.hooks, [id](const auto& entry) { return entry.first == id; }) == 0) continue;
+    if (it->second.hooks.empty()) {
+      leaf_hooks.erase(it);
+      --hooked_leaves;
+    }
+    return;
+  }
+}
 
 void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs,
               BackwardOptions options) {

@@ -9,6 +9,7 @@ shift || true
 debian_packages=(g++ meson ninja-build pkg-config libopenblas-dev libopenblas0-openmp libfmt-dev
                  doctest-dev nlohmann-json3-dev libcairo2-dev python3-torch python3-numpy python3-pip
                  libonnx-dev libprotobuf-dev libdnnl-dev)
+debian_packages+=(libopenmpi-dev openmpi-bin)  # dist/: the MPI communicator and `mpirun -np N seqgrad train`
 missing=()
 for p in "${debian_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

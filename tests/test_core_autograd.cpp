@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/autograd.h"
+#include "core/autograd_hooks.h"
 #include "ops/ops.h"
 #include "tests/check_values.h"
 
@@ -340,4 +341,33 @@ TEST_CASE("float32 graphs work the same way") {
     double v = i == 0 ? 0.5 : -0.25, t = std::tanh(v);
     CHECK(g[i] == doctest::Approx(t + v * (1 - t * t)).epsilon(1e-6));
   }
+}
+
+// A parameter used three times (like a weight at every decoder step): the hook runs once per
+// pass, after the last contribution, and sees the whole gradient; autograd::grad runs none.
+TEST_CASE("post-accumulate-grad hooks run once per pass with the finished gradient") {
+  Tensor w = leaf({2.0});
+  Tensor unused = leaf({5.0});
+  std::vector<double> seen;
+  const uint64_t id = autograd::register_post_accumulate_grad_hook(
+      w, [&seen](const Tensor& t) { seen.push_back(t.grad().item()); });
+  int unused_calls = 0;
+  const uint64_t unused_id =
+      autograd::register_post_accumulate_grad_hook(unused, [&](const Tensor&) { ++unused_calls; });
+  auto loss = [&] { return (w * 3.0 + w * w + w.exp()).sum(); };  // d/dw = 3 + 2w + e^w
+  loss().backward();
+  REQUIRE(seen.size() == 1);
+  CHECK(seen[0] == doctest::Approx(3.0 + 4.0 + std::exp(2.0)).epsilon(1e-12));
+  loss().backward();  // accumulates: the hook sees the sum of both passes
+  REQUIRE(seen.size() == 2);
+  CHECK(seen[1] == doctest::Approx(2 * (7.0 + std::exp(2.0))).epsilon(1e-12));
+  autograd::grad({loss()}, {w});
+  CHECK(seen.size() == 2);
+  CHECK(unused_calls == 0);  // not reached by the graph: no edge, no call
+  autograd::remove_post_accumulate_grad_hook(id);
+  autograd::remove_post_accumulate_grad_hook(unused_id);
+  loss().backward();
+  CHECK(seen.size() == 2);
+  CHECK_THROWS_WITH_AS(autograd::register_post_accumulate_grad_hook(w * 2.0, [](const Tensor&) {}),
+                       doctest::Contains("must be a leaf that requires grad"), Error);
 }

@@ -16,9 +16,11 @@
 #include <unistd.h>
 
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 
 #include "core/device_memory.h"
 #include "core/fileio.h"
+#include "dist/communicator.h"
 #include "models/seq2seq/trainer.h"
 #include "tools/args.h"
 #include "tools/commands.h"
@@ -39,7 +41,10 @@ Args train_args() {
                   "A loss far above a uniform prediction's (4 x log of the target vocabulary size) stops it the\n"
                   "same way: training diverged. With --amp fp16 an inf/NaN gradient only skips the step and\n"
                   "halves the loss scale. A run folder that holds a run is refused unless --resume or --force;\n"
-                  "it is locked while a run uses it.");
+                  "it is locked while a run uses it.\n"
+                  "Under `mpirun -np N` the N processes train one model data-parallel: each takes its share of\n"
+                  "every batch (--batch-size stays the global size), gradients are averaged, rank 0 writes;\n"
+                  "--resume works with any N. SEQGRAD_DIST_TIMEOUT (s, default 300) bounds a wait for a rank.");
   a.option("preset", "name", "hyper-parameter preset: default | seed | d2l", "default")
       .option("src", "lang", "source language (multi30k: de en fr cs; fra-eng: en fr)")
       .option("tgt", "lang", "target language")
@@ -267,11 +272,13 @@ void check_run_folder(const std::string& out_dir, bool force) {
   if (!held.empty()) fmt::print("note: --force: deleted the previous run's checkpoints and metrics in {}\n", out_dir);
 }
 
-}  // namespace
-
-int train_main(int argc, char** argv) {
+int train(int argc, char** argv) {
   Args args = train_args();
   if (!args.parse(argc, argv)) return 0;
+  // Under mpirun every rank runs this program; rank 0 alone prints, locks and writes the run folder.
+  const std::shared_ptr<dist::Communicator> job = dist::world();
+  const bool writer = job->rank() == 0;
+  if (!writer) std::freopen("/dev/null", "w", stdout);
   // --device: a CUDA device must exist in this build and on this machine (a clear DeviceError
   // otherwise), checked before the data is read.
   const Device device = [&] {
@@ -305,9 +312,12 @@ int train_main(int argc, char** argv) {
   } else {
     config = apply_config_flags(models::preset(args.get("preset")), args);
   }
-  RunFolder run_folder(out_dir);  // refused here if another training holds it
-  if (!resumed) check_run_folder(out_dir, args.flag("force"));
-  run_folder.remove_stale_temporaries();
+  std::optional<RunFolder> run_folder;
+  if (writer) {
+    run_folder.emplace(out_dir);  // refused here if another training holds it
+    if (!resumed) check_run_folder(out_dir, args.flag("force"));
+    run_folder->remove_stale_temporaries();
+  }
   models::Corpora data = models::load_corpora(config);
   fmt::print("data: {} {}->{}: {} train, {} valid, {} test pairs\n{}\n", config.corpus, config.src_lang,
              config.tgt_lang, data.train.size(), data.valid.size(), data.test.size(), data.report);
@@ -324,7 +334,10 @@ int train_main(int argc, char** argv) {
   text::EncodedCorpus valid = text::encode_pairs(data.valid, src_vocab, tgt_vocab, truncate);
 
   // ---- the trainer: model, Adam, StepLR, GradScaler; a resumed run restores all of them
-  models::TrainerOptions options{.device = device};
+  // Several ranks: MPI moves CPU gradients, NCCL CUDA ones (one GPU per rank, e.g. through
+  // CUDA_VISIBLE_DEVICES=$OMPI_COMM_WORLD_LOCAL_RANK).
+  models::TrainerOptions options{
+      .device = device, .communicator = device.is_cuda() && job->world_size() > 1 ? dist::nccl_world(device) : job};
   if (args.has("init-loss-scale")) options.init_loss_scale = args.get_double("init-loss-scale");
   std::unique_ptr<models::Trainer> trainer =
       nan_at ? std::make_unique<NanAtStep>(*nan_at, config, src_vocab, tgt_vocab, options)
@@ -334,30 +347,48 @@ int train_main(int argc, char** argv) {
   fmt::print("model: {} parameters, vocab {} -> {}, attention {}, device {}, amp {}\n",
              trainer->model().num_parameters(), src_vocab.size(), tgt_vocab.size(),
              models::attention_kind_name(config.model.attention), device, config.amp);
+  if (job->world_size() > 1)
+    fmt::print("data-parallel: {} ranks ({}), {} pairs per rank per batch of {}\n", job->world_size(), job->backend(),
+               config.batch_size / job->world_size(), config.batch_size);
   if (resumed) {
-    truncate_metrics(metrics_path, state.epoch);
+    if (writer) truncate_metrics(metrics_path, state.epoch);
     fmt::print("resuming {} after step {} (epoch {}, batch {})\n", last_path, state.step, state.epoch + 1,
                state.batch);
   }
   std::fflush(stdout);
 
+  // Data-parallel: what the gradient averaging cost (docs/scaling.md uses these numbers).
+  auto report_communication = [&] {
+    const nn::DistributedDataParallel* ddp = trainer->data_parallel();
+    if (ddp == nullptr || ddp->stats().steps == 0) return;
+    const nn::DistributedStats& s = ddp->stats();
+    std::vector<double> bucket_mb;
+    for (int64_t b : ddp->bucket_bytes()) bucket_mb.push_back(b / 1e6);
+    fmt::print("data-parallel: {} steps, {:.2f} MB allreduced per step in buckets of {:.2f} MB, backward {:.1f} ms per "
+               "step of which {:.1f} ms waiting for allreduces after it\n", s.steps, ddp->bytes_per_step() / 1e6,
+               fmt::join(bucket_mb, ", "), 1e3 * s.backward_seconds / s.steps, 1e3 * s.exposed_wait_seconds / s.steps);
+    std::fflush(stdout);
+  };
   interrupted = 0;
   std::signal(SIGINT, on_sigint);
   auto interrupt = [&] {
+    report_communication();
     trainer->save(last_path);
     std::signal(SIGINT, SIG_DFL);
     std::string where = state.batch == 0 ? fmt::format("after epoch {} (step {})", state.epoch, state.step)
                                          : fmt::format("at epoch {}, batch {} (step {})", state.epoch + 1, state.batch,
                                                        state.step);
-    fmt::print(stderr, "\ninterrupted {}: saved {} (continue with --resume)\n", where, last_path);
+    if (writer) fmt::print(stderr, "\ninterrupted {}: saved {} (continue with --resume)\n", where, last_path);
     return 130;
   };
 
   // ---- the epochs: train, validate, log, keep the best and the last checkpoint
-  Progress progress(args.flag("quiet"), config.epochs, static_cast<int64_t>(trainer->epoch_batches(train).size()));
+  Progress progress(args.flag("quiet") || !writer, config.epochs,
+                    static_cast<int64_t>(trainer->epoch_batches(train).size()));
   auto after_step = [&](const models::StepResult& step) {
     progress.step(state, step.tokens);
-    return !interrupted && !(stop_after && state.step == *stop_after);
+    const bool stop = interrupted || (stop_after && state.step == *stop_after);
+    return !(job->world_size() > 1 ? job->any_rank(stop) : stop);  // every rank stops at the same step
   };
   while (state.epoch < config.epochs) {
     const int64_t epoch = state.epoch;
@@ -393,7 +424,7 @@ int train_main(int argc, char** argv) {
       metrics["skipped_steps"] = result.skipped;
       metrics["loss_scale"] = trainer->scaler().get_scale();
     }
-    append_line(metrics_path, metrics.dump());
+    if (writer) append_line(metrics_path, metrics.dump());
     if (val.bleu > state.best_bleu) {
       trainer->state().best_bleu = val.bleu;
       trainer->save(best_path);
@@ -403,6 +434,8 @@ int train_main(int argc, char** argv) {
     if (interrupted) return interrupt();  // Ctrl-C during the validation: stop at the epoch boundary
   }
   std::signal(SIGINT, SIG_DFL);
+  report_communication();
+  if (!writer) return 0;
 
   // ---- test BLEU with the best checkpoint, a few translations and their heatmaps
   SG_CHECK_IO(std::filesystem::exists(best_path), "no best checkpoint at {}", best_path);
@@ -412,6 +445,12 @@ int train_main(int argc, char** argv) {
   report_test(trainer->model(), src_vocab, tgt_vocab, data, config, out_dir,
               {.max_len = 2 * config.max_tokens + 10, .beam_size = beam});
   return 0;
+}
+
+}  // namespace
+
+int train_main(int argc, char** argv) {
+  return dist::run_on_every_rank([&] { return train(argc, argv); });
 }
 
 }  // namespace seqgrad::tools

@@ -7,6 +7,7 @@
 #include <fmt/core.h>
 
 #include "core/rng.h"
+#include "models/seq2seq/data_parallel.h"
 #include "models/text/bleu.h"
 
 namespace seqgrad::models {
@@ -138,6 +139,10 @@ Trainer::Trainer(TrainConfig config, text::Vocab src_vocab, text::Vocab tgt_voca
       scaler_({.init_scale = options.init_loss_scale, .enabled = precision_ == GemmPrecision::f16}),
       loss_options_{.label_smoothing = config_.label_smoothing, .ignore_index = text::Vocab::kPad} {
   model_.train();
+  if (options.communicator && options.communicator->world_size() > 1) {
+    ddp_ = std::make_unique<nn::DistributedDataParallel>(model_, options.communicator);
+    default_generator().manual_seed(rank_seed(config_.seed, rank()));  // the dropout stream
+  }
 }
 
 Tensor Trainer::loss(const TensorBatch& b) {
@@ -155,8 +160,15 @@ void Trainer::diverged(const char* what, double value, const std::string& why) {
 
 StepResult Trainer::forward_backward(const TensorBatch& batch) {
   rng_before_step_ = default_generator().offset();
-  Tensor loss = this->loss(batch);
-  StepResult r{.loss = loss.item(), .tokens = batch.target_tokens};
+  const bool no_rows = ddp_ && batch.index.empty();  // a shard of a batch smaller than the job
+  Tensor loss = no_rows ? Tensor() : this->loss(batch);
+  StepResult r{.loss = no_rows ? 0.0 : loss.item(), .tokens = batch.target_tokens};
+  if (ddp_) {  // the global batch's loss (the same on every rank, so they all stop or go on together)
+    nn::GlobalMeanLoss global = nn::global_mean_loss(ddp_->communicator(), loss, r.tokens, device_);
+    loss = global.local;
+    r.loss = global.mean;
+    r.tokens = global.count;
+  }
   if (!std::isfinite(r.loss)) diverged("loss", r.loss);
   // A uniform prediction costs log(V); far above it, the weights have blown up (a huge lr).
   const double limit = kDivergedLossFactor * std::log(static_cast<double>(config_.model.tgt_vocab));
@@ -164,7 +176,9 @@ StepResult Trainer::forward_backward(const TensorBatch& batch) {
     diverged("loss", r.loss, fmt::format(", above {} x log(target vocabulary size) = {:.3g}: training diverged (is "
                                          "the learning rate too high?)", kDivergedLossFactor, limit));
   optimizer_.zero_grad();
-  scaler_.scale(loss).backward();  // backward uses the forward's GEMM precision
+  if (ddp_) ddp_->prepare_for_backward(loss);  // gradients averaged over ranks as backward runs
+  if (loss.defined()) scaler_.scale(loss).backward();  // backward uses the forward's GEMM precision
+  if (ddp_) ddp_->finish_gradient_synchronization();
   scaler_.unscale_(optimizer_);    // true gradients from here on (a disabled scaler does nothing)
   return r;
 }
@@ -209,7 +223,9 @@ EpochResult Trainer::train_epoch(const text::EncodedCorpus& train, const AfterSt
   bool stopped = false;  // a stop after the last batch still leaves the epoch open: resuming ends it
   while (!stopped && state_.batch < static_cast<int64_t>(batches.size())) {
     auto step_start = Clock::now();
-    StepResult r = train_step(to_tensors(batches[state_.batch], device_));
+    text::Batch shard;  // data-parallel: this rank's rows of the global batch
+    if (ddp_) shard = batch_shard(batches[state_.batch], rank(), world_size());
+    StepResult r = train_step(to_tensors(ddp_ ? shard : batches[state_.batch], device_));
     r.seconds = seconds_since(step_start);
     stopped = after_step && !after_step(r);
   }
@@ -235,6 +251,7 @@ Evaluation Trainer::evaluate(const text::EncodedCorpus& corpus, const std::vecto
 // Optimizer tensors go into the checkpoint as "optim.<name>"; the optimizer's metadata and the
 // scheduler's and GradScaler's state as JSON inside train_state.
 void Trainer::save(const std::string& path) {
+  if (rank() != 0) return;  // data-parallel: the replicas are equal; rank 0 writes
   state_.rng_offset = default_generator().offset();
   nlohmann::json train_state = train_state_to_json(state_);
   train_state["optimizer"] = optimizer_.state_dict().metadata;

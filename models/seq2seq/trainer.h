@@ -14,6 +14,7 @@
 // gradients there), epoch_batches() (each rank's shard); or a program calls the parts itself.
 #pragma once
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include "core/error.h"
 #include "models/seq2seq/decode.h"
 #include "models/seq2seq/pipeline.h"
+#include "nn/distributed.h"
 #include "optim/optim.h"
 
 namespace seqgrad::models {
@@ -79,6 +81,11 @@ constexpr double kDivergedLossFactor = 4.0;
 struct TrainerOptions {
   Device device = Device::cpu();  // where the model, optimizer state and batches live
   double init_loss_scale = 65536;  // --amp fp16: the GradScaler's initial scale
+  // Data-parallel training over the communicator's ranks (dist::world() under mpirun): rank 0's
+  // weights are broadcast, each rank trains on its shard of every batch (models/seq2seq/
+  // data_parallel.h) with its own dropout stream, gradients are averaged by
+  // nn::DistributedDataParallel, and only rank 0 writes checkpoints. Null or one rank: this process.
+  std::shared_ptr<dist::Communicator> communicator;
 };
 
 class Trainer {
@@ -134,6 +141,10 @@ class Trainer {
   const text::Vocab& src_vocab() const { return src_vocab_; }
   const text::Vocab& tgt_vocab() const { return tgt_vocab_; }
   GemmPrecision precision() const { return precision_; }
+  // This process's rank and the job's size (0 and 1 without a communicator).
+  int rank() const { return ddp_ ? ddp_->communicator().rank() : 0; }
+  int world_size() const { return ddp_ ? ddp_->communicator().world_size() : 1; }
+  const nn::DistributedDataParallel* data_parallel() const { return ddp_.get(); }  // null: one process
 
  private:
   // Throws DivergenceError naming the step; `why` follows the step in the message.
@@ -149,6 +160,7 @@ class Trainer {
   optim::GradScaler scaler_;
   nn::CrossEntropyOptions loss_options_;
   TrainState state_;
+  std::unique_ptr<nn::DistributedDataParallel> ddp_;  // data-parallel training only
   uint64_t rng_before_step_ = 0;        // restored on divergence, so that resuming replays the bad step
   std::string resumed_from_ = "train";  // names the checkpoint in errors about the restored state
 };

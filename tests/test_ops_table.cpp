@@ -1,4 +1,4 @@
-// The op table (tests/op_cases.h) as tests: float64 gradcheck (and gradgradcheck) per row, error
+// The op table (tools/op_cases.h) as tests: float64 gradcheck (and gradgradcheck) per row, error
 // rows with CHECK_THROWS_WITH_AS, golden rows; plus tests of gradcheck itself on broken ops.
 #include <doctest/doctest.h>
 
@@ -7,7 +7,7 @@
 
 #include "core/autograd.h"
 #include "ops/ops.h"
-#include "tests/op_cases.h"
+#include "tools/op_cases.h"
 #include "tools/gradcheck.h"
 
 using namespace seqgrad;

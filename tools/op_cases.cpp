@@ -1,6 +1,6 @@
 // The op table's rows (see op_cases.h): gradcheck rows, error rows and golden rows for every op
 // in ops/ops.h, plus the in-place Tensor methods.
-#include "tests/op_cases.h"
+#include "tools/op_cases.h"
 
 #include <algorithm>
 #include <cmath>

@@ -69,6 +69,33 @@ ScoreGrads additive_scores_grads(const Tensor& qp, const Tensor& kc, const Tenso
   return {g[0], g[1], g[2]};
 }
 
+// One chunk of the backward: the weights w = exp(s - L) (B, Q, n), 0 on masked keys, and the
+// gradients through the energies for ds = w ∘ (dprob - Δ). One fused pass where the backend has
+// it (the tanh features computed once); otherwise the energies are recomputed with the fused
+// forward kernel and differentiated with its backward (the tanh evaluated twice).
+struct ChunkGrads {
+  Tensor probs, dqp, dkc, dw_v;  // (B, Q, n), (B, Q, A), (B, n, A), (1, A)
+};
+ChunkGrads chunk_backward(const Tensor& qp, const Tensor& kc, const Tensor& w_v, const Tensor& log_normalizer,
+                          const Tensor& dprob, const Tensor& delta, const Tensor& mask, int64_t start) {
+  Backend& backend = backend_for(qp);
+  const int64_t batch = qp.size(0), queries = qp.size(1), n = kc.size(1), hidden = qp.size(2);
+  if (backend.supports(FusedOp::additive_attention_chunk) && is_floating(qp.dtype())) {
+    const TensorOptions like{.dtype = qp.dtype(), .device = qp.device()};
+    ChunkGrads g{empty({batch, queries, n}, like), empty(qp.shape(), like), empty(kc.shape(), like),
+                 empty(w_v.shape(), like)};
+    Tensor mask_c = mask.defined() ? mask.narrow(2, start, n).expand({batch, queries, n}).contiguous() : Tensor();
+    backend.additive_attention_chunk_backward(qp.contiguous(), kc, w_v.contiguous().view({hidden}),
+                                              log_normalizer.contiguous().view({batch, queries}),
+                                              dprob.contiguous(), delta.contiguous().view({batch, queries}), mask_c,
+                                              g.probs, g.dqp, g.dkc, g.dw_v.view({hidden}));
+    return g;
+  }
+  Tensor probs = exp(sub(chunk_scores(qp, kc, w_v, mask, start), log_normalizer));  // (B, Q, n); 0 if masked
+  ScoreGrads sg = additive_scores_grads(qp, kc, w_v, mul(probs, sub(dprob, delta)));
+  return {probs, sg.dqp, sg.dkc, sg.dw_v};
+}
+
 Tensor maximum(const Tensor& a, const Tensor& b) { return where(gt(a, b), a, b); }
 
 // Forward pass without recording: context (B, Q, Dv) and log-normaliser L (B, Q, 1).
@@ -151,22 +178,19 @@ Tensor chunked_additive_attention(const Tensor& qp, const Tensor& kp, const Tens
         std::vector<Tensor> dkp, dvalues;                   // per chunk: (B, n, A), (B, n, Dv)
         for (int64_t start = 0; start < keys; start += chunk_size) {
           int64_t n = std::min(chunk_size, keys - start);
-          // 3. forward computed s = w_v · tanh(qp + kp) and w = exp(s - L): recompute both
-          Tensor kc = key_chunk(kp, start, n);                       // (B, n, A)
-          Tensor w = exp(sub(chunk_scores(qp, kc, w_v, mask, start), log_normalizer));  // (B, Q, n); 0 if masked
-          Tensor drop_mask = drop.p > 0 ? chunk_dropout_mask(drop, batch, queries, start, n, qp) : Tensor();
-          Tensor w_dropped = drop.p > 0 ? mul(w, drop_mask) : w;  // (B, Q, n)
-          Tensor values_c = values.narrow(1, start, n);             // (B, n, Dv)
           // 2. context = Σ_J w_dropped · values_J, so dvalues_J = w_droppedᵀ dy and dw = dy · values_Jᵀ
-          if (g.needs(3)) dvalues.push_back(matmul(w_dropped.transpose(1, 2), dy));  // (B, n, Dv)
-          Tensor dw = matmul(dy, values_c.transpose(1, 2));                           // (B, Q, n)
-          if (drop.p > 0) dw = mul(dw, drop_mask);
+          Tensor values_c = values.narrow(1, start, n);                       // (B, n, Dv)
+          Tensor drop_mask = drop.p > 0 ? chunk_dropout_mask(drop, batch, queries, start, n, qp) : Tensor();
+          Tensor dprob = matmul(dy, values_c.transpose(1, 2));               // (B, Q, n)
+          if (drop.p > 0) dprob = mul(dprob, drop_mask);
           // 1. softmax over all K keys: ds = w ∘ (dw - Σ_j w_j dw_j), and Σ_j w_j dw_j = dy · context;
-          //    then through the energies with the fused backward kernel
-          ScoreGrads sg = additive_scores_grads(qp, kc, w_v, mul(w, sub(dw, delta)));
-          if (g.needs(0)) dqp = add(dqp, sg.dqp);
-          if (g.needs(1)) dkp.push_back(sg.dkc);  // (B, n, A)
-          if (g.needs(2)) dw_v = add(dw_v, sg.dw_v);
+          //    w = exp(s - L) with s = w_v · tanh(qp + kp) recomputed, then back through the energies
+          ChunkGrads c = chunk_backward(qp, key_chunk(kp, start, n), w_v, log_normalizer, dprob, delta, mask, start);
+          Tensor w_dropped = drop.p > 0 ? mul(c.probs, drop_mask) : c.probs;  // (B, Q, n)
+          if (g.needs(3)) dvalues.push_back(matmul(w_dropped.transpose(1, 2), dy));  // (B, n, Dv)
+          if (g.needs(0)) dqp = add(dqp, c.dqp);
+          if (g.needs(1)) dkp.push_back(c.dkc);  // (B, n, A)
+          if (g.needs(2)) dw_v = add(dw_v, c.dw_v);
         }
         if (g.needs(0)) g.add(0, dqp);
         if (g.needs(1)) g.add(1, cat(dkp, 1));

@@ -149,10 +149,20 @@ AttnDecoder::Memory AttnDecoder::prepare(const Tensor& encoder_outputs, const Te
   return attention->prepare(encoder_outputs, encoder_outputs, lengths);  // keys = values = (B, S, 2H)
 }
 
+const nn::AdditiveAttention* AttnDecoder::additive_part() const {
+  if (auto* hybrid = dynamic_cast<const nn::HybridAttention*>(attention.get())) return &hybrid->additive;
+  return dynamic_cast<const nn::AdditiveAttention*>(attention.get());
+}
+
+const nn::Linear* AttnDecoder::query_projection() const {
+  if (auto* hybrid = dynamic_cast<const nn::HybridAttention*>(attention.get())) return hybrid->scaled_dot.w_q.get();
+  auto* dot = dynamic_cast<const nn::DotProductAttention*>(attention.get());
+  return dot ? dot->w_q.get() : nullptr;
+}
+
 Tensor AttnDecoder::last_energies() const {
-  if (auto* hybrid = dynamic_cast<const nn::HybridAttention*>(attention.get())) return hybrid->additive.last_scores();
-  if (config_.attention == AttentionKind::additive) return attention->last_scores();
-  return {};
+  const nn::AdditiveAttention* additive = additive_part();
+  return additive ? additive->last_scores() : Tensor();
 }
 
 AttnDecoder::Advance AttnDecoder::advance(const Tensor& y_prev, const Tensor& state, const Memory& memory) const {

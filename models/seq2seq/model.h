@@ -85,6 +85,12 @@ class AttnDecoder : public nn::Module {
   nn::GRU rnn;
   nn::Linear out;
 
+  // The attention's parts by role, for code that walks the weights (an exporter): the additive
+  // part (additive, hybrid) and the scaled-dot query projection (scaled dot, hybrid); null when
+  // the kind has none.
+  const nn::AdditiveAttention* additive_part() const;
+  const nn::Linear* query_projection() const;
+
  private:
   // A step up to the output layer's input: features (B, 1, F), F = H (+ 2H + E with deep_output).
   struct Advance {

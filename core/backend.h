@@ -76,6 +76,20 @@ class Backend {
                                         const Tensor& /*dw*/) {
     unsupported(FusedOp::additive_scores, qp);
   }
+  // The chunked attention's backward over one chunk of n keys (nn/attention_chunked.cpp), with
+  // the tanh features computed once per (b, i, j) instead of once for the energies and once more
+  // for their backward: where mask is false (or undefined),
+  //   f = tanh(qp_bi + kp_bj)   p_bij = exp(w · f - lse_bi)   ds = p_bij (dprob_bij - delta_bi)
+  //   dqp_bi += ds w ∘ (1 - f²)   dkp_bj += ds w ∘ (1 - f²)   dw += ds f
+  // qp (B, Q, A), kp (B, n, A), w (A,), lse and delta (B, Q), dprob (B, Q, n), mask (B, Q, n)
+  // bool or undefined -> probs (B, Q, n) (0 where masked), dqp, dkp, dw (overwritten).
+  virtual void additive_attention_chunk_backward(const Tensor& qp, const Tensor& /*kp*/, const Tensor& /*w*/,
+                                                 const Tensor& /*lse*/, const Tensor& /*dprob*/,
+                                                 const Tensor& /*delta*/, const Tensor& /*mask*/,
+                                                 const Tensor& /*probs*/, const Tensor& /*dqp*/,
+                                                 const Tensor& /*dkp*/, const Tensor& /*dw*/) {
+    unsupported(FusedOp::additive_attention_chunk, qp);
+  }
   // Cross-entropy with label smoothing over rows (ops/loss.cpp): logits (N, C), targets (N,) int64
   //   -> loss (N,) = lse - (1 - eps) x_y - eps/C Σ_c x_c (0 where target == ignore_index), and
   //   lse (N,) = log Σ_c exp(x_c) for the backward.

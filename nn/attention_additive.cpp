@@ -20,12 +20,11 @@ AdditiveAttention::AdditiveAttention(Options options)
     : AdditiveAttention("AdditiveAttention", "additive_attention", options) {}
 
 AdditiveAttention::AdditiveAttention(std::string type_name, const char* op, Options options)
-    : Attention(std::move(type_name)),
+    : Attention(std::move(type_name), op),
       w_q({.in_features = checked(options, op).query_size, .out_features = options.hidden_size, .bias = false}),
       w_k({.in_features = options.key_size, .out_features = options.hidden_size, .bias = false}),
       w_v({.in_features = options.hidden_size, .out_features = 1, .bias = false}),
       dropout({.p = options.dropout}),
-      op_name_(op),
       options_(options) {
   register_module("w_q", w_q);
   register_module("w_k", w_k);
@@ -34,37 +33,45 @@ AdditiveAttention::AdditiveAttention(std::string type_name, const char* op, Opti
 }
 
 Tensor AdditiveAttention::project_keys(const Tensor& keys) const {
-  SG_CHECK(keys.defined(), "{}: project_keys: keys are undefined", op_name_);
-  SG_CHECK_SHAPE(keys.ndim() == 3, "{}: project_keys: keys must be 3-D (B, K, Dk), got {}", op_name_, keys.shape());
-  check_feature_size(op_name_, "keys", keys, options_.key_size, "key_size");
+  SG_CHECK(keys.defined(), "{}: project_keys: keys are undefined", op_);
+  SG_CHECK_SHAPE(keys.ndim() == 3, "{}: project_keys: keys must be 3-D (B, K, Dk), got {}", op_, keys.shape());
+  check_feature_size(op_, "keys", keys, options_.key_size, "key_size");
   return w_k(keys);  // (B, K, A)
 }
 
 Tensor AdditiveAttention::score(const Tensor& queries, const Tensor& keys) const {
-  check_attention_args(op_name_, queries, keys, keys, {});
-  check_feature_size(op_name_, "queries", queries, options_.query_size, "query_size");
-  check_feature_size(op_name_, "keys", keys, options_.key_size, "key_size");
+  check_attention_args(op_, queries, keys, keys, {});
+  check_feature_size(op_, "queries", queries, options_.query_size, "query_size");
+  check_feature_size(op_, "keys", keys, options_.key_size, "key_size");
   return additive_scores(w_q(queries), w_k(keys), w_v.weight);  // (B, Q, K)
 }
 
-Tensor AdditiveAttention::forward(const Tensor& queries, const Tensor& keys, const Tensor& values,
-                                  const Tensor& valid_lengths) const {
-  Tensor mask = check_attention_args(op_name_, queries, keys, values, valid_lengths);  // (B, 1 | Q, K)
-  check_feature_size(op_name_, "queries", queries, options_.query_size, "query_size");
-  check_feature_size(op_name_, "keys", keys, options_.key_size, "key_size");
-  return attend(queries, w_k(keys), values, mask);
+Tensor AdditiveAttention::score(const Tensor& queries, const AttentionMemory& memory) const {
+  check_queries(queries, memory, 1);
+  check_feature_size(op_, "queries", queries, options_.query_size, "query_size");
+  return additive_scores(w_q(queries), memory.projected[0], w_v.weight);  // (B, Q, K)
+}
+
+void AdditiveAttention::prepare_keys(AttentionMemory& memory) const {
+  memory.projected = {project_keys(memory.keys)};  // (B, K, A)
+}
+
+Tensor AdditiveAttention::attend(const Tensor& queries, const AttentionMemory& memory) const {
+  check_queries(queries, memory, 1);
+  check_feature_size(op_, "queries", queries, options_.query_size, "query_size");
+  return attend_keys(queries, memory.projected[0], memory.values, memory.mask);
 }
 
 Tensor AdditiveAttention::attend_projected(const Tensor& queries, const Tensor& projected_keys, const Tensor& values,
                                            const Tensor& valid_lengths) const {
-  Tensor mask = check_attention_args(op_name_, queries, projected_keys, values, valid_lengths);  // (B, 1 | Q, K)
-  check_feature_size(op_name_, "queries", queries, options_.query_size, "query_size");
-  check_feature_size(op_name_, "projected keys", projected_keys, options_.hidden_size, "hidden_size");
-  return attend(queries, projected_keys, values, mask);
+  Tensor mask = check_attention_args(op_, queries, projected_keys, values, valid_lengths);  // (B, 1 | Q, K)
+  check_feature_size(op_, "queries", queries, options_.query_size, "query_size");
+  check_feature_size(op_, "projected keys", projected_keys, options_.hidden_size, "hidden_size");
+  return attend_keys(queries, projected_keys, values, mask);
 }
 
-Tensor AdditiveAttention::attend(const Tensor& queries, const Tensor& projected_keys, const Tensor& values,
-                                 const Tensor& mask) const {
+Tensor AdditiveAttention::attend_keys(const Tensor& queries, const Tensor& projected_keys, const Tensor& values,
+                                      const Tensor& mask) const {
   Tensor scores = additive_scores(w_q(queries), projected_keys, w_v.weight);  // (B, Q, K)
   Tensor weights = softmax_with_mask(scores, mask);                           // (B, Q, K)
   keep(scores, weights);

@@ -25,11 +25,11 @@ class AdditiveAttention : public Attention {
 
   // queries (B, Q, Dq), keys (B, K, Dk), values (B, K, Dv), valid_lengths (B,) / (B, Q) -> (B, Q, Dv)
   //   scores = vᵀ tanh(W_q q + W_k k)   weights = masked_softmax(scores)   context = dropout(weights) · values
-  Tensor forward(const Tensor& queries, const Tensor& keys, const Tensor& values,
-                 const Tensor& valid_lengths = {}) const override;
+  // forward(q, k, v, lengths) = attend(q, prepare(k, v, lengths)); prepare() projects the keys once:
+  // memory.projected = {W_k keys (B, K, A)}, so each attend() saves one (B·K·Dk·A) product.
+  Tensor attend(const Tensor& queries, const AttentionMemory& memory) const override;
 
-  // W_k keys: (B, K, Dk) -> (B, K, A). Compute it once per batch; the decoder then calls
-  // attend_projected at every step instead of forward, saving one (B·K·Dk·A) product per step.
+  // W_k keys: (B, K, Dk) -> (B, K, A), the projection prepare() stores.
   Tensor project_keys(const Tensor& keys) const;
   // forward with keys already projected: projected_keys (B, K, A) from project_keys.
   Tensor attend_projected(const Tensor& queries, const Tensor& projected_keys, const Tensor& values,
@@ -37,6 +37,8 @@ class AdditiveAttention : public Attention {
 
   // The unmasked energies vᵀ tanh(W_q q + W_k k): queries (B, Q, Dq), keys (B, K, Dk) -> (B, Q, K).
   Tensor score(const Tensor& queries, const Tensor& keys) const;
+  // The same over a prepared memory (keys projected once): queries (B, Q, Dq) -> (B, Q, K).
+  Tensor score(const Tensor& queries, const AttentionMemory& memory) const;
 
   const Options& options() const { return options_; }
 
@@ -49,11 +51,11 @@ class AdditiveAttention : public Attention {
   // For ChunkedAdditiveAttention: the same parameters under another type name; `op` names the
   // kind in error messages.
   AdditiveAttention(std::string type_name, const char* op, Options options);
+  void prepare_keys(AttentionMemory& memory) const override;
   // The part after the checks: queries (B, Q, Dq), projected keys (B, K, A), values (B, K, Dv),
   // mask (B, 1 | Q, K) bool or undefined -> context (B, Q, Dv); keeps scores and weights.
-  virtual Tensor attend(const Tensor& queries, const Tensor& projected_keys, const Tensor& values,
-                        const Tensor& mask) const;
-  const char* op_name_;
+  virtual Tensor attend_keys(const Tensor& queries, const Tensor& projected_keys, const Tensor& values,
+                             const Tensor& mask) const;
 
  private:
   Options options_;

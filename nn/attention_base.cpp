@@ -71,33 +71,108 @@ Tensor masked_softmax(const Tensor& scores, const Tensor& valid_lengths) {
   return softmax_with_mask(scores, mask);
 }
 
+namespace {
+
+// keys (B, K, Dk) and values (B, K, Dv): 3-D, one batch, one K > 0, one floating dtype, one device.
+void check_keys_values(const char* op, const Tensor& keys, const Tensor& values) {
+  SG_CHECK(keys.defined() && values.defined(), "{}: keys and values must be defined", op);
+  SG_CHECK_SHAPE(keys.ndim() == 3, "{}: keys must be 3-D (B, K, Dk), got {}", op, keys.shape());
+  SG_CHECK_SHAPE(values.ndim() == 3, "{}: values must be 3-D (B, K, Dv), got {}", op, values.shape());
+  SG_CHECK_SHAPE(keys.size(0) == values.size(0),
+                 "{}: batch sizes differ: keys {}, values {} (dimension 0 is the batch B)", op, keys.shape(),
+                 values.shape());
+  SG_CHECK_SHAPE(keys.size(1) == values.size(1),
+                 "{}: keys {} and values {} must have the same number of positions K (dimension 1)", op,
+                 keys.shape(), values.shape());
+  SG_CHECK_SHAPE(keys.size(1) > 0, "{}: keys {} need at least one position", op, keys.shape());
+  SG_CHECK_DTYPE(is_floating(keys.dtype()) && keys.dtype() == values.dtype(),
+                 "{}: keys {} {} and values {} {} must share one floating dtype", op, keys.dtype(), keys.shape(),
+                 values.dtype(), values.shape());
+  SG_CHECK_DEVICE(keys.device() == values.device(), "{}: keys on {}, values on {}: move them to one device", op,
+                  keys.device(), values.device());
+}
+
+// queries (B, Q, Dq) against checked keys and values: 3-D, their batch, dtype and device.
+void check_queries_against(const char* op, const Tensor& queries, const Tensor& keys, const Tensor& values) {
+  SG_CHECK(queries.defined(), "{}: queries must be defined", op);
+  SG_CHECK_SHAPE(queries.ndim() == 3, "{}: queries must be 3-D (B, Q, Dq), got {}", op, queries.shape());
+  SG_CHECK_SHAPE(queries.size(0) == keys.size(0),
+                 "{}: batch sizes differ: queries {}, keys {}, values {} (dimension 0 is the batch B)", op,
+                 queries.shape(), keys.shape(), values.shape());
+  SG_CHECK_DTYPE(queries.dtype() == keys.dtype(),
+                 "{}: queries {} {}, keys {} {} and values {} {} must share one floating dtype", op, queries.dtype(),
+                 queries.shape(), keys.dtype(), keys.shape(), values.dtype(), values.shape());
+  SG_CHECK_DEVICE(queries.device() == keys.device(), "{}: queries on {}, keys on {}, values on {}: move them to one device",
+                  op, queries.device(), keys.device(), values.device());
+}
+
+}  // namespace
+
 Tensor check_attention_args(const char* op, const Tensor& queries, const Tensor& keys, const Tensor& values,
                             const Tensor& valid_lengths) {
   SG_CHECK(queries.defined() && keys.defined() && values.defined(), "{}: queries, keys and values must be defined",
            op);
   SG_CHECK_SHAPE(queries.ndim() == 3, "{}: queries must be 3-D (B, Q, Dq), got {}", op, queries.shape());
-  SG_CHECK_SHAPE(keys.ndim() == 3, "{}: keys must be 3-D (B, K, Dk), got {}", op, keys.shape());
-  SG_CHECK_SHAPE(values.ndim() == 3, "{}: values must be 3-D (B, K, Dv), got {}", op, values.shape());
-  SG_CHECK_SHAPE(queries.size(0) == keys.size(0) && keys.size(0) == values.size(0),
-                 "{}: batch sizes differ: queries {}, keys {}, values {} (dimension 0 is the batch B)", op,
-                 queries.shape(), keys.shape(), values.shape());
-  SG_CHECK_SHAPE(keys.size(1) == values.size(1),
-                 "{}: keys {} and values {} must have the same number of positions K (dimension 1)", op,
-                 keys.shape(), values.shape());
-  SG_CHECK_SHAPE(keys.size(1) > 0, "{}: keys {} need at least one position", op, keys.shape());
-  SG_CHECK_DTYPE(is_floating(queries.dtype()) && queries.dtype() == keys.dtype() && keys.dtype() == values.dtype(),
-                 "{}: queries {} {}, keys {} {} and values {} {} must share one floating dtype", op, queries.dtype(),
-                 queries.shape(), keys.dtype(), keys.shape(), values.dtype(), values.shape());
-  SG_CHECK_DEVICE(queries.device() == keys.device() && keys.device() == values.device(),
-                  "{}: queries on {}, keys on {}, values on {}: move them to one device", op, queries.device(),
-                  keys.device(), values.device());
+  check_keys_values(op, keys, values);
+  check_queries_against(op, queries, keys, values);
   if (!valid_lengths.defined()) return {};
   return length_mask(valid_lengths, queries.size(0), queries.size(1), keys.size(1), op);
+}
+
+Tensor check_memory_args(const char* op, const Tensor& keys, const Tensor& values, const Tensor& valid_lengths) {
+  check_keys_values(op, keys, values);
+  if (!valid_lengths.defined()) return {};
+  int64_t queries = valid_lengths.ndim() == 2 ? valid_lengths.size(1) : 1;
+  return length_mask(valid_lengths, keys.size(0), queries, keys.size(1), op);
 }
 
 void check_feature_size(const char* op, const char* what, const Tensor& t, int64_t expected, const char* option) {
   SG_CHECK_SHAPE(t.size(-1) == expected, "{}: {} feature size {} != {} {} ({}: {})", op, what, t.size(-1), option,
                  expected, what, t.shape());
+}
+
+AttentionMemory AttentionMemory::expand(int64_t n) const {
+  auto grow = [n](const Tensor& t) {
+    if (!t.defined()) return t;
+    SG_CHECK_SHAPE(t.ndim() >= 1 && t.size(0) == 1, "AttentionMemory::expand: needs a batch of 1, got {}", t.shape());
+    Shape shape = t.shape();
+    shape[0] = n;
+    return t.expand(shape);
+  };
+  AttentionMemory m{grow(keys), grow(values), grow(mask), {}, {}};
+  for (const Tensor& p : projected) m.projected.push_back(grow(p));
+  for (const AttentionMemory& part : parts) m.parts.push_back(part.expand(n));
+  return m;
+}
+
+Tensor Attention::forward(const Tensor& queries, const Tensor& keys, const Tensor& values,
+                          const Tensor& valid_lengths) const {
+  AttentionMemory memory{keys, values, check_attention_args(op_, queries, keys, values, valid_lengths), {}, {}};
+  prepare_keys(memory);
+  return attend(queries, memory);
+}
+
+AttentionMemory Attention::prepare(const Tensor& keys, const Tensor& values, const Tensor& valid_lengths) const {
+  AttentionMemory memory{keys, values, check_memory_args(op_, keys, values, valid_lengths), {}, {}};
+  prepare_keys(memory);
+  return memory;
+}
+
+AttentionMemory Attention::prepare_part(const AttentionMemory& checked) const {
+  AttentionMemory memory{checked.keys, checked.values, checked.mask, {}, {}};
+  prepare_keys(memory);
+  return memory;
+}
+
+void Attention::check_queries(const Tensor& queries, const AttentionMemory& memory, size_t projected,
+                              size_t parts) const {
+  SG_CHECK(memory.keys.defined() && memory.projected.size() == projected && memory.parts.size() == parts,
+           "{}: the memory was not prepared by this attention kind (call its prepare(keys, values, lengths))", op_);
+  check_queries_against(op_, queries, memory.keys, memory.values);
+  const Tensor& mask = memory.mask;
+  SG_CHECK_SHAPE(!mask.defined() || mask.size(1) == 1 || mask.size(1) == queries.size(1),
+                 "{}: the memory's valid_lengths were per query for {} queries, got queries {}", op_, mask.size(1),
+                 queries.shape());
 }
 
 void Attention::keep(const Tensor& scores, const Tensor& weights) const {

@@ -9,6 +9,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "nn/module.h"
 
@@ -38,11 +39,29 @@ Tensor length_mask(const Tensor& valid_lengths, int64_t batch, int64_t queries, 
 // Returns length_mask(valid_lengths) (B, 1 | Q, K), or an undefined tensor when there are none.
 Tensor check_attention_args(const char* op, const Tensor& queries, const Tensor& keys, const Tensor& values,
                             const Tensor& valid_lengths);
+// The keys and values half of check_attention_args; valid_lengths (B, Q) fix Q to their size(1).
+Tensor check_memory_args(const char* op, const Tensor& keys, const Tensor& values, const Tensor& valid_lengths);
 // The feature size `what` of `t` (its last dimension) must equal `expected` (an option).
 void check_feature_size(const char* op, const char* what, const Tensor& t, int64_t expected,
                         const char* option);
 
-// The base of every attention kind: context = forward(queries, keys, values, valid_lengths).
+// Keys and values prepared once for many calls. A decoder attends to the same encoder outputs at
+// every step, so Attention::prepare builds the valid-length mask (the lengths go to the host once,
+// for their range check) and applies the kind's key projection once per batch, not once per step.
+struct AttentionMemory {
+  Tensor keys;    // (B, K, Dk) as given
+  Tensor values;  // (B, K, Dv) as given
+  Tensor mask;    // bool (B, 1 | Q, K), true = masked out; undefined = every key is valid
+  std::vector<Tensor> projected;       // the kind's per-batch projections (each kind's header says which)
+  std::vector<AttentionMemory> parts;  // composite kinds (hybrid, multi-level, local): one per part
+
+  // A memory of batch 1 repeated n times, as views (beam search): every (1, ...) becomes (n, ...).
+  AttentionMemory expand(int64_t n) const;
+};
+
+// The base of every attention kind: context = forward(queries, keys, values, valid_lengths), or,
+// for many queries over the same keys, memory = prepare(keys, values, valid_lengths) once and
+// context = attend(queries, memory) per call; both give the same numbers.
 // After each call the kind keeps, detached, for visualisation (docs/attention.md says what each
 // kind stores; the weights are taken before dropout):
 //   last_weights()  (B, Q, K) the attention distribution over keys (rows sum to 1, or 0 when
@@ -51,24 +70,42 @@ void check_feature_size(const char* op, const char* what, const Tensor& t, int64
 //                   have no single score, e.g. hybrid).
 class Attention : public Module {
  public:
-  using Module::Module;
-
   // queries (B, Q, Dq), keys (B, K, Dk), values (B, K, Dv), valid_lengths int64 (B,) / (B, Q)
   // or undefined -> context (B, Q, Dv) (MultiLevelAttention: the levels' contexts concatenated).
   virtual Tensor forward(const Tensor& queries, const Tensor& keys, const Tensor& values,
-                         const Tensor& valid_lengths = {}) const = 0;
+                         const Tensor& valid_lengths = {}) const;
   Tensor operator()(const Tensor& queries, const Tensor& keys, const Tensor& values,
                     const Tensor& valid_lengths = {}) const {
     return forward(queries, keys, values, valid_lengths);
   }
 
+  // Checks keys (B, K, Dk), values (B, K, Dv) and valid_lengths ((B,), or (B, Q) for exactly Q
+  // queries per call), builds the mask and applies the kind's key projection.
+  AttentionMemory prepare(const Tensor& keys, const Tensor& values, const Tensor& valid_lengths = {}) const;
+  // queries (B, Q, Dq) over a memory from this module's prepare() -> context (B, Q, Dv).
+  virtual Tensor attend(const Tensor& queries, const AttentionMemory& memory) const = 0;
+  // A composite kind prepares its parts with this: `checked`'s keys, values and mask (already
+  // checked and built) with this kind's projections added.
+  AttentionMemory prepare_part(const AttentionMemory& checked) const;
+
   const Tensor& last_weights() const { return last_weights_; }
   const Tensor& last_scores() const { return last_scores_; }
 
  protected:
+  // `op` names the kind in error messages (e.g. "additive_attention").
+  Attention(std::string type_name, const char* op) : Module(std::move(type_name)), op_(op) {}
+
+  // Fills memory.projected / memory.parts from memory.keys and memory.values (already checked).
+  virtual void prepare_keys(AttentionMemory& memory) const { (void)memory; }
+  // queries against a prepared memory: 3-D, floating, one batch, dtype and device, and a mask
+  // with 1 or Q query rows; `projected` and `parts` say what this kind's prepare_keys makes.
+  void check_queries(const Tensor& queries, const AttentionMemory& memory, size_t projected = 0,
+                     size_t parts = 0) const;
+
   // Stores detached copies of the handles (no graph is kept alive by them).
   void keep(const Tensor& scores, const Tensor& weights) const;
 
+  const char* op_;
   mutable Tensor last_scores_;   // (B, Q, K)
   mutable Tensor last_weights_;  // (B, Q, K)
 };

@@ -6,6 +6,8 @@
 #include <limits>
 #include <vector>
 
+#include "core/autograd.h"
+#include "core/backend.h"
 #include "core/rng.h"
 
 namespace seqgrad::nn {
@@ -32,18 +34,66 @@ Tensor chunk_dropout_mask(const DropoutStream& d, int64_t batch, int64_t queries
   return where(lt(u, 1.0 - d.p), full({}, 1.0 / (1.0 - d.p), opts), zeros({}, opts));  // (B, Q, n)
 }
 
-// One chunk's tanh features (B, Q, n, A), raw energies (B, Q, n) and energies with masked keys
-// at -inf (B, Q, n).
-struct Chunk {
-  Tensor features, raw, scores;
+// Keys [start, start + n) of kp (B, K, A) as a contiguous (B, n, A) block, the layout the fused
+// energies kernels read.
+Tensor key_chunk(const Tensor& kp, int64_t start, int64_t n) { return kp.narrow(1, start, n).contiguous(); }
+
+// One chunk's energies (B, Q, n) from the fused kernel (its (B, Q, n, A) tanh features never
+// exist); `raw` gets them before masking, the result has masked keys at -inf. Callers hold no-grad.
+Tensor chunk_scores(const Tensor& qp, const Tensor& kc, const Tensor& w_v, const Tensor& mask, int64_t start,
+                    Tensor* raw = nullptr) {
+  Tensor s = additive_scores(qp, kc, w_v);  // (B, Q, n)
+  if (raw) *raw = s;
+  return mask.defined() ? masked_fill(s, mask.narrow(2, start, s.size(2)), kNegInf) : s;
+}
+
+// The gradients of s = additive_scores(qp, kc, w_v) for a given ds (B, Q, n): one pass of the
+// fused backward kernel (tanh recomputed, nothing (B, Q, n, A) stored), or the composed twin's
+// autograd on a backend without the kernel.
+struct ScoreGrads {
+  Tensor dqp, dkc, dw_v;  // (B, Q, A), (B, n, A), (1, A)
 };
-Chunk chunk_scores(const Tensor& qp, const Tensor& kp, const Tensor& w_v, const Tensor& mask, int64_t start,
-                   int64_t n) {
-  Tensor kc = kp.narrow(1, start, n);                                     // (B, n, A)
-  Tensor features = tanh(add(qp.unsqueeze(2), kc.unsqueeze(1)));          // (B, Q, n, A)
-  Tensor raw = linear(features, w_v).squeeze(-1);                         // (B, Q, n)
-  Tensor scores = mask.defined() ? masked_fill(raw, mask.narrow(2, start, n), kNegInf) : raw;
-  return {features, raw, scores};
+ScoreGrads additive_scores_grads(const Tensor& qp, const Tensor& kc, const Tensor& w_v, const Tensor& ds) {
+  Backend& backend = backend_for(qp);
+  if (backend.supports(FusedOp::additive_scores) && is_floating(qp.dtype())) {
+    const int64_t hidden = qp.size(2);
+    const TensorOptions like{.dtype = qp.dtype(), .device = qp.device()};
+    ScoreGrads g{empty(qp.shape(), like), empty(kc.shape(), like), empty(w_v.shape(), like)};
+    backend.additive_scores_backward(qp.contiguous(), kc, w_v.contiguous().view({hidden}), ds.contiguous(), g.dqp,
+                                     g.dkc, g.dw_v.view({hidden}));
+    return g;
+  }
+  EnableGradGuard grad_mode;
+  Tensor q = qp.detach().requires_grad_(), k = kc.detach().requires_grad_(), w = w_v.detach().requires_grad_();
+  std::vector<Tensor> g = autograd::grad({additive_scores_composed(q, k, w)}, {q, k, w}, {ds});
+  return {g[0], g[1], g[2]};
+}
+
+// One chunk of the backward: the weights w = exp(s - L) (B, Q, n), 0 on masked keys, and the
+// gradients through the energies for ds = w ∘ (dprob - Δ). One fused pass where the backend has
+// it (the tanh features computed once); otherwise the energies are recomputed with the fused
+// forward kernel and differentiated with its backward (the tanh evaluated twice).
+struct ChunkGrads {
+  Tensor probs, dqp, dkc, dw_v;  // (B, Q, n), (B, Q, A), (B, n, A), (1, A)
+};
+ChunkGrads chunk_backward(const Tensor& qp, const Tensor& kc, const Tensor& w_v, const Tensor& log_normalizer,
+                          const Tensor& dprob, const Tensor& delta, const Tensor& mask, int64_t start) {
+  Backend& backend = backend_for(qp);
+  const int64_t batch = qp.size(0), queries = qp.size(1), n = kc.size(1), hidden = qp.size(2);
+  if (backend.supports(FusedOp::additive_attention_chunk) && is_floating(qp.dtype())) {
+    const TensorOptions like{.dtype = qp.dtype(), .device = qp.device()};
+    ChunkGrads g{empty({batch, queries, n}, like), empty(qp.shape(), like), empty(kc.shape(), like),
+                 empty(w_v.shape(), like)};
+    Tensor mask_c = mask.defined() ? mask.narrow(2, start, n).expand({batch, queries, n}).contiguous() : Tensor();
+    backend.additive_attention_chunk_backward(qp.contiguous(), kc, w_v.contiguous().view({hidden}),
+                                              log_normalizer.contiguous().view({batch, queries}),
+                                              dprob.contiguous(), delta.contiguous().view({batch, queries}), mask_c,
+                                              g.probs, g.dqp, g.dkc, g.dw_v.view({hidden}));
+    return g;
+  }
+  Tensor probs = exp(sub(chunk_scores(qp, kc, w_v, mask, start), log_normalizer));  // (B, Q, n); 0 if masked
+  ScoreGrads sg = additive_scores_grads(qp, kc, w_v, mul(probs, sub(dprob, delta)));
+  return {probs, sg.dqp, sg.dkc, sg.dw_v};
 }
 
 Tensor maximum(const Tensor& a, const Tensor& b) { return where(gt(a, b), a, b); }
@@ -64,7 +114,7 @@ Forward online_softmax_forward(const Tensor& qp, const Tensor& kp, const Tensor&
   Tensor shift;  // (B, Q, 1) m with -inf (no valid key yet) replaced by 0, so exp() never sees inf - inf
   for (int64_t start = 0; start < keys; start += chunk) {
     int64_t n = std::min(chunk, keys - start);
-    Tensor s = chunk_scores(qp, kp, w_v, mask, start, n).scores;  // (B, Q, n)
+    Tensor s = chunk_scores(qp, key_chunk(kp, start, n), w_v, mask, start);  // (B, Q, n)
     Tensor m_new = maximum(m, amax(s, {2}, true));                // (B, Q, 1)
     shift = where(eq(m_new, kNegInf), zero, m_new);               // (B, Q, 1)
     Tensor alpha = exp(sub(m, shift));                            // (B, Q, 1) rescales the old sums
@@ -120,32 +170,27 @@ Tensor chunked_additive_attention(const Tensor& qp, const Tensor& kp, const Tens
                  "gradients",
                  kOp);
         const Tensor &qp = qp_s.get(), &kp = kp_s.get(), &w_v = w_v_s.get(), &values = values_s.get();
-        int64_t batch = qp.size(0), queries = qp.size(1), keys = kp.size(1), hidden = qp.size(2);
+        int64_t batch = qp.size(0), queries = qp.size(1), keys = kp.size(1);
         Tensor context = g.output();                        // (B, Q, Dv)
         Tensor delta = sum(mul(dy, context), {2}, true);    // (B, Q, 1) = Σ_j w_ij dw_ij
-        Tensor w_v_row = w_v.view({hidden});                // (A,)
         Tensor dqp = zeros_like(qp);                        // (B, Q, A)
         Tensor dw_v = zeros_like(w_v);                      // (1, A)
         std::vector<Tensor> dkp, dvalues;                   // per chunk: (B, n, A), (B, n, Dv)
         for (int64_t start = 0; start < keys; start += chunk_size) {
           int64_t n = std::min(chunk_size, keys - start);
-          // 4. forward computed s = w_v · tanh(qp + kp) and w = exp(s - L): recompute both
-          Chunk c = chunk_scores(qp, kp, w_v, mask, start, n);  // (B, Q, n, A), (B, Q, n)
-          Tensor w = exp(sub(c.scores, log_normalizer));        // (B, Q, n); 0 on masked keys
+          // 2. context = Σ_J w_dropped · values_J, so dvalues_J = w_droppedᵀ dy and dw = dy · values_Jᵀ
+          Tensor values_c = values.narrow(1, start, n);                       // (B, n, Dv)
           Tensor drop_mask = drop.p > 0 ? chunk_dropout_mask(drop, batch, queries, start, n, qp) : Tensor();
-          Tensor w_dropped = drop.p > 0 ? mul(w, drop_mask) : w;  // (B, Q, n)
-          Tensor values_c = values.narrow(1, start, n);             // (B, n, Dv)
-          // 3. context = Σ_J w_dropped · values_J, so dvalues_J = w_droppedᵀ dy and dw = dy · values_Jᵀ
+          Tensor dprob = matmul(dy, values_c.transpose(1, 2));               // (B, Q, n)
+          if (drop.p > 0) dprob = mul(dprob, drop_mask);
+          // 1. softmax over all K keys: ds = w ∘ (dw - Σ_j w_j dw_j), and Σ_j w_j dw_j = dy · context;
+          //    w = exp(s - L) with s = w_v · tanh(qp + kp) recomputed, then back through the energies
+          ChunkGrads c = chunk_backward(qp, key_chunk(kp, start, n), w_v, log_normalizer, dprob, delta, mask, start);
+          Tensor w_dropped = drop.p > 0 ? mul(c.probs, drop_mask) : c.probs;  // (B, Q, n)
           if (g.needs(3)) dvalues.push_back(matmul(w_dropped.transpose(1, 2), dy));  // (B, n, Dv)
-          Tensor dw = matmul(dy, values_c.transpose(1, 2));                           // (B, Q, n)
-          if (drop.p > 0) dw = mul(dw, drop_mask);
-          // 2. softmax over all K keys: ds = w ∘ (dw - Σ_j w_j dw_j), and Σ_j w_j dw_j = dy · context
-          Tensor ds = mul(w, sub(dw, delta));  // (B, Q, n)
-          // 1. s = features · w_vᵀ and features = tanh(qp + kp)
-          if (g.needs(2)) dw_v = add(dw_v, matmul(ds.reshape({1, -1}), c.features.reshape({-1, hidden})));
-          Tensor dz = tanh_backward(mul(ds.unsqueeze(-1), w_v_row), c.features);  // (B, Q, n, A)
-          if (g.needs(0)) dqp = add(dqp, sum(dz, {2}));
-          if (g.needs(1)) dkp.push_back(sum(dz, {1}));  // (B, n, A)
+          if (g.needs(0)) dqp = add(dqp, c.dqp);
+          if (g.needs(1)) dkp.push_back(c.dkc);  // (B, n, A)
+          if (g.needs(2)) dw_v = add(dw_v, c.dw_v);
         }
         if (g.needs(0)) g.add(0, dqp);
         if (g.needs(1)) g.add(1, cat(dkp, 1));
@@ -163,8 +208,8 @@ ChunkedAdditiveAttention::ChunkedAdditiveAttention(Options options)
   SG_CHECK_VALUE(options.chunk_size > 0, "{}: chunk_size = {} must be positive", kOp, options.chunk_size);
 }
 
-Tensor ChunkedAdditiveAttention::attend(const Tensor& queries, const Tensor& projected_keys, const Tensor& values,
-                                        const Tensor& mask) const {
+Tensor ChunkedAdditiveAttention::attend_keys(const Tensor& queries, const Tensor& projected_keys,
+                                             const Tensor& values, const Tensor& mask) const {
   Tensor qp = w_q(queries);  // (B, Q, A)
   double p = is_training() ? options().dropout : 0.0;
   Tensor context = chunked_additive_attention(qp, projected_keys, w_v.weight, values, mask,
@@ -176,13 +221,14 @@ Tensor ChunkedAdditiveAttention::attend(const Tensor& queries, const Tensor& pro
   // For plots only, under no-grad: the (B, Q, K) energies chunk by chunk (the (B, Q, C, A) features
   // never exist for all keys at once), then their masked softmax.
   NoGradGuard no_grad;
-  Tensor qp_d = qp.detach(), kp_d = projected_keys.detach(), w_v_d = w_v.weight.detach();
+  Tensor qp_d = qp.detach().contiguous(), kp_d = projected_keys.detach(), w_v_d = w_v.weight.detach();
   std::vector<Tensor> raw, scores;
   int64_t keys = kp_d.size(1), chunk = chunked_options_.chunk_size;
   for (int64_t start = 0; start < keys; start += chunk) {
-    Chunk c = chunk_scores(qp_d, kp_d, w_v_d, mask, start, std::min(chunk, keys - start));
-    raw.push_back(c.raw);
-    scores.push_back(c.scores);
+    Tensor raw_chunk;  // (B, Q, n)
+    scores.push_back(chunk_scores(qp_d, key_chunk(kp_d, start, std::min(chunk, keys - start)), w_v_d, mask, start,
+                                  &raw_chunk));
+    raw.push_back(raw_chunk);
   }
   Tensor all_scores = cat(scores, 2);  // (B, Q, K) with masked keys at -inf
   TensorOptions opts{.dtype = all_scores.dtype(), .device = all_scores.device()};

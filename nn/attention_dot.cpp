@@ -22,9 +22,8 @@ DotProductAttention::DotProductAttention(Options options)
     : DotProductAttention("DotProductAttention", "dot_product_attention", options, false) {}
 
 DotProductAttention::DotProductAttention(std::string type_name, const char* op, Options options, bool scaled)
-    : Attention(std::move(type_name)),
+    : Attention(std::move(type_name), op),
       dropout({.p = checked(options, op).dropout}),
-      op_name_(op),
       options_(options),
       scaled_(scaled) {
   if (options.query_size > 0) {
@@ -39,30 +38,46 @@ ScaledDotProductAttention::ScaledDotProductAttention() : ScaledDotProductAttenti
 ScaledDotProductAttention::ScaledDotProductAttention(Options options)
     : DotProductAttention("ScaledDotProductAttention", "scaled_dot_product_attention", options, true) {}
 
-Tensor DotProductAttention::score(const Tensor& queries, const Tensor& keys) const {
-  check_attention_args(op_name_, queries, keys, keys, {});
+void DotProductAttention::check_sizes(const Tensor& queries, const Tensor& keys) const {
   if (w_q) {
-    check_feature_size(op_name_, "queries", queries, options_.query_size, "query_size");
-    check_feature_size(op_name_, "keys", keys, options_.key_size, "key_size");
+    check_feature_size(op_, "queries", queries, options_.query_size, "query_size");
+    check_feature_size(op_, "keys", keys, options_.key_size, "key_size");
   } else {
     SG_CHECK_SHAPE(queries.size(2) == keys.size(2),
                    "{}: queries {} and keys {} need the same feature size (or set query_size and key_size to "
                    "learn a projection)",
-                   op_name_, queries.shape(), keys.shape());
+                   op_, queries.shape(), keys.shape());
   }
-  Tensor q = w_q ? (*w_q)(queries) : queries;                // (B, Q, Dk)
-  Tensor scores = matmul(q, keys.transpose(1, 2));           // (B, Q, K)
+}
+
+Tensor DotProductAttention::scores_of(const Tensor& queries, const Tensor& keys) const {
+  Tensor q = w_q ? (*w_q)(queries) : queries;       // (B, Q, Dk)
+  Tensor scores = matmul(q, keys.transpose(1, 2));  // (B, Q, K)
   if (scaled_) scores = mul(scores, 1.0 / std::sqrt(static_cast<double>(keys.size(2))));
   return scores;
 }
 
-Tensor DotProductAttention::forward(const Tensor& queries, const Tensor& keys, const Tensor& values,
-                                    const Tensor& valid_lengths) const {
-  Tensor mask = check_attention_args(op_name_, queries, keys, values, valid_lengths);  // (B, 1 | Q, K)
-  Tensor scores = score(queries, keys);                                               // (B, Q, K)
-  Tensor weights = softmax_with_mask(scores, mask);                                   // (B, Q, K)
+Tensor DotProductAttention::score(const Tensor& queries, const Tensor& keys) const {
+  check_attention_args(op_, queries, keys, keys, {});
+  check_sizes(queries, keys);
+  return scores_of(queries, keys);
+}
+
+void DotProductAttention::prepare_keys(AttentionMemory& memory) const {
+  if (w_q) check_feature_size(op_, "keys", memory.keys, options_.key_size, "key_size");
+}
+
+Tensor DotProductAttention::score(const Tensor& queries, const AttentionMemory& memory) const {
+  check_queries(queries, memory);
+  check_sizes(queries, memory.keys);
+  return scores_of(queries, memory.keys);  // (B, Q, K)
+}
+
+Tensor DotProductAttention::attend(const Tensor& queries, const AttentionMemory& memory) const {
+  Tensor scores = score(queries, memory);                       // (B, Q, K)
+  Tensor weights = softmax_with_mask(scores, memory.mask);      // (B, Q, K)
   keep(scores, weights);
-  return matmul(dropout(weights), values);  // (B, Q, Dv)
+  return matmul(dropout(weights), memory.values);  // (B, Q, Dv)
 }
 
 }  // namespace seqgrad::nn

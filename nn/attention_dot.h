@@ -25,11 +25,14 @@ class DotProductAttention : public Attention {
 
   // queries (B, Q, D), keys (B, K, D), values (B, K, Dv), valid_lengths (B,) / (B, Q) -> (B, Q, Dv)
   //   scores = q kᵀ (· 1/√D when scaled)   weights = masked_softmax(scores)   context = dropout(weights) · values
-  Tensor forward(const Tensor& queries, const Tensor& keys, const Tensor& values,
-                 const Tensor& valid_lengths = {}) const override;
+  // forward(q, k, v, lengths) = attend(q, prepare(k, v, lengths)); the keys need no projection
+  // (w_q maps queries), so prepare() only builds the mask: memory.projected is empty.
+  Tensor attend(const Tensor& queries, const AttentionMemory& memory) const override;
 
   // The unmasked energies: queries (B, Q, Dq), keys (B, K, Dk) -> (B, Q, K).
   Tensor score(const Tensor& queries, const Tensor& keys) const;
+  // The same over a prepared memory: queries (B, Q, Dq) -> (B, Q, K).
+  Tensor score(const Tensor& queries, const AttentionMemory& memory) const;
 
   bool scaled() const { return scaled_; }
   const Options& options() const { return options_; }
@@ -41,7 +44,9 @@ class DotProductAttention : public Attention {
   DotProductAttention(std::string type_name, const char* op, Options options, bool scaled);
 
  private:
-  const char* op_name_;
+  void prepare_keys(AttentionMemory& memory) const override;
+  void check_sizes(const Tensor& queries, const Tensor& keys) const;
+  Tensor scores_of(const Tensor& queries, const Tensor& keys) const;  // (B, Q, K), no checks
   Options options_;
   bool scaled_;
 };

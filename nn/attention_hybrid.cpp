@@ -4,7 +4,7 @@
 namespace seqgrad::nn {
 
 HybridAttention::HybridAttention(Options options)
-    : Attention("HybridAttention"),
+    : Attention("HybridAttention", "hybrid_attention"),
       additive({.query_size = options.query_size, .key_size = options.key_size, .hidden_size = options.hidden_size,
                 .dropout = options.dropout}),
       scaled_dot(options.query_size != options.key_size
@@ -16,11 +16,14 @@ HybridAttention::HybridAttention(Options options)
   register_module("scaled_dot", scaled_dot);
 }
 
-Tensor HybridAttention::forward(const Tensor& queries, const Tensor& keys, const Tensor& values,
-                                const Tensor& valid_lengths) const {
-  check_attention_args("hybrid_attention", queries, keys, values, valid_lengths);
-  Tensor c_add = additive(queries, keys, values, valid_lengths);    // (B, Q, Dv)
-  Tensor c_dot = scaled_dot(queries, keys, values, valid_lengths);  // (B, Q, Dv)
+void HybridAttention::prepare_keys(AttentionMemory& memory) const {
+  memory.parts = {additive.prepare_part(memory), scaled_dot.prepare_part(memory)};
+}
+
+Tensor HybridAttention::attend(const Tensor& queries, const AttentionMemory& memory) const {
+  check_queries(queries, memory, 0, 2);
+  Tensor c_add = additive.attend(queries, memory.parts[0]);    // (B, Q, Dv)
+  Tensor c_dot = scaled_dot.attend(queries, memory.parts[1]);  // (B, Q, Dv)
   keep({}, mul(add(additive.last_weights(), scaled_dot.last_weights()), 0.5));  // (B, Q, K)
   return mul(add(c_add, c_dot), 0.5);
 }

@@ -23,8 +23,9 @@ class HybridAttention : public Attention {
   explicit HybridAttention(Options options);
 
   // queries (B, Q, Dq), keys (B, K, Dk), values (B, K, Dv), valid_lengths -> (B, Q, Dv)
-  Tensor forward(const Tensor& queries, const Tensor& keys, const Tensor& values,
-                 const Tensor& valid_lengths = {}) const override;
+  // prepare(): memory.parts = {the additive half's memory (keys projected once), the scaled-dot
+  // half's}, one mask for both.
+  Tensor attend(const Tensor& queries, const AttentionMemory& memory) const override;
 
   const Options& options() const { return options_; }
 
@@ -32,6 +33,7 @@ class HybridAttention : public Attention {
   ScaledDotProductAttention scaled_dot;
 
  private:
+  void prepare_keys(AttentionMemory& memory) const override;
   Options options_;
 };
 

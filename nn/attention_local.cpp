@@ -25,7 +25,7 @@ const LocalAttention::Options& checked(const LocalAttention::Options& o) {
 }  // namespace
 
 LocalAttention::LocalAttention(Options options)
-    : Attention("LocalAttention"), dropout({.p = checked(options).dropout}), options_(options) {
+    : Attention("LocalAttention", kOp), dropout({.p = checked(options).dropout}), options_(options) {
   if (options.score == Score::additive) {
     additive = std::make_unique<AdditiveAttention>(AdditiveAttention::Options{
         .query_size = options.query_size, .key_size = options.key_size, .hidden_size = options.hidden_size});
@@ -47,45 +47,55 @@ LocalAttention::LocalAttention(Options options)
   register_module("dropout", dropout);
 }
 
-Tensor LocalAttention::forward(const Tensor& queries, const Tensor& keys, const Tensor& values,
-                               const Tensor& valid_lengths) const {
-  Tensor mask = check_attention_args(kOp, queries, keys, values, valid_lengths);  // (B, 1 | Q, K)
-  int64_t batch = queries.size(0), n_queries = queries.size(1), n_keys = keys.size(1);
+void LocalAttention::prepare_keys(AttentionMemory& memory) const {
+  memory.parts = {additive ? additive->prepare_part(memory) : scaled_dot->prepare_part(memory)};
+}
+
+Tensor LocalAttention::attend(const Tensor& queries, const AttentionMemory& memory) const {
+  check_queries(queries, memory, 0, 1);
+  int64_t batch = queries.size(0), n_queries = queries.size(1), n_keys = memory.keys.size(1);
   TensorOptions opts{.dtype = queries.dtype(), .device = queries.device()};
   if (options_.position == Position::monotonic) {
     Tensor positions = arange(0, static_cast<double>(n_queries), 1.0, opts).unsqueeze(0).expand({batch, n_queries});
-    return attend(queries, keys, values, mask, positions, {});  // (B, Q, Dv)
+    return attend_window(queries, memory, positions, {});  // (B, Q, Dv)
   }
   check_feature_size(kOp, "queries", queries, options_.query_size, "query_size");
-  // len: (B, 1) or (B, Q) valid lengths as floats (K when none); centres in [0, len - 1]
-  Tensor len = valid_lengths.defined() ? to_dtype(valid_lengths.ndim() == 1 ? valid_lengths.unsqueeze(1) : valid_lengths,
-                                                  queries.dtype())
-                                       : full({batch, 1}, static_cast<double>(n_keys), opts);
+  // len: (B, 1) or (B, Q) valid lengths as floats, counted from the mask (K when none); centres in [0, len - 1]
+  Tensor len = memory.mask.defined()
+                   ? sum(to_dtype(logical_not(memory.mask), queries.dtype()), {2})
+                   : full({batch, 1}, static_cast<double>(n_keys), opts);
   Tensor span = where(gt(len, 0.0), add(len, -1.0), zeros({}, opts));                     // (B, 1 | Q)
   Tensor positions = mul(span, sigmoid((*v_p)(tanh((*w_p)(queries))).squeeze(-1)));      // (B, Q)
   double sigma = static_cast<double>(options_.window) / 2.0;
   Tensor offsets = sub(arange(0, static_cast<double>(n_keys), 1.0, opts).view({1, 1, n_keys}),
                        positions.unsqueeze(2));                                           // (B, Q, K) j - p
   Tensor gaussian = exp(mul(mul(offsets, offsets), -1.0 / (2.0 * sigma * sigma)));       // (B, Q, K)
-  return attend(queries, keys, values, mask, positions, gaussian);
+  return attend_window(queries, memory, positions, gaussian);
 }
 
 Tensor LocalAttention::attend_at(const Tensor& queries, const Tensor& keys, const Tensor& values,
                                  const Tensor& valid_lengths, const Tensor& positions) const {
-  Tensor mask = check_attention_args(kOp, queries, keys, values, valid_lengths);  // (B, 1 | Q, K)
+  AttentionMemory memory{keys, values, check_attention_args(kOp, queries, keys, values, valid_lengths), {}, {}};
+  prepare_keys(memory);
+  return attend_at(queries, memory, positions);
+}
+
+Tensor LocalAttention::attend_at(const Tensor& queries, const AttentionMemory& memory, const Tensor& positions) const {
+  check_queries(queries, memory, 0, 1);
   SG_CHECK_VALUE(options_.position == Position::monotonic,
                  "{}: attend_at takes centres for monotonic positions; predictive attention predicts its own", kOp);
   SG_CHECK(positions.defined(), "{}: positions are undefined", kOp);
   SG_CHECK_SHAPE(positions.ndim() == 2 && positions.size(0) == queries.size(0) && positions.size(1) == queries.size(1),
                  "{}: positions must be (B, Q) = ({}, {}), got {}", kOp, queries.size(0), queries.size(1),
                  positions.shape());
-  return attend(queries, keys, values, mask, to_dtype(positions, queries.dtype()).detach(), {});
+  return attend_window(queries, memory, to_dtype(positions, queries.dtype()).detach(), {});
 }
 
-Tensor LocalAttention::attend(const Tensor& queries, const Tensor& keys, const Tensor& values, const Tensor& mask,
-                              const Tensor& positions, const Tensor& gaussian) const {
-  int64_t n_keys = keys.size(1);
-  Tensor scores = additive ? additive->score(queries, keys) : scaled_dot->score(queries, keys);  // (B, Q, K)
+Tensor LocalAttention::attend_window(const Tensor& queries, const AttentionMemory& memory, const Tensor& positions,
+                                     const Tensor& gaussian) const {
+  int64_t n_keys = memory.keys.size(1);
+  const AttentionMemory& part = memory.parts[0];
+  Tensor scores = additive ? additive->score(queries, part) : scaled_dot->score(queries, part);  // (B, Q, K)
   Tensor window;  // (B, Q, K) true outside [p - D, p + D]; the window's edges get no gradient
   {
     NoGradGuard no_grad;
@@ -93,11 +103,12 @@ Tensor LocalAttention::attend(const Tensor& queries, const Tensor& keys, const T
     window = gt(abs(sub(j.view({1, 1, n_keys}), positions.detach().unsqueeze(2))),
                 static_cast<double>(options_.window));
   }
+  const Tensor& mask = memory.mask;
   Tensor weights = softmax_with_mask(scores, mask.defined() ? logical_or(mask, window) : window);  // (B, Q, K)
   if (gaussian.defined()) weights = mul(weights, gaussian);
   keep(scores, weights);
   last_positions_ = positions.detach();
-  return matmul(dropout(weights), values);  // (B, Q, Dv)
+  return matmul(dropout(weights), memory.values);  // (B, Q, Dv)
 }
 
 }  // namespace seqgrad::nn

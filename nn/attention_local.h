@@ -34,11 +34,12 @@ class LocalAttention : public Attention {
   explicit LocalAttention(Options options);
 
   // queries (B, Q, Dq), keys (B, K, Dk), values (B, K, Dv), valid_lengths (B,) / (B, Q) -> (B, Q, Dv)
-  Tensor forward(const Tensor& queries, const Tensor& keys, const Tensor& values,
-                 const Tensor& valid_lengths = {}) const override;
+  // prepare(): memory.parts = {the scorer's memory} (the additive scorer projects its keys once).
+  Tensor attend(const Tensor& queries, const AttentionMemory& memory) const override;
   // Monotonic attention around given centres: positions (B, Q) (int64 or floating).
   Tensor attend_at(const Tensor& queries, const Tensor& keys, const Tensor& values, const Tensor& valid_lengths,
                    const Tensor& positions) const;
+  Tensor attend_at(const Tensor& queries, const AttentionMemory& memory, const Tensor& positions) const;
 
   // The centres p of the last call (B, Q), in the inputs' floating dtype.
   const Tensor& last_positions() const { return last_positions_; }
@@ -51,8 +52,9 @@ class LocalAttention : public Attention {
   Dropout dropout;
 
  private:
-  Tensor attend(const Tensor& queries, const Tensor& keys, const Tensor& values, const Tensor& mask,
-                const Tensor& positions, const Tensor& gaussian) const;
+  void prepare_keys(AttentionMemory& memory) const override;
+  Tensor attend_window(const Tensor& queries, const AttentionMemory& memory, const Tensor& positions,
+                       const Tensor& gaussian) const;
   Options options_;
   mutable Tensor last_positions_;  // (B, Q)
 };

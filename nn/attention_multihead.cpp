@@ -29,7 +29,7 @@ Tensor split_heads(const Tensor& x, int64_t heads) {
 }  // namespace
 
 MultiHeadAttention::MultiHeadAttention(Options options)
-    : Attention("MultiHeadAttention"),
+    : Attention("MultiHeadAttention", kOp),
       out_proj({.in_features = checked(options).embed_dim, .out_features = options.embed_dim, .bias = options.bias}),
       dropout({.p = options.dropout}),
       options_(options) {
@@ -69,26 +69,27 @@ void MultiHeadAttention::reset_parameters() {
   if (out_proj.bias.defined()) init::zeros_(out_proj.bias);
 }
 
-Tensor MultiHeadAttention::forward(const Tensor& queries, const Tensor& keys, const Tensor& values,
-                                   const Tensor& valid_lengths) const {
-  Tensor mask = check_attention_args(kOp, queries, keys, values, valid_lengths);  // (B, 1 | Q, K)
+Tensor MultiHeadAttention::project_heads(const Tensor& x, int which) const {
+  int64_t e = options_.embed_dim;
+  const Tensor& separate = which == 0 ? q_proj_weight : which == 1 ? k_proj_weight : v_proj_weight;
+  Tensor w = packed() ? in_proj_weight.narrow(0, which * e, e) : separate;               // (E, E | kdim | vdim)
+  Tensor b = in_proj_bias.defined() ? in_proj_bias.narrow(0, which * e, e) : Tensor();  // (E,)
+  return split_heads(linear(x, w, b), options_.num_heads);                              // (B, h, T, d)
+}
+
+void MultiHeadAttention::prepare_keys(AttentionMemory& memory) const {
+  check_feature_size(kOp, "keys", memory.keys, options_.kdim, "kdim");
+  check_feature_size(kOp, "values", memory.values, options_.vdim, "vdim");
+  memory.projected = {project_heads(memory.keys, 1), project_heads(memory.values, 2)};  // (B, h, K, d) each
+}
+
+Tensor MultiHeadAttention::attend(const Tensor& queries, const AttentionMemory& memory) const {
+  check_queries(queries, memory, 2);
   int64_t e = options_.embed_dim, heads = options_.num_heads;
   check_feature_size(kOp, "queries", queries, e, "embed_dim");
-  check_feature_size(kOp, "keys", keys, options_.kdim, "kdim");
-  check_feature_size(kOp, "values", values, options_.vdim, "vdim");
   int64_t batch = queries.size(0), n_queries = queries.size(1);
-  Tensor w_q = packed() ? in_proj_weight.narrow(0, 0, e) : q_proj_weight;      // (E, E)
-  Tensor w_k = packed() ? in_proj_weight.narrow(0, e, e) : k_proj_weight;      // (E, kdim)
-  Tensor w_v = packed() ? in_proj_weight.narrow(0, 2 * e, e) : v_proj_weight;  // (E, vdim)
-  Tensor b_q, b_k, b_v;                                                        // (E,) each
-  if (in_proj_bias.defined()) {
-    b_q = in_proj_bias.narrow(0, 0, e);
-    b_k = in_proj_bias.narrow(0, e, e);
-    b_v = in_proj_bias.narrow(0, 2 * e, e);
-  }
-  Tensor q = split_heads(linear(queries, w_q, b_q), heads);  // (B, h, Q, d)
-  Tensor k = split_heads(linear(keys, w_k, b_k), heads);     // (B, h, K, d)
-  Tensor v = split_heads(linear(values, w_v, b_v), heads);   // (B, h, K, d)
+  const Tensor &k = memory.projected[0], &v = memory.projected[1], &mask = memory.mask;  // (B, h, K, d)
+  Tensor q = project_heads(queries, 0);                                                  // (B, h, Q, d)
   double scale = 1.0 / std::sqrt(static_cast<double>(e / heads));
   Tensor scores = mul(matmul(q, k.transpose(2, 3)), scale);                              // (B, h, Q, K)
   Tensor weights = softmax_with_mask(scores, mask.defined() ? mask.unsqueeze(1) : mask);  // (B, h, Q, K)

@@ -31,8 +31,8 @@ class MultiHeadAttention : public Attention {
 
   // queries (B, Q, E), keys (B, K, kdim), values (B, K, vdim), valid_lengths (B,) (torch's
   // key_padding_mask) or (B, Q) -> (B, Q, E)
-  Tensor forward(const Tensor& queries, const Tensor& keys, const Tensor& values,
-                 const Tensor& valid_lengths = {}) const override;
+  // prepare(): memory.projected = {keys' heads, values' heads} (B, h, K, d), projected once.
+  Tensor attend(const Tensor& queries, const AttentionMemory& memory) const override;
 
   // torch's init: xavier_uniform on the input projections, zero biases, out_proj.weight as Linear.
   void reset_parameters();
@@ -54,6 +54,9 @@ class MultiHeadAttention : public Attention {
   Dropout dropout;
 
  private:
+  void prepare_keys(AttentionMemory& memory) const override;
+  // The input projection `which` (0 = query, 1 = key, 2 = value) of x, split into heads (B, h, T, d).
+  Tensor project_heads(const Tensor& x, int which) const;
   Options options_;
   mutable Tensor last_head_weights_;  // (B, h, Q, K)
   mutable Tensor last_head_scores_;   // (B, h, Q, K)

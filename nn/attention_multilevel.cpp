@@ -6,7 +6,7 @@
 namespace seqgrad::nn {
 
 MultiLevelAttention::MultiLevelAttention(std::vector<std::unique_ptr<Attention>> levels)
-    : Attention("MultiLevelAttention"), levels_(std::move(levels)) {
+    : Attention("MultiLevelAttention", "multi_level_attention"), levels_(std::move(levels)) {
   SG_CHECK_VALUE(!levels_.empty(), "multi_level_attention: needs at least one level");
   for (size_t l = 0; l < levels_.size(); ++l) {
     SG_CHECK_VALUE(levels_[l] != nullptr, "multi_level_attention: level {} is null", l);
@@ -23,14 +23,17 @@ Attention& MultiLevelAttention::level(size_t l) {
   return *levels_[l];
 }
 
-Tensor MultiLevelAttention::forward(const Tensor& queries, const Tensor& keys, const Tensor& values,
-                                    const Tensor& valid_lengths) const {
-  check_attention_args("multi_level_attention", queries, keys, values, valid_lengths);
+void MultiLevelAttention::prepare_keys(AttentionMemory& memory) const {
+  for (const auto& level : levels_) memory.parts.push_back(level->prepare_part(memory));
+}
+
+Tensor MultiLevelAttention::attend(const Tensor& queries, const AttentionMemory& memory) const {
+  check_queries(queries, memory, 0, levels_.size());
   std::vector<Tensor> contexts;  // (B, Q, D_l) each
   Tensor weights;                // (B, Q, K) running sum
-  for (const auto& level : levels_) {
-    contexts.push_back(level->forward(queries, keys, values, valid_lengths));
-    const Tensor& w = level->last_weights();
+  for (size_t l = 0; l < levels_.size(); ++l) {
+    contexts.push_back(levels_[l]->attend(queries, memory.parts[l]));
+    const Tensor& w = levels_[l]->last_weights();
     weights = weights.defined() ? add(weights, w) : w;
   }
   keep({}, mul(weights, 1.0 / static_cast<double>(levels_.size())));

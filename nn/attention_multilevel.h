@@ -20,14 +20,15 @@ class MultiLevelAttention : public Attention {
   //   -> concat(level_0(...), ..., level_{L-1}(...)) (B, Q, Σ_l D_l), D_l = level l's context size
   // last_weights(): the mean of the levels' weights (B, Q, K) (as nn.MultiheadAttention averages
   // heads); last_scores() is undefined. Per level: level(l).last_weights(), .last_scores().
-  Tensor forward(const Tensor& queries, const Tensor& keys, const Tensor& values,
-                 const Tensor& valid_lengths = {}) const override;
+  // prepare(): memory.parts holds each level's memory (each level projects its keys once).
+  Tensor attend(const Tensor& queries, const AttentionMemory& memory) const override;
 
   size_t num_levels() const { return levels_.size(); }
   const Attention& level(size_t l) const;
   Attention& level(size_t l);
 
  private:
+  void prepare_keys(AttentionMemory& memory) const override;
   std::vector<std::unique_ptr<Attention>> levels_;
 };
 

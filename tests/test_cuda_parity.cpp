@@ -29,7 +29,7 @@
 #include "nn/rnn.h"
 #include "ops/ops.h"
 #include "optim/optim.h"
-#include "tests/op_cases.h"
+#include "tools/op_cases.h"
 
 using namespace seqgrad;
 namespace oc = seqgrad::op_cases;

@@ -488,3 +488,62 @@ TEST_CASE("LocalAttention: only keys in [p - D, p + D] are attended") {
     CHECK(c <= 3);
   }
 }
+
+TEST_CASE("Every kind: attend(queries, prepare(keys, values, lengths)) equals forward, values and gradients") {
+  for (const Kind& kind : kinds()) {
+    for (const Masking& m : maskings()) {
+      CAPTURE(kind.name);
+      CAPTURE(m.name);
+      manual_seed(5);
+      std::unique_ptr<nn::Attention> a = kind.make();
+      a->to(f64);
+      Tensor k = randn64({kB, kK, kind.dk}), v = randn64({kB, kK, kind.dv});
+      nn::AttentionMemory memory = a->prepare(k, v, m.lengths);  // once, then two query batches
+      for (int call = 0; call < 2; ++call) {
+        CAPTURE(call);
+        Tensor q = randn64({kB, kQ, kind.dq});
+        Tensor dy = randn({kB, kQ, a->forward(q, k, v, m.lengths).size(2)}, {.dtype = f64});
+        std::vector<Tensor> inputs = with_parameters({q, k, v}, *a);
+        Tensor y = a->forward(q, k, v, m.lengths);
+        Tensor weights = a->last_weights();
+        std::vector<Tensor> g = autograd::grad({y}, inputs, {dy}, {.allow_unused = true});
+        Tensor y_prepared = a->attend(q, memory);
+        CHECK(max_abs_diff(y, y_prepared) == 0.0);
+        CHECK(max_abs_diff(weights, a->last_weights()) == 0.0);
+        std::vector<Tensor> g_prepared =
+            autograd::grad({y_prepared}, inputs, {dy}, {.retain_graph = true, .allow_unused = true});
+        for (size_t i = 0; i < g.size(); ++i) {
+          CAPTURE(i);
+          REQUIRE(g[i].defined() == g_prepared[i].defined());
+          if (g[i].defined()) CHECK(max_abs_diff(g[i], g_prepared[i]) < 1e-12);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("AttentionMemory: expand repeats a batch of one (beam search); a memory of another kind is refused") {
+  manual_seed(6);
+  nn::HybridAttention hybrid({.query_size = 3, .key_size = 5, .hidden_size = 4});
+  nn::ScaledDotProductAttention dot({.query_size = 3, .key_size = 5});
+  Tensor k = randn({1, kK, 5}), v = randn({1, kK, 4}), q = randn({3, 1, 3});
+  nn::AttentionMemory one = hybrid.prepare(k, v, lengths1({2}));
+  nn::AttentionMemory three = one.expand(3);
+  CHECK(three.parts.size() == 2);
+  CHECK(three.parts[0].projected[0].shape() == Shape{3, kK, 4});
+  CHECK(three.mask.shape() == Shape{3, 1, kK});
+  Tensor y = hybrid.attend(q, three);  // (3, 1, 4): each query against the same sentence
+  for (int64_t b = 0; b < 3; ++b) {
+    CAPTURE(b);
+    Tensor y_b = hybrid(q.narrow(0, b, 1), k, v, lengths1({2}));
+    CHECK(max_abs_diff(y.narrow(0, b, 1), y_b) < 1e-6);
+  }
+  CHECK(max_abs_diff(hybrid.last_weights().narrow(2, 2, 2), zeros({1, 1, 2})) == 0.0);  // keys 2, 3 masked
+  CHECK_THROWS_WITH_AS(dot.attend(q, three), doctest::Contains("memory was not prepared by this attention kind"),
+                       Error);
+  CHECK_THROWS_WITH_AS(three.expand(2), doctest::Contains("needs a batch of 1"), ShapeError);
+  nn::AttentionMemory per_query = dot.prepare(randn({3, kK, 5}), randn({3, kK, 4}), lengths2({1, 2, 3, 4, 1, 2}, 3, 2));
+  CHECK_THROWS_WITH_AS(dot.attend(randn({3, 1, 3}), per_query),
+                       doctest::Contains("valid_lengths were per query for 2 queries, got queries (3, 1, 3)"),
+                       ShapeError);
+}

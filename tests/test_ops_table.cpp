@@ -1,4 +1,4 @@
-// The op table (tests/op_cases.h) as tests: float64 gradcheck (and gradgradcheck) per row, error
+// The op table (tools/op_cases.h) as tests: float64 gradcheck (and gradgradcheck) per row, error
 // rows with CHECK_THROWS_WITH_AS, golden rows; plus tests of gradcheck itself on broken ops.
 #include <doctest/doctest.h>
 
@@ -7,7 +7,7 @@
 
 #include "core/autograd.h"
 #include "ops/ops.h"
-#include "tests/op_cases.h"
+#include "tools/op_cases.h"
 #include "tools/gradcheck.h"
 
 using namespace seqgrad;
@@ -69,7 +69,11 @@ TEST_CASE("op table: every op in ops/ops.h has rows") {
   auto has_gradcheck = [](const std::string& op) {
     return std::any_of(oc::op_cases().begin(), oc::op_cases().end(), [&](const oc::OpCase& r) { return r.op == op; });
   };
-  for (const char* op : {"add", "matmul", "embedding", "softmax", "gather", "cat", "reshape", "dropout"}) {
+  // ... and so does every nn-level op (nn/): masked softmax, cross-entropy, the additive energies,
+  // the chunked attention and the fused GRU layer.
+  for (const char* op : {"add", "matmul", "embedding", "softmax", "gather", "cat", "reshape", "dropout",
+                         "masked_softmax", "cross_entropy", "additive_scores", "chunked_additive_attention",
+                         "gru_layer"}) {
     INFO(op);
     CHECK(has_gradcheck(op));
     CHECK(std::any_of(oc::error_cases().begin(), oc::error_cases().end(),

@@ -19,6 +19,7 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
+#include "core/allocator.h"
 #include "core/autocast.h"
 #include "core/blas.h"
 #include "core/fileio.h"
@@ -104,6 +105,7 @@ struct Plan {
   int warmup = 2, repeats = 7;  // repeats: timed samples (each a block of iterations or a batch cycle)
   bool quick = false;
   std::string data_dir = "data";
+  int64_t max_seq = 8192;  // attention_chunked: the longest S
 };
 
 // Times `body` in blocks sized to last about `block_seconds`; returns the time per call (seconds)
@@ -303,6 +305,50 @@ void bench_attention(bool projected, const Plan& plan, const Reporter& out) {
   out.report(projected ? "attention_projected" : "attention", "us", scaled(wall, 1e6), {{"cpu_us", scaled(cpu, 1e6).median}});
 }
 
+// ChunkedAdditiveAttention (chunk 64) against plain AdditiveAttention, forward + backward, at
+// B = 4, Q = K = S, Dq = Dk = Dv = A = 256 for S = 128, 256, ... up to max_seq: the median time
+// and the peak resident memory of one call (the allocator's cache emptied and the high-water mark
+// reset before it), so the chunked path's memory can be seen to grow linearly in S while the
+// plain path's (B, Q, K) scores and weights grow quadratically.
+void bench_attention_chunked(const Plan& plan, int64_t max_seq, const Reporter& out) {
+  const int64_t B = 4, D = 256, A = 256, chunk = 64;
+  manual_seed(1);
+  nn::AdditiveAttention plain({.query_size = D, .key_size = D, .hidden_size = A});
+  nn::ChunkedAdditiveAttention chunked(
+      {.query_size = D, .key_size = D, .hidden_size = A, .chunk_size = chunk, .keep_weights = false});
+  SG_CHECK(chunked.load_state_dict(plain.state_dict()).ok(), "bench: attention_chunked: the weights did not load");
+  for (int64_t S = 128; S <= max_seq; S *= 2) {
+    Tensor queries = randn({B, S, D}, {.requires_grad = true});
+    Tensor keys = randn({B, S, D}, {.requires_grad = true});
+    Tensor lengths = lengths_pattern(B, S, S / 2);
+    Tensor dy = randn({B, S, D});
+    for (const nn::AdditiveAttention* a : {static_cast<const nn::AdditiveAttention*>(&plain),
+                                           static_cast<const nn::AdditiveAttention*>(&chunked)}) {
+      auto run = [&] {
+        (*a)(queries, keys, keys, lengths).backward(dy);
+        for (Tensor* t : {&queries, &keys}) t->zero_grad();
+        for (Tensor& p : a->parameters()) p.zero_grad();
+      };
+      cpu_memory::empty_cache();
+      std::ofstream("/proc/self/clear_refs") << "5";
+      int64_t before = status_kb("VmRSS:");
+      auto t0 = Clock::now();
+      run();
+      std::vector<double> seconds{seconds_since(t0)};
+      double peak_mb = static_cast<double>(status_kb("VmHWM:") - before) / 1024.0;
+      int samples = plan.quick ? 0 : seconds[0] > 20 ? 0 : std::min(plan.repeats, 3) - 1;
+      for (int r = 0; r < samples; ++r) {
+        t0 = Clock::now();
+        run();
+        seconds.push_back(seconds_since(t0));
+      }
+      bool is_chunked = a == &chunked;
+      out.report(fmt::format("attention_{}_S{}", is_chunked ? "chunked" : "plain", S), "ms", scaled(seconds, 1e3),
+                 {{"S", static_cast<double>(S)}, {"peak_mb", peak_mb}});
+    }
+  }
+}
+
 void bench_gru(const Plan& plan, const Reporter& out) {
   const int64_t B = 64, T = 20, E = 256, H = 512;
   manual_seed(1);
@@ -409,7 +455,11 @@ const std::vector<std::string> kWorkloads = {
     "op_overhead", "greedy_seed", "beam5_seed", "greedy_d2l", "beam5_d2l",         "memory_seed", "memory_d2l",
     "greedy_seed_int8", "beam5_seed_int8", "step_seed_bf16"};
 
+// On demand only (minutes at S = 8192), not in the default list: see bench_attention_chunked.
+const char* kAttentionChunked = "attention_chunked";
+
 void run_workload(const std::string& w, const Plan& plan, const Reporter& out) {
+  if (w == kAttentionChunked) return bench_attention_chunked(plan, plan.max_seq, out);
   if (w == "sgemm") return bench_sgemm(plan, out);
   if (w == "step_seed" || w == "step_d2l") return bench_step(w.substr(5), plan, out);
   if (w == "memory_seed" || w == "memory_d2l") return bench_memory(w.substr(7), plan, out);
@@ -428,6 +478,7 @@ void run_workload(const std::string& w, const Plan& plan, const Reporter& out) {
   if (w == "step_seed_bf16") return bench_step("seed", plan, out, "bf16");
   std::string names;
   for (const std::string& n : kWorkloads) names += " " + n;
+  names += fmt::format(" (on demand: {})", kAttentionChunked);
   throw ValueError(fmt::format("bench: unknown workload '{}'; choose from:{}", w, names));
 }
 
@@ -446,10 +497,12 @@ int bench_main(int argc, char** argv) {
       .option("data-dir", "dir", "folder holding multi30k/ and fra-eng/", "data")
       .option("json", "file", "append one JSON line per result to this file")
       .option("export", "dir", "write the presets' batches and initial weights for bench/torch_bench.py, then exit")
-      .option("list", "", "list the workloads");
+      .option("list", "", "list the workloads")
+      .option("max-seq", "n", "attention_chunked (on demand, not run by default): S = 128, 256, ... up to n", "8192");
   if (!args.parse(argc, argv)) return 0;
   if (args.flag("list")) {
     for (const std::string& w : kWorkloads) fmt::print("{}\n", w);
+    fmt::print("{} (on demand)\n", kAttentionChunked);
     return 0;
   }
   apply_threads_flag(args);
@@ -457,6 +510,8 @@ int bench_main(int argc, char** argv) {
   plan.data_dir = args.get("data-dir");
   plan.repeats = static_cast<int>(args.get_int("repeats"));
   plan.warmup = static_cast<int>(args.get_int("warmup"));
+  plan.max_seq = args.get_int("max-seq");
+  SG_CHECK_VALUE(plan.max_seq >= 128, "bench: --max-seq {} must be >= 128", plan.max_seq);
   if (args.flag("quick")) plan.quick = true, plan.repeats = 2, plan.warmup = 1;
   SG_CHECK_VALUE(plan.repeats >= 1 && plan.warmup >= 0, "bench: --repeats {} must be >= 1 and --warmup {} >= 0",
                  plan.repeats, plan.warmup);

@@ -76,6 +76,13 @@ nlohmann::json translator_json(const models::Seq2Seq& model, const models::Check
   return j;
 }
 
+// The encoder output the exporter calls "keys": the additive key projection (the hybrid's additive
+// half), or for scaled dot the encoder outputs themselves (its query is projected instead).
+Tensor exported_keys(const models::AttnDecoder::Memory& memory) {
+  if (!memory.parts.empty()) return memory.parts[0].projected.at(0);  // hybrid: {additive, scaled dot}
+  return memory.projected.empty() ? memory.keys : memory.projected[0];
+}
+
 // Test hook: seqgrad's own outputs for the inputs src, src_lengths, tgt in `inputs`: the
 // teacher-forced logits, the encoder's values, and one decoder step from tgt[:, 0].
 void write_reference(const models::Seq2Seq& model, const std::string& inputs, const std::string& outputs) {
@@ -89,7 +96,7 @@ void write_reference(const models::Seq2Seq& model, const std::string& inputs, co
   models::AttnDecoder::Step step = model.decoder.step(tgt.select(1, 0).contiguous(), enc.state, memory);
   save_tensors(outputs, {{"output", model(src, lengths, tgt)},
                          {"memory", enc.outputs},
-                         {"keys", memory.keys},
+                         {"keys", exported_keys(memory)},
                          {"state", enc.state},
                          {"log_probs", log_softmax(step.logits, -1)},
                          {"new_state", step.state},

@@ -1,4 +1,4 @@
-// `seqgrad gradcheck`: runs the op table (tests/op_cases.h) from the command line, one line per
+// `seqgrad gradcheck`: runs the op table (tools/op_cases.h) from the command line, one line per
 // row, so a new op can be checked without the test suite: gradcheck and gradgradcheck in
 // float64, the error-message rows and the golden values.
 #include <cstring>
@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-#include "tests/op_cases.h"
+#include "tools/op_cases.h"
 #include "tools/commands.h"
 #include "tools/gradcheck.h"
 
@@ -17,7 +17,7 @@ namespace oc = seqgrad::op_cases;
 
 constexpr const char* kUsage = R"(usage: seqgrad gradcheck [OP ...] [--list] [--help]
 
-Checks the rows of the op table (tests/op_cases.cpp) for the named ops, or for every op:
+Checks the rows of the op table (tools/op_cases.cpp) for the named ops, or for every op:
   gradcheck       float64 central differences vs autograd, output reduced with fixed random
                   weights; also zero upstream gradient -> zero gradients, backward twice ->
                   identical gradients, gradient shapes and dtypes

@@ -76,8 +76,7 @@ Hypothesis beam_search(Seq2Seq& model, const Tensor& src, const Tensor& lengths,
   };
   for (int64_t t = 0; t < options.max_len && !beams.empty(); ++t) {
     int64_t n = static_cast<int64_t>(beams.size());
-    AttnDecoder::Memory memory{one.values.expand({n, one.values.size(1), one.values.size(2)}),
-                               one.keys.expand({n, one.keys.size(1), one.keys.size(2)}), lengths.expand({n})};
+    AttnDecoder::Memory memory = one.expand(n);
     std::vector<int64_t> last;
     for (const Beam& b : beams) last.push_back(b.last);
     AttnDecoder::Step s =

@@ -3,6 +3,8 @@
 
 #include <cmath>
 
+#include "core/rng.h"
+
 namespace seqgrad::models {
 
 AttentionKind parse_attention_kind(const std::string& name) {
@@ -87,13 +89,41 @@ Encoder::Output Encoder::operator()(const Tensor& src, const Tensor& lengths) co
 
 // ---- decoder
 
+namespace {
+
+// Before the decoder held one attention module, it built an AdditiveAttention and the scaled-dot
+// query projection for every kind and registered the ones it used. Each module draws its
+// initial weights at construction, so the decoder skips the draws of the part a kind lacks: a
+// seed gives the same initial weights, and the same training, as before.
+void skip_initial_draws(int64_t count) { default_generator().reserve(static_cast<uint64_t>(count)); }
+
+std::unique_ptr<nn::Attention> make_attention(const Seq2SeqConfig& c) {
+  int64_t h = c.hidden_size, width = c.attention_size ? c.attention_size : c.hidden_size;
+  switch (c.attention) {
+    case AttentionKind::additive: {
+      auto additive = std::make_unique<nn::AdditiveAttention>(
+          nn::AdditiveAttention::Options{.query_size = h, .key_size = 2 * h, .hidden_size = width});
+      skip_initial_draws(2 * h * h);  // the query projection (2H, H)
+      return additive;
+    }
+    case AttentionKind::scaled_dot:
+      skip_initial_draws(width * h + width * 2 * h + width);  // the additive w_q (A, H), w_k (A, 2H), w_v (1, A)
+      return std::make_unique<nn::ScaledDotProductAttention>(
+          nn::DotProductAttention::Options{.query_size = h, .key_size = 2 * h});
+    case AttentionKind::hybrid:
+      return std::make_unique<nn::HybridAttention>(
+          nn::HybridAttention::Options{.query_size = h, .key_size = 2 * h, .hidden_size = width});
+  }
+  throw ValueError(fmt::format("seq2seq: unknown attention kind {}", static_cast<int>(c.attention)));
+}
+
+}  // namespace
+
 AttnDecoder::AttnDecoder(const Seq2SeqConfig& c)
     : nn::Module("AttnDecoder"),
       embedding({.num_embeddings = c.tgt_vocab, .embedding_dim = c.embed_size, .padding_idx = c.pad_id}),
       dropout({.p = c.dropout}),
-      additive({.query_size = c.hidden_size, .key_size = 2 * c.hidden_size,
-                .hidden_size = c.attention_size ? c.attention_size : c.hidden_size}),
-      query_proj({.in_features = c.hidden_size, .out_features = 2 * c.hidden_size, .bias = false}),
+      attention(make_attention(c)),
       rnn({.input_size = c.embed_size + 2 * c.hidden_size, .hidden_size = c.hidden_size, .num_layers = c.num_layers,
            .dropout = c.dropout}),
       out({.in_features = c.deep_output ? 3 * c.hidden_size + c.embed_size : c.hidden_size,
@@ -101,39 +131,44 @@ AttnDecoder::AttnDecoder(const Seq2SeqConfig& c)
       config_(c) {
   register_module("embedding", embedding);
   register_module("dropout", dropout);
-  if (c.attention != AttentionKind::scaled_dot) register_module("attention", additive);
-  if (c.attention != AttentionKind::additive) register_module("query_proj", query_proj);
+  // The checkpoint names from before (model.h): the parts are registered, not the wrapper. The
+  // wrappers hold no parameters of their own and their attention dropout is 0.
+  if (auto* hybrid = dynamic_cast<nn::HybridAttention*>(attention.get())) {
+    register_module("attention", hybrid->additive);
+    register_module("query_proj", *hybrid->scaled_dot.w_q);
+  } else if (auto* dot = dynamic_cast<nn::DotProductAttention*>(attention.get())) {
+    register_module("query_proj", *dot->w_q);
+  } else {
+    register_module("attention", *attention);
+  }
   register_module("rnn", rnn);
   register_module("out", out);
 }
 
 AttnDecoder::Memory AttnDecoder::prepare(const Tensor& encoder_outputs, const Tensor& lengths) const {
-  Memory m{encoder_outputs, encoder_outputs, lengths};
-  if (config_.attention != AttentionKind::scaled_dot) m.keys = additive.project_keys(encoder_outputs);  // (B, S, A)
-  return m;
+  return attention->prepare(encoder_outputs, encoder_outputs, lengths);  // keys = values = (B, S, 2H)
+}
+
+const nn::AdditiveAttention* AttnDecoder::additive_part() const {
+  if (auto* hybrid = dynamic_cast<const nn::HybridAttention*>(attention.get())) return &hybrid->additive;
+  return dynamic_cast<const nn::AdditiveAttention*>(attention.get());
+}
+
+const nn::Linear* AttnDecoder::query_projection() const {
+  if (auto* hybrid = dynamic_cast<const nn::HybridAttention*>(attention.get())) return hybrid->scaled_dot.w_q.get();
+  auto* dot = dynamic_cast<const nn::DotProductAttention*>(attention.get());
+  return dot ? dot->w_q.get() : nullptr;
+}
+
+Tensor AttnDecoder::last_energies() const {
+  const nn::AdditiveAttention* additive = additive_part();
+  return additive ? additive->last_scores() : Tensor();
 }
 
 AttnDecoder::Advance AttnDecoder::advance(const Tensor& y_prev, const Tensor& state, const Memory& memory) const {
   Tensor query = state.select(0, config_.num_layers - 1).unsqueeze(1);  // (B, 1, H)
-  Tensor context, weights, energies;                                    // (B, 1, 2H), (B, 1, S), (B, 1, S)
-  if (config_.attention != AttentionKind::scaled_dot) {
-    context = additive.attend_projected(query, memory.keys, memory.values, memory.lengths);
-    weights = additive.last_weights();
-    energies = additive.last_scores();
-  }
-  if (config_.attention != AttentionKind::additive) {
-    Tensor q = query_proj(query);                                                           // (B, 1, 2H)
-    Tensor scores = matmul(q, memory.values.transpose(1, 2)) * (1.0 / std::sqrt(double(q.size(-1))));
-    Tensor w = nn::masked_softmax(scores, memory.lengths);                                  // (B, 1, S)
-    Tensor c = matmul(w, memory.values);                                                    // (B, 1, 2H)
-    if (context.defined()) {  // hybrid: the mean of the additive and scaled-dot contexts
-      context = (context + c) * 0.5;
-      weights = (weights + w) * 0.5;
-    } else {
-      context = c;
-      weights = w;
-    }
-  }
+  Tensor context = attention->attend(query, memory);                    // (B, 1, 2H)
+  Tensor weights = attention->last_weights(), energies = last_energies();  // (B, 1, S) each
   Tensor embedded = dropout(embedding(y_prev)).unsqueeze(1);            // (B, 1, E)
   auto [output, new_state] = rnn(cat({embedded, context}, 2), {.h0 = state});  // (B, 1, H), (L, B, H)
   Tensor features = config_.deep_output ? cat({output, context, embedded}, 2) : output;  // (B, 1, F)

@@ -4,7 +4,9 @@
 //   Decoder step t: query = top-layer state s_{t-1} (B, H); attention over the encoder outputs with
 //             the source lengths masked -> context (B, 2H); GRU input = concat(Embedding(y_{t-1}), context);
 //             logits = Linear(H [+ 2H + E with deep_output] -> V_tgt).
-// The attention key projection W_k k is computed once per batch (AttnDecoder::prepare).
+// The decoder holds one nn attention module chosen by kind (nn::AdditiveAttention,
+// nn::ScaledDotProductAttention or nn::HybridAttention); its key projection and the source mask
+// are prepared once per batch (AttnDecoder::prepare), not at every decoder step.
 #pragma once
 #include <memory>
 #include <string>
@@ -56,12 +58,10 @@ class AttnDecoder : public nn::Module {
  public:
   explicit AttnDecoder(const Seq2SeqConfig& config);
 
-  // What every decoder step attends to, prepared once per batch.
-  struct Memory {
-    Tensor values;     // encoder outputs (B, S, 2H)
-    Tensor keys;       // additive: W_k values (B, S, A), projected once; scaled dot: values
-    Tensor lengths;    // (B,) source lengths
-  };
+  // What every decoder step attends to, prepared once per batch: keys = values = the encoder
+  // outputs (B, S, 2H), the source mask (B, 1, S), and the kind's key projection. A beam search
+  // over one sentence repeats it per hypothesis with memory.expand(n).
+  using Memory = nn::AttentionMemory;
   Memory prepare(const Tensor& encoder_outputs, const Tensor& lengths) const;
 
   struct Step {
@@ -78,10 +78,18 @@ class AttnDecoder : public nn::Module {
 
   nn::Embedding embedding;
   nn::Dropout dropout;
-  nn::AdditiveAttention additive;
-  nn::Linear query_proj;  // scaled dot: projects the query (H) into the key space (2H)
+  // By config.attention: additive (query H, keys 2H, width A), scaled dot (w_q maps the query H
+  // into the key space 2H) or hybrid (both). Checkpoint names are those of the model before it
+  // used nn's classes: the additive part is "attention.*", the scaled-dot w_q is "query_proj.*".
+  std::unique_ptr<nn::Attention> attention;
   nn::GRU rnn;
   nn::Linear out;
+
+  // The attention's parts by role, for code that walks the weights (an exporter): the additive
+  // part (additive, hybrid) and the scaled-dot query projection (scaled dot, hybrid); null when
+  // the kind has none.
+  const nn::AdditiveAttention* additive_part() const;
+  const nn::Linear* query_projection() const;
 
  private:
   // A step up to the output layer's input: features (B, 1, F), F = H (+ 2H + E with deep_output).
@@ -89,6 +97,8 @@ class AttnDecoder : public nn::Module {
     Tensor features, state, weights, energies;
   };
   Advance advance(const Tensor& y_prev, const Tensor& state, const Memory& memory) const;
+  // The additive energies of the last step (B, 1, S), or undefined for scaled dot.
+  Tensor last_energies() const;
 
   Seq2SeqConfig config_;
 };

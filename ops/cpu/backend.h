@@ -50,6 +50,10 @@ class CpuBackend final : public Backend {
   void additive_scores(const Tensor& qp, const Tensor& kp, const Tensor& w, const Tensor& scores) override;
   void additive_scores_backward(const Tensor& qp, const Tensor& kp, const Tensor& w, const Tensor& dscores,
                                 const Tensor& dqp, const Tensor& dkp, const Tensor& dw) override;
+  void additive_attention_chunk_backward(const Tensor& qp, const Tensor& kp, const Tensor& w, const Tensor& lse,
+                                         const Tensor& dprob, const Tensor& delta, const Tensor& mask,
+                                         const Tensor& probs, const Tensor& dqp, const Tensor& dkp,
+                                         const Tensor& dw) override;
   void cross_entropy_rows(const Tensor& logits, const Tensor& targets, double eps, int64_t ignore_index,
                           const Tensor& loss, const Tensor& lse) override;
   void cross_entropy_rows_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,

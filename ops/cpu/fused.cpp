@@ -93,6 +93,17 @@ void CpuBackend::gru_cell_backward(const Tensor& gates, const Tensor& h, const T
 
 // ---- fused additive attention energies (the op: additive_scores in ops/additive_scores.cpp)
 
+// dw (A,) = Σ_b rows[b]: the per-batch-row partial sums of the additive energies' backward
+// kernels, added in a fixed order (no races between threads, the same bits every run).
+template <class T>
+void sum_batch_rows(const std::vector<T>& rows, int64_t B, int64_t A, T* dw) {
+  for (int64_t a = 0; a < A; ++a) {
+    T acc = 0;
+    for (int64_t b = 0; b < B; ++b) acc += rows[b * A + a];
+    dw[a] = acc;
+  }
+}
+
 void CpuBackend::additive_scores(const Tensor& qp, const Tensor& kp, const Tensor& w, const Tensor& scores) {
   const int64_t B = qp.size(0), Q = qp.size(1), K = kp.size(1), A = qp.size(2);
   dispatch_floating(qp.dtype(), "additive_scores", [&]<class T>() {
@@ -154,12 +165,63 @@ void CpuBackend::additive_scores_backward(const Tensor& qp, const Tensor& kp, co
         }
       }
     });
-    T* pdw = dw.data<T>();
-    for (int64_t a = 0; a < A; ++a) {
-      T acc = 0;
-      for (int64_t b = 0; b < B; ++b) acc += dw_rows[b * A + a];
-      pdw[a] = acc;
-    }
+    sum_batch_rows(dw_rows, B, A, dw.data<T>());
+  });
+}
+
+void CpuBackend::additive_attention_chunk_backward(const Tensor& qp, const Tensor& kp, const Tensor& w,
+                                                   const Tensor& lse, const Tensor& dprob, const Tensor& delta,
+                                                   const Tensor& mask, const Tensor& probs, const Tensor& dqp,
+                                                   const Tensor& dkp, const Tensor& dw) {
+  const int64_t B = qp.size(0), Q = qp.size(1), K = kp.size(1), A = qp.size(2);
+  const bool* pm = mask.defined() ? mask.data<bool>() : nullptr;
+  dispatch_floating(qp.dtype(), "additive_attention_chunk_backward", [&]<class T>() {
+    const T *pq = qp.data<T>(), *pk = kp.data<T>(), *pw = w.data<T>();
+    const T *plse = lse.data<T>(), *pdp = dprob.data<T>(), *pdelta = delta.data<T>();
+    T *pp = probs.data<T>(), *pdq = dqp.data<T>(), *pdk = dkp.data<T>();
+    std::vector<T> dw_rows(B * A, T(0));  // per batch row, summed below: no races, a fixed order
+    std::fill(pdq, pdq + B * Q * A, T(0));
+    std::fill(pdk, pdk + B * K * A, T(0));
+    parallel_for(B, std::max<int64_t>(1, kGrain / std::max<int64_t>(Q * K * A, 1)), [&](int64_t b0, int64_t b1) {
+      const T* wv = pw;  // a local copy: the vectoriser cannot hoist loads through the closure
+      std::vector<T> f(A);  // this (b, i, j)'s tanh features, computed once
+      T* fv = f.data();
+      for (int64_t b = b0; b < b1; ++b) {
+        T* dwb = dw_rows.data() + b * A;
+        for (int64_t q = 0; q < Q; ++q) {
+          const int64_t row = b * Q + q;
+          const T* qr = pq + row * A;
+          T* dqr = pdq + row * A;
+          for (int64_t k = 0; k < K; ++k) {
+            const int64_t at = row * K + k;
+            if (pm && pm[at]) {  // masked key: weight 0, no gradient
+              pp[at] = T(0);
+              continue;
+            }
+            const T* kr = pk + (b * K + k) * A;
+            T s = 0;
+#pragma omp simd reduction(+ : s)
+            for (int64_t a = 0; a < A; ++a) {
+              fv[a] = vec::tanh(qr[a] + kr[a]);
+              s += wv[a] * fv[a];
+            }
+            const T p = std::exp(s - plse[row]);
+            pp[at] = p;
+            const T ds = p * (pdp[at] - pdelta[row]);
+            if (ds == T(0)) continue;
+            T* dkr = pdk + (b * K + k) * A;
+#pragma omp simd
+            for (int64_t a = 0; a < A; ++a) {
+              const T dz = ds * wv[a] * (T(1) - fv[a] * fv[a]);
+              dwb[a] += ds * fv[a];
+              dqr[a] += dz;
+              dkr[a] += dz;
+            }
+          }
+        }
+      }
+    });
+    sum_batch_rows(dw_rows, B, A, dw.data<T>());
   });
 }
 

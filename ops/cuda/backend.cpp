@@ -257,7 +257,8 @@ class CudaBackend final : public Backend {
   }
 
   // ---- fused kernels (fused.cu): every operand dense, on one CUDA device, of one floating dtype
-  bool supports(FusedOp) const override { return true; }
+  // The chunked attention's fused backward has no CUDA kernel yet (it uses additive_scores twice).
+  bool supports(FusedOp op) const override { return op != FusedOp::additive_attention_chunk; }
 
   void gru_cell(const Tensor& xp, const Tensor& hp, const Tensor& h, const Tensor& valid, const Tensor& h_next,
                 const Tensor& gates) override {

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Installs the build into a temporary prefix and builds a user's program against it with
-# pkg-config, as someone writing their own training program would.
+# Installs the build into a private prefix and builds users' programs against it with pkg-config,
+# as someone writing their own program would: train_xor.cpp (a training program) and
+# custom_op.cpp (a differentiable function of their own, gradchecked). Also checks seqgrad.pc:
+# one -I (<prefix>/include, so includes read <seqgrad/nn/nn.h>) and no repeated flags.
 set -euo pipefail
 build=$(realpath "${1:-build}")
 src=$(dirname "$(realpath "$0")")
@@ -11,8 +13,20 @@ root="$prefix$(meson introspect "$build" --buildoptions | /usr/bin/python3 -c \
   'import json,sys; print(next(o["value"] for o in json.load(sys.stdin) if o["name"]=="prefix"))')"
 pc_dir=$(dirname "$(find "$root" -name seqgrad.pc | head -n 1)")
 export PKG_CONFIG_PATH="$pc_dir" PKG_CONFIG_SYSROOT_DIR="$prefix"
-# shellcheck disable=SC2046
-c++ -std=c++20 -O1 "$src/train_xor.cpp" -o "$prefix/train_xor" $(pkg-config --cflags --libs seqgrad) \
-  -Wl,-rpath,"$(dirname "$(find "$root" -name 'libseqgrad.so' | head -n 1)")"
-"$prefix/train_xor"
-echo "install: 1 passed, 0 failed"
+cflags=$(pkg-config --cflags seqgrad)
+libs=$(pkg-config --libs seqgrad)
+fail() { echo "install: $*" >&2; exit 1; }
+[[ "$cflags" != *"/include/seqgrad"* ]] || fail "seqgrad.pc puts include/seqgrad on the include path: $cflags"
+[[ $(tr ' ' '\n' <<<"$(pkg-config --libs --static seqgrad)" | grep -c -- '-fopenmp') -le 1 ]] ||
+  fail "seqgrad.pc repeats -fopenmp: $(pkg-config --libs --static seqgrad)"
+! grep -rEn '#\s*include\s+"(core|ops|nn|optim|models|tools)/' "$root/include/seqgrad" ||
+  fail "installed headers still include by folder (\"core/...\"): they need <seqgrad/...>"
+rpath="-Wl,-rpath,$(dirname "$(find "$root" -name 'libseqgrad.so' | head -n 1)")"
+passed=0
+for program in train_xor custom_op; do
+  # shellcheck disable=SC2086
+  c++ -std=c++20 -O1 "$src/$program.cpp" -o "$prefix/$program" $cflags $libs "$rpath"
+  "$prefix/$program" || fail "$program failed"
+  passed=$((passed + 1))
+done
+echo "install: $passed passed, 0 failed"

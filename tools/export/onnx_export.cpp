@@ -239,7 +239,7 @@ EncoderValues emit_encoder(Builder& b, const models::Seq2Seq& model, const std::
   v.memory = b.op("Transpose", {x}, {attr("perm", std::vector<int64_t>{1, 0, 2})});  // (B, S, 2H)
   v.keys = c.attention == models::AttentionKind::scaled_dot
                ? b.op("Identity", {v.memory})
-               : linear(b, v.memory, model.decoder.additive.w_k, "decoder.attention.w_k");  // (B, S, A)
+               : linear(b, v.memory, model.decoder.additive_part()->w_k, "decoder.attention.w_k");  // (B, S, A)
   // mask (B, S): position < length
   std::string steps = b.op("Gather", {b.op("Shape", {src}), b.scalar_i64(1)}, {attr("axis", int64_t{0})});
   std::string positions = b.op("Range", {b.scalar_i64(0), steps, b.scalar_i64(1)});  // (S,)
@@ -261,14 +261,14 @@ StepValues emit_decoder_step(Builder& b, const models::Seq2Seq& model, const std
   std::string query = b.op("Gather", {state, b.scalar_i64(c.num_layers - 1)}, {attr("axis", int64_t{0})});  // (B, H)
   std::string context, weights;  // (B, 2H), (B, S)
   if (c.attention != models::AttentionKind::scaled_dot) {
-    std::string qp = b.op("Unsqueeze", {linear(b, query, dec.additive.w_q, "decoder.attention.w_q"), b.ints({1})});
+    std::string qp = b.op("Unsqueeze", {linear(b, query, dec.additive_part()->w_q, "decoder.attention.w_q"), b.ints({1})});
     std::string features = b.op("Tanh", {b.op("Add", {qp, enc.keys})});                    // (B, S, A)
-    std::string energies = linear(b, features, dec.additive.w_v, "decoder.attention.w_v");  // (B, S, 1)
+    std::string energies = linear(b, features, dec.additive_part()->w_v, "decoder.attention.w_v");  // (B, S, 1)
     weights = masked_softmax(b, b.op("Squeeze", {energies, b.ints({2})}), enc.mask);
     context = context_of(b, weights, enc.memory);
   }
   if (c.attention != models::AttentionKind::additive) {
-    std::string q = b.op("Unsqueeze", {linear(b, query, dec.query_proj, "decoder.query_proj"), b.ints({2})});  // (B, 2H, 1)
+    std::string q = b.op("Unsqueeze", {linear(b, query, *dec.query_projection(), "decoder.query_proj"), b.ints({2})});  // (B, 2H, 1)
     std::string scores = b.op("Squeeze", {b.op("MatMul", {enc.memory, q}), b.ints({2})});                    // (B, S)
     scores = b.op("Mul", {scores, b.scalar_f32(static_cast<float>(1.0 / std::sqrt(2.0 * c.hidden_size)))});
     std::string w = masked_softmax(b, scores, enc.mask);

@@ -1,6 +1,6 @@
 // The op table's rows (see op_cases.h): gradcheck rows, error rows and golden rows for every op
 // in ops/ops.h, plus the in-place Tensor methods.
-#include "tests/op_cases.h"
+#include "tools/op_cases.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,6 +10,9 @@
 
 #include "core/autograd.h"
 #include "core/rng.h"
+#include "nn/attention.h"
+#include "nn/loss.h"
+#include "nn/rnn.h"
 #include "ops/ops.h"
 
 namespace seqgrad::op_cases {
@@ -286,6 +289,27 @@ std::vector<OpCase> build_op_cases() {
          return h.clamp_(-0.5, 0.5);
        },
        .kinks = {-0.5, 0.5}},
+      // ---- nn-level ops (nn/): the fused ones are checked through their fused path; their
+      // second order goes through the composed twin
+      {.op = "masked_softmax", .variant = "per_batch", .inputs = {in({2, 3, 4}), ids({4, 2}, {2})},
+       .fn = [](X x) { return nn::masked_softmax(x[0], x[1]); }},
+      {.op = "masked_softmax", .variant = "per_query_with_empty_row", .inputs = {in({2, 3, 4}), ids({4, 0, 1, 2, 3, 4}, {2, 3})},
+       .fn = [](X x) { return nn::masked_softmax(x[0], x[1]); }},
+      {.op = "masked_softmax", .variant = "bool_mask", .inputs = {in({2, 4}), mask({0, 1, 0, 0, 1, 1, 1, 1}, {2, 4})},
+       .fn = [](X x) { return nn::softmax_with_mask(x[0], x[1]); }},
+      {.op = "cross_entropy", .variant = "smoothed_ignore_index", .inputs = {in({4, 5}), ids({1, 0, 4, 2}, {4})},
+       .fn = [](X x) { return nn::cross_entropy(x[0], x[1], {.label_smoothing = 0.1, .ignore_index = 0}); }},
+      {.op = "cross_entropy", .variant = "sum", .inputs = {in({3, 4}), ids({3, 0, 1}, {3})},
+       .fn = [](X x) { return nn::cross_entropy(x[0], x[1], {.reduction = nn::Reduction::sum}); }},
+      {.op = "additive_scores", .variant = "", .inputs = {in({2, 3, 4}), in({2, 5, 4}), in({1, 4})},
+       .fn = [](X x) { return nn::additive_scores(x[0], x[1], x[2]); }},
+      {.op = "chunked_additive_attention", .variant = "masked", .inputs = {in({2, 3, 4}), in({2, 5, 4}), in({1, 4}), in({2, 5, 3}), mask({0, 0, 0, 1, 1, 0, 0, 0, 0, 0}, {2, 1, 5})},
+       .fn = [](X x) { return nn::chunked_additive_attention(x[0], x[1], x[2], x[3], x[4], 2); },
+       .flags = kNoGradgrad},  // its double backward throws (use AdditiveAttention for second order)
+      {.op = "gru_layer", .variant = "forward_padded", .inputs = {in({3, 2, 6}), in({2, 2}), in({6, 2}), in({6}), mask({1, 1, 1, 1, 1, 0}, {3, 2})},
+       .fn = [](X x) { return nn::gru_layer(x[0], x[1], x[2], x[3], x[4], nn::Direction::forward); }},
+      {.op = "gru_layer", .variant = "reverse_no_bias", .inputs = {in({3, 2, 6}), in({2, 2}), in({6, 2})},
+       .fn = [](X x) { return nn::gru_layer(x[0], x[1], x[2], {}, {}, nn::Direction::reverse); }},
   };
   return rows;
 }
@@ -437,6 +461,21 @@ std::vector<ErrorCase> build_error_cases() {
        }, "add_: a leaf tensor that requires grad (shape (2,)) is used in an in-place operation", K::any},
       {"copy_", "broadcast_mismatch", [=] { x23().copy_(zeros({4}, {.dtype = DType::f64})); },
        "copy_: shapes (2, 3) and (4,) cannot be broadcast together", K::shape},
+      {"masked_softmax", "length_out_of_range",
+       [] { nn::masked_softmax(zeros({2, 3}, {.dtype = DType::f64}), from_vector<int64_t>({1, 4}, {2}, {.dtype = DType::i64})); },
+       "masked_softmax: valid length 4 at index 1", K::value},
+      {"cross_entropy", "targets_mismatch",
+       [] { nn::cross_entropy(zeros({4, 7}, {.dtype = DType::f64}), zeros({3}, {.dtype = DType::i64})); },
+       "cross_entropy", K::shape},
+      {"additive_scores", "hidden_mismatch",
+       [] { nn::additive_scores(zeros({2, 3, 4}), zeros({2, 5, 3}), zeros({1, 4})); },
+       "additive_scores: expected projected queries (B, Q, A), keys (B, K, A) and w_v (1, A)", K::shape},
+      {"chunked_additive_attention", "bad_chunk",
+       [] { nn::chunked_additive_attention(zeros({2, 3, 4}), zeros({2, 5, 4}), zeros({1, 4}), zeros({2, 5, 3}), {}, 0); },
+       "chunked_additive_attention: chunk_size = 0 must be positive", K::value},
+      {"gru_layer", "hidden_mismatch",
+       [] { nn::gru_layer(zeros({3, 2, 6}), zeros({2, 3}), zeros({6, 2}), {}, {}, nn::Direction::forward); },
+       "gru_layer", K::shape},
   };
 }
 

@@ -82,10 +82,10 @@ TrainConfig base_config(const Args& a) {
   SG_CHECK_VALUE(a.get_int("seed") >= 0, "--seed must be >= 0, got {}", a.get_int("seed"));
   c.seed = static_cast<uint64_t>(a.get_int("seed"));
   c.train_subset = 0;
-  SG_CHECK_VALUE(c.epochs >= 1, "--epochs must be >= 1, got {}", c.epochs);
-  SG_CHECK_VALUE(c.batch_size >= 1, "--batch-size must be >= 1, got {}", c.batch_size);
-  SG_CHECK_VALUE(c.lr > 0 && std::isfinite(c.lr), "--lr must be a positive number, got {}", c.lr);
-  SG_CHECK_VALUE(c.max_tokens >= 1, "--max-tokens must be >= 1, got {}", c.max_tokens);
+  SG_CHECK_USAGE(c.epochs >= 1, "--epochs must be >= 1, got {}", c.epochs);
+  SG_CHECK_USAGE(c.batch_size >= 1, "--batch-size must be >= 1, got {}", c.batch_size);
+  SG_CHECK_USAGE(c.lr > 0 && std::isfinite(c.lr), "--lr must be a positive number, got {}", c.lr);
+  SG_CHECK_USAGE(c.max_tokens >= 1, "--max-tokens must be >= 1, got {}", c.max_tokens);
   c.model.src_vocab = c.model.tgt_vocab = 5;  // placeholders: only the other fields are checked here
   c.model.validate();
   return c;
@@ -365,19 +365,18 @@ std::string format_table(const std::vector<std::vector<std::string>>& rows) {
 int compare_main(int argc, char** argv) {
   Args args = compare_args();
   if (!args.parse(argc, argv)) return 0;
-  SG_CHECK_VALUE(args.positionals().empty(), "unexpected argument '{}'", args.positionals()[0]);
+  SG_CHECK_USAGE(args.positionals().empty(), "unexpected argument '{}'", args.positionals()[0]);
   if (args.has("threads")) {
-    SG_CHECK_VALUE(args.get_int("threads") >= 1, "--threads must be >= 1, got {}", args.get_int("threads"));
-    set_num_threads(static_cast<int>(args.get_int("threads")));
+    set_num_threads(args.get_threads());
   }
   TrainConfig config = base_config(args);
   std::vector<AttentionKind> kinds;
   for (const std::string& k : split_list(args.get("kinds"))) kinds.push_back(models::parse_attention_kind(k));
-  SG_CHECK_VALUE(!kinds.empty(), "--kinds is empty (choose from additive, scaled_dot, hybrid)");
+  SG_CHECK_USAGE(!kinds.empty(), "--kinds is empty (choose from additive, scaled_dot, hybrid)");
   int64_t valid_limit = args.get_int("valid");
-  SG_CHECK_VALUE(valid_limit >= 0, "--valid must be >= 0, got {}", valid_limit);
+  SG_CHECK_USAGE(valid_limit >= 0, "--valid must be >= 0, got {}", valid_limit);
   int64_t timing_steps = args.get_int("timing-steps");
-  SG_CHECK_VALUE(timing_steps >= 0, "--timing-steps must be >= 0, got {}", timing_steps);
+  SG_CHECK_USAGE(timing_steps >= 0, "--timing-steps must be >= 0, got {}", timing_steps);
 
   models::Corpora data = models::load_corpora(config);
   const auto available = static_cast<int64_t>(data.train.size());
@@ -388,7 +387,7 @@ int compare_main(int argc, char** argv) {
       n = available;
     } else {
       auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
-      SG_CHECK_VALUE(ec == std::errc() && end == s.data() + s.size() && n >= 1,
+      SG_CHECK_USAGE(ec == std::errc() && end == s.data() + s.size() && n >= 1,
                      "--subsets expects positive pair counts or 'all', got '{}'", s);
       if (n > available) {
         fmt::print(stderr, "note: subset {} is larger than the {} training pairs; using all of them\n", n, available);
@@ -397,7 +396,7 @@ int compare_main(int argc, char** argv) {
     }
     if (std::find(subsets.begin(), subsets.end(), n) == subsets.end()) subsets.push_back(n);
   }
-  SG_CHECK_VALUE(!subsets.empty(), "--subsets is empty");
+  SG_CHECK_USAGE(!subsets.empty(), "--subsets is empty");
   std::sort(subsets.begin(), subsets.end());
   std::vector<text::TokenizedPair> valid_pairs = data.valid;
   if (valid_limit > 0 && valid_limit < static_cast<int64_t>(valid_pairs.size())) valid_pairs.resize(valid_limit);

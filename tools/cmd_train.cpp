@@ -113,6 +113,11 @@ TrainConfig apply_flags(TrainConfig c, const Args& a) {
   if (a.has("hidden")) c.model.hidden_size = a.get_int("hidden");
   if (a.has("layers")) c.model.num_layers = a.get_int("layers");
   if (a.has("dropout")) c.model.dropout = a.get_double("dropout");
+  SG_CHECK_USAGE(c.src_lang != c.tgt_lang, "--src and --tgt are both '{}': a translator needs two languages",
+                 c.src_lang);
+  SG_CHECK_USAGE(a.get("attention") != "dot", "--attention dot: the translator's dot-product attention is scaled_dot "
+                 "(scaling by 1/sqrt(d) keeps the softmax from saturating); unscaled dot is only in `seqgrad "
+                 "attention demo --kind dot`");
   if (a.has("attention")) c.model.attention = models::parse_attention_kind(a.get("attention"));
   if (a.has("max-tokens")) c.max_tokens = a.get_int("max-tokens");
   if (a.has("subset")) c.train_subset = a.get_int("subset");
@@ -124,18 +129,20 @@ TrainConfig apply_flags(TrainConfig c, const Args& a) {
     SG_CHECK_VALUE(a.get_int("seed") >= 0, "--seed must be >= 0, got {}", a.get_int("seed"));
     c.seed = static_cast<uint64_t>(a.get_int("seed"));
   }
-  SG_CHECK_VALUE(c.epochs >= 1, "--epochs must be >= 1, got {}", c.epochs);
-  SG_CHECK_VALUE(c.batch_size >= 1, "--batch-size must be >= 1, got {}", c.batch_size);
-  SG_CHECK_VALUE(c.lr > 0, "--lr must be positive, got {}", c.lr);
-  SG_CHECK_VALUE(c.max_tokens >= 1, "--max-tokens must be >= 1, got {}", c.max_tokens);
-  SG_CHECK_VALUE(c.train_subset >= 0, "--subset must be >= 0 (0 = every pair), got {}", c.train_subset);
-  SG_CHECK_VALUE(c.label_smoothing >= 0 && c.label_smoothing < 1, "--label-smoothing must be in [0, 1), got {}",
+  // absolute, so that eval and resume find the data from any folder
+  c.data_dir = std::filesystem::absolute(c.data_dir).lexically_normal().string();
+  SG_CHECK_USAGE(c.epochs >= 1, "--epochs must be >= 1, got {}", c.epochs);
+  SG_CHECK_USAGE(c.batch_size >= 1, "--batch-size must be >= 1, got {}", c.batch_size);
+  SG_CHECK_USAGE(c.lr > 0, "--lr must be positive, got {}", c.lr);
+  SG_CHECK_USAGE(c.max_tokens >= 1, "--max-tokens must be >= 1, got {}", c.max_tokens);
+  SG_CHECK_USAGE(c.train_subset >= 0, "--subset must be >= 0 (0 = every pair), got {}", c.train_subset);
+  SG_CHECK_USAGE(c.label_smoothing >= 0 && c.label_smoothing < 1, "--label-smoothing must be in [0, 1), got {}",
                  c.label_smoothing);
-  SG_CHECK_VALUE(c.clip > 0, "--clip must be positive, got {}", c.clip);
+  SG_CHECK_USAGE(c.clip > 0, "--clip must be positive, got {}", c.clip);
   SG_CHECK_VALUE(c.model.embed_size >= 1 && c.model.hidden_size >= 1 && c.model.num_layers >= 1,
                  "--embed {}, --hidden {} and --layers {} must be >= 1", c.model.embed_size,
                  c.model.hidden_size, c.model.num_layers);
-  SG_CHECK_VALUE(c.model.dropout >= 0 && c.model.dropout < 1, "--dropout must be in [0, 1), got {}",
+  SG_CHECK_USAGE(c.model.dropout >= 0 && c.model.dropout < 1, "--dropout must be in [0, 1), got {}",
                  c.model.dropout);
   return c;
 }
@@ -195,11 +202,10 @@ int train_main(int argc, char** argv) {
   }();
   if (!device.is_cpu()) device_memory_for(device, "train --device");
   if (args.has("threads")) {
-    SG_CHECK_VALUE(args.get_int("threads") >= 1, "--threads must be >= 1, got {}", args.get_int("threads"));
-    set_num_threads(static_cast<int>(args.get_int("threads")));
+    set_num_threads(args.get_threads());
   }
   const int64_t beam = args.get_int("beam");
-  SG_CHECK_VALUE(beam >= 1, "--beam must be >= 1, got {}", beam);
+  SG_CHECK_USAGE(beam >= 1, "--beam must be >= 1, got {}", beam);
   const int64_t stop_after = args.has("stop-after-steps") ? args.get_int("stop-after-steps") : -1;
   const int64_t nan_at = args.has("nan-at-step") ? args.get_int("nan-at-step") : -1;
   std::string out_dir = args.get("out") == "runs/<preset>" ? "runs/" + args.get("preset") : args.get("out");

@@ -17,4 +17,6 @@ int attention_main(int argc, char** argv);
 int compare_main(int argc, char** argv);
 // seqgrad bench [WORKLOAD ...]: timed workloads, compared with PyTorch by bench/run.sh (tools/cmd_bench.cpp).
 int bench_main(int argc, char** argv);
+// seqgrad inspect CHECKPOINT: what a translator checkpoint holds (tools/cmd_inspect.cpp).
+int inspect_main(int argc, char** argv);
 }  // namespace seqgrad::tools

@@ -36,6 +36,12 @@ void write_attention_heatmap(const std::string& path_stem, const std::vector<std
                              const std::vector<std::string>& tgt_tokens, const models::Hypothesis& hyp,
                              const std::string& title);
 
+// Checks that `path` is a regular file that starts like a safetensors file (an 8-byte header length
+// that fits the file, then '{'), so that any other file is "not a safetensors checkpoint".
+void check_safetensors_file(const std::string& path);
+// Creates the output folder `path` (given with `flag`) and checks it is writable: an IOError names both.
+std::string create_output_folder(const std::string& path, const std::string& flag);
+
 std::map<std::string, Tensor> training_state_tensors(const optim::Optimizer& optimizer, const optim::StepLR& scheduler);
 void restore_training_state(const models::LoadedCheckpoint& checkpoint, optim::Optimizer& optimizer,
                             optim::StepLR& scheduler);

@@ -198,6 +198,36 @@ TEST_CASE("heatmap: large matrices drop cell values but keep labels") {
   CHECK(contains(svg, ">29</text>"));  // unnamed columns are numbered
 }
 
+TEST_CASE("heatmap SVG: cells of a matrix too large for printed values tell their value on hover") {
+  Heatmap big;
+  big.rows = 3, big.cols = 20;
+  big.values.assign(60, 0.25f);
+  big.values[1 * 20 + 4] = 0.125f;
+  big.col_labels.assign(20, "x");
+  big.col_labels[4] = "Hund";
+  big.row_labels = {"a", "dog", "<eos>"};
+  const std::string svg = heatmap_svg(big);
+  CHECK(svg.find("<title>dog \u2192 Hund: 0.125</title>") != std::string::npos);
+  CHECK(svg.find("<title>&lt;eos&gt; \u2192 x: 0.250</title>") != std::string::npos);
+  Heatmap small = big;  // values printed: no tooltips
+  small.cols = 3;
+  small.values.resize(9);
+  small.col_labels.resize(3);
+  CHECK(heatmap_svg(small).find("pointer-events") == std::string::npos);
+}
+
+TEST_CASE("heatmap SVG: a value that rounds to zero is printed without a sign") {
+  Heatmap h;
+  h.rows = 1, h.cols = 2;
+  h.values = {-0.001f, -0.5f};
+  h.diverging = true;
+  const std::string svg = heatmap_svg(h);
+  CHECK(svg.find(">0.00<") != std::string::npos);
+  CHECK(svg.find("\u22120.00<") == std::string::npos);
+  CHECK(svg.find("-0.00") == std::string::npos);
+  CHECK(svg.find(">\u22120.50<") != std::string::npos);
+}
+
 TEST_CASE("plot text: invalid UTF-8 and control characters are repaired, long labels cut") {
   Heatmap heatmap;
   heatmap.rows = 1, heatmap.cols = 2;

@@ -25,6 +25,19 @@ namespace seqgrad::tools {
 std::string did_you_mean(const std::string& word, const std::vector<std::string>& choices,
                          const std::string& prefix = "");
 
+// Runs `check`, which reads command-line values, turning a ValueError it throws (an unknown preset
+// or attention kind, a value out of range) into a UsageError.
+template <class Check>
+auto checking_flags(Check&& check) -> decltype(check()) {
+  try {
+    return check();
+  } catch (const UsageError&) {
+    throw;
+  } catch (const ValueError& e) {
+    throw UsageError(e.what());
+  }
+}
+
 // The most --threads accepts: 4 x the machine's cores (oversubscribing further only slows down, and
 // thousands of threads can exhaust the address space).
 int64_t max_threads();

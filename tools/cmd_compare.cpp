@@ -369,9 +369,10 @@ int compare_main(int argc, char** argv) {
   if (args.has("threads")) {
     set_num_threads(args.get_threads());
   }
-  TrainConfig config = base_config(args);
+  TrainConfig config = checking_flags([&] { return base_config(args); });
   std::vector<AttentionKind> kinds;
-  for (const std::string& k : split_list(args.get("kinds"))) kinds.push_back(models::parse_attention_kind(k));
+  for (const std::string& k : split_list(args.get("kinds")))
+    kinds.push_back(checking_flags([&] { return models::parse_attention_kind(k); }));
   SG_CHECK_USAGE(!kinds.empty(), "--kinds is empty (choose from additive, scaled_dot, hybrid)");
   int64_t valid_limit = args.get_int("valid");
   SG_CHECK_USAGE(valid_limit >= 0, "--valid must be >= 0, got {}", valid_limit);

@@ -197,7 +197,7 @@ int train_main(int argc, char** argv) {
     try {
       return parse_device(args.get("device"));
     } catch (const ValueError&) {
-      throw ValueError(fmt::format("--device expects cpu, cuda or cuda:N, got '{}'", args.get("device")));
+      throw UsageError(fmt::format("--device expects cpu, cuda or cuda:N, got '{}'", args.get("device")));
     }
   }();
   if (!device.is_cpu()) device_memory_for(device, "train --device");
@@ -220,9 +220,9 @@ int train_main(int argc, char** argv) {
                 last_path);
     resumed = models::read_checkpoint(last_path);
     check_resume_flags(args, resumed->info.config, last_path);
-    config = apply_flags(resumed->info.config, args);  // only --epochs and --data-dir can change here
+    config = checking_flags([&] { return apply_flags(resumed->info.config, args); });  // only --epochs and --data-dir can change here
   } else {
-    config = apply_flags(models::preset(args.get("preset")), args);
+    config = checking_flags([&] { return apply_flags(models::preset(args.get("preset")), args); });
   }
   manual_seed(config.seed);
   models::Corpora data = models::load_corpora(config);

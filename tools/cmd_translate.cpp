@@ -206,6 +206,23 @@ class UnknownWords {
   bool warned_ = false;
 };
 
+// What the energies heatmap of each attention kind shows, with its formula (d = 2H, the key size).
+std::string energies_explanation(const models::Seq2SeqConfig& m) {
+  switch (m.attention) {
+    case models::AttentionKind::additive:
+      return "Pre-softmax scores e_j = vᵀ tanh(W_q s + W_k h_j) of additive attention: the softmax over each row "
+             "gives the weights above.";
+    case models::AttentionKind::scaled_dot:
+      return fmt::format("Pre-softmax scores e_j = (W_q s) · h_j / √{} of scaled dot-product attention (d = 2H = {}): "
+                         "the softmax over each row gives the weights above.", 2 * m.hidden_size, 2 * m.hidden_size);
+    case models::AttentionKind::hybrid:
+      return fmt::format("The additive half's pre-softmax scores vᵀ tanh(W_q s + W_k h_j). Hybrid attention's weights "
+                         "above are the mean ½ (softmax(additive scores) + softmax((W_q s) · h_j / √{})), and its "
+                         "context the mean of the two contexts.", 2 * m.hidden_size);
+  }
+  return "";
+}
+
 // Prints one input's result: its translation (an empty line when it failed), or with --nbest its
 // hypotheses as "<input number>\t<score>\t<translation>" lines.
 void print_translation(const Translation& t, size_t number, int64_t nbest) {
@@ -328,8 +345,9 @@ int eval_main(int argc, char** argv) {
 
 int attention_main(int argc, char** argv) {
   if (argc >= 2 && std::string(argv[1]) == "demo") return attention_demo_main(argc - 1, argv + 1);
-  Args a("attention", "Attention heatmaps (PNG, SVG) of translations, their pre-softmax energies (additive and\n"
-                      "hybrid kinds: <out>/sentenceN_energies.png) and an HTML report of all the sentences.\n"
+  Args a("attention", "Attention heatmaps (PNG, SVG) of translations, their pre-softmax energies\n"
+                      "(<out>/sentenceN_energies.png: additive or scaled-dot scores; for hybrid, the additive half's)\n"
+                      "and an HTML report of all the sentences with each kind's formula.\n"
                       "`seqgrad attention demo` prints energies, weights and contexts of every kind on a toy input.");
   common_options(a);
   a.option("out", "dir", "output folder", "attention").positional("sentence", "text to translate (else stdin)");
@@ -359,8 +377,7 @@ int attention_main(int argc, char** argv) {
                                                                    sentences[i], false))});
     if (!t.hyps[0].energies.empty())
       sections.push_back({.heading = sentences[i] + " (energies)",
-                          .html_text = "Pre-softmax scores vᵀ tanh(W_q s + W_k h): the softmax over each row gives "
-                                       "the weights above.",
+                          .html_text = energies_explanation(l.checkpoint.info.config.model),
                           .svg = plot::heatmap_svg(attention_heatmap(t.src_tokens, t.out_tokens[0],
                                                                      t.hyps[0].energies, sentences[i], true))});
     fmt::print("{} -> {}\n  {}.png{}\n", sentences[i], translation, stem,

@@ -1,6 +1,7 @@
 #include "tools/translator.h"
 
 #include <cmath>
+#include <filesystem>
 
 #include <fmt/core.h>
 
@@ -87,11 +88,12 @@ void report_test(models::Seq2Seq& model, const text::Vocab& src_vocab, const tex
              decoding.beam_size > 1 ? fmt::format("beam {}", decoding.beam_size) : "greedy");
   for (size_t i = 0; i < std::min<size_t>(5, detok.size()); ++i) {
     fmt::print("  src: {}\n  ref: {}\n  out: {}\n", data.test_sources[i], data.test_references[i], detok[i]);
-    std::string stem = fmt::format("{}/attention_test{}", out_dir, i);
+    std::string stem = (std::filesystem::path(out_dir) / fmt::format("attention_test{}", i)).string();
     write_attention_heatmap(stem, data.test[i].src, tgt_vocab.decode(ev.hypotheses[i].tokens), ev.hypotheses[i],
-                            fmt::format("test sentence {}", i));
+                            data.test_sources[i]);  // titled with the sentence itself
   }
-  fmt::print("heatmaps: {}/attention_test0..{}.png\n", out_dir, std::min<size_t>(5, detok.size()) - 1);
+  fmt::print("heatmaps: {}\n", (std::filesystem::path(out_dir) /
+                                 fmt::format("attention_test0..{}.png", std::min<size_t>(5, detok.size()) - 1)).string());
 }
 
 }  // namespace seqgrad::tools

@@ -10,7 +10,7 @@ namespace seqgrad::models {
 struct Hypothesis {
   std::vector<int64_t> tokens;                 // target ids without <bos>, ending before <eos>
   std::vector<std::vector<float>> attention;   // one row (source length) per token, incl. <eos> if finished
-  std::vector<std::vector<float>> energies;    // the same rows before the softmax (additive kinds)
+  std::vector<std::vector<float>> energies;    // the same rows before the softmax (hybrid: the additive half's)
   double log_prob = 0;                         // sum of token log-probabilities, incl. <eos> if finished
   double score = 0;                            // log_prob / length^length_penalty (beam search)
   bool finished = true;                        // ended with <eos>; false when cut at max_len

@@ -125,6 +125,7 @@ AttnDecoder::Advance AttnDecoder::advance(const Tensor& y_prev, const Tensor& st
     Tensor q = query_proj(query);                                                           // (B, 1, 2H)
     Tensor scores = matmul(q, memory.values.transpose(1, 2)) * (1.0 / std::sqrt(double(q.size(-1))));
     Tensor w = nn::masked_softmax(scores, memory.lengths);                                  // (B, 1, S)
+    if (!energies.defined()) energies = scores;  // scaled dot: its own pre-softmax scores (hybrid keeps the additive ones)
     Tensor c = matmul(w, memory.values);                                                    // (B, 1, 2H)
     if (context.defined()) {  // hybrid: the mean of the additive and scaled-dot contexts
       context = (context + c) * 0.5;

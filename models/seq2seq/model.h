@@ -68,7 +68,7 @@ class AttnDecoder : public nn::Module {
     Tensor logits;   // (B, V)
     Tensor state;    // (L, B, H)
     Tensor weights;  // (B, S) attention weights of this step
-    Tensor energies;  // (B, S) pre-softmax additive scores (undefined for scaled dot)
+    Tensor energies;  // (B, S) pre-softmax scores: additive (also for hybrid), or scaled dot q·k/√d
   };
   // y_prev: (B,) previous target ids; state: (L, B, H).
   Step step(const Tensor& y_prev, const Tensor& state, const Memory& memory) const;

@@ -294,6 +294,8 @@ class Canvas {
   // Fills rect with the colormap given by evenly spaced anchors, first anchor at the bottom.
   virtual void vertical_gradient(const Rect& rect, const std::vector<Rgb>& anchors) = 0;
   virtual void text(std::string_view text, Point anchor, const TextStyle& style) = 0;
+  // Text shown when the pointer rests on rect: SVG only (a PNG has no pointer).
+  virtual void tooltip(const Rect&, std::string_view) {}
   void line(Point from, Point to, Rgb color, double line_width) {
     polyline({from, to}, color, line_width);
   }
@@ -444,6 +446,12 @@ class SvgCanvas final : public Canvas {
                     hex_string(style.color), anchor_name, xml_escape(clean_text(text)));
   }
 
+  void tooltip(const Rect& rect, std::string_view text) override {
+    body_ += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" "
+                         "pointer-events=\"all\"><title>{}</title></rect>\n",
+                         num(rect.x), num(rect.y), num(rect.w), num(rect.h), xml_escape(clean_text(text)));
+  }
+
   std::string document(int width, int height, std::string_view title) const {
     std::string svg = fmt::format(
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" height=\"{1}\" viewBox=\"0 0 {0} "
@@ -563,9 +571,12 @@ std::vector<double> linear_ticks(double lo, double hi, double step) {
 }
 
 // Typographic minus sign, as matplotlib prints negative numbers.
+// A typographic minus; a value that rounds to zero ("-0.00") loses its sign.
 std::string with_minus_sign(std::string number) {
-  if (!number.empty() && number[0] == '-') number.replace(0, 1, "\u2212");
-  return number;
+  if (number.empty() || number[0] != '-') return number;
+  if (std::none_of(number.begin() + 1, number.end(), [](char c) { return c >= '1' && c <= '9'; }))
+    return number.substr(1);
+  return number.replace(0, 1, "\u2212");
 }
 
 std::string superscript(int exponent) {
@@ -908,8 +919,23 @@ void draw_heatmap_cells(Canvas& canvas, const HeatmapLayout& layout) {
   }
 }
 
+// Too large a matrix for printed values: each SVG cell tells its tokens and value on hover.
+void draw_heatmap_tooltips(Canvas& canvas, const HeatmapLayout& layout) {
+  auto label = [](const std::vector<std::string>& labels, int i) {
+    return i < static_cast<int>(labels.size()) && !labels[i].empty() ? labels[i] : std::to_string(i + 1);
+  };
+  for (int r = 0; r < layout.rows; ++r) {
+    for (int c = 0; c < layout.cols; ++c) {
+      const Rect cell{layout.matrix.x + c * layout.cell, layout.matrix.y + r * layout.cell,
+                      double(layout.cell), double(layout.cell)};
+      canvas.tooltip(cell, fmt::format("{} \u2192 {}: {}", label(layout.row_labels, r), label(layout.col_labels, c),
+                                       format_value(layout.values[r * layout.cols + c], 3)));
+    }
+  }
+}
+
 void draw_heatmap_values(Canvas& canvas, const HeatmapLayout& layout) {
-  if (layout.value_font.size == 0) return;
+  if (layout.value_font.size == 0) return draw_heatmap_tooltips(canvas, layout);
   for (int r = 0; r < layout.rows; ++r) {
     for (int c = 0; c < layout.cols; ++c) {
       const double v = layout.values[r * layout.cols + c];

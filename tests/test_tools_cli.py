@@ -162,7 +162,7 @@ class TrainBadInput(Base):
     def test_bad_values(self):
         self.check(["--epochs", "two"], r"--epochs expects an integer, got 'two'")
         self.check(["--epochs", "0"], r"--epochs must be >= 1, got 0")
-        self.check(["--epochs"], r"option --epochs needs a value <n>$")
+        self.check(["--epochs"], r"option --epochs needs a value <n>\n")
         self.check(["--epochs", "--quiet"], r"--epochs needs a value <n>, got the option --quiet")
         self.check(["--epochs="], r"--epochs needs a value <n>, got an empty one")
         self.check(["--lr", "nan"], r"--lr expects a finite number, got 'nan'")
@@ -700,7 +700,7 @@ class TranslateStream(Base):
                  b"ein kind .", b"", b"eine katze ."]
         p = subprocess.run([SEQGRAD, "translate", "--checkpoint", self.ckpt, "--threads", "1"],
                            input=b"\n".join(lines) + b"\n", capture_output=True, timeout=120)
-        out, err = p.stdout.decode(), p.stderr.decode()
+        out, err = p.stdout.decode(), p.stderr.decode(errors="replace")  # the error quotes the bad bytes
         self.assertEqual(p.returncode, 1, err)
         outputs = out.split("\n")
         self.assertEqual(len(outputs), 8, out)  # 7 lines and the final newline
@@ -780,13 +780,14 @@ class AttentionReport(Base):
                 self.assertIn("<title>Ein Mann mit einem orangefarbenen Hut", f.read())
             out = self.out(f"attention_{kind}")
             p = run("attention", "--checkpoint", os.path.join(d, "best.safetensors"), "--threads", "1", "--out", out,
-                    "ein mann .")
+                    "ein zyxwvutsrq mann .")
             self.assertOk(p)
             self.assertTrue(os.path.getsize(os.path.join(out, "sentence1_energies.png")) > 0, kind)
             with open(os.path.join(out, "report.html"), encoding="utf-8") as f:
                 html = f.read()
             self.assertIn(formula, html)
             self.assertNotIn("of additive attention", html)
+            self.assertIn("zyxwvutsrq (&lt;unk&gt;)", html)  # a source word the model saw as <unk>
 
 
 # ---- inspect and eval away from the training folder -----------------------------------------

@@ -326,6 +326,22 @@ TEST_CASE("line plot: a single point and a flat series still get a sensible axis
   CHECK(contains(line_plot_svg(plot), ">flat</text>"));
 }
 
+TEST_CASE("line plot: integer_x puts ticks on whole numbers, one epoch on an axis 0..2") {
+  LinePlot one{"BLEU", "epoch", "BLEU", {{"additive", {1}, {20.5}}}};
+  one.integer_x = true;
+  const std::string svg = line_plot_svg(one);
+  CHECK(contains(svg, ">0</text>"));
+  CHECK(contains(svg, ">1</text>"));
+  CHECK(contains(svg, ">2</text>"));
+  CHECK_FALSE(contains(svg, ">0.9"));
+  CHECK_FALSE(contains(svg, ">1.1"));
+  LinePlot three{"loss", "epoch", "loss", {{"additive", {1, 2, 3}, {4, 3, 2.5}}}};
+  three.integer_x = true;
+  CHECK_FALSE(contains(line_plot_svg(three), ">1.5</text>"));
+  three.integer_x = false;
+  CHECK(contains(line_plot_svg(three), ">1.5</text>"));
+}
+
 TEST_CASE("line plot: bad input throws ValueError naming the series") {
   LinePlot plot = two_curves();
   SUBCASE("x and y lengths differ") {

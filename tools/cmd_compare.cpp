@@ -302,7 +302,7 @@ std::vector<Timing> time_steps(TrainConfig c, const std::vector<AttentionKind>& 
       size_t n = s.size();
       t.median_ms = 1000 * (n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2);
       t.mean_ms = 1000 * total / n;
-      t.tokens_per_s = timed[k].tokens / total;
+      t.tokens_per_s = timed[k].tokens / static_cast<double>(n) / (t.median_ms / 1000);  // at the median step time
     }
     out.push_back(t);
   }
@@ -477,6 +477,7 @@ int compare_main(int argc, char** argv) {
   for (int64_t n : subsets) {
     plot::LinePlot loss{fmt::format("Training loss, {} pairs", n), "epoch", "loss (label-smoothed)", {}};
     plot::LinePlot bleu{fmt::format("Validation BLEU, {} pairs", n), "epoch", "BLEU", {}};
+    loss.integer_x = bleu.integer_x = true;  // epochs: whole-number ticks (one epoch: a point at 1)
     for (const Run& r : runs) {
       if (r.train_pairs != n || r.epochs.empty()) continue;
       plot::Series l{r.kind, {}, {}}, b{r.kind, {}, {}};

@@ -299,7 +299,8 @@ int translate_main(int argc, char** argv) {
         unknown.check(where, t.src_tokens);
         if (a.has("heatmaps"))
           write_attention_heatmap((std::filesystem::path(a.get("heatmaps")) / fmt::format("sentence{}", number)).string(),
-                                  t.src_tokens, t.out_tokens[0], t.hyps[0], sentences[i]);
+                                  marked_unknown(t.src_tokens, l.checkpoint.info.src_vocab), t.out_tokens[0], t.hyps[0],
+                                  sentences[i]);
       }
       print_translation(t, number, options.nbest);
     }
@@ -370,15 +371,16 @@ int attention_main(int argc, char** argv) {
     SG_CHECK_VALUE(t.error.empty(), "attention: sentence {}: {}", i + 1, t.error);
     SG_CHECK_VALUE(!t.hyps[0].attention.empty(), "attention: sentence {} produced no attention weights", i + 1);
     std::string stem = (std::filesystem::path(out) / fmt::format("sentence{}", i + 1)).string();
-    write_attention_heatmap(stem, t.src_tokens, t.out_tokens[0], t.hyps[0], sentences[i]);
+    std::vector<std::string> labels = marked_unknown(t.src_tokens, l.checkpoint.info.src_vocab);
+    write_attention_heatmap(stem, labels, t.out_tokens[0], t.hyps[0], sentences[i]);
     std::string translation = text::detokenize(t.out_tokens[0]);
     sections.push_back({.heading = sentences[i], .html_text = "→ " + translation,
-                        .svg = plot::heatmap_svg(attention_heatmap(t.src_tokens, t.out_tokens[0], t.hyps[0].attention,
+                        .svg = plot::heatmap_svg(attention_heatmap(labels, t.out_tokens[0], t.hyps[0].attention,
                                                                    sentences[i], false))});
     if (!t.hyps[0].energies.empty())
       sections.push_back({.heading = sentences[i] + " (energies)",
                           .html_text = energies_explanation(l.checkpoint.info.config.model),
-                          .svg = plot::heatmap_svg(attention_heatmap(t.src_tokens, t.out_tokens[0],
+                          .svg = plot::heatmap_svg(attention_heatmap(labels, t.out_tokens[0],
                                                                      t.hyps[0].energies, sentences[i], true))});
     fmt::print("{} -> {}\n  {}.png{}\n", sentences[i], translation, stem,
                t.hyps[0].energies.empty() ? "" : fmt::format(", {}_energies.png", stem));

@@ -62,6 +62,12 @@ plot::Heatmap attention_heatmap(const std::vector<std::string>& src_tokens, cons
   return h;
 }
 
+std::vector<std::string> marked_unknown(const std::vector<std::string>& src_tokens, const text::Vocab& src_vocab) {
+  std::vector<std::string> labels;
+  for (const std::string& token : src_tokens) labels.push_back(src_vocab.contains(token) ? token : token + " (<unk>)");
+  return labels;
+}
+
 void write_attention_heatmap(const std::string& stem, const std::vector<std::string>& src_tokens,
                              const std::vector<std::string>& tgt_tokens, const models::Hypothesis& hyp,
                              const std::string& title) {
@@ -89,7 +95,7 @@ void report_test(models::Seq2Seq& model, const text::Vocab& src_vocab, const tex
   for (size_t i = 0; i < std::min<size_t>(5, detok.size()); ++i) {
     fmt::print("  src: {}\n  ref: {}\n  out: {}\n", data.test_sources[i], data.test_references[i], detok[i]);
     std::string stem = (std::filesystem::path(out_dir) / fmt::format("attention_test{}", i)).string();
-    write_attention_heatmap(stem, data.test[i].src, tgt_vocab.decode(ev.hypotheses[i].tokens), ev.hypotheses[i],
+    write_attention_heatmap(stem, marked_unknown(data.test[i].src, src_vocab), tgt_vocab.decode(ev.hypotheses[i].tokens), ev.hypotheses[i],
                             data.test_sources[i]);  // titled with the sentence itself
   }
   fmt::print("heatmaps: {}\n", (std::filesystem::path(out_dir) /

@@ -30,6 +30,9 @@ void report_test(models::Seq2Seq& model, const text::Vocab& src_vocab, const tex
 // source tokens across, target tokens down.
 plot::Heatmap attention_heatmap(const std::vector<std::string>& src_tokens, const std::vector<std::string>& tgt_tokens,
                                 const std::vector<std::vector<float>>& rows, const std::string& title, bool energies);
+// The source tokens as heatmap labels: a word the vocabulary lacks (the model saw <unk>) is
+// labelled "word (<unk>)".
+std::vector<std::string> marked_unknown(const std::vector<std::string>& src_tokens, const text::Vocab& src_vocab);
 // Writes the attention heatmap (PNG and SVG) of one translation, and <stem>_energies.{png,svg}
 // with the pre-softmax scores when the attention kind has them.
 void write_attention_heatmap(const std::string& path_stem, const std::vector<std::string>& src_tokens,

@@ -639,6 +639,14 @@ Axis make_linear_axis(double lo, double hi) {
   return axis;
 }
 
+Axis make_integer_axis(double lo, double hi) {
+  Axis axis{lo, hi, {}, {}};
+  const double step = std::max(1.0, nice_step((hi - lo) / 5));
+  axis.ticks = linear_ticks(lo, hi, step);
+  axis.labels = linear_tick_labels(axis.ticks, step);
+  return axis;
+}
+
 // Decade labels: plain numbers when all fit in 0.001 .. 10000, otherwise all as 10ⁿ.
 std::vector<std::string> decade_labels(const std::vector<int>& exponents) {
   const bool plain =
@@ -1091,8 +1099,10 @@ LinePlotLayout layout_line_plot(const LinePlot& plot, std::string_view function)
   }
   const auto [x_lo, x_hi] = data_range(layout.series, false);
   const auto [y_lo, y_hi] = data_range(layout.series, true);
-  const auto [x_min, x_max] = padded_range(x_lo, x_hi, 0.02);
-  layout.x_axis = make_linear_axis(x_min, x_max);
+  // whole-number x (epochs): one value gets a unit on each side, ticks sit on whole numbers
+  const auto [x_min, x_max] = plot.integer_x && x_hi - x_lo < 1 ? std::pair{x_lo - 1, x_hi + 1}
+                                                                  : padded_range(x_lo, x_hi, 0.02);
+  layout.x_axis = plot.integer_x ? make_integer_axis(x_min, x_max) : make_linear_axis(x_min, x_max);
   const auto [y_min, y_max] = plot.log_y && y_hi - y_lo < 1e-12 ? std::pair{y_lo - 0.5, y_hi + 0.5}
                                                                 : padded_range(y_lo, y_hi, 0.05);
   layout.y_axis = plot.log_y ? make_log_axis(y_min, y_max) : make_linear_axis(y_min, y_max);

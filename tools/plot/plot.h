@@ -47,6 +47,7 @@ struct LinePlot {
   std::string title, xlabel, ylabel;
   std::vector<Series> series;
   bool log_y = false;  // needs every y > 0
+  bool integer_x = false;  // x counts something (epochs): ticks only at whole numbers
 };
 
 void write_line_plot_png(const std::string& path, const LinePlot& plot);

@@ -42,7 +42,7 @@ DATA = None
 TINY = ["--preset", "default", "--embed", "16", "--hidden", "16", "--batch-size", "32", "--threads", "1", "--quiet"]
 
 
-def run(*args, stdin=None, timeout=120):
+def run(*args, stdin=None, timeout=300):  # generous: the machine may be shared
     """Runs seqgrad with args; returns CompletedProcess (text)."""
     return subprocess.run([SEQGRAD, *args], input=stdin, capture_output=True, text=True, timeout=timeout)
 
@@ -94,7 +94,7 @@ def trained_checkpoint():
     """A tiny 2-epoch run (shared by the checkpoint, translate and resume tests)."""
     if not hasattr(trained_checkpoint, "dir"):
         d = os.path.join(Base.tmp, "reference")
-        p = run("train", *TINY, "--subset", "256", "--epochs", "2", "--data-dir", DATA, "--out", d)
+        p = run("train", *TINY, "--subset", "256", "--epochs", "2", "--data-dir", DATA, "--out", d, timeout=600)
         if p.returncode != 0:
             raise AssertionError(f"reference training failed:\n{p.stdout}\n{p.stderr}")
         trained_checkpoint.dir = d
@@ -769,7 +769,7 @@ class TranslateStream(Base):
 class AttentionReport(Base):
     def test_each_kind_shows_its_own_scores(self):
         for kind, formula in [("scaled_dot", "of scaled dot-product attention (d = 2H = 32)"),
-                              ("hybrid", "The additive half's pre-softmax scores")]:
+                              ("hybrid", "The additive half&#39;s pre-softmax scores")]:  # HTML-escaped
             d = self.out(f"kind_{kind}")
             p = run("train", *TINY, "--attention", kind, "--subset", "64", "--epochs", "1", "--data-dir", DATA,
                     "--out", d + "/")

@@ -342,6 +342,33 @@ TEST_CASE("line plot: integer_x puts ticks on whole numbers, one epoch on an axi
   CHECK(contains(line_plot_svg(three), ">1.5</text>"));
 }
 
+// The stroke colours of a line plot's data series (polylines 1.8 wide; ticks are thinner), in order.
+std::vector<std::string> polyline_colors(const std::string& svg) {
+  std::vector<std::string> out;
+  for (size_t at = svg.find("<polyline"); at != std::string::npos; at = svg.find("<polyline", at + 1)) {
+    const std::string element = svg.substr(at, svg.find("/>", at) - at);
+    if (!contains(element, "stroke-width=\"1.8\"")) continue;
+    out.push_back(element.substr(element.find("stroke=\"") + 8, 7));
+  }
+  return out;
+}
+
+TEST_CASE("line plot and bar chart: a series or bar keeps the palette colour it names") {
+  LinePlot two{"BLEU", "epoch", "BLEU", {{"additive", {1, 2}, {1, 2}}, {"hybrid", {1, 2}, {2, 3}}}};
+  const std::vector<std::string> by_position = polyline_colors(line_plot_svg(two));
+  REQUIRE(by_position.size() >= 2);
+  REQUIRE(by_position[0] != by_position[1]);
+  LinePlot one{"BLEU", "epoch", "BLEU", {{"hybrid", {1, 2}, {2, 3}, 1}}};  // alone, but colour 1
+  CHECK(polyline_colors(line_plot_svg(one))[0] == by_position[1]);
+  BarChart bars{"speed", "ms", {"additive", "hybrid"}, {1, 2}};
+  BarChart hybrid_only{"speed", "ms", {"hybrid"}, {2}, {1}};
+  const std::string second_bar_fill = by_position[1];
+  CHECK(contains(bar_chart_svg(bars), "fill=\"" + second_bar_fill + "\""));
+  CHECK(contains(bar_chart_svg(hybrid_only), "fill=\"" + second_bar_fill + "\""));
+  BarChart additive_only{"speed", "ms", {"additive"}, {2}};
+  CHECK_FALSE(contains(bar_chart_svg(additive_only), "fill=\"" + second_bar_fill + "\""));
+}
+
 TEST_CASE("line plot: bad input throws ValueError naming the series") {
   LinePlot plot = two_curves();
   SUBCASE("x and y lengths differ") {

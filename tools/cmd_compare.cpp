@@ -66,6 +66,9 @@ std::vector<std::string> split_list(const std::string& s) {
   return out;
 }
 
+// One colour per attention kind in every chart of the report (the plot palette's index).
+int kind_color(const std::string& kind) { return static_cast<int>(models::parse_attention_kind(kind)); }
+
 TrainConfig base_config(const Args& a) {
   TrainConfig c = models::preset(a.get("preset"));
   if (a.has("src")) c.src_lang = a.get("src");
@@ -480,7 +483,7 @@ int compare_main(int argc, char** argv) {
     loss.integer_x = bleu.integer_x = true;  // epochs: whole-number ticks (one epoch: a point at 1)
     for (const Run& r : runs) {
       if (r.train_pairs != n || r.epochs.empty()) continue;
-      plot::Series l{r.kind, {}, {}}, b{r.kind, {}, {}};
+      plot::Series l{r.kind, {}, {}, kind_color(r.kind)}, b{r.kind, {}, {}, kind_color(r.kind)};
       for (const EpochResult& e : r.epochs) {
         l.x.push_back(e.epoch), l.y.push_back(e.train_loss);
         b.x.push_back(e.epoch), b.y.push_back(e.valid_bleu);
@@ -494,7 +497,7 @@ int compare_main(int argc, char** argv) {
   if (subsets.size() > 1) {
     plot::LinePlot by_size{"Validation BLEU after the last epoch vs training pairs", "training pairs", "BLEU", {}};
     for (AttentionKind kind : kinds) {
-      plot::Series s{models::attention_kind_name(kind), {}, {}};
+      plot::Series s{models::attention_kind_name(kind), {}, {}, kind_color(models::attention_kind_name(kind))};
       for (const Run& r : runs)
         if (r.kind == s.name && !r.epochs.empty())
           s.x.push_back(double(r.train_pairs)), s.y.push_back(r.last().valid_bleu);
@@ -504,7 +507,8 @@ int compare_main(int argc, char** argv) {
   }
   plot::BarChart speed{fmt::format("Time per training step (median of {}, {} pairs)", timing_steps, subsets.back()),
                        "ms per step", {}, {}};
-  for (const Timing& t : timing) speed.labels.push_back(t.kind), speed.values.push_back(t.median_ms);
+  for (const Timing& t : timing)
+    speed.labels.push_back(t.kind), speed.values.push_back(t.median_ms), speed.colors.push_back(kind_color(t.kind));
   plot::BarChart sharp{"Attention entropy on the validation set (last epoch)", "entropy (nats)", {}, {}};
   for (AttentionKind kind : kinds) {
     std::string name = models::attention_kind_name(kind);
@@ -513,6 +517,7 @@ int compare_main(int argc, char** argv) {
       if (!r.epochs.empty()) {
         sharp.labels.push_back(fmt::format("{} {}", name, pairs_label(r.train_pairs)));
         sharp.values.push_back(r.last().sharpness.entropy);
+        sharp.colors.push_back(kind_color(name));
       }
     }
   }

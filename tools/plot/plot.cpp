@@ -631,17 +631,10 @@ std::pair<double, double> padded_range(double lo, double hi, double pad_fraction
   return {lo - pad, hi + pad};
 }
 
-Axis make_linear_axis(double lo, double hi) {
+// About five ticks at a nice step, at least min_step apart (1: whole numbers only).
+Axis make_linear_axis(double lo, double hi, double min_step = 0) {
   Axis axis{lo, hi, {}, {}};
-  const double step = nice_step((hi - lo) / 5);
-  axis.ticks = linear_ticks(lo, hi, step);
-  axis.labels = linear_tick_labels(axis.ticks, step);
-  return axis;
-}
-
-Axis make_integer_axis(double lo, double hi) {
-  Axis axis{lo, hi, {}, {}};
-  const double step = std::max(1.0, nice_step((hi - lo) / 5));
+  const double step = std::max(min_step, nice_step((hi - lo) / 5));
   axis.ticks = linear_ticks(lo, hi, step);
   axis.labels = linear_tick_labels(axis.ticks, step);
   return axis;
@@ -1102,7 +1095,7 @@ LinePlotLayout layout_line_plot(const LinePlot& plot, std::string_view function)
   // whole-number x (epochs): one value gets a unit on each side, ticks sit on whole numbers
   const auto [x_min, x_max] = plot.integer_x && x_hi - x_lo < 1 ? std::pair{x_lo - 1, x_hi + 1}
                                                                   : padded_range(x_lo, x_hi, 0.02);
-  layout.x_axis = plot.integer_x ? make_integer_axis(x_min, x_max) : make_linear_axis(x_min, x_max);
+  layout.x_axis = make_linear_axis(x_min, x_max, plot.integer_x ? 1.0 : 0.0);
   const auto [y_min, y_max] = plot.log_y && y_hi - y_lo < 1e-12 ? std::pair{y_lo - 0.5, y_hi + 0.5}
                                                                 : padded_range(y_lo, y_hi, 0.05);
   layout.y_axis = plot.log_y ? make_log_axis(y_min, y_max) : make_linear_axis(y_min, y_max);
@@ -1175,9 +1168,10 @@ void draw_series(Canvas& canvas, const LinePlotLayout& layout) {
     std::vector<Point> points;
     for (size_t i = 0; i < series.x.size(); ++i)
       points.push_back(to_screen(layout, series.x[i], series.y[i]));
-    canvas.polyline(points, palette_color(s), 1.8);
+    const Rgb color = palette_color(series.color >= 0 ? series.color : s);
+    canvas.polyline(points, color, 1.8);
     if (points.size() > kMaxPointsWithMarkers) continue;
-    for (const Point& p : points) canvas.dot(p, 2.8, palette_color(s));
+    for (const Point& p : points) canvas.dot(p, 2.8, color);
   }
 }
 
@@ -1188,7 +1182,8 @@ void draw_legend(Canvas& canvas, const LinePlotLayout& layout) {
   for (size_t s = 0; s < layout.names.size(); ++s) {
     const double y = layout.legend.y + kLegendPad + (s + 0.5) * legend_row_height() - 2;
     const double x = layout.legend.x + kLegendPad;
-    canvas.line({x, y}, {x + kLegendSwatch, y}, palette_color(s), 2);
+    const int color = layout.series[s].color;
+    canvas.line({x, y}, {x + kLegendSwatch, y}, palette_color(color >= 0 ? color : s), 2);
     canvas.text(layout.names[s], {x + kLegendSwatch + 6, y},
                 {kTickFont, kTextColor, HAlign::left, VAlign::middle, 0});
   }
@@ -1228,6 +1223,7 @@ struct BarChartLayout {
   std::string title, ylabel;
   std::vector<std::string> labels;
   std::vector<double> values;
+  std::vector<int> colors;
   Axis y_axis;
   Rect area;
   double slot = 0;  // horizontal space per bar
@@ -1267,6 +1263,7 @@ BarChartLayout layout_bar_chart(const BarChart& chart, std::string_view function
   layout.ylabel = clean_text(chart.ylabel, kMaxTitleChars);
   for (const std::string& l : chart.labels) layout.labels.push_back(clean_text(l, kMaxLabelChars));
   layout.values = chart.values;
+  layout.colors = chart.colors;
   layout.y_axis = bar_value_axis(chart.values);
   const size_t n = chart.values.size();
   layout.slot = std::clamp(std::round(560.0 / n), 14.0, 96.0);
@@ -1304,7 +1301,8 @@ void draw_bars(Canvas& canvas, const BarChartLayout& layout) {
     const double y = a.bottom() - layout.y_axis.fraction(v) * a.h;
     const double bar_width = layout.slot * 0.7;
     const double x = bar_centre(layout, i) - bar_width / 2;
-    canvas.fill_rect({x, std::min(y, zero_y), bar_width, std::abs(zero_y - y)}, palette_color(i));
+    canvas.fill_rect({x, std::min(y, zero_y), bar_width, std::abs(zero_y - y)},
+                     palette_color(i < layout.colors.size() ? layout.colors[i] : i));
     TextStyle style = value_style;
     if (v < 0) style.v_align = VAlign::top;
     const std::string value = with_minus_sign(fmt::format("{:.3g}", v));

@@ -41,6 +41,7 @@ std::string heatmap_svg(const Heatmap& heatmap);
 struct Series {
   std::string name;
   std::vector<double> x, y;
+  int color = -1;  // palette index, so that one thing keeps its colour across charts; -1: by position
 };
 
 struct LinePlot {
@@ -58,6 +59,7 @@ struct BarChart {
   std::string title, ylabel;
   std::vector<std::string> labels;
   std::vector<double> values;
+  std::vector<int> colors = {};  // palette index per bar (as Series::color); empty: by position
 };
 
 void write_bar_chart_png(const std::string& path, const BarChart& chart);

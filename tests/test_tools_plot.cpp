@@ -216,6 +216,28 @@ TEST_CASE("heatmap SVG: cells of a matrix too large for printed values tell thei
   CHECK(heatmap_svg(small).find("pointer-events") == std::string::npos);
 }
 
+TEST_CASE("heatmap SVG: axis titles, the y title left of the row labels and turned") {
+  Heatmap h;
+  h.rows = 2, h.cols = 2;
+  h.values = {0.5f, 0.5f, 0.25f, 0.75f};
+  h.row_labels = {"a", "dog"};
+  h.col_labels = {"ein", "Hund"};
+  const std::string plain = heatmap_svg(h);
+  h.x_title = "source", h.y_title = "output";
+  const std::string titled = heatmap_svg(h);
+  CHECK(contains(titled, ">source</text>"));
+  CHECK(contains(titled, "rotate(-90)\" y=\"") );
+  CHECK(contains(titled, ">output</text>"));
+  CHECK_FALSE(contains(plain, ">source</text>"));
+  // the figure grows to make room: compare the SVG widths and heights
+  auto size = [](const std::string& svg, const char* what) {
+    size_t at = svg.find(what) + std::string(what).size() + 2;
+    return std::stoi(svg.substr(at, svg.find('"', at) - at));
+  };
+  CHECK(size(titled, "width") > size(plain, "width"));
+  CHECK(size(titled, "height") >= size(plain, "height"));  // here the colour bar is the taller part
+}
+
 TEST_CASE("heatmap SVG: a value that rounds to zero is printed without a sign") {
   Heatmap h;
   h.rows = 1, h.cols = 2;

@@ -55,6 +55,8 @@ plot::Heatmap attention_heatmap(const std::vector<std::string>& src_tokens, cons
   h.row_labels.push_back("<eos>");
   h.row_labels.resize(h.rows, "");
   h.title = energies ? title + " (energies)" : title;
+  h.x_title = "source";
+  h.y_title = "output";
   if (energies) {  // pre-softmax scores: a diverging map centred at 0
     h.diverging = true;
     h.colorbar_label = "energy";

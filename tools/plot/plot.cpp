@@ -774,7 +774,8 @@ struct HeatmapLayout {
   std::vector<float> values;
   int rows = 0, cols = 0, cell = 0;
   std::vector<std::string> row_labels, col_labels;
-  std::string title, colorbar_label;
+  std::string title, colorbar_label, x_title, y_title;
+  Point x_title_anchor, y_title_anchor;
   ColorScale scale;
   Font label_font;
   bool show_labels = true;
@@ -881,6 +882,8 @@ HeatmapLayout layout_heatmap(const Heatmap& h, std::string_view function) {
   layout.col_labels = axis_labels(h.col_labels, h.cols);
   layout.title = title_text(h.title);
   layout.colorbar_label = clean_text(h.colorbar_label, kMaxLabelChars);
+  layout.x_title = clean_text(h.x_title, kMaxLabelChars);
+  layout.y_title = clean_text(h.y_title, kMaxLabelChars);
   layout.scale = heatmap_color_scale(h);
   layout.label_font = {std::clamp(layout.cell * 0.7, 7.0, 12.0), false};
   layout.show_labels = layout.cell >= 7;
@@ -889,9 +892,13 @@ HeatmapLayout layout_heatmap(const Heatmap& h, std::string_view function) {
   layout.matrix = {0, 0, double(h.cols * layout.cell), double(h.rows * layout.cell)};
   choose_value_font(h, layout);
 
-  const Extents labels = label_extents(layout);
+  Extents labels = label_extents(layout);
+  const double axis_title_space = font_metrics(kAxisLabelFont).line_height() + 6;
+  const double tick_labels_left = labels.left;
+  if (!layout.y_title.empty()) labels.left += axis_title_space;
   const double content_right = std::max(place_colorbar(layout), layout.matrix.w + labels.right);
-  const double content_bottom = std::max(layout.matrix.h, layout.colorbar.bottom() + 6);
+  const double content_bottom = std::max(layout.matrix.h + (layout.x_title.empty() ? 0 : axis_title_space),
+                                         layout.colorbar.bottom() + 6);
   const double title_height =
       layout.title.empty() ? 0 : font_metrics(kTitleFont).line_height() + 10;
   const double title_width = text_width(layout.title, kTitleFont);
@@ -905,6 +912,9 @@ HeatmapLayout layout_heatmap(const Heatmap& h, std::string_view function) {
   const double title_x = std::clamp(layout.matrix.x + layout.matrix.w / 2,
                                     kPadding + title_width / 2, width - kPadding - title_width / 2);
   layout.title_anchor = {title_x, kPadding};
+  layout.x_title_anchor = {layout.matrix.x + layout.matrix.w / 2, layout.matrix.bottom() + 6};
+  layout.y_title_anchor = {layout.matrix.x - tick_labels_left - axis_title_space,
+                           layout.matrix.y + layout.matrix.h / 2};
   layout.width = static_cast<int>(std::ceil(width));
   layout.height = static_cast<int>(std::ceil(dy + content_bottom + kPadding));
   return layout;
@@ -983,6 +993,10 @@ void draw_heatmap(Canvas& canvas, const HeatmapLayout& layout) {
     canvas.text(layout.title, layout.title_anchor,
                 {kTitleFont, kTextColor, HAlign::center, VAlign::top, 0});
   }
+  if (!layout.x_title.empty())
+    canvas.text(layout.x_title, layout.x_title_anchor, {kAxisLabelFont, kTextColor, HAlign::center, VAlign::top, 0});
+  if (!layout.y_title.empty())
+    canvas.text(layout.y_title, layout.y_title_anchor, {kAxisLabelFont, kTextColor, HAlign::center, VAlign::top, 90});
   draw_heatmap_cells(canvas, layout);
   draw_heatmap_values(canvas, layout);
   canvas.stroke_rect(layout.matrix, kFrameColor, 0.8);

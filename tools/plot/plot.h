@@ -19,6 +19,7 @@ struct Heatmap {
   std::vector<std::string> row_labels;  // target tokens (y axis)
   std::vector<std::string> col_labels;  // source tokens (x axis, on top)
   std::string title, colorbar_label = "weight";
+  std::string x_title, y_title;  // axis titles: x below the matrix, y left of the row labels
   bool diverging = false;     // pre-softmax energies: blue-white-red centred at 0
   bool scale_to_max = false;  // viridis spans [0, max value] instead of [0, 1]
   bool show_values = true;    // write each weight in its cell when the matrix is at most 15x15

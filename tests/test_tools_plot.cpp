@@ -238,6 +238,24 @@ TEST_CASE("heatmap SVG: axis titles, the y title left of the row labels and turn
   CHECK(size(titled, "height") >= size(plain, "height"));  // here the colour bar is the taller part
 }
 
+TEST_CASE("heatmap SVG: a long title wraps onto several lines instead of being cut") {
+  Heatmap h;
+  h.rows = 1, h.cols = 2;
+  h.values = {0.5f, 0.5f};
+  h.title = "Fünf Leute in Winterjacken und mit Helmen stehen im Schnee mit Schneemobilen im Hintergrund, "
+            "und ein Hund läuft zwischen ihnen hin und her, während die Sonne hinter den Bergen untergeht.";
+  const std::string svg = heatmap_svg(h);
+  CHECK(contains(svg, ">Fünf Leute"));
+  CHECK(contains(svg, "untergeht.</text>"));  // the end is drawn, not cut with an ellipsis
+  CHECK_FALSE(contains(svg, "\u2026</text>"));
+  size_t title_lines = 0;
+  for (size_t at = svg.find("font-weight=\"bold\""); at != std::string::npos;
+       at = svg.find("font-weight=\"bold\"", at + 1))
+    ++title_lines;
+  CHECK(title_lines >= 2);
+  CHECK(title_lines <= 4);
+}
+
 TEST_CASE("heatmap SVG: a value that rounds to zero is printed without a sign") {
   Heatmap h;
   h.rows = 1, h.cols = 2;

@@ -775,6 +775,7 @@ struct HeatmapLayout {
   int rows = 0, cols = 0, cell = 0;
   std::vector<std::string> row_labels, col_labels;
   std::string title, colorbar_label, x_title, y_title;
+  std::vector<std::string> title_lines;  // the title wrapped to the figure's width
   Point x_title_anchor, y_title_anchor;
   ColorScale scale;
   Font label_font;
@@ -872,6 +873,29 @@ void shift_layout(HeatmapLayout& layout, double dx, double dy) {
   layout.colorbar_label_anchor.x += dx, layout.colorbar_label_anchor.y += dy;
 }
 
+// Greedy word wrap of text into lines at most `width` wide (a longer single word gets its own
+// line); after kMaxTitleLines the rest is cut with an ellipsis.
+constexpr size_t kMaxTitleLines = 4;
+std::vector<std::string> wrap_words(const std::string& text, const Font& font, double width) {
+  std::vector<std::string> lines;
+  std::string line;
+  for (size_t start = 0; start < text.size();) {
+    size_t end = text.find(' ', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string word = text.substr(start, end - start);
+    start = end + 1;
+    if (word.empty()) continue;
+    if (!line.empty() && text_width(line + " " + word, font) > width) lines.push_back(line), line.clear();
+    line += (line.empty() ? "" : " ") + word;
+  }
+  if (!line.empty()) lines.push_back(line);
+  if (lines.size() > kMaxTitleLines) {
+    lines.resize(kMaxTitleLines);
+    lines.back() += " \u2026";
+  }
+  return lines;
+}
+
 HeatmapLayout layout_heatmap(const Heatmap& h, std::string_view function) {
   validate_heatmap(h, function);
   HeatmapLayout layout;
@@ -880,7 +904,7 @@ HeatmapLayout layout_heatmap(const Heatmap& h, std::string_view function) {
   layout.cell = heatmap_cell_size(h.rows, h.cols);
   layout.row_labels = axis_labels(h.row_labels, h.rows);
   layout.col_labels = axis_labels(h.col_labels, h.cols);
-  layout.title = title_text(h.title);
+  layout.title = clean_text(h.title, kMaxTitleLines * kMaxTitleChars);  // wrapped below, not cut
   layout.colorbar_label = clean_text(h.colorbar_label, kMaxLabelChars);
   layout.x_title = clean_text(h.x_title, kMaxLabelChars);
   layout.y_title = clean_text(h.y_title, kMaxLabelChars);
@@ -899,10 +923,12 @@ HeatmapLayout layout_heatmap(const Heatmap& h, std::string_view function) {
   const double content_right = std::max(place_colorbar(layout), layout.matrix.w + labels.right);
   const double content_bottom = std::max(layout.matrix.h + (layout.x_title.empty() ? 0 : axis_title_space),
                                          layout.colorbar.bottom() + 6);
-  const double title_height =
-      layout.title.empty() ? 0 : font_metrics(kTitleFont).line_height() + 10;
-  const double title_width = text_width(layout.title, kTitleFont);
   const double content_width = labels.left + content_right;
+  layout.title_lines = wrap_words(layout.title, kTitleFont, std::max(content_width, 520.0));
+  const double title_height =
+      layout.title_lines.empty() ? 0 : layout.title_lines.size() * font_metrics(kTitleFont).line_height() + 10;
+  double title_width = 0;
+  for (const std::string& line : layout.title_lines) title_width = std::max(title_width, text_width(line, kTitleFont));
   const double width = std::max(content_width, title_width) + 2 * kPadding;
   // Centre the title over the matrix unless that would push it off the figure.
   const double dx =
@@ -989,9 +1015,9 @@ void draw_colorbar(Canvas& canvas, const HeatmapLayout& layout) {
 }
 
 void draw_heatmap(Canvas& canvas, const HeatmapLayout& layout) {
-  if (!layout.title.empty()) {
-    canvas.text(layout.title, layout.title_anchor,
-                {kTitleFont, kTextColor, HAlign::center, VAlign::top, 0});
+  for (size_t i = 0; i < layout.title_lines.size(); ++i) {
+    const Point anchor{layout.title_anchor.x, layout.title_anchor.y + i * font_metrics(kTitleFont).line_height()};
+    canvas.text(layout.title_lines[i], anchor, {kTitleFont, kTextColor, HAlign::center, VAlign::top, 0});
   }
   if (!layout.x_title.empty())
     canvas.text(layout.x_title, layout.x_title_anchor, {kAxisLabelFont, kTextColor, HAlign::center, VAlign::top, 0});

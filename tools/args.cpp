@@ -125,8 +125,8 @@ int64_t Args::get_int(const std::string& name, int64_t min, int64_t max) const {
   std::string s = get(name);
   int64_t v = 0;
   auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  SG_CHECK_USAGE(ec == std::errc() || ec == std::errc::result_out_of_range, "--{} expects an integer, got '{}'", name, s);
-  SG_CHECK_USAGE(end == s.data() + s.size(), "--{} expects an integer, got '{}'", name, s);
+  const bool parsed = ec == std::errc() || ec == std::errc::result_out_of_range;  // out of range: checked below
+  SG_CHECK_USAGE(parsed && end == s.data() + s.size(), "--{} expects an integer, got '{}'", name, s);
   bool in_range = ec == std::errc() && v >= min && v <= max;
   constexpr int64_t kLowest = std::numeric_limits<int64_t>::min(), kHighest = std::numeric_limits<int64_t>::max();
   SG_CHECK_USAGE(in_range || max != kHighest, "--{} must be >= {}, got {}", name, min, s);

@@ -42,7 +42,9 @@ void print_metrics(const std::filesystem::path& run_dir) {
   for (std::string line; std::getline(in, line);) {
     nlohmann::json m = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (!m.is_object() || !m.contains("epoch")) continue;  // a torn last line of a killed run
-    auto number = [&](const char* key) { return m.value(key, nlohmann::json()).is_number() ? m[key].get<double>() : NAN; };
+    auto number = [&](const char* key) {
+      return m.contains(key) && m[key].is_number() ? m[key].get<double>() : NAN;  // null when not finite
+    };
     fmt::print("  {:>5} {:>10.3f} {:>10.3f} {:>9.2f} {:>10.2f} {:>8.0f}\n", m["epoch"].dump(), number("train_loss"),
                number("valid_loss"), number("valid_ppl"), number("valid_bleu"), number("seconds"));
   }

@@ -220,7 +220,8 @@ int train_main(int argc, char** argv) {
                 last_path);
     resumed = models::read_checkpoint(last_path);
     check_resume_flags(args, resumed->info.config, last_path);
-    config = checking_flags([&] { return apply_flags(resumed->info.config, args); });  // only --epochs and --data-dir can change here
+    // only --epochs and --data-dir can change here
+    config = checking_flags([&] { return apply_flags(resumed->info.config, args); });
   } else {
     config = checking_flags([&] { return apply_flags(models::preset(args.get("preset")), args); });
   }

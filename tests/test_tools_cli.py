@@ -712,20 +712,19 @@ class TranslateStream(Base):
 
     def test_lines_are_answered_before_stdin_ends(self):
         # an interactive user (or a coprocess) gets each translation before sending the next line
-        proc = subprocess.Popen([SEQGRAD, "translate", "--checkpoint", self.ckpt, "--threads", "1"],
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            for sentence in ["ein mann .", "ein hund ."]:
-                proc.stdin.write(sentence + "\n")
-                proc.stdin.flush()
-                ready, _, _ = select.select([proc.stdout], [], [], 60)
-                self.assertTrue(ready, f"no translation of '{sentence}' while stdin is still open")
-                self.assertTrue(proc.stdout.readline().strip())
-            proc.stdin.close()
-            self.assertEqual(proc.wait(timeout=60), 0)
-        finally:
-            proc.kill()
-            proc.wait()
+        with subprocess.Popen([SEQGRAD, "translate", "--checkpoint", self.ckpt, "--threads", "1"], text=True,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL) as proc:
+            try:
+                for sentence in ["ein mann .", "ein hund ."]:
+                    proc.stdin.write(sentence + "\n")
+                    proc.stdin.flush()
+                    ready, _, _ = select.select([proc.stdout], [], [], 60)
+                    self.assertTrue(ready, f"no translation of '{sentence}' while stdin is still open")
+                    self.assertTrue(proc.stdout.readline().strip())
+                proc.stdin.close()
+                self.assertEqual(proc.wait(timeout=60), 0)
+            finally:
+                proc.kill()
 
     def test_nbest(self):
         p = self.translate("--beam", "4", "--nbest", "3", "ein mann .", "zwei hunde .")

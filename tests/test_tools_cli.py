@@ -627,6 +627,12 @@ class Compare(Base):
             html = f.read()
         self.assertIn("<table>", html)
         self.assertIn("Time per step", html)
+        # the same validation sentences under each kind, side by side
+        section = html[html.index("Attention on validation sentence 1, 256 pairs"):]
+        section = section[:section.index("</section>")]
+        self.assertIn("additive (256 pairs)", section)
+        self.assertIn("scaled_dot (256 pairs)", section)
+        self.assertEqual(section.count("<svg"), 2)
 
     def test_bad_input(self):
         for args, pattern in [(["--kinds", "cosine"], r"attention kind 'cosine'"),

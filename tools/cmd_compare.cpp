@@ -150,8 +150,11 @@ struct Run {
   double ms_per_step = 0;   // mean step time during training, first step excluded (see Timing)
   std::string stopped;      // why the run stopped early (non-finite loss), else empty
   std::vector<EpochResult> epochs;
+  std::vector<std::string> sample_heatmaps;  // SVG attention of the first validation sentences, last epoch
   const EpochResult& last() const { return epochs.back(); }
 };
+
+constexpr size_t kSampleSentences = 2;  // the report shows their attention side by side for each kind
 
 std::string pairs_label(int64_t n) { return n % 1000 == 0 ? fmt::format("{}k", n / 1000) : fmt::format("{}", n); }
 
@@ -214,6 +217,7 @@ Run run_one(TrainConfig c, AttentionKind kind, const models::Corpora& data, int6
 
   double timed_seconds = 0;
   int64_t timed_steps = 0;
+  std::vector<models::Hypothesis> samples;  // the last epoch's validation translations
   for (int64_t epoch = 0; epoch < c.epochs && run.stopped.empty(); ++epoch) {
     model.train();
     auto start = Clock::now();
@@ -245,11 +249,16 @@ Run run_one(TrainConfig c, AttentionKind kind, const models::Corpora& data, int6
     e.valid_bleu = val.bleu;
     e.sharpness = attention_sharpness(model, d.valid);
     run.epochs.push_back(e);
+    samples = std::move(val.hypotheses);
     if (!quiet)
       fmt::print(stderr, "[{} {} pairs] epoch {}/{}: train loss {:.3f}, valid loss {:.3f}, BLEU {:.2f}, entropy {:.3f} "
                  "({:.2f} of uniform), {:.0f} s\n", run.kind, train_pairs, e.epoch, c.epochs, e.train_loss,
                  e.valid_loss, e.valid_bleu, e.sharpness.entropy, e.sharpness.normalized, e.seconds);
   }
+  for (size_t i = 0; i < std::min(kSampleSentences, samples.size()); ++i)
+    run.sample_heatmaps.push_back(plot::heatmap_svg(attention_heatmap(
+        marked_unknown(valid_pairs[i].src, d.src_vocab), d.tgt_vocab.decode(samples[i].tokens), samples[i].attention,
+        fmt::format("{} ({} pairs)", run.kind, pairs_label(train_pairs)), false)));
   if (timed_steps > 0) run.ms_per_step = 1000 * timed_seconds / timed_steps;
   if (!run.stopped.empty()) fmt::print(stderr, "[{} {} pairs] stopped: {}\n", run.kind, train_pairs, run.stopped);
   return run;
@@ -532,6 +541,14 @@ int compare_main(int argc, char** argv) {
                         fmt::format("Lower is sharper. Uniform attention over each validation source would have a "
                                     "mean entropy of {:.3f} nats.", uniform),
                         plot::bar_chart_svg(sharp)});
+  }
+  for (size_t i = 0; i < kSampleSentences; ++i) {  // the same sentence under each kind, side by side
+    plot::ReportSection section{fmt::format("Attention on validation sentence {}, {} pairs", i + 1,
+                                            pairs_label(subsets.back())), "", ""};
+    for (const Run& r : runs)
+      if (r.train_pairs == subsets.back() && i < r.sample_heatmaps.size()) section.svg += r.sample_heatmaps[i];
+    if (i < valid_pairs.size()) section.html_text = text::detokenize(valid_pairs[i].src);
+    if (!section.svg.empty()) sections.push_back(section);
   }
   std::string report_path = out_dir + "/report.html";
   plot::write_html_report(report_path, "seqgrad compare: attention kinds", sections);

@@ -2,7 +2,8 @@
 """The side-by-side table of bench/run.sh: reads the JSON lines written by `seqgrad bench --json` and
 bench/torch_bench.py --json, takes for each (implementation, workload) the median over rounds of
 each round's median, and prints a Markdown table with the speedups against the faster PyTorch
-configuration, then the issue's targets. Exits 1 when a workload lacks a seqgrad or a PyTorch
+configuration (and, for the decoding workloads, onnxruntime's time on the exported model), then
+the issue's targets. Exits 1 when a workload lacks a seqgrad or a PyTorch
 result (the CI smoke, bench/run.sh --quick, relies on this; it asserts no timings).
 
 Usage: compare.py RESULTS.jsonl
@@ -51,8 +52,8 @@ def main():
         return f"{v:.3g}" if abs(v) < 100 else f"{v:.0f}"
 
     roof = value("seqgrad", "sgemm")
-    print("| workload | unit | seqgrad | PyTorch | PyTorch (passive wait) | seqgrad vs best PyTorch | notes |")
-    print("|---|---|---:|---:|---:|---:|---|")
+    print("| workload | unit | seqgrad | PyTorch | PyTorch (passive wait) | seqgrad vs best PyTorch | onnxruntime | notes |")
+    print("|---|---|---:|---:|---:|---:|---:|---|")
     speedups = {}
     for w in order:
         unit = next(r["unit"] for (i, ww), rs in rows.items() if ww == w for r in rs)
@@ -78,12 +79,15 @@ def main():
             t = value("seqgrad", w, "tokens")
             if t is not None:
                 notes.append(f"{t:.0f} tokens")
+            t_ort = value("onnxruntime", w, "tokens")
+            if t_ort is not None and t_ort != t:
+                notes.append(f"onnxruntime: {t_ort:.0f} tokens")
         spread = rows.get(("seqgrad", w))
         if spread:
             r = spread[len(spread) // 2]
             notes.append(f"seqgrad p10–p90 {fmt(r['p10'])}–{fmt(r['p90'])}")
         print(f"| {w} | {unit} | {fmt(sg)} | {fmt(value('pytorch', w))} | {fmt(value('pytorch-passive', w))} | "
-              f"{'–' if ratio is None else f'{ratio:.2f}x'} | {'; '.join(notes)} |")
+              f"{'–' if ratio is None else f'{ratio:.2f}x'} | {fmt(value('onnxruntime', w))} | {'; '.join(notes)} |")
     incomplete = [w for w in order if value("seqgrad", w) is None or all(value(i, w) is None for i in IMPLS[1:])]
     if loads:
         print(f"\nload average during the runs: median {statistics.median(loads):.1f}, "

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # seqgrad vs PyTorch, side by side: runs `seqgrad bench` and bench/torch_bench.py alternately, one
 # workload at a time and for several rounds (the order flips every round), then prints the table
-# (bench/compare.py). PyTorch runs twice per workload: with its defaults, and with
-# OMP_WAIT_POLICY=passive, which is much faster for it on a loaded machine; ratios are taken
-# against the faster of the two.
+# (bench/compare.py). The decoding workloads (greedy_*, beam5_*) also run in onnxruntime (CPU
+# provider, same threads; bench/ort_bench.py) on the same weights exported by `seqgrad export`, when
+# the build has ONNX support and /usr/bin/python3 has onnxruntime. PyTorch runs twice per workload:
+# with its defaults, and with OMP_WAIT_POLICY=passive, which is much faster for it on a loaded
+# machine; ratios are taken against the faster of the two.
 #
 #   bench/run.sh [--quick] [--rounds N] [--threads N] [--repeats N] [WORKLOAD ...]
 #
@@ -41,6 +43,13 @@ results="$out/results.jsonl"
 : > "$results"
 
 "$seqgrad" bench --export "$out/data" >/dev/null
+# onnxruntime's side: the same initial weights, exported to ONNX (skipped without ONNX support)
+have_ort=0
+if $python -c 'import onnxruntime' 2>/dev/null &&
+   "$seqgrad" export --bench-data "$out/data/seed" --out "$out/data/onnx_seed" >/dev/null 2>&1 &&
+   "$seqgrad" export --bench-data "$out/data/d2l" --out "$out/data/onnx_d2l" >/dev/null 2>&1; then
+  have_ort=1
+fi
 if [ ${#workloads[@]} -eq 0 ]; then mapfile -t workloads < <("$seqgrad" bench --list); fi
 
 {
@@ -55,6 +64,10 @@ run_torch() { $python bench/torch_bench.py --data "$out/data" --threads "$thread
                 --json "$results" "$1" | tail -n +2; }
 run_torch_passive() { OMP_WAIT_POLICY=passive $python bench/torch_bench.py --data "$out/data" --threads "$threads" \
                         "${quick[@]}" "${repeats[@]}" --json "$results" --label pytorch-passive "$1" | tail -n +2; }
+run_ort() { case "$1" in greedy_*|beam5_*) ((have_ort)) || return 0
+  echo "onnxruntime    $($python bench/ort_bench.py --data "$out/data" --onnx "$out/data/onnx_{preset}" \
+                           --threads "$threads" "${quick[@]}" "${repeats[@]}" --json "$results" "$1" | tail -n +2)" ;;
+  esac; }
 
 for ((r = 1; r <= rounds; ++r)); do
   echo "== round $r/$rounds (load average $(cut -d' ' -f1-3 /proc/loadavg))"
@@ -63,7 +76,9 @@ for ((r = 1; r <= rounds; ++r)); do
       echo "seqgrad        $(run_seqgrad "$w")"
       echo "pytorch        $(run_torch "$w")"
       echo "pytorch-passive $(run_torch_passive "$w")"
+      run_ort "$w"
     else
+      run_ort "$w"
       echo "pytorch-passive $(run_torch_passive "$w")"
       echo "pytorch        $(run_torch "$w")"
       echo "seqgrad        $(run_seqgrad "$w")"

@@ -7,7 +7,8 @@ build=${1:-build}
 shift || true
 
 debian_packages=(g++ meson ninja-build pkg-config libopenblas-dev libopenblas0-openmp libfmt-dev
-                 doctest-dev nlohmann-json3-dev libcairo2-dev python3-torch python3-numpy python3-pip)
+                 doctest-dev nlohmann-json3-dev libcairo2-dev python3-torch python3-numpy python3-pip
+                 libonnx-dev libprotobuf-dev)
 missing=()
 for p in "${debian_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -18,11 +19,17 @@ if ((${#missing[@]})); then
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-# Python packages the parity tests compare against (not packaged by Debian 12).
-for mod in safetensors sacrebleu; do
+# Python packages the parity tests compare against (not packaged by Debian 12); onnxruntime and
+# onnx check `seqgrad export`. "numpy<2": Debian's torch 1.13 cannot exchange arrays with numpy 2,
+# which the newest onnx would pull in (through ml_dtypes).
+for mod in safetensors sacrebleu onnxruntime onnx; do
   /usr/bin/python3 -c "import $mod" 2>/dev/null ||
-    /usr/bin/python3 -m pip install -q --break-system-packages "$mod" >/dev/null
+    /usr/bin/python3 -m pip install -q --break-system-packages "$mod" "numpy<2" >/dev/null
 done
+# ... and where an earlier install brought numpy 2 (torch.from_numpy then says "Numpy is not
+# available"), go back to numpy 1.x and the ml_dtypes that supports it.
+/usr/bin/python3 -c "import numpy, sys; sys.exit(int(numpy.__version__.split('.')[0]) >= 2)" ||
+  /usr/bin/python3 -m pip install -q --break-system-packages "numpy<2" "ml_dtypes<0.6" >/dev/null
 
 if [ ! -f "$build/build.ninja" ]; then
   meson setup "$build" --buildtype=release "$@" >/dev/null

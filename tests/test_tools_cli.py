@@ -431,14 +431,6 @@ class Resume(Base):
         self.assertOk(p)
         self.assertEqual([m["epoch"] for m in read_metrics(os.path.join(out, "metrics.jsonl"))], [1, 2, 3])
 
-    def test_a_new_run_replaces_old_metrics(self):
-        out = self.out("again")
-        shutil.copytree(trained_checkpoint(), out)
-        p = run("train", *TINY, "--subset", "64", "--epochs", "1", "--data-dir", DATA, "--out", out)
-        self.assertOk(p)
-        self.assertIn("note: starting a new run", p.stdout)
-        self.assertEqual([m["epoch"] for m in read_metrics(os.path.join(out, "metrics.jsonl"))], [1])
-
 
 # ---- non-finite loss ----------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@
 #include <ctime>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -19,15 +20,16 @@
 #include <nlohmann/json.hpp>
 
 #include "core/blas.h"
+#include "core/fileio.h"
 #include "core/rng.h"
 #include "core/serialize.h"
 #include "core/threads.h"
 #include "ops/cpu/kernels.h"
 #include "models/seq2seq/decode.h"
-#include "models/seq2seq/pipeline.h"
-#include "optim/optim.h"
+#include "models/seq2seq/trainer.h"
 #include "tools/args.h"
 #include "tools/commands.h"
+#include "tools/train_flags.h"
 
 namespace seqgrad::tools {
 namespace {
@@ -93,7 +95,7 @@ struct Reporter {
                         {"n", s.n},          {"threads", threads},   {"load", load_average()}};
     for (const auto& [k, v] : extra) j[k] = v;
     if (!note.empty()) j["note"] = note;
-    std::ofstream(json_path, std::ios::app) << j.dump() << "\n";
+    append_line(json_path, j.dump());  // an IOError naming the file if it cannot be written
   }
 };
 
@@ -157,6 +159,7 @@ double seq2seq_gemm_flops(const models::Seq2SeqConfig& c, int64_t B, int64_t S, 
 
 struct PresetData {
   models::TrainConfig config;
+  text::Vocab src_vocab, tgt_vocab;
   std::vector<models::TensorBatch> batches;
   std::vector<double> flops;         // per batch
   std::vector<int64_t> decode_src;   // one test sentence's source ids (with <eos>)
@@ -169,12 +172,12 @@ PresetData load_preset(const std::string& name, const std::string& data_dir) {
   d.config = models::preset(name);
   d.config.data_dir = data_dir;
   models::Corpora corpora = models::load_corpora(d.config);
-  text::Vocab src_vocab = text::Vocab::build(text::source_side(corpora.train), {.min_freq = d.config.min_freq});
-  text::Vocab tgt_vocab = text::Vocab::build(text::target_side(corpora.train), {.min_freq = d.config.min_freq});
-  d.config.model.src_vocab = src_vocab.size();
-  d.config.model.tgt_vocab = tgt_vocab.size();
+  d.src_vocab = text::Vocab::build(text::source_side(corpora.train), {.min_freq = d.config.min_freq});
+  d.tgt_vocab = text::Vocab::build(text::target_side(corpora.train), {.min_freq = d.config.min_freq});
+  d.config.model.src_vocab = d.src_vocab.size();
+  d.config.model.tgt_vocab = d.tgt_vocab.size();
   text::EncodeOptions truncate{.max_src_tokens = d.config.max_tokens, .max_tgt_tokens = d.config.max_tokens};
-  text::EncodedCorpus train = text::encode_pairs(corpora.train, src_vocab, tgt_vocab, truncate);
+  text::EncodedCorpus train = text::encode_pairs(corpora.train, d.src_vocab, d.tgt_vocab, truncate);
   std::vector<text::Batch> batches =
       text::make_batches(train.pairs, {.batch_size = d.config.batch_size, .seed = d.config.seed, .drop_last = true});
   SG_CHECK(static_cast<int>(batches.size()) >= kBatches, "bench: preset {} gives only {} batches", name, batches.size());
@@ -183,7 +186,7 @@ PresetData load_preset(const std::string& name, const std::string& data_dir) {
     d.flops.push_back(seq2seq_gemm_flops(d.config.model, batches[i].batch, batches[i].src_len_max,
                                          batches[i].tgt_len_max));
   }
-  d.decode_src = models::encode_sentence(src_vocab, corpora.test.at(0).src, d.config.max_tokens);
+  d.decode_src = models::encode_sentence(d.src_vocab, corpora.test.at(0).src, d.config.max_tokens);
   return d;
 }
 
@@ -194,48 +197,20 @@ std::unique_ptr<models::Seq2Seq> make_model(const PresetData& d) {
   return model;
 }
 
-struct Trainer {
-  models::Seq2Seq& model;
-  optim::Adam optimizer;
-  nn::CrossEntropyOptions loss_options;
-  double clip;
-
-  Trainer(models::Seq2Seq& m, const models::TrainConfig& c)
-      : model(m),
-        optimizer(m.parameters(), {.lr = c.lr}),
-        loss_options{.label_smoothing = c.label_smoothing, .ignore_index = text::Vocab::kPad},
-        clip(c.clip) {
-    model.train();
-  }
-
-  // forward, loss, backward, clip, Adam: one step of `seqgrad train`
-  double step(const models::TensorBatch& b) {
-    Tensor logits = model(b.src, b.src_lengths, b.tgt_in);  // (B, T, V)
-    Tensor loss = nn::cross_entropy(logits.reshape({-1, logits.size(-1)}), b.tgt_out.reshape({-1}), loss_options);
-    double value = loss.item();
-    optimizer.zero_grad();
-    loss.backward();
-    optim::clip_grad_norm_(model.parameters(), clip);
-    optimizer.step();
-    return value;
-  }
-};
-
 void bench_step(const std::string& preset, const Plan& plan, const Reporter& out) {
   PresetData d = load_preset(preset, plan.data_dir);
-  auto model = make_model(d);
-  Trainer trainer(*model, d.config);
+  models::Trainer trainer(d.config, d.src_vocab, d.tgt_vocab);
   int64_t tokens = 0;
   double flops = 0;
   for (int i = 0; i < kBatches; ++i) tokens += d.batches[i].target_tokens, flops += d.flops[i];
   for (int w = 0; w < plan.warmup; ++w)
-    for (const auto& b : d.batches) trainer.step(b);
+    for (const auto& b : d.batches) trainer.train_step(b);
   std::vector<double> per_step, cpu_per_step;
   double loss = 0;
   for (int r = 0; r < plan.repeats; ++r) {
     auto t0 = Clock::now();
     double c0 = process_cpu_seconds();
-    for (const auto& b : d.batches) loss = trainer.step(b);
+    for (const auto& b : d.batches) loss = trainer.train_step(b).loss;
     per_step.push_back(seconds_since(t0) / kBatches);
     cpu_per_step.push_back((process_cpu_seconds() - c0) / kBatches);
   }
@@ -261,12 +236,11 @@ int64_t status_kb(const char* key) {
 
 void bench_memory(const std::string& preset, const Plan& plan, const Reporter& out) {
   PresetData d = load_preset(preset, plan.data_dir);
-  auto model = make_model(d);
-  Trainer trainer(*model, d.config);
-  for (int w = 0; w < std::max(plan.warmup, 1); ++w) trainer.step(d.batches[0]);
+  models::Trainer trainer(d.config, d.src_vocab, d.tgt_vocab);
+  for (int w = 0; w < std::max(plan.warmup, 1); ++w) trainer.train_step(d.batches[0]);
   std::ofstream("/proc/self/clear_refs") << "5";
   int64_t before = status_kb("VmRSS:");
-  trainer.step(d.batches[0]);
+  trainer.train_step(d.batches[0]);
   int64_t peak = status_kb("VmHWM:");
   Stats s = stats_of({static_cast<double>(peak) / 1024.0});
   out.report("memory_" + preset, "MB peak", s,
@@ -466,7 +440,7 @@ int bench_main(int argc, char** argv) {
     for (const std::string& w : kWorkloads) fmt::print("{}\n", w);
     return 0;
   }
-  if (args.has("threads")) set_num_threads(args.get_threads());
+  apply_threads_flag(args);
   Plan plan;
   plan.data_dir = args.get("data-dir");
   plan.repeats = args.get_int32("repeats", 1);
@@ -479,6 +453,13 @@ int bench_main(int argc, char** argv) {
     return 0;
   }
   Reporter out{args.has("json") ? args.get("json") : "", get_num_threads()};
+  if (!out.json_path.empty()) {  // fail now, not after the first workload's minutes
+    std::filesystem::path dir = std::filesystem::path(out.json_path).parent_path();
+    SG_CHECK_IO(dir.empty() || std::filesystem::is_directory(dir), "bench --json {}: the folder {} does not exist",
+                out.json_path, dir.string());
+    SG_CHECK_IO(!std::filesystem::is_directory(out.json_path), "bench --json {}: is a folder, not a file",
+                out.json_path);
+  }
   fmt::print("seqgrad bench: {} threads, BLAS {}, CPU kernels {}, load average {:.2f}\n", get_num_threads(),
              blas::describe(), cpu::kernel_isa(), load_average());
   std::vector<std::string> workloads = args.positionals().empty() ? kWorkloads : args.positionals();

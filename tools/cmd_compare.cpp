@@ -17,14 +17,13 @@
 #include <nlohmann/json.hpp>
 
 #include "core/fileio.h"
-#include "core/rng.h"
 #include "core/threads.h"
-#include "models/seq2seq/pipeline.h"
-#include "optim/optim.h"
+#include "models/seq2seq/trainer.h"
 #include "tools/args.h"
 #include "tools/commands.h"
 #include "tools/plot/plot.h"
 #include "tools/translator.h"
+#include "tools/train_flags.h"
 
 namespace seqgrad::tools {
 namespace {
@@ -69,28 +68,12 @@ std::vector<std::string> split_list(const std::string& s) {
 // One colour per attention kind in every chart of the report (the plot palette's index).
 int kind_color(const std::string& kind) { return static_cast<int>(models::parse_attention_kind(kind)); }
 
+// The preset with compare's flags applied; validated by the same function as `seqgrad train`'s.
 TrainConfig base_config(const Args& a) {
   TrainConfig c = models::preset(a.get("preset"));
-  if (a.has("src")) c.src_lang = a.get("src");
-  if (a.has("tgt")) c.tgt_lang = a.get("tgt");
-  c.data_dir = a.get("data-dir");
-  c.epochs = a.get_int("epochs");
-  if (a.has("batch-size")) c.batch_size = a.get_int("batch-size");
-  if (a.has("lr")) c.lr = a.get_double("lr");
-  if (a.has("embed")) c.model.embed_size = a.get_int("embed");
-  if (a.has("hidden")) c.model.hidden_size = a.get_int("hidden");
-  if (a.has("layers")) c.model.num_layers = a.get_int("layers");
-  if (a.has("dropout")) c.model.dropout = a.get_double("dropout");
-  if (a.has("max-tokens")) c.max_tokens = a.get_int("max-tokens");
-  SG_CHECK_VALUE(a.get_int("seed") >= 0, "--seed must be >= 0, got {}", a.get_int("seed"));
-  c.seed = static_cast<uint64_t>(a.get_int("seed"));
+  c.epochs = a.get_int("epochs");  // compare's own default (2), not the preset's
+  c = apply_config_flags(c, a);
   c.train_subset = 0;
-  SG_CHECK_USAGE(c.epochs >= 1, "--epochs must be >= 1, got {}", c.epochs);
-  SG_CHECK_USAGE(c.batch_size >= 1, "--batch-size must be >= 1, got {}", c.batch_size);
-  SG_CHECK_USAGE(c.lr > 0 && std::isfinite(c.lr), "--lr must be a positive number, got {}", c.lr);
-  SG_CHECK_USAGE(c.max_tokens >= 1, "--max-tokens must be >= 1, got {}", c.max_tokens);
-  c.model.src_vocab = c.model.tgt_vocab = 5;  // placeholders: only the other fields are checked here
-  c.model.validate();
   return c;
 }
 
@@ -183,21 +166,6 @@ Prepared prepare(TrainConfig& c, const models::Corpora& data, int64_t train_pair
   return p;
 }
 
-// One training step as `seqgrad train` takes it: forward, label-smoothed loss, backward, clip,
-// Adam. Returns the loss; a non-finite loss skips the update.
-double train_step(models::Seq2Seq& model, optim::Adam& optimizer, const models::TensorBatch& b, const TrainConfig& c) {
-  Tensor logits = model(b.src, b.src_lengths, b.tgt_in);  // (B, T, V)
-  Tensor loss = nn::cross_entropy(logits.reshape({-1, logits.size(-1)}), b.tgt_out.reshape({-1}),
-                                  {.label_smoothing = c.label_smoothing, .ignore_index = text::Vocab::kPad});
-  double value = loss.item();
-  if (!std::isfinite(value)) return value;
-  optimizer.zero_grad();
-  loss.backward();
-  optim::clip_grad_norm_(model.parameters(), c.clip);
-  optimizer.step();
-  return value;
-}
-
 // Trains one attention kind on the first `train_pairs` pairs and evaluates it after every epoch.
 Run run_one(TrainConfig c, AttentionKind kind, const models::Corpora& data, int64_t train_pairs,
             const std::vector<text::TokenizedPair>& valid_pairs, bool quiet) {
@@ -208,46 +176,33 @@ Run run_one(TrainConfig c, AttentionKind kind, const models::Corpora& data, int6
   run.train_pairs = train_pairs;
   run.src_vocab = d.src_vocab.size(), run.tgt_vocab = d.tgt_vocab.size();
 
-  manual_seed(c.seed);  // the same initialisation stream and dropout masks for every run
-  models::Seq2Seq model(c.model);
-  models::init_xavier(model);
-  run.parameters = model.num_parameters();
-  optim::Adam optimizer(model.parameters(), {.lr = c.lr});
-  optim::StepLR scheduler(optimizer, {.step_size = c.step_size, .gamma = c.gamma});
+  models::Trainer trainer(c, d.src_vocab, d.tgt_vocab);  // seeded: the same initial weights and dropout masks
+  run.parameters = trainer.model().num_parameters();
 
-  double timed_seconds = 0;
+  double timed_seconds = 0;  // the first step (warm-up) excluded
   int64_t timed_steps = 0;
   std::vector<models::Hypothesis> samples;  // the last epoch's validation translations
-  for (int64_t epoch = 0; epoch < c.epochs && run.stopped.empty(); ++epoch) {
-    model.train();
-    auto start = Clock::now();
-    double loss_sum = 0;
-    int64_t tokens = 0;
-    for (const text::Batch& batch : text::make_batches(d.train.pairs, {.batch_size = c.batch_size,
-                                                                       .seed = c.seed + uint64_t(epoch)})) {
-      auto step_start = Clock::now();
-      models::TensorBatch b = models::to_tensors(batch);
-      double value = train_step(model, optimizer, b, c);
-      if (!std::isfinite(value)) {
-        run.stopped = fmt::format("loss {} at epoch {} step {}", value, epoch + 1, run.steps + 1);
-        break;
-      }
-      double step_seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
-      if (run.steps > 0) timed_seconds += step_seconds, ++timed_steps;
-      ++run.steps;
-      loss_sum += value * b.target_tokens, tokens += b.target_tokens;
+  auto count_step = [&](const models::StepResult& r) {
+    if (run.steps > 0) timed_seconds += r.seconds, ++timed_steps;
+    ++run.steps;
+    return true;
+  };
+  while (trainer.state().epoch < c.epochs) {
+    models::EpochResult result;
+    try {
+      result = trainer.train_epoch(d.train, count_step);
+    } catch (const models::DivergenceError& e) {
+      run.stopped = e.what();
+      break;
     }
-    if (!run.stopped.empty()) break;
-    scheduler.step();
     EpochResult e;
-    e.epoch = epoch + 1;
-    e.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    e.train_loss = tokens ? loss_sum / tokens : 0;
-    Evaluation val = evaluate(model, d.valid, d.tgt_vocab, valid_pairs,
-                              {.max_len = 2 * c.max_tokens + 10, .beam_size = 1});
+    e.epoch = trainer.state().epoch;
+    e.seconds = result.seconds;
+    e.train_loss = result.loss;
+    models::Evaluation val = trainer.evaluate(d.valid, valid_pairs, {.max_len = 2 * c.max_tokens + 10, .beam_size = 1});
     e.valid_loss = val.loss;
     e.valid_bleu = val.bleu;
-    e.sharpness = attention_sharpness(model, d.valid);
+    e.sharpness = attention_sharpness(trainer.model(), d.valid);
     run.epochs.push_back(e);
     samples = std::move(val.hypotheses);
     if (!quiet)
@@ -279,26 +234,23 @@ std::vector<Timing> time_steps(TrainConfig c, const std::vector<AttentionKind>& 
   Prepared d = prepare(c, data, train_pairs, valid_pairs);
   std::vector<text::Batch> batches = text::make_batches(d.train.pairs, {.batch_size = c.batch_size, .seed = c.seed});
   struct Timed {
-    std::unique_ptr<models::Seq2Seq> model;
-    std::unique_ptr<optim::Adam> optimizer;
+    std::unique_ptr<models::Trainer> trainer;
     std::vector<double> seconds;
     int64_t tokens = 0;
   };
   std::vector<Timed> timed;
   for (AttentionKind kind : kinds) {
     c.model.attention = kind;
-    manual_seed(c.seed);
-    Timed t;
-    t.model = std::make_unique<models::Seq2Seq>(c.model);
-    models::init_xavier(*t.model);
-    t.optimizer = std::make_unique<optim::Adam>(t.model->parameters(), optim::AdamOptions{.lr = c.lr});
-    timed.push_back(std::move(t));
+    timed.push_back({std::make_unique<models::Trainer>(c, d.src_vocab, d.tgt_vocab), {}, 0});
   }
   for (int64_t round = 0; round <= steps; ++round) {
     models::TensorBatch b = models::to_tensors(batches[static_cast<size_t>(round) % batches.size()]);
     for (Timed& t : timed) {
       auto start = Clock::now();
-      train_step(*t.model, *t.optimizer, b, c);
+      try {
+        t.trainer->train_step(b);
+      } catch (const models::DivergenceError&) {  // the timing is still valid; training reported it
+      }
       double seconds = std::chrono::duration<double>(Clock::now() - start).count();
       if (round > 0) t.seconds.push_back(seconds), t.tokens += b.target_tokens;
     }
@@ -378,9 +330,7 @@ int compare_main(int argc, char** argv) {
   Args args = compare_args();
   if (!args.parse(argc, argv)) return 0;
   SG_CHECK_USAGE(args.positionals().empty(), "unexpected argument '{}'", args.positionals()[0]);
-  if (args.has("threads")) {
-    set_num_threads(args.get_threads());
-  }
+  apply_threads_flag(args);
   TrainConfig config = checking_flags([&] { return base_config(args); });
   std::vector<AttentionKind> kinds;
   for (const std::string& k : split_list(args.get("kinds")))

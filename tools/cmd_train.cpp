@@ -1,26 +1,28 @@
-// `seqgrad train`: trains the seq2seq translator. The loop below is the whole training program;
-// it reads like the seeds' PyTorch (forward, loss, backward, clip, step, schedule).
+// `seqgrad train`: trains the seq2seq translator with models::Trainer (models/seq2seq/trainer.h,
+// where the step and the epoch loop live), and adds what a command needs around it: the run folder
+// (locked, protected, resumable), Ctrl-C, progress, metrics.jsonl, best/last checkpoints and the
+// final test report.
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <limits>
+#include <memory>
+#include <optional>
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <fmt/core.h>
 
-#include "core/autocast.h"
 #include "core/device_memory.h"
 #include "core/fileio.h"
-#include "core/rng.h"
-#include "core/threads.h"
-#include "models/seq2seq/decode.h"
-#include "models/seq2seq/pipeline.h"
-#include "models/text/bleu.h"
-#include "optim/optim.h"
+#include "models/seq2seq/trainer.h"
 #include "tools/args.h"
 #include "tools/commands.h"
+#include "tools/train_flags.h"
 #include "tools/translator.h"
 
 namespace seqgrad::tools {
@@ -34,7 +36,10 @@ Args train_args() {
                   "Ctrl-C saves <out>/last.safetensors and exits (130); --resume continues from it exactly.\n"
                   "A NaN or infinite loss or gradient norm stops the run, naming the step, and saves the state\n"
                   "before that step in <out>/nan.safetensors (last.safetensors stays the last good checkpoint);\n"
-                  "with --amp fp16 an inf/NaN gradient only skips the step and halves the loss scale.");
+                  "A loss far above a uniform prediction's (4 x log of the target vocabulary size) stops it the\n"
+                  "same way: training diverged. With --amp fp16 an inf/NaN gradient only skips the step and\n"
+                  "halves the loss scale. A run folder that holds a run is refused unless --resume or --force;\n"
+                  "it is locked while a run uses it.");
   a.option("preset", "name", "hyper-parameter preset: default | seed | d2l", "default")
       .option("src", "lang", "source language (multi30k: de en fr cs; fra-eng: en fr)")
       .option("tgt", "lang", "target language")
@@ -60,8 +65,15 @@ Args train_args() {
               "mixed precision: off | bf16 | fp16: forward pass, loss and evaluations\n"
               "                             under autocast (16-bit GEMM operands, float32 weights);\n"
               "                             fp16 adds loss scaling (GradScaler)", "off")
-      .option("quiet", "", "no progress bar");
-  // Test hooks (tests/test_tools_cli.py), left out of --help:
+      .option("force", "",
+              "start a new run in an --out folder that holds one, deleting its\n"
+              "                             checkpoints and metrics")
+      .option("quiet", "",
+              "no progress on stderr (else a bar on a terminal, and a plain line per\n"
+              "                             10% of an epoch in a log)");
+  // Test hooks (tests/test_tools_cli.py, tests/test_tools_train.py), left out of --help; they live
+  // here, outside models::Trainer: --stop-after-steps in the after-step callback, --nan-at-step in
+  // a Trainer subclass (NanAtStep below).
   a.hidden_option("stop-after-steps", "n", "behave exactly like Ctrl-C once the step counter reaches n")
       .hidden_option("nan-at-step", "n", "make the loss of step n (1-based) NaN, to test the non-finite stop")
       .hidden_option("init-loss-scale", "x", "--amp fp16's initial loss scale (default 65536); a huge one forces "
@@ -93,67 +105,13 @@ const ConfigFlag kConfigFlags[] = {
     {"amp", [](const TrainConfig& c) { return c.amp; }},
 };
 
-// The GEMM precision of an --amp mode (also checks a checkpoint's value).
-GemmPrecision amp_precision(const std::string& amp) {
-  if (amp == "off") return GemmPrecision::full;
-  if (amp == "bf16") return GemmPrecision::bf16;
-  if (amp == "fp16") return GemmPrecision::f16;
-  throw ValueError(fmt::format("--amp expects off, bf16 or fp16, got '{}'", amp));
-}
-
-// `c` with the command line's flags applied, every value checked.
-TrainConfig apply_flags(TrainConfig c, const Args& a) {
-  if (a.has("src")) c.src_lang = a.get("src");
-  if (a.has("tgt")) c.tgt_lang = a.get("tgt");
-  if (a.has("data-dir")) c.data_dir = a.get("data-dir");
-  if (a.has("epochs")) c.epochs = a.get_int("epochs");
-  if (a.has("batch-size")) c.batch_size = a.get_int("batch-size");
-  if (a.has("lr")) c.lr = a.get_double("lr");
-  if (a.has("embed")) c.model.embed_size = a.get_int("embed");
-  if (a.has("hidden")) c.model.hidden_size = a.get_int("hidden");
-  if (a.has("layers")) c.model.num_layers = a.get_int("layers");
-  if (a.has("dropout")) c.model.dropout = a.get_double("dropout");
-  SG_CHECK_USAGE(c.src_lang != c.tgt_lang, "--src and --tgt are both '{}': a translator needs two languages",
-                 c.src_lang);
-  SG_CHECK_USAGE(a.get("attention") != "dot", "--attention dot: the translator's dot-product attention is scaled_dot "
-                 "(scaling by 1/sqrt(d) keeps the softmax from saturating); unscaled dot is only in `seqgrad "
-                 "attention demo --kind dot`");
-  if (a.has("attention")) c.model.attention = models::parse_attention_kind(a.get("attention"));
-  if (a.has("max-tokens")) c.max_tokens = a.get_int("max-tokens");
-  if (a.has("subset")) c.train_subset = a.get_int("subset");
-  if (a.has("label-smoothing")) c.label_smoothing = a.get_double("label-smoothing");
-  if (a.has("clip")) c.clip = a.get_double("clip");
-  if (a.has("amp")) c.amp = a.get("amp");
-  amp_precision(c.amp);
-  if (a.has("seed")) {
-    SG_CHECK_VALUE(a.get_int("seed") >= 0, "--seed must be >= 0, got {}", a.get_int("seed"));
-    c.seed = static_cast<uint64_t>(a.get_int("seed"));
-  }
-  // absolute, so that eval and resume find the data from any folder
-  c.data_dir = std::filesystem::absolute(c.data_dir).lexically_normal().string();
-  SG_CHECK_USAGE(c.epochs >= 1, "--epochs must be >= 1, got {}", c.epochs);
-  SG_CHECK_USAGE(c.batch_size >= 1, "--batch-size must be >= 1, got {}", c.batch_size);
-  SG_CHECK_USAGE(c.lr > 0, "--lr must be positive, got {}", c.lr);
-  SG_CHECK_USAGE(c.max_tokens >= 1, "--max-tokens must be >= 1, got {}", c.max_tokens);
-  SG_CHECK_USAGE(c.train_subset >= 0, "--subset must be >= 0 (0 = every pair), got {}", c.train_subset);
-  SG_CHECK_USAGE(c.label_smoothing >= 0 && c.label_smoothing < 1, "--label-smoothing must be in [0, 1), got {}",
-                 c.label_smoothing);
-  SG_CHECK_USAGE(c.clip > 0, "--clip must be positive, got {}", c.clip);
-  SG_CHECK_VALUE(c.model.embed_size >= 1 && c.model.hidden_size >= 1 && c.model.num_layers >= 1,
-                 "--embed {}, --hidden {} and --layers {} must be >= 1", c.model.embed_size,
-                 c.model.hidden_size, c.model.num_layers);
-  SG_CHECK_USAGE(c.model.dropout >= 0 && c.model.dropout < 1, "--dropout must be in [0, 1), got {}",
-                 c.model.dropout);
-  return c;
-}
-
 // A resumed run keeps its checkpoint's settings: a flag that asks for something else is an error
 // rather than silently ignored (a different vocabulary or architecture cannot load the weights).
 void check_resume_flags(const Args& a, const TrainConfig& saved, const std::string& path) {
   SG_CHECK_VALUE(!a.has("preset") || a.get("preset") == saved.preset,
                  "cannot resume: {} was trained with --preset {}, not {}; drop --preset or start a new run in "
                  "another --out folder", path, saved.preset, a.get("preset"));
-  TrainConfig requested = apply_flags(saved, a);
+  TrainConfig requested = apply_config_flags(saved, a);
   for (const ConfigFlag& f : kConfigFlags)
     SG_CHECK_VALUE(!a.has(f.name) || f.value(requested) == f.value(saved),
                    "cannot resume: {} was trained with --{} {}, not {}; a resumed run keeps its checkpoint's "
@@ -186,6 +144,129 @@ void truncate_metrics(const std::string& path, int64_t epochs) {
   write_file_atomic(path, kept);
 }
 
+// The run folder, held for the whole run: an advisory lock (flock on <out>/.lock, which holds the
+// holder's pid) so that a second training on the same folder is refused instead of interleaving
+// its metrics and checkpoints with the first's. The kernel drops the lock when the process ends,
+// even on kill -9, so a stale .lock file never blocks a later run.
+class RunFolder {
+ public:
+  explicit RunFolder(const std::string& dir) : dir_(dir) {
+    std::filesystem::create_directories(dir);
+    std::string path = dir + "/.lock";
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    SG_CHECK_IO(fd_ >= 0, "cannot open the run folder's lock file {}: {}", path, std::strerror(errno));
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      std::string holder = read_file(path);
+      ::close(fd_);
+      throw IOError(fmt::format("the run folder {} is in use by another training (pid {}); wait for it to end or "
+                                "choose another --out", dir, holder.empty() ? "unknown" : holder));
+    }
+    std::string pid = std::to_string(::getpid());
+    if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size()))
+      fmt::print(stderr, "warning: cannot write the pid into {}: {}\n", path, std::strerror(errno));
+  }
+  ~RunFolder() { ::close(fd_); }
+  RunFolder(const RunFolder&) = delete;
+  RunFolder& operator=(const RunFolder&) = delete;
+
+  // Removes the temporary files (".<name>.tmp.<pid>.<n>", core/fileio.h) that a killed run left
+  // behind; with the lock held, no live writer can own one.
+  void remove_stale_temporaries() const {
+    int removed = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(dir_)) {
+      std::string name = entry.path().filename().string();
+      if (entry.is_regular_file() && name.starts_with(".") && name.find(".tmp.") != std::string::npos)
+        removed += std::filesystem::remove(entry.path()) ? 1 : 0;
+    }
+    if (removed) fmt::print("note: removed {} temporary file(s) left in {} by an interrupted run\n", removed, dir_);
+  }
+
+ private:
+  std::string dir_;
+  int fd_ = -1;
+};
+
+// Progress on stderr: on a terminal a bar redrawn in place every 10 steps; otherwise (a log file,
+// a pipe) a plain line each time another 10% of the epoch is done. Both show the epoch's and the
+// whole run's ETA.
+class Progress {
+ public:
+  Progress(bool quiet, int64_t epochs, int64_t batches_per_epoch)
+      : quiet_(quiet), terminal_(::isatty(STDERR_FILENO) == 1), epochs_(epochs), batches_(batches_per_epoch),
+        run_start_(std::chrono::steady_clock::now()) {}
+
+  void start_epoch(int64_t epoch) {
+    epoch_ = epoch, done_ = 0, tokens_ = 0, epoch_start_ = std::chrono::steady_clock::now();
+  }
+  // After each step: `s` is the state after it, `tokens` the step's target tokens.
+  void step(const models::TrainState& s, int64_t tokens) {
+    ++done_, ++steps_, tokens_ += tokens;
+    if (quiet_) return;
+    const int64_t i = s.batch;  // batches done in this epoch
+    bool show = terminal_ ? (i - 1) % 10 == 0 || i == batches_ : i * 10 / batches_ != (i - 1) * 10 / batches_;
+    if (!show) return;
+    double epoch_elapsed = seconds_since(epoch_start_), run_elapsed = seconds_since(run_start_);
+    int64_t run_left = epochs_ * batches_ - (epoch_ * batches_ + i);
+    std::string line = fmt::format("epoch {}/{} batch {}/{} loss {:.3f} {:.0f} tok/s ETA {} (run {})", epoch_ + 1,
+                                   epochs_, i, batches_, s.epoch_loss(), static_cast<double>(tokens_) / epoch_elapsed,
+                                   duration(epoch_elapsed / done_ * (batches_ - i)),
+                                   duration(run_elapsed / steps_ * run_left));
+    fmt::print(stderr, "{}{}", terminal_ ? "\r" : "", line + (terminal_ ? "   " : "\n"));
+  }
+  void message(const std::string& text) const {
+    if (!quiet_) fmt::print(stderr, "{}{}\n", terminal_ ? "\r" : "", text);
+  }
+  // Ends the bar's line before something else is printed.
+  void end_line() const {
+    if (!quiet_ && terminal_) fmt::print(stderr, "\n");
+  }
+
+ private:
+  static double seconds_since(std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  }
+  bool quiet_, terminal_;
+  int64_t epochs_, batches_, epoch_ = 0, done_ = 0, steps_ = 0, tokens_ = 0;  // done_, tokens_: this epoch
+  std::chrono::steady_clock::time_point run_start_, epoch_start_;
+};
+
+// --nan-at-step n, a test hook (tests/test_tools_train.py): the loss of step n is multiplied by NaN
+// so that the real non-finite stop runs. Only this subclass has it; the Trainer itself has no hook.
+class NanAtStep : public models::Trainer {
+ public:
+  NanAtStep(int64_t step, TrainConfig config, text::Vocab src, text::Vocab tgt, models::TrainerOptions options)
+      : Trainer(std::move(config), std::move(src), std::move(tgt), options), step_(step) {}
+  Tensor loss(const models::TensorBatch& batch) override {
+    Tensor loss = Trainer::loss(batch);
+    return state().step + 1 == step_ ? loss * std::numeric_limits<double>::quiet_NaN() : loss;
+  }
+
+ private:
+  int64_t step_;
+};
+
+// A hidden test hook's value: absent, or an integer >= 1.
+std::optional<int64_t> hook_step(const Args& a, const char* name) {
+  if (!a.has(name)) return std::nullopt;
+  SG_CHECK_VALUE(a.get_int(name) >= 1, "--{} must be >= 1, got {}", name, a.get_int(name));
+  return a.get_int(name);
+}
+
+// A new run's folder: one that holds a run is refused unless --force deletes that run.
+void check_run_folder(const std::string& out_dir, bool force) {
+  std::string held;
+  for (const char* name : {"last.safetensors", "best.safetensors", "metrics.jsonl"})
+    if (std::filesystem::exists(out_dir + "/" + name)) held += held.empty() ? name : std::string(", ") + name;
+  SG_CHECK_VALUE(force || held.empty(),
+                 "the run folder {} already holds a run ({}); pass --resume to continue it, --force to delete it "
+                 "and start over, or choose another --out", out_dir, held);
+  // nan.safetensors alone is what a run that diverged before its first epoch leaves: a new run
+  // (with another --lr, say) replaces it without --force.
+  for (const char* name : {"last.safetensors", "best.safetensors", "metrics.jsonl", "nan.safetensors"})
+    std::filesystem::remove(out_dir + "/" + name);
+  if (!held.empty()) fmt::print("note: --force: deleted the previous run's checkpoints and metrics in {}\n", out_dir);
+}
+
 }  // namespace
 
 int train_main(int argc, char** argv) {
@@ -201,18 +282,18 @@ int train_main(int argc, char** argv) {
     }
   }();
   if (!device.is_cpu()) device_memory_for(device, "train --device");
-  if (args.has("threads")) {
-    set_num_threads(args.get_threads());
-  }
+  apply_threads_flag(args);
   const int64_t beam = args.get_int("beam");
   SG_CHECK_USAGE(beam >= 1, "--beam must be >= 1, got {}", beam);
-  const int64_t stop_after = args.has("stop-after-steps") ? args.get_int("stop-after-steps") : -1;
-  const int64_t nan_at = args.has("nan-at-step") ? args.get_int("nan-at-step") : -1;
+  const std::optional<int64_t> stop_after = hook_step(args, "stop-after-steps");
+  const std::optional<int64_t> nan_at = hook_step(args, "nan-at-step");
+  SG_CHECK_USAGE(!(args.flag("resume") && args.flag("force")), "--resume and --force exclude each other (--resume "
+                 "continues the run in --out, --force deletes it)");
   std::string out_dir = args.get("out") == "runs/<preset>" ? "runs/" + args.get("preset") : args.get("out");
   std::string last_path = out_dir + "/last.safetensors", best_path = out_dir + "/best.safetensors";
   std::string nan_path = out_dir + "/nan.safetensors", metrics_path = out_dir + "/metrics.jsonl";
 
-  // ---- data and model (a resumed run takes everything from its checkpoint)
+  // ---- the run folder, the config, the data (a resumed run takes its settings from its checkpoint)
   std::optional<models::LoadedCheckpoint> resumed;
   TrainConfig config;
   if (args.flag("resume")) {
@@ -221,11 +302,13 @@ int train_main(int argc, char** argv) {
     resumed = models::read_checkpoint(last_path);
     check_resume_flags(args, resumed->info.config, last_path);
     // only --epochs and --data-dir can change here
-    config = checking_flags([&] { return apply_flags(resumed->info.config, args); });
+    config = checking_flags([&] { return apply_config_flags(resumed->info.config, args); });
   } else {
-    config = checking_flags([&] { return apply_flags(models::preset(args.get("preset")), args); });
+    config = checking_flags([&] { return apply_config_flags(models::preset(args.get("preset")), args); });
   }
-  manual_seed(config.seed);
+  RunFolder run_folder(out_dir);  // refused here if another training holds it
+  if (!resumed) check_run_folder(out_dir, args.flag("force"));
+  run_folder.remove_stale_temporaries();
   models::Corpora data = models::load_corpora(config);
   fmt::print("data: {} {}->{}: {} train, {} valid, {} test pairs\n{}\n", config.corpus, config.src_lang,
              config.tgt_lang, data.train.size(), data.valid.size(), data.test.size(), data.report);
@@ -237,166 +320,87 @@ int train_main(int argc, char** argv) {
                  "no word of the {} training pairs occurs {} times or more, so the vocabularies hold only "
                  "the special tokens ({} and {}); train on more pairs (--subset)", data.train.size(), config.min_freq,
                  src_vocab.size(), tgt_vocab.size());
-  config.model.src_vocab = src_vocab.size();
-  config.model.tgt_vocab = tgt_vocab.size();
   text::EncodeOptions truncate{.max_src_tokens = config.max_tokens, .max_tgt_tokens = config.max_tokens};
   text::EncodedCorpus train = text::encode_pairs(data.train, src_vocab, tgt_vocab, truncate);
   text::EncodedCorpus valid = text::encode_pairs(data.valid, src_vocab, tgt_vocab, truncate);
 
-  models::Seq2Seq model(config.model);
-  models::init_xavier(model);  // on the CPU: the same weights on every device
-  model.to(device);            // before the optimizer, whose state is created next to the parameters
-  optim::Adam optimizer(model.parameters(), {.lr = config.lr});
-  optim::StepLR scheduler(optimizer, {.step_size = config.step_size, .gamma = config.gamma});
-  // --amp: the precision of the forward pass's GEMMs; fp16 scales the loss (bf16 has float32's range
-  // and needs no scaling, as in PyTorch). A disabled scaler passes everything through.
-  const GemmPrecision precision = amp_precision(config.amp);
-  optim::GradScaler scaler({.init_scale = args.has("init-loss-scale") ? args.get_double("init-loss-scale") : 65536.0,
-                            .enabled = precision == GemmPrecision::f16});
-  // The resumable position: epoch and batch to start from, steps taken, the best validation BLEU, and
-  // the current epoch's running loss, so that a resumed epoch reports the same loss.
-  nlohmann::json state = {{"epoch", 0}, {"batch", 0}, {"step", 0}, {"best_bleu", -1.0},
-                          {"epoch_loss_sum", 0.0}, {"epoch_tokens", 0}};
+  // ---- the trainer: model, Adam, StepLR, GradScaler; a resumed run restores all of them
+  models::TrainerOptions options{.device = device};
+  if (args.has("init-loss-scale")) options.init_loss_scale = args.get_double("init-loss-scale");
+  std::unique_ptr<models::Trainer> trainer =
+      nan_at ? std::make_unique<NanAtStep>(*nan_at, config, src_vocab, tgt_vocab, options)
+             : std::make_unique<models::Trainer>(config, src_vocab, tgt_vocab, options);
+  if (resumed) trainer->restore(*resumed, last_path);
+  const models::TrainState& state = trainer->state();
+  fmt::print("model: {} parameters, vocab {} -> {}, attention {}, device {}, amp {}\n",
+             trainer->model().num_parameters(), src_vocab.size(), tgt_vocab.size(),
+             models::attention_kind_name(config.model.attention), device, config.amp);
   if (resumed) {
-    models::load_weights(model, *resumed, last_path);  // CPU tensors copied onto the model's device
-    restore_training_state(*resumed, optimizer, scheduler);
-    state = resumed->info.train_state;
-    SG_CHECK_IO(state.contains("epoch") && state.contains("batch") && state.contains("step"),
-                "cannot resume: {} holds no training position (epoch, batch, step)", last_path);
-    if (scaler.is_enabled()) {
-      SG_CHECK_IO(state.contains("grad_scaler"), "cannot resume: {} holds no GradScaler state (--amp fp16)",
-                  last_path);
-      scaler.load_state_dict(state["grad_scaler"].get<std::map<std::string, double>>());
-    }
+    truncate_metrics(metrics_path, state.epoch);
+    fmt::print("resuming {} after step {} (epoch {}, batch {})\n", last_path, state.step, state.epoch + 1,
+               state.batch);
   }
-  fmt::print("model: {} parameters, vocab {} -> {}, attention {}, device {}, amp {}\n", model.num_parameters(),
-             src_vocab.size(), tgt_vocab.size(), models::attention_kind_name(config.model.attention), device,
-             config.amp);
+  std::fflush(stdout);
 
-  auto save = [&](const std::string& path) {
-    state["rng_offset"] = default_generator().offset();
-    state["optimizer"] = optimizer.state_dict().metadata;
-    state["scheduler"] = scheduler.state_dict();
-    if (scaler.is_enabled()) state["grad_scaler"] = scaler.state_dict();
-    models::save_checkpoint(path, model, {config, src_vocab, tgt_vocab, state}, training_state_tensors(optimizer, scheduler));
-  };
-  std::filesystem::create_directories(out_dir);
-  if (resumed) {
-    default_generator().set_offset(state.value("rng_offset", uint64_t{0}));
-    truncate_metrics(metrics_path, state["epoch"].get<int64_t>());
-    fmt::print("resuming {} after step {} (epoch {}, batch {})\n", last_path, state["step"].get<int64_t>(),
-               state["epoch"].get<int64_t>() + 1, state["batch"].get<int64_t>());
-  } else {
-    if (std::filesystem::exists(last_path))
-      fmt::print("note: starting a new run in {} (its checkpoints and metrics are replaced; --resume continues "
-                 "one)\n", out_dir);
-    std::filesystem::remove(metrics_path);
-    std::filesystem::remove(nan_path);
-  }
   interrupted = 0;
   std::signal(SIGINT, on_sigint);
   auto interrupt = [&] {
-    save(last_path);
+    trainer->save(last_path);
     std::signal(SIGINT, SIG_DFL);
-    int64_t epoch = state["epoch"], batch = state["batch"], step = state["step"];
-    std::string where = batch == 0 ? fmt::format("after epoch {} (step {})", epoch, step)
-                                   : fmt::format("at epoch {}, batch {} (step {})", epoch + 1, batch, step);
+    std::string where = state.batch == 0 ? fmt::format("after epoch {} (step {})", state.epoch, state.step)
+                                         : fmt::format("at epoch {}, batch {} (step {})", state.epoch + 1, state.batch,
+                                                       state.step);
     fmt::print(stderr, "\ninterrupted {}: saved {} (continue with --resume)\n", where, last_path);
     return 130;
   };
 
-  // ---- the training loop
-  nn::CrossEntropyOptions loss_options{.label_smoothing = config.label_smoothing, .ignore_index = text::Vocab::kPad};
-  for (int64_t epoch = state["epoch"]; epoch < config.epochs; ++epoch) {
-    model.train();
-    std::vector<text::Batch> batches =
-        text::make_batches(train.pairs, {.batch_size = config.batch_size, .seed = config.seed + uint64_t(epoch)});
-    auto start = std::chrono::steady_clock::now();
-    double loss_sum = state.value("epoch_loss_sum", 0.0);
-    int64_t tokens = state.value("epoch_tokens", int64_t{0}), done = 0;
-    int64_t skipped = state.value("epoch_skipped", int64_t{0});  // fp16 steps skipped on inf/NaN gradients
-    // Stops the run on a non-finite loss or gradient norm, before the update: the state saved is
-    // the one that produced it, and last.safetensors stays the last good checkpoint.
-    uint64_t rng_before_step = default_generator().offset();
-    auto stop_non_finite = [&](const char* what, double value, int64_t batch) {
-      default_generator().set_offset(rng_before_step);  // so that resuming from it replays this step
-      save(nan_path);
-      std::string last = std::filesystem::exists(last_path)
-                             ? fmt::format("; the last good checkpoint is {}", last_path) : "";
-      throw ValueError(fmt::format("{} is {} at epoch {} batch {} (step {}); stopped before the update and saved "
-                                   "the state that produced it to {}{}", what,
-                                   std::isnan(value) ? std::fabs(value) : value,  // "nan", whatever its sign bit
-                                   epoch + 1, batch + 1,
-                                   state["step"].get<int64_t>() + 1, nan_path, last));
-    };
-    for (int64_t i = state["batch"]; i < static_cast<int64_t>(batches.size()); ++i) {
-      rng_before_step = default_generator().offset();
-      models::TensorBatch b = models::to_tensors(batches[i], device);
-      Tensor loss;
-      {
-        Autocast autocast(precision, precision != GemmPrecision::full);
-        Tensor logits = model(b.src, b.src_lengths, b.tgt_in);                                 // (B, T, V)
-        loss = nn::cross_entropy(logits.reshape({-1, logits.size(-1)}), b.tgt_out.reshape({-1}), loss_options);
-      }
-      if (state["step"].get<int64_t>() + 1 == nan_at) loss = loss * std::numeric_limits<double>::quiet_NaN();
-      double value = loss.item();
-      if (!std::isfinite(value)) stop_non_finite("loss", value, i);
-      optimizer.zero_grad();
-      scaler.scale(loss).backward();  // backward uses the forward's GEMM precision
-      scaler.unscale_(optimizer);     // true gradients from here on (a disabled scaler does nothing)
-      double grad_norm = optim::clip_grad_norm_(model.parameters(), config.clip);
-      if (scaler.is_enabled()) {
-        // fp16: an inf/NaN gradient means the scale was too large; the scaler skips the step and
-        // halves the scale (expected now and then, not an error)
-        if (!scaler.step(optimizer)) ++skipped;
-        scaler.update();
-      } else {
-        if (!std::isfinite(grad_norm)) stop_non_finite("gradient norm", grad_norm, i);
-        optimizer.step();
-      }
-      loss_sum += value * b.target_tokens, tokens += b.target_tokens, ++done;
-      state["step"] = state["step"].get<int64_t>() + 1;
-      state["batch"] = i + 1;
-      state["epoch_loss_sum"] = loss_sum;
-      state["epoch_tokens"] = tokens;
-      state["epoch_skipped"] = skipped;
-      double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      if (!args.flag("quiet") && (i % 10 == 0 || i + 1 == static_cast<int64_t>(batches.size())))
-        fmt::print(stderr, "\repoch {}/{} batch {}/{} loss {:.3f} {:.0f} tok/s ETA {}   ", epoch + 1, config.epochs,
-                   i + 1, batches.size(), loss_sum / tokens, tokens / elapsed,
-                   duration(elapsed / done * (batches.size() - i - 1)));
-      if (interrupted || state["step"].get<int64_t>() == stop_after) return interrupt();
+  // ---- the epochs: train, validate, log, keep the best and the last checkpoint
+  Progress progress(args.flag("quiet"), config.epochs, static_cast<int64_t>(trainer->epoch_batches(train).size()));
+  auto after_step = [&](const models::StepResult& step) {
+    progress.step(state, step.tokens);
+    return !interrupted && !(stop_after && state.step == *stop_after);
+  };
+  while (state.epoch < config.epochs) {
+    const int64_t epoch = state.epoch;
+    progress.start_epoch(epoch);
+    models::EpochResult result;
+    try {
+      result = trainer->train_epoch(train, after_step);
+    } catch (const models::DivergenceError& e) {
+      // The state before the diverged step goes to nan.safetensors; last.safetensors stays the last
+      // good checkpoint.
+      progress.end_line();
+      trainer->save(nan_path);
+      std::string last = std::filesystem::exists(last_path) ? fmt::format("; the last good checkpoint is {}", last_path)
+                                                            : "";
+      throw ValueError(fmt::format("{} and saved the state that produced it to {}{}", e.what(), nan_path, last));
     }
-    scheduler.step();
-    state["epoch"] = epoch + 1;
-    state["batch"] = 0;
-    state["epoch_loss_sum"] = 0.0;
-    state["epoch_tokens"] = 0;
-    state["epoch_skipped"] = 0;
-    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    Evaluation val = [&] {
-      Autocast autocast(precision, precision != GemmPrecision::full);
-      return evaluate(model, valid, tgt_vocab, data.valid, {.beam_size = 1});
-    }();
-    if (!args.flag("quiet")) fmt::print(stderr, "\n");
-    std::string amp_note = scaler.is_enabled() ? fmt::format(", {} skipped steps (inf/NaN fp16 gradients), loss "
-                                                             "scale {}", skipped, scaler.get_scale()) : "";
+    if (!result.completed) return interrupt();
+    progress.end_line();
+    progress.message(
+        fmt::format("epoch {}/{}: validating on {} pairs...", epoch + 1, config.epochs, valid.pairs.size()));
+    models::Evaluation val = trainer->evaluate(valid, data.valid, {.beam_size = 1});
+    std::string amp_note = trainer->scaler().is_enabled()
+                               ? fmt::format(", {} skipped steps (inf/NaN fp16 gradients), loss scale {}",
+                                             result.skipped, trainer->scaler().get_scale())
+                               : "";
     fmt::print("epoch {}: train loss {:.3f}, valid loss {:.3f}, ppl {:.2f}, BLEU {:.2f}, {:.0f} s{}\n", epoch + 1,
-               tokens ? loss_sum / tokens : 0.0, val.loss, std::exp(val.loss), val.bleu, seconds, amp_note);
-    nlohmann::json metrics{{"epoch", epoch + 1}, {"step", state["step"]},
-                           {"train_loss", tokens ? loss_sum / tokens : 0.0}, {"valid_loss", val.loss},
-                           {"valid_ppl", std::exp(val.loss)}, {"valid_bleu", val.bleu},
-                           {"seconds", seconds}, {"lr", optimizer.lr()}};
-    if (scaler.is_enabled()) {
-      metrics["skipped_steps"] = skipped;
-      metrics["loss_scale"] = scaler.get_scale();
+               result.loss, val.loss, std::exp(val.loss), val.bleu, result.seconds, amp_note);
+    std::fflush(stdout);  // a `tail -f` of a log sees each epoch as it ends
+    nlohmann::json metrics{{"epoch", epoch + 1}, {"step", state.step}, {"train_loss", result.loss},
+                           {"valid_loss", val.loss}, {"valid_ppl", std::exp(val.loss)}, {"valid_bleu", val.bleu},
+                           {"seconds", result.seconds}, {"lr", trainer->optimizer().lr()}};
+    if (trainer->scaler().is_enabled()) {
+      metrics["skipped_steps"] = result.skipped;
+      metrics["loss_scale"] = trainer->scaler().get_scale();
     }
     append_line(metrics_path, metrics.dump());
-    if (val.bleu > state["best_bleu"].get<double>()) {
-      state["best_bleu"] = val.bleu;
-      save(best_path);
+    if (val.bleu > state.best_bleu) {
+      trainer->state().best_bleu = val.bleu;
+      trainer->save(best_path);
+      progress.message(fmt::format("saved new best (BLEU {:.2f}): {}", val.bleu, best_path));
     }
-    save(last_path);
+    trainer->save(last_path);
     if (interrupted) return interrupt();  // Ctrl-C during the validation: stop at the epoch boundary
   }
   std::signal(SIGINT, SIG_DFL);
@@ -404,9 +408,9 @@ int train_main(int argc, char** argv) {
   // ---- test BLEU with the best checkpoint, a few translations and their heatmaps
   SG_CHECK_IO(std::filesystem::exists(best_path), "no best checkpoint at {}", best_path);
   models::LoadedCheckpoint best = models::read_checkpoint(best_path);
-  models::load_weights(model, best, best_path);
-  Autocast autocast(precision, precision != GemmPrecision::full);
-  report_test(model, src_vocab, tgt_vocab, data, config, out_dir,
+  models::load_weights(trainer->model(), best, best_path);
+  Autocast autocast(trainer->precision(), trainer->precision() != GemmPrecision::full);
+  report_test(trainer->model(), src_vocab, tgt_vocab, data, config, out_dir,
               {.max_len = 2 * config.max_tokens + 10, .beam_size = beam});
   return 0;
 }

@@ -17,6 +17,8 @@ int attention_main(int argc, char** argv);
 int compare_main(int argc, char** argv);
 // seqgrad bench [WORKLOAD ...]: timed workloads, compared with PyTorch by bench/run.sh (tools/cmd_bench.cpp).
 int bench_main(int argc, char** argv);
+// seqgrad export: a checkpoint as ONNX graphs for onnxruntime and other runtimes (tools/cmd_export.cpp).
+int export_main(int argc, char** argv);
 // seqgrad inspect CHECKPOINT: what a translator checkpoint holds (tools/cmd_inspect.cpp).
 int inspect_main(int argc, char** argv);
 }  // namespace seqgrad::tools

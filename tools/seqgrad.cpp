@@ -38,6 +38,7 @@ const Command kCommands[] = {
     {"compare", seqgrad::tools::compare_main, "additive vs scaled-dot vs hybrid attention: loss, BLEU, speed, sharpness"},
     {"gradcheck", gradcheck_main, "finite-difference gradient checks of every op (float64)"},
     {"bench", seqgrad::tools::bench_main, "timed workloads (training steps, kernels, decoding, memory); bench/run.sh vs PyTorch"},
+    {"export", seqgrad::tools::export_main, "export a checkpoint to ONNX (model, encoder, decoder step) for onnxruntime"},
     {"inspect", seqgrad::tools::inspect_main, "what a checkpoint holds: preset, languages, vocabularies, epochs, metrics"},
     {"info", info_main, "version, threads and which BLAS kernels run"},
 };

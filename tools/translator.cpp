@@ -11,37 +11,6 @@
 
 namespace seqgrad::tools {
 
-Evaluation evaluate(models::Seq2Seq& model, const text::EncodedCorpus& corpus, const text::Vocab& tgt_vocab,
-                    const std::vector<text::TokenizedPair>& references, const models::DecodeOptions& options) {
-  Evaluation out;
-  out.hypotheses.resize(corpus.pairs.size());
-  bool was_training = model.is_training();
-  model.eval();
-  NoGradGuard no_grad;
-  double loss_sum = 0;
-  int64_t tokens = 0;
-  const Device device = model.parameters().front().device();  // batches go where the model is
-  for (const text::Batch& batch : text::make_batches(corpus.pairs, {.batch_size = 128, .shuffle = false})) {
-    models::TensorBatch b = models::to_tensors(batch, device);
-    Tensor logits = model(b.src, b.src_lengths, b.tgt_in);
-    Tensor loss = nn::cross_entropy(logits.reshape({-1, logits.size(-1)}), b.tgt_out.reshape({-1}),
-                                    {.ignore_index = text::Vocab::kPad, .reduction = nn::Reduction::sum});
-    loss_sum += loss.item();
-    tokens += b.target_tokens;
-    std::vector<models::Hypothesis> hyps = models::decode(model, b.src, b.src_lengths, options);
-    for (size_t i = 0; i < hyps.size(); ++i) out.hypotheses[batch.index[i]] = std::move(hyps[i]);
-  }
-  model.train(was_training);
-  out.loss = tokens ? loss_sum / tokens : 0;
-  std::vector<std::vector<std::string>> hyp_tokens, ref_tokens;
-  for (size_t i = 0; i < corpus.pairs.size(); ++i) {
-    hyp_tokens.push_back(tgt_vocab.decode(out.hypotheses[i].tokens));
-    ref_tokens.push_back(references[i].tgt);
-  }
-  out.bleu = text::corpus_bleu_tokens(hyp_tokens, ref_tokens).score;
-  return out;
-}
-
 plot::Heatmap attention_heatmap(const std::vector<std::string>& src_tokens, const std::vector<std::string>& tgt_tokens,
                                 const std::vector<std::vector<float>>& rows, const std::string& title, bool energies) {
   plot::Heatmap h;
@@ -102,31 +71,6 @@ void report_test(models::Seq2Seq& model, const text::Vocab& src_vocab, const tex
   }
   fmt::print("heatmaps: {}\n", (std::filesystem::path(out_dir) /
                                  fmt::format("attention_test0..{}.png", std::min<size_t>(5, detok.size()) - 1)).string());
-}
-
-}  // namespace seqgrad::tools
-
-namespace seqgrad::tools {
-
-// Optimizer tensors go into the checkpoint as "optim.<name>"; its metadata and the scheduler's
-// state as JSON in the tensor-free train_state (see cmd_train.cpp).
-std::map<std::string, Tensor> training_state_tensors(const optim::Optimizer& optimizer, const optim::StepLR&) {
-  std::map<std::string, Tensor> out;
-  for (auto& [name, t] : optimizer.state_dict().tensors) out["optim." + name] = t;
-  return out;
-}
-
-void restore_training_state(const models::LoadedCheckpoint& checkpoint, optim::Optimizer& optimizer,
-                            optim::StepLR& scheduler) {
-  const nlohmann::json& state = checkpoint.info.train_state;
-  SG_CHECK_IO(state.contains("optimizer") && state.contains("scheduler"),
-              "checkpoint: no optimizer/scheduler state to resume from");
-  optim::OptimizerState os;
-  os.metadata = state["optimizer"].get<std::string>();
-  for (const auto& [name, t] : checkpoint.tensors)
-    if (name.rfind("optim.", 0) == 0) os.tensors[name.substr(6)] = t;
-  optimizer.load_state_dict(os);
-  scheduler.load_state_dict(state["scheduler"].get<std::string>());
 }
 
 }  // namespace seqgrad::tools

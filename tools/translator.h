@@ -1,5 +1,5 @@
-// Shared by the train, translate, eval and attention commands: evaluation (loss, perplexity,
-// BLEU), test reports with translations and heatmaps, and checkpointed training state.
+// Shared by the train, translate, eval and attention commands: test reports with translations and
+// heatmaps (evaluation lives with the trainer, models/seq2seq/trainer.h).
 #pragma once
 #include <map>
 #include <string>
@@ -7,19 +7,13 @@
 
 #include "models/seq2seq/decode.h"
 #include "models/seq2seq/pipeline.h"
-#include "optim/optim.h"
+#include "models/seq2seq/trainer.h"
 #include "tools/plot/plot.h"
 
 namespace seqgrad::tools {
 
-struct Evaluation {
-  double loss = 0;      // mean per-token cross-entropy (no label smoothing), teacher forced
-  double bleu = 0;      // tokenised lower-cased corpus BLEU of the decoded outputs
-  std::vector<models::Hypothesis> hypotheses;  // in corpus order
-};
-// Runs on the model's device, under the caller's Autocast scope if any.
-Evaluation evaluate(models::Seq2Seq& model, const text::EncodedCorpus& corpus, const text::Vocab& tgt_vocab,
-                    const std::vector<text::TokenizedPair>& references, const models::DecodeOptions& options);
+using models::Evaluation;
+using models::evaluate;
 
 // Test BLEU (tokenised lower-cased and sacreBLEU 13a), sample translations and heatmaps in out_dir.
 void report_test(models::Seq2Seq& model, const text::Vocab& src_vocab, const text::Vocab& tgt_vocab,
@@ -44,9 +38,5 @@ void write_attention_heatmap(const std::string& path_stem, const std::vector<std
 void check_safetensors_file(const std::string& path);
 // Creates the output folder `path` (given with `flag`) and checks it is writable: an IOError names both.
 std::string create_output_folder(const std::string& path, const std::string& flag);
-
-std::map<std::string, Tensor> training_state_tensors(const optim::Optimizer& optimizer, const optim::StepLR& scheduler);
-void restore_training_state(const models::LoadedCheckpoint& checkpoint, optim::Optimizer& optimizer,
-                            optim::StepLR& scheduler);
 
 }  // namespace seqgrad::tools

@@ -1,0 +1,279 @@
+#include "models/seq2seq/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <optional>
+
+#include <fmt/core.h>
+
+#include "core/rng.h"
+#include "models/text/bleu.h"
+
+namespace seqgrad::models {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+TrainConfig with_vocab_sizes(TrainConfig c, const text::Vocab& src, const text::Vocab& tgt) {
+  c.model.src_vocab = src.size();
+  c.model.tgt_vocab = tgt.size();
+  return c;
+}
+
+// The model's initial weights depend only on the seed: seeded before it is built.
+const Seq2SeqConfig& seeded(const TrainConfig& c) {
+  manual_seed(c.seed);
+  return c.model;
+}
+
+// Xavier init on the CPU (the same weights on every device), then the move to the device, before
+// the optimizer creates its state next to the parameters.
+std::vector<Tensor> initialised_parameters(Seq2Seq& model, Device device) {
+  init_xavier(model);
+  model.to(device);
+  return model.parameters();
+}
+
+// A train_state field read with its type checked; `fallback` when absent (nullopt: required).
+template <typename T>
+T field(const nlohmann::json& j, const char* name, const std::string& path, std::optional<T> fallback = {}) {
+  if (!j.contains(name)) {
+    SG_CHECK_IO(fallback.has_value(), "checkpoint {}: train_state has no '{}'", path, name);
+    return *fallback;
+  }
+  const nlohmann::json& v = j[name];
+  bool ok = std::is_floating_point_v<T> ? v.is_number() : std::is_unsigned_v<T> ? v.is_number_unsigned()
+                                                                                 : v.is_number_integer();
+  SG_CHECK_IO(ok, "checkpoint {}: train_state.{} must be {}, got {}", path, name,
+              std::is_floating_point_v<T> ? "a number" : std::is_unsigned_v<T> ? "an integer >= 0" : "an integer",
+              v.dump());
+  return v.get<T>();
+}
+
+}  // namespace
+
+GemmPrecision amp_precision(const std::string& amp) {
+  if (amp == "off") return GemmPrecision::full;
+  if (amp == "bf16") return GemmPrecision::bf16;
+  if (amp == "fp16") return GemmPrecision::f16;
+  throw ValueError(fmt::format("--amp expects off, bf16 or fp16, got '{}'", amp));
+}
+
+nlohmann::json train_state_to_json(const TrainState& s) {
+  return {{"epoch", s.epoch},
+          {"batch", s.batch},
+          {"step", s.step},
+          {"best_bleu", s.best_bleu},
+          {"epoch_loss_sum", s.epoch_loss_sum},
+          {"epoch_tokens", s.epoch_tokens},
+          {"epoch_skipped", s.epoch_skipped},
+          {"rng_offset", s.rng_offset}};
+}
+
+TrainState train_state_from_json(const nlohmann::json& j, const std::string& path) {
+  SG_CHECK_IO(j.is_object(), "checkpoint {}: train_state must be a JSON object, got {}", path, j.dump());
+  TrainState s;
+  s.epoch = field<int64_t>(j, "epoch", path);
+  s.batch = field<int64_t>(j, "batch", path);
+  s.step = field<int64_t>(j, "step", path);
+  s.best_bleu = field<double>(j, "best_bleu", path, -1.0);
+  s.epoch_loss_sum = field<double>(j, "epoch_loss_sum", path, 0.0);
+  s.epoch_tokens = field<int64_t>(j, "epoch_tokens", path, 0);
+  s.epoch_skipped = field<int64_t>(j, "epoch_skipped", path, 0);
+  s.rng_offset = field<uint64_t>(j, "rng_offset", path, 0);
+  for (auto [name, value] : {std::pair{"epoch", s.epoch}, {"batch", s.batch}, {"step", s.step},
+                             {"epoch_tokens", s.epoch_tokens}, {"epoch_skipped", s.epoch_skipped}})
+    SG_CHECK_IO(value >= 0, "checkpoint {}: train_state.{} = {} must be >= 0", path, name, value);
+  SG_CHECK_IO(std::isfinite(s.epoch_loss_sum) && s.epoch_loss_sum >= 0,
+              "checkpoint {}: train_state.epoch_loss_sum = {} must be a finite number >= 0", path, s.epoch_loss_sum);
+  SG_CHECK_IO(std::isfinite(s.best_bleu) && s.best_bleu >= -1 && s.best_bleu <= 100,
+              "checkpoint {}: train_state.best_bleu = {} must be in [-1, 100]", path, s.best_bleu);
+  SG_CHECK_IO(s.batch <= s.step, "checkpoint {}: train_state.batch = {} exceeds step = {}", path, s.batch, s.step);
+  return s;
+}
+
+Evaluation evaluate(Seq2Seq& model, const text::EncodedCorpus& corpus, const text::Vocab& tgt_vocab,
+                    const std::vector<text::TokenizedPair>& references, const DecodeOptions& options) {
+  Evaluation out;
+  out.hypotheses.resize(corpus.pairs.size());
+  bool was_training = model.is_training();
+  model.eval();
+  NoGradGuard no_grad;
+  double loss_sum = 0;
+  int64_t tokens = 0;
+  const Device device = model.parameters().front().device();  // batches go where the model is
+  for (const text::Batch& batch : text::make_batches(corpus.pairs, {.batch_size = 128, .shuffle = false})) {
+    TensorBatch b = to_tensors(batch, device);
+    Tensor logits = model(b.src, b.src_lengths, b.tgt_in);  // (B, T, V)
+    Tensor loss = nn::cross_entropy(logits.reshape({-1, logits.size(-1)}), b.tgt_out.reshape({-1}),
+                                    {.ignore_index = text::Vocab::kPad, .reduction = nn::Reduction::sum});
+    loss_sum += loss.item();
+    tokens += b.target_tokens;
+    std::vector<Hypothesis> hyps = decode(model, b.src, b.src_lengths, options);
+    for (size_t i = 0; i < hyps.size(); ++i) out.hypotheses[batch.index[i]] = std::move(hyps[i]);
+  }
+  model.train(was_training);
+  out.loss = tokens ? loss_sum / tokens : 0;
+  std::vector<std::vector<std::string>> hyp_tokens, ref_tokens;
+  for (size_t i = 0; i < corpus.pairs.size(); ++i) {
+    hyp_tokens.push_back(tgt_vocab.decode(out.hypotheses[i].tokens));
+    ref_tokens.push_back(references[i].tgt);
+  }
+  out.bleu = text::corpus_bleu_tokens(hyp_tokens, ref_tokens).score;
+  return out;
+}
+
+Trainer::Trainer(TrainConfig config, text::Vocab src_vocab, text::Vocab tgt_vocab, TrainerOptions options)
+    : config_(with_vocab_sizes(std::move(config), src_vocab, tgt_vocab)),
+      src_vocab_(std::move(src_vocab)),
+      tgt_vocab_(std::move(tgt_vocab)),
+      precision_(amp_precision(config_.amp)),
+      device_(options.device),
+      model_(seeded(config_)),
+      optimizer_(initialised_parameters(model_, options.device), {.lr = config_.lr}),
+      scheduler_(optimizer_, {.step_size = config_.step_size, .gamma = config_.gamma}),
+      // fp16 scales the loss; bf16 has float32's range and needs no scaling (as in PyTorch). A
+      // disabled scaler passes everything through.
+      scaler_({.init_scale = options.init_loss_scale, .enabled = precision_ == GemmPrecision::f16}),
+      loss_options_{.label_smoothing = config_.label_smoothing, .ignore_index = text::Vocab::kPad} {
+  model_.train();
+}
+
+Tensor Trainer::loss(const TensorBatch& b) {
+  Autocast autocast(precision_, precision_ != GemmPrecision::full);
+  Tensor logits = model_(b.src, b.src_lengths, b.tgt_in);  // (B, T, V)
+  return nn::cross_entropy(logits.reshape({-1, logits.size(-1)}), b.tgt_out.reshape({-1}), loss_options_);
+}
+
+void Trainer::diverged(const char* what, double value, const std::string& why) {
+  default_generator().set_offset(rng_before_step_);  // a run resumed from this state replays the step
+  throw DivergenceError(fmt::format("{} is {:.6g} at epoch {} batch {} (step {}){}; stopped before the update", what,
+                                    std::isnan(value) ? std::fabs(value) : value,  // "nan", whatever its sign bit
+                                    state_.epoch + 1, state_.batch + 1, state_.step + 1, why));
+}
+
+StepResult Trainer::forward_backward(const TensorBatch& batch) {
+  rng_before_step_ = default_generator().offset();
+  Tensor loss = this->loss(batch);
+  StepResult r{.loss = loss.item(), .tokens = batch.target_tokens};
+  if (!std::isfinite(r.loss)) diverged("loss", r.loss);
+  // A uniform prediction costs log(V); far above it, the weights have blown up (a huge lr).
+  const double limit = kDivergedLossFactor * std::log(static_cast<double>(config_.model.tgt_vocab));
+  if (r.loss > limit)
+    diverged("loss", r.loss, fmt::format(", above {} x log(target vocabulary size) = {:.3g}: training diverged (is "
+                                         "the learning rate too high?)", kDivergedLossFactor, limit));
+  optimizer_.zero_grad();
+  scaler_.scale(loss).backward();  // backward uses the forward's GEMM precision
+  scaler_.unscale_(optimizer_);    // true gradients from here on (a disabled scaler does nothing)
+  return r;
+}
+
+void Trainer::optimizer_step(StepResult& r) {
+  r.grad_norm = optim::clip_grad_norm_(model_.parameters(), config_.clip);
+  if (scaler_.is_enabled()) {
+    // fp16: an inf/NaN gradient means the scale was too large; the scaler skips the step and halves
+    // the scale (expected now and then, not an error)
+    r.skipped = !scaler_.step(optimizer_);
+    scaler_.update();
+  } else {
+    if (!std::isfinite(r.grad_norm)) diverged("gradient norm", r.grad_norm);
+    optimizer_.step();
+  }
+  state_.epoch_loss_sum += r.loss * static_cast<double>(r.tokens);
+  state_.epoch_tokens += r.tokens;
+  state_.epoch_skipped += r.skipped ? 1 : 0;
+  ++state_.step;
+  ++state_.batch;
+}
+
+StepResult Trainer::train_step(const TensorBatch& batch) {
+  StepResult r = forward_backward(batch);
+  after_backward();
+  optimizer_step(r);
+  return r;
+}
+
+std::vector<text::Batch> Trainer::epoch_batches(const text::EncodedCorpus& train) const {
+  const uint64_t seed = config_.seed + static_cast<uint64_t>(state_.epoch);  // new batches every epoch
+  return text::make_batches(train.pairs, {.batch_size = config_.batch_size, .seed = seed});
+}
+
+EpochResult Trainer::train_epoch(const text::EncodedCorpus& train, const AfterStep& after_step) {
+  model_.train();
+  const std::vector<text::Batch> batches = epoch_batches(train);
+  SG_CHECK_VALUE(state_.batch <= static_cast<int64_t>(batches.size()),
+                 "{}: train_state.batch = {} is past the {} batches of epoch {}", resumed_from_, state_.batch,
+                 batches.size(), state_.epoch + 1);
+  auto start = Clock::now();
+  bool stopped = false;  // a stop after the last batch still leaves the epoch open: resuming ends it
+  while (!stopped && state_.batch < static_cast<int64_t>(batches.size())) {
+    auto step_start = Clock::now();
+    StepResult r = train_step(to_tensors(batches[state_.batch], device_));
+    r.seconds = seconds_since(step_start);
+    stopped = after_step && !after_step(r);
+  }
+  EpochResult result{.completed = !stopped, .loss = state_.epoch_loss(), .skipped = state_.epoch_skipped,
+                     .seconds = seconds_since(start)};
+  if (result.completed) {
+    scheduler_.step();
+    state_.epoch += 1;
+    state_.batch = 0;
+    state_.epoch_loss_sum = 0;
+    state_.epoch_tokens = 0;
+    state_.epoch_skipped = 0;
+  }
+  return result;
+}
+
+Evaluation Trainer::evaluate(const text::EncodedCorpus& corpus, const std::vector<text::TokenizedPair>& references,
+                             const DecodeOptions& options) {
+  Autocast autocast(precision_, precision_ != GemmPrecision::full);
+  return models::evaluate(model_, corpus, tgt_vocab_, references, options);
+}
+
+// Optimizer tensors go into the checkpoint as "optim.<name>"; the optimizer's metadata and the
+// scheduler's and GradScaler's state as JSON inside train_state.
+void Trainer::save(const std::string& path) {
+  state_.rng_offset = default_generator().offset();
+  nlohmann::json train_state = train_state_to_json(state_);
+  train_state["optimizer"] = optimizer_.state_dict().metadata;
+  train_state["scheduler"] = scheduler_.state_dict();
+  if (scaler_.is_enabled()) train_state["grad_scaler"] = scaler_.state_dict();
+  std::map<std::string, Tensor> optimizer_tensors;
+  for (auto& [name, t] : optimizer_.state_dict().tensors) optimizer_tensors["optim." + name] = t;
+  save_checkpoint(path, model_, {config_, src_vocab_, tgt_vocab_, train_state}, optimizer_tensors);
+}
+
+void Trainer::restore(const LoadedCheckpoint& checkpoint, const std::string& path) {
+  const nlohmann::json& j = checkpoint.info.train_state;
+  TrainState state = train_state_from_json(j, path);
+  load_weights(model_, checkpoint, path);  // CPU tensors copied onto the model's device
+  // The optimizer's, scheduler's and scaler's own checks, with the checkpoint and the field named.
+  auto restoring = [&](const char* field, const auto& load) {
+    SG_CHECK_IO(j.contains(field), "checkpoint {}: train_state has no {} state to resume from", path, field);
+    try {
+      load(j[field]);
+    } catch (const nlohmann::json::exception& e) {
+      throw IOError(fmt::format("checkpoint {}: train_state.{}: {}", path, field, e.what()));
+    } catch (const Error& e) {
+      throw IOError(fmt::format("checkpoint {}: train_state.{}: {}", path, field, e.what()));
+    }
+  };
+  restoring("optimizer", [&](const nlohmann::json& metadata) {
+    optim::OptimizerState os{.metadata = metadata.get<std::string>()};
+    for (const auto& [name, t] : checkpoint.tensors)
+      if (name.rfind("optim.", 0) == 0) os.tensors[name.substr(6)] = t;
+    optimizer_.load_state_dict(os);
+  });
+  restoring("scheduler", [&](const nlohmann::json& s) { scheduler_.load_state_dict(s.get<std::string>()); });
+  if (scaler_.is_enabled())  // --amp fp16
+    restoring("grad_scaler", [&](const nlohmann::json& s) {
+      scaler_.load_state_dict(s.get<std::map<std::string, double>>());
+    });
+  state_ = state;
+  resumed_from_ = "checkpoint " + path;
+  default_generator().set_offset(state_.rng_offset);
+}
+
+}  // namespace seqgrad::models

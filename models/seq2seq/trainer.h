@@ -1,0 +1,164 @@
+// The translator's trainer: one training step (forward, label-smoothed loss, backward, clip, Adam),
+// the epoch loop, evaluation (loss and BLEU) and checkpoints that resume a run exactly. It is the
+// worked example of a seqgrad training program: `seqgrad train`, `compare` and `bench` all use it.
+//
+//   models::Trainer trainer(config, src_vocab, tgt_vocab);  // seeded model, Adam, StepLR
+//   while (trainer.state().epoch < config.epochs) {
+//     models::EpochResult epoch = trainer.train_epoch(train);  // train_step on each batch
+//     models::Evaluation val = trainer.evaluate(valid, valid_pairs, {});
+//     trainer.save("last.safetensors");                       // trainer.restore(...) resumes it
+//   }
+//
+// A step is forward_backward(batch), after_backward(), optimizer_step(). A subclass changes what it
+// needs: loss() (another objective), after_backward() (a data-parallel trainer all-reduces the
+// gradients there), epoch_batches() (each rank's shard); or a program calls the parts itself.
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/autocast.h"
+#include "core/error.h"
+#include "models/seq2seq/decode.h"
+#include "models/seq2seq/pipeline.h"
+#include "optim/optim.h"
+
+namespace seqgrad::models {
+
+// Where a run stands. Saved in every checkpoint (its train_state) so that a resumed run continues
+// exactly: same batches, same dropout masks, same per-epoch losses.
+struct TrainState {
+  int64_t epoch = 0;          // epochs completed
+  int64_t batch = 0;          // batches of the current epoch done
+  int64_t step = 0;           // training steps taken (fp16 steps skipped by the GradScaler included)
+  double best_bleu = -1;      // best validation BLEU so far; -1 before the first validation
+  double epoch_loss_sum = 0;  // the current epoch's sum of loss x target tokens ...
+  int64_t epoch_tokens = 0;   // ... and its target tokens, so a resumed epoch reports the same loss
+  int64_t epoch_skipped = 0;  // fp16 steps of the current epoch skipped on inf/NaN gradients
+  uint64_t rng_offset = 0;    // the default generator's position (dropout masks)
+
+  double epoch_loss() const { return epoch_tokens ? epoch_loss_sum / epoch_tokens : 0.0; }
+};
+
+// A training step that went wrong: a non-finite loss or gradient norm, or a loss that exploded
+// while staying finite. Thrown before the update, with the state left as it was before the step.
+class DivergenceError : public ValueError {
+ public:
+  using ValueError::ValueError;
+};
+
+struct StepResult {
+  double loss = 0;       // the batch's mean label-smoothed loss
+  double grad_norm = 0;  // the gradients' global 2-norm before clipping
+  int64_t tokens = 0;    // target tokens in the batch
+  bool skipped = false;  // fp16: inf/NaN gradients, so the GradScaler skipped the update
+  double seconds = 0;    // wall time of the step, batch transfer included (train_epoch)
+};
+
+struct EpochResult {
+  bool completed = false;  // false when after_step asked to stop (the state holds the position)
+  double loss = 0;         // mean training loss per target token
+  int64_t skipped = 0;     // fp16 steps skipped
+  double seconds = 0;
+};
+
+struct Evaluation {
+  double loss = 0;  // mean per-token cross-entropy (no label smoothing), teacher forced
+  double bleu = 0;  // tokenised lower-cased corpus BLEU of the decoded outputs
+  std::vector<Hypothesis> hypotheses;  // in corpus order
+};
+// Runs on the model's device, under the caller's Autocast scope if any; the model is left in the
+// mode (train or eval) it was in.
+Evaluation evaluate(Seq2Seq& model, const text::EncodedCorpus& corpus, const text::Vocab& tgt_vocab,
+                    const std::vector<text::TokenizedPair>& references, const DecodeOptions& options);
+
+// A loss above this multiple of log(V_tgt), the loss of a uniform prediction, means training has
+// diverged even if it stayed finite (a huge learning rate): stop as for a NaN.
+constexpr double kDivergedLossFactor = 4.0;
+
+struct TrainerOptions {
+  Device device = Device::cpu();  // where the model, optimizer state and batches live
+  double init_loss_scale = 65536;  // --amp fp16: the GradScaler's initial scale
+};
+
+class Trainer {
+ public:
+  // A fresh run: the model is built from config.model (vocabulary sizes taken from the vocabularies)
+  // after manual_seed(config.seed), xavier-initialised, then moved to the device with Adam and StepLR.
+  Trainer(TrainConfig config, text::Vocab src_vocab, text::Vocab tgt_vocab, TrainerOptions options = {});
+  virtual ~Trainer() = default;
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // The mean label-smoothed loss of a batch (forward only, under the config's autocast).
+  // Virtual so that a program can change the objective (add a regulariser; a test injects a NaN).
+  virtual Tensor loss(const TensorBatch& batch);
+  // One step: forward_backward, after_backward, optimizer_step. Throws DivergenceError before the
+  // update when the loss or gradient norm is not finite or the loss exploded.
+  StepResult train_step(const TensorBatch& batch);
+  // The first half of a step: loss, backward; the gradients are unscaled (fp16) and ready to be
+  // reduced. Advances nothing; throws DivergenceError for a bad loss.
+  StepResult forward_backward(const TensorBatch& batch);
+  // The second half: clip, Adam (or the GradScaler's step), and the state's counters. `result`
+  // is forward_backward's, completed with the gradient norm and whether the step was skipped.
+  void optimizer_step(StepResult& result);
+  // Between the two halves, with the gradients final (unscaled): nothing here; a data-parallel
+  // subclass averages them across ranks.
+  virtual void after_backward() {}
+
+  // The current epoch's batches (shuffled with config.seed + epoch), from state().batch to the end,
+  // each followed by after_step; it returns false to stop after that step (Ctrl-C). A completed
+  // epoch steps the scheduler and moves the state to the next epoch.
+  using AfterStep = std::function<bool(const StepResult&)>;
+  EpochResult train_epoch(const text::EncodedCorpus& train, const AfterStep& after_step = {});
+  // The batches of the current epoch (all of them, also those already done).
+  virtual std::vector<text::Batch> epoch_batches(const text::EncodedCorpus& train) const;
+
+  // evaluate() with this trainer's model and target vocabulary, under the config's autocast.
+  Evaluation evaluate(const text::EncodedCorpus& corpus, const std::vector<text::TokenizedPair>& references,
+                      const DecodeOptions& options);
+
+  // Writes the model, optimizer, scheduler, GradScaler, RNG position and state (atomically).
+  void save(const std::string& path);
+  // Continues the run saved in `checkpoint` (read from `path`): weights, optimizer, scheduler,
+  // GradScaler, RNG position and a validated state. The config must be the checkpoint's (a resumed
+  // run may change only epochs and data_dir).
+  void restore(const LoadedCheckpoint& checkpoint, const std::string& path);
+
+  Seq2Seq& model() { return model_; }
+  const TrainConfig& config() const { return config_; }
+  const TrainState& state() const { return state_; }
+  TrainState& state() { return state_; }
+  optim::Adam& optimizer() { return optimizer_; }
+  const optim::GradScaler& scaler() const { return scaler_; }
+  const text::Vocab& src_vocab() const { return src_vocab_; }
+  const text::Vocab& tgt_vocab() const { return tgt_vocab_; }
+  GemmPrecision precision() const { return precision_; }
+
+ private:
+  // Throws DivergenceError naming the step; `why` follows the step in the message.
+  [[noreturn]] void diverged(const char* what, double value, const std::string& why = "");
+
+  TrainConfig config_;
+  text::Vocab src_vocab_, tgt_vocab_;
+  GemmPrecision precision_;
+  Device device_;
+  Seq2Seq model_;
+  optim::Adam optimizer_;
+  optim::StepLR scheduler_;
+  optim::GradScaler scaler_;
+  nn::CrossEntropyOptions loss_options_;
+  TrainState state_;
+  uint64_t rng_before_step_ = 0;        // restored on divergence, so that resuming replays the bad step
+  std::string resumed_from_ = "train";  // names the checkpoint in errors about the restored state
+};
+
+// The GEMM precision of an amp mode ("off", "bf16", "fp16"); throws ValueError naming the value.
+GemmPrecision amp_precision(const std::string& amp);
+
+// The TrainState of a checkpoint's train_state, every field checked (type and range); errors name
+// the checkpoint (`path`) and the field.
+TrainState train_state_from_json(const nlohmann::json& j, const std::string& path);
+nlohmann::json train_state_to_json(const TrainState& state);
+
+}  // namespace seqgrad::models

@@ -1,0 +1,219 @@
+// The translator's Trainer (models/seq2seq/trainer.h): a step is exactly forward, loss, backward,
+// clip and Adam; the split step leaves room for a gradient hook; save/restore resumes bit for bit;
+// a diverged step changes nothing; a resumed train state is validated field by field.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "core/rng.h"
+#include "models/seq2seq/trainer.h"
+
+using namespace seqgrad;
+using models::Trainer;
+
+namespace {
+
+// 24 pairs of a toy language (target = source words renamed, reversed): 3 batches of 8.
+std::vector<text::TokenizedPair> toy_pairs() {
+  const std::vector<std::string> src_words = {"a", "b", "c", "d", "e", "f"}, tgt_words = {"u", "v", "w", "x", "y", "z"};
+  std::vector<text::TokenizedPair> pairs;
+  for (size_t i = 0; i < 24; ++i) {
+    text::TokenizedPair p;
+    for (size_t k = 0; k < 2 + i % 4; ++k) p.src.push_back(src_words[(i + 2 * k) % 6]);
+    for (auto it = p.src.rbegin(); it != p.src.rend(); ++it) p.tgt.push_back(tgt_words[(*it)[0] - 'a']);
+    pairs.push_back(p);
+  }
+  return pairs;
+}
+
+struct Toy {
+  std::vector<text::TokenizedPair> pairs = toy_pairs();
+  text::Vocab src_vocab = text::Vocab::build(text::source_side(pairs));
+  text::Vocab tgt_vocab = text::Vocab::build(text::target_side(pairs));
+  text::EncodedCorpus corpus = text::encode_pairs(pairs, src_vocab, tgt_vocab);
+  models::TrainConfig config = [] {
+    models::TrainConfig c;
+    c.model = {.embed_size = 8, .hidden_size = 8, .num_layers = 1, .dropout = 0.1};
+    c.batch_size = 8, c.lr = 0.01, c.step_size = 1, c.gamma = 0.5, c.label_smoothing = 0.1, c.clip = 0.5;
+    c.seed = 7;
+    return c;
+  }();
+  models::TensorBatch batch(size_t i = 0) const {
+    return models::to_tensors(text::make_batches(corpus.pairs, {.batch_size = 8, .seed = 3})[i]);
+  }
+};
+
+void check_same_parameters(Trainer& a, Trainer& b) {
+  auto pa = a.model().named_parameters(), pb = b.model().named_parameters();
+  REQUIRE(pa.size() == pb.size());
+  for (size_t i = 0; i < pa.size(); ++i) {
+    INFO(pa[i].first);
+    CHECK(pa[i].second.to_vector<float>() == pb[i].second.to_vector<float>());
+  }
+}
+
+}  // namespace
+
+TEST_CASE("trainer: a step is forward, label-smoothed loss, backward, clip and Adam") {
+  Toy toy;
+  toy.config.model.dropout = 0;  // no random stream to keep in step between the two
+  Trainer trainer(toy.config, toy.src_vocab, toy.tgt_vocab);
+  // The same step written out by hand, on a model built the same way.
+  manual_seed(toy.config.seed);
+  models::Seq2SeqConfig mc = toy.config.model;
+  mc.src_vocab = toy.src_vocab.size(), mc.tgt_vocab = toy.tgt_vocab.size();
+  models::Seq2Seq model(mc);
+  models::init_xavier(model);
+  optim::Adam adam(model.parameters(), {.lr = toy.config.lr});
+  models::TensorBatch b = toy.batch();
+  Tensor logits = model(b.src, b.src_lengths, b.tgt_in);  // (B, T, V)
+  Tensor loss = nn::cross_entropy(logits.reshape({-1, logits.size(-1)}), b.tgt_out.reshape({-1}),
+                                  {.label_smoothing = 0.1, .ignore_index = text::Vocab::kPad});
+  adam.zero_grad();
+  loss.backward();
+  double norm = optim::clip_grad_norm_(model.parameters(), toy.config.clip);
+  adam.step();
+
+  models::StepResult r = trainer.train_step(b);
+  CHECK(r.loss == loss.item());
+  CHECK(r.grad_norm == norm);
+  CHECK(r.grad_norm > toy.config.clip);  // the clip was active
+  CHECK(r.tokens == b.target_tokens);
+  CHECK_FALSE(r.skipped);
+  auto pa = trainer.model().named_parameters(), pb = model.named_parameters();
+  for (size_t i = 0; i < pa.size(); ++i) CHECK(pa[i].second.to_vector<float>() == pb[i].second.to_vector<float>());
+  const models::TrainState& s = trainer.state();
+  CHECK(s.step == 1);
+  CHECK(s.batch == 1);
+  CHECK(s.epoch_tokens == b.target_tokens);
+  CHECK(s.epoch_loss() == doctest::Approx(r.loss).epsilon(1e-15));
+}
+
+TEST_CASE("trainer: forward_backward then optimizer_step is train_step; after_backward sits between") {
+  Toy toy;
+  Trainer whole(toy.config, toy.src_vocab, toy.tgt_vocab);
+  uint64_t offset = default_generator().offset();
+  models::StepResult a = whole.train_step(toy.batch());
+  default_generator().set_offset(offset);  // the same dropout masks for the split step
+  Trainer split(toy.config, toy.src_vocab, toy.tgt_vocab);
+  default_generator().set_offset(offset);
+  models::StepResult b = split.forward_backward(toy.batch());
+  CHECK(split.state().step == 0);  // nothing advanced yet
+  split.optimizer_step(b);
+  CHECK(a.loss == b.loss);
+  CHECK(a.grad_norm == b.grad_norm);
+  check_same_parameters(whole, split);
+
+  // Between the halves the gradients are final and may be changed: a data-parallel trainer
+  // averages them across ranks in after_backward. Zeroed there, Adam's first step moves nothing.
+  struct ZeroingTrainer : Trainer {
+    using Trainer::Trainer;
+    int calls = 0;
+    void after_backward() override {
+      ++calls;
+      for (Tensor& p : model().parameters())
+        if (p.grad().defined()) p.grad().zero_();
+    }
+  };
+  ZeroingTrainer hooked(toy.config, toy.src_vocab, toy.tgt_vocab);
+  std::vector<std::vector<float>> before;
+  for (Tensor& p : hooked.model().parameters()) before.push_back(p.to_vector<float>());
+  models::StepResult h = hooked.train_step(toy.batch());
+  CHECK(hooked.calls == 1);
+  CHECK(h.grad_norm == 0);
+  CHECK(h.loss == a.loss);  // the forward pass was the same
+  std::vector<Tensor> after = hooked.model().parameters();
+  for (size_t i = 0; i < after.size(); ++i) CHECK(after[i].to_vector<float>() == before[i]);
+}
+
+TEST_CASE("trainer: epochs, stopping after a step, and save/restore resume exactly") {
+  Toy toy;
+  std::string path = (std::filesystem::temp_directory_path() / "seqgrad_trainer_test.safetensors").string();
+  // Straight through: two epochs of 3 batches.
+  Trainer straight(toy.config, toy.src_vocab, toy.tgt_vocab);
+  std::vector<double> straight_losses;
+  for (int e = 0; e < 2; ++e) {
+    models::EpochResult r = straight.train_epoch(toy.corpus);
+    CHECK(r.completed);
+    straight_losses.push_back(r.loss);
+  }
+  CHECK(straight.state().epoch == 2);
+  CHECK(straight.state().step == 6);
+  CHECK(straight.state().batch == 0);
+  CHECK(straight.optimizer().lr() == doctest::Approx(0.01 * 0.25));  // StepLR stepped once per epoch
+
+  // Stopped after the 2nd step, saved, restored into a fresh trainer, continued.
+  Trainer first(toy.config, toy.src_vocab, toy.tgt_vocab);
+  models::EpochResult stopped = first.train_epoch(toy.corpus, [&](const models::StepResult&) {
+    return first.state().step < 2;
+  });
+  CHECK_FALSE(stopped.completed);
+  CHECK(first.state().batch == 2);
+  CHECK(first.state().epoch == 0);
+  first.save(path);
+  default_generator().set_offset(12345);  // whatever happens meanwhile, restore puts the stream back
+  Trainer second(toy.config, toy.src_vocab, toy.tgt_vocab);
+  second.restore(models::read_checkpoint(path), path);
+  CHECK(second.state().step == 2);
+  std::vector<double> resumed_losses;
+  for (int e = 0; e < 2; ++e) resumed_losses.push_back(second.train_epoch(toy.corpus).loss);
+  CHECK(resumed_losses == straight_losses);  // bit for bit, the first epoch's running loss included
+  check_same_parameters(straight, second);
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("trainer: a diverged step throws before the update and leaves the state as it was") {
+  Toy toy;
+  toy.config.lr = 1e10;  // the first update blows the weights up; the second loss explodes
+  Trainer trainer(toy.config, toy.src_vocab, toy.tgt_vocab);
+  trainer.train_step(toy.batch(0));
+  std::vector<std::vector<float>> before;
+  for (Tensor& p : trainer.model().parameters()) before.push_back(p.to_vector<float>());
+  uint64_t offset = default_generator().offset();
+  CHECK_THROWS_WITH_AS(trainer.train_step(toy.batch(1)),
+                       doctest::Contains("at epoch 1 batch 2 (step 2)"), models::DivergenceError);
+  CHECK(trainer.state().step == 1);
+  CHECK(trainer.state().batch == 1);
+  CHECK(default_generator().offset() == offset);  // resuming replays the step with the same masks
+  std::vector<Tensor> after = trainer.model().parameters();
+  for (size_t i = 0; i < after.size(); ++i) CHECK(after[i].to_vector<float>() == before[i]);
+}
+
+TEST_CASE("trainer: a checkpoint's train state is checked field by field") {
+  models::TrainState s{.epoch = 2, .batch = 3, .step = 40, .best_bleu = 12.5, .epoch_loss_sum = 7.25,
+                       .epoch_tokens = 100, .epoch_skipped = 1, .rng_offset = 99};
+  models::TrainState back = models::train_state_from_json(models::train_state_to_json(s), "ck.safetensors");
+  CHECK(back.epoch == 2);
+  CHECK(back.batch == 3);
+  CHECK(back.step == 40);
+  CHECK(back.best_bleu == 12.5);
+  CHECK(back.epoch_loss_sum == 7.25);
+  CHECK(back.epoch_tokens == 100);
+  CHECK(back.epoch_skipped == 1);
+  CHECK(back.rng_offset == 99);
+  auto bad = [&](const char* field, nlohmann::json value) {
+    nlohmann::json j = models::train_state_to_json(s);
+    if (value.is_null()) j.erase(field);
+    else j[field] = value;
+    return j;
+  };
+  auto check_error = [](const nlohmann::json& j, const char* message) {
+    CHECK_THROWS_WITH_AS(models::train_state_from_json(j, "ck.safetensors"), doctest::Contains(message), IOError);
+  };
+  check_error(bad("batch", -1), "checkpoint ck.safetensors: train_state.batch = -1 must be >= 0");
+  check_error(bad("step", -5), "train_state.step = -5 must be >= 0");
+  check_error(bad("epoch", "2"), "train_state.epoch must be an integer, got \"2\"");
+  check_error(bad("step", nullptr), "train_state has no 'step'");
+  check_error(bad("epoch_loss_sum", -1.0), "train_state.epoch_loss_sum = -1 must be a finite number >= 0");
+  check_error(bad("rng_offset", -1), "train_state.rng_offset must be an integer >= 0, got -1");
+  check_error(bad("best_bleu", 101), "train_state.best_bleu = 101 must be in [-1, 100]");
+  check_error(bad("batch", 41), "train_state.batch = 41 exceeds step = 40");
+  check_error(nlohmann::json::array(), "train_state must be a JSON object");
+  // Old checkpoints lack the later fields: defaults, not errors.
+  back = models::train_state_from_json({{"epoch", 1}, {"batch", 0}, {"step", 8}}, "old.safetensors");
+  CHECK(back.best_bleu == -1);
+  CHECK(back.epoch_skipped == 0);
+}

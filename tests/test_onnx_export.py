@@ -1,0 +1,323 @@
+#!/usr/bin/python3
+"""`seqgrad export` checked in onnxruntime: every graph against seqgrad's own outputs, greedy
+translation of test2016 through examples/onnx/translate.py against `seqgrad translate`, and bad
+input.
+
+    /usr/bin/python3 tests/test_onnx_export.py BUILD/tools/seqgrad DATA_DIR onnx|no-onnx [unittest options]
+
+Registered in tests/meson.build (suite 'onnx'). The third argument says whether the build has
+ONNX support (meson option onnx): without it the test checks that `seqgrad export` says so and
+exits 77 (SKIP), as it does when onnxruntime or onnx are not installed for this Python.
+
+The checkpoints are trained here, tiny and for one epoch (E = 12, H = 16, 64 pairs); the 200
+sentence comparison trains a small Multi30k model (E = H = 64, 6,000 pairs, two epochs: test2016
+BLEU about 9, and about 190 distinct translations of the 200 sentences).
+"Equal within 1e-5 relative" means: max |onnxruntime - seqgrad| <= 1e-5 * max |seqgrad| for each
+output tensor (float32 on both sides; the log-probabilities, whose scale is set by the largest
+negative values, are compared the same way).
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+
+try:
+    import onnx
+    import onnxruntime as ort
+    from safetensors.numpy import load_file, save_file
+except ImportError as e:  # SKIP: the setup script installs them (scripts/setup.sh)
+    print(f"test_onnx_export: skipped: {e}")
+    sys.exit(77)
+
+SEQGRAD = DATA = None
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "examples", "onnx"))
+import translate as onnx_translate  # noqa: E402  (examples/onnx/translate.py)
+
+TINY = ["--subset", "64", "--epochs", "1", "--embed", "12", "--hidden", "16", "--threads", "1",
+        "--quiet"]
+RTOL = 1e-5
+
+
+def run(*args, stdin=None, timeout=300):
+    return subprocess.run([SEQGRAD, *args], input=stdin, capture_output=True, text=True, timeout=timeout)
+
+
+def session(path):
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+
+
+class Base(unittest.TestCase):
+    tmp = None
+    checkpoints = {}
+
+    @classmethod
+    def setUpClass(cls):
+        if Base.tmp is None:
+            Base.tmp = tempfile.mkdtemp(prefix="seqgrad_onnx_")
+
+    def path(self, *parts):
+        return os.path.join(Base.tmp, *parts)
+
+    def assertOk(self, proc):
+        self.assertEqual(proc.returncode, 0, f"\nstdout: {proc.stdout[-3000:]}\nstderr: {proc.stderr[-3000:]}")
+
+    def assertFails(self, proc, pattern, status=1):
+        msg = f"\nstdout: {proc.stdout[-2000:]}\nstderr: {proc.stderr[-2000:]}"
+        self.assertEqual(proc.returncode, status, msg)
+        self.assertRegex(proc.stderr, pattern, msg)
+        self.assertNotIn("internal error", proc.stderr, msg)
+
+    def checkpoint(self, attention, layers, preset="d2l"):
+        """A tiny model of the preset (d2l: no deep output) trained for one epoch (shared between tests)."""
+        key = (attention, layers, preset)
+        if key not in Base.checkpoints:
+            out = self.path(f"train_{attention}_{layers}_{preset}")
+            self.assertOk(run("train", "--preset", preset, *TINY, "--attention", attention, "--layers", str(layers),
+                              "--data-dir", DATA, "--out", out))
+            Base.checkpoints[key] = os.path.join(out, "best.safetensors")
+        return Base.checkpoints[key]
+
+    def export(self, checkpoint, out, *extra):
+        self.assertOk(run("export", "--checkpoint", checkpoint, "--out", out, *extra))
+        return out
+
+
+def read_all(folder):
+    """{file name: contents} of every file in folder."""
+    contents = {}
+    for name in os.listdir(folder):
+        with open(os.path.join(folder, name), "rb") as f:
+            contents[name] = f.read()
+    return contents
+
+
+def random_inputs(rng, batch, src_len, tgt_len, vocab_src, vocab_tgt):
+    """Ids past the special tokens; unequal source lengths, the longest = src_len, padding with 0."""
+    lengths = rng.integers(1, src_len + 1, size=batch)
+    lengths[rng.integers(batch)] = src_len
+    if batch > 1:
+        lengths[(np.argmax(lengths) + 1) % batch] = max(1, src_len // 2)  # at least one padded row
+    src = rng.integers(4, vocab_src, size=(batch, src_len))
+    for b in range(batch):
+        src[b, lengths[b] - 1] = 2  # <eos> ends every sentence, as encode_sentence does
+        src[b, lengths[b]:] = 0
+    tgt = rng.integers(4, vocab_tgt, size=(batch, tgt_len))
+    tgt[:, 0] = 1  # <bos>
+    return {"src": src.astype(np.int64), "src_lengths": lengths.astype(np.int64), "tgt": tgt.astype(np.int64)}
+
+
+class Parity(Base):
+    """Each graph's outputs equal seqgrad's: two batch sizes, two source/target lengths, padded
+    sources, every attention kind, 1 and 2 layers, every preset (d2l without deep output, default
+    and seed with it; E and H made tiny)."""
+    SHAPES = [(2, 5, 3), (5, 9, 7)]  # (batch, source length, target length)
+
+    def assertClose(self, got, want, name):
+        self.assertEqual(got.shape, want.shape, name)
+        scale = float(np.max(np.abs(want)))
+        err = float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64))))
+        self.assertLessEqual(err, RTOL * max(scale, 1e-30), f"{name}: max error {err:.3g} vs scale {scale:.3g}")
+
+    def check_kind(self, attention, layers, opset="13", preset="d2l"):
+        ckpt = self.checkpoint(attention, layers, preset)
+        folder = self.export(ckpt, self.path(f"export_{attention}_{layers}_{opset}_{preset}"), "--opset", opset)
+        with open(os.path.join(folder, "translator.json")) as f:
+            model = json.load(f)["model"]
+        rng = np.random.default_rng(layers * 10 + len(attention))
+        for i, (batch, src_len, tgt_len) in enumerate(self.SHAPES):
+            with self.subTest(attention=attention, layers=layers, batch=batch, src_len=src_len, tgt_len=tgt_len):
+                inputs = random_inputs(rng, batch, src_len, tgt_len, model["src_vocab"], model["tgt_vocab"])
+                inputs_path, ref_path = self.path(f"in_{i}.safetensors"), self.path(f"ref_{i}.safetensors")
+                save_file(inputs, inputs_path)
+                self.export(ckpt, folder, "--opset", opset, "--reference-inputs", inputs_path,
+                            "--reference-outputs", ref_path)
+                self.compare_graphs(folder, inputs, load_file(ref_path))
+
+    def compare_graphs(self, folder, inputs, ref):
+        for name in ("model.onnx", "encoder.onnx", "decoder_step.onnx"):
+            onnx.checker.check_model(os.path.join(folder, name), full_check=True)
+        out = session(os.path.join(folder, "model.onnx")).run(["output"], inputs)[0]
+        self.assertClose(out, ref["output"], "model.onnx output")
+        memory, keys, state, mask = session(os.path.join(folder, "encoder.onnx")).run(
+            ["memory", "keys", "state", "mask"], {"src": inputs["src"], "src_lengths": inputs["src_lengths"]})
+        self.assertClose(memory, ref["memory"], "encoder.onnx memory")
+        self.assertClose(keys, ref["keys"], "encoder.onnx keys")
+        self.assertClose(state, ref["state"], "encoder.onnx state")
+        positions = np.arange(inputs["src"].shape[1])[None, :]
+        np.testing.assert_array_equal(mask, positions < inputs["src_lengths"][:, None])
+        log_probs, new_state, weights = session(os.path.join(folder, "decoder_step.onnx")).run(
+            None, {"y_prev": inputs["tgt"][:, 0], "state": state, "memory": memory, "keys": keys, "mask": mask})
+        self.assertClose(log_probs, ref["log_probs"], "decoder_step.onnx log_probs")
+        self.assertClose(new_state, ref["new_state"], "decoder_step.onnx new_state")
+        self.assertClose(weights, ref["weights"], "decoder_step.onnx weights")
+        self.assertTrue(np.all(weights[~mask] == 0), "attention on padded positions")
+
+    def test_additive_1_layer(self):
+        self.check_kind("additive", 1)
+
+    def test_additive_2_layers(self):
+        self.check_kind("additive", 2)
+
+    def test_scaled_dot_1_layer(self):
+        self.check_kind("scaled_dot", 1)
+
+    def test_scaled_dot_2_layers(self):
+        self.check_kind("scaled_dot", 2)
+
+    def test_hybrid_2_layers(self):
+        self.check_kind("hybrid", 2)
+
+    def test_default_preset_deep_output(self):  # logits from [state; context; embedding]
+        self.check_kind("additive", 1, preset="default")
+
+    def test_seed_preset_deep_output_2_layers(self):
+        self.check_kind("hybrid", 2, preset="seed")
+
+    def test_opset_17(self):
+        self.check_kind("additive", 2, opset="17")
+        with open(self.path("export_additive_2_17_d2l", "model.onnx"), "rb") as f:
+            self.assertEqual(onnx.load_model_from_string(f.read()).opset_import[0].version, 17)
+
+
+class Greedy(Base):
+    """Greedy decoding of the first 200 test2016 sentences through onnxruntime (translate.py)
+    gives exactly the translations `seqgrad translate` gives."""
+
+    def test_first_200_test2016_sentences(self):
+        out = self.path("train_multi30k")
+        self.assertOk(run("train", "--preset", "default", "--subset", "6000", "--epochs", "2", "--embed", "64",
+                          "--hidden", "64", "--lr", "0.01", "--threads", "2", "--quiet", "--data-dir", DATA,
+                          "--out", out))
+        ckpt = os.path.join(out, "best.safetensors")
+        folder = self.export(ckpt, self.path("export_multi30k"))
+        with open(os.path.join(DATA, "multi30k", "test2016.de"), encoding="utf-8") as f:
+            sentences = [next(f).rstrip("\n") for _ in range(200)]
+        want = run("translate", "--checkpoint", ckpt, "--threads", "2", stdin="\n".join(sentences) + "\n")
+        self.assertOk(want)
+        want = want.stdout.split("\n")[:200]
+        translator = onnx_translate.Translator(folder, threads=2)
+        got = [translator.translate(s) for s in sentences]
+        mismatches = [(i, s, w, g) for i, (s, w, g) in enumerate(zip(sentences, want, got)) if w != g]
+        self.assertEqual(mismatches, [], "sentences translated differently (index, source, seqgrad, onnxruntime)")
+        self.assertGreater(len(set(got)), 100, "a degenerate model: too few distinct translations")
+
+
+class Tokenizer(unittest.TestCase):
+    """examples/onnx/translate.py tokenizes as models/text/tokenizer.cpp: the expected tokens are
+    tests/test_models_text.cpp's."""
+
+    def test_tokenize(self):
+        t = onnx_translate.tokenize
+        self.assertEqual(t("« Bonjour », dit-il… “Oui” — ¿Qué? ¡Sí!"),
+                         ["«", "bonjour", "»", ",", "dit-il", "…", "“", "oui", "”", "—", "¿", "qué", "?", "¡", "sí", "!"])
+        self.assertEqual(t("It costs $3.50 (i.e. 1,000 units) at 10:30... U.S. 5-4"),
+                         ["it", "costs", "$", "3.50", "(", "i.e", ".", "1,000", "units", ")", "at", "10:30", "...",
+                          "u.s", ".", "5-4"])
+        self.assertEqual(t("A T-Shirt", lowercase=False), ["A", "T-Shirt"])
+        self.assertEqual(t("l'homme d’aujourd'hui"), ["l'", "homme", "d'", "aujourd'", "hui"])
+        self.assertEqual(t("the man's dog", apostrophe="attach_right"), ["the", "man", "'s", "dog"])
+        self.assertEqual(t("l’homme", apostrophe="keep"), ["l'homme"])
+        self.assertEqual(t("'quoted'"), ["'", "quoted", "'"])
+        self.assertEqual(t(" \t "), [])
+        self.assertEqual(t("Cours\u202F!"), ["cours", "!"])
+        self.assertEqual(t("Qui\u00A0?"), ["qui", "?"])
+        self.assertEqual(t("@@"), ["@", "@"])
+        self.assertEqual(t("Žena,\u200b\u200bkterá"), ["žena", ",", "která"])
+
+    def test_detokenize(self):
+        d, t = onnx_translate.detokenize, onnx_translate.tokenize
+        self.assertEqual(d(t("A dog, a cat (and a bird) run!")), "a dog, a cat (and a bird) run!")
+        self.assertEqual(d(["\"", "zwei", "hunde", ".", "\"", "sagt", "er"]), "\"zwei hunde.\" sagt er")
+        self.assertEqual(d(["l'", "homme", "«", "parle", "»", "?"]), "l'homme «parle»?")
+        self.assertEqual(d(["the", "man", "'s", "dog", "..."]), "the man's dog...")
+        self.assertEqual(d([]), "")
+
+
+class BadInput(Base):
+    """Clear errors, and nothing half-written under the output folder's final names."""
+    FINAL_NAMES = {"model.onnx", "encoder.onnx", "decoder_step.onnx", "translator.json"}
+
+    def test_missing_checkpoint(self):
+        out = self.path("bad_missing")
+        self.assertFails(run("export", "--checkpoint", self.path("nope.safetensors"), "--out", out),
+                         r"export: error: .*no checkpoint at .*nope\.safetensors")
+        self.assertFalse(os.path.exists(out))
+
+    def test_corrupt_checkpoint(self):
+        bad = self.path("corrupt.safetensors")
+        with open(self.checkpoint("additive", 1), "rb") as f:
+            blob = f.read()
+        with open(bad, "wb") as f:
+            f.write(blob[: len(blob) // 2])  # truncated
+        out = self.path("bad_corrupt")
+        self.assertFails(run("export", "--checkpoint", bad, "--out", out), r"export: error: .*corrupt\.safetensors")
+        self.assertFalse(os.path.exists(out))
+        with open(bad, "wb") as f:
+            f.write(b"this is not a checkpoint")
+        self.assertFails(run("export", "--checkpoint", bad, "--out", out), r"export: error: .*corrupt\.safetensors")
+        self.assertFalse(os.path.exists(out))
+
+    def test_unsupported_opset(self):
+        out = self.path("bad_opset")
+        for opset in ("12", "18", "x"):
+            self.assertFails(run("export", "--checkpoint", self.checkpoint("additive", 1), "--out", out,
+                                 "--opset", opset), r"export: error: .*opset",
+                             status=2 if opset == "x" else 1)  # not an integer: a usage error
+        p = run("export", "--checkpoint", self.checkpoint("additive", 1), "--out", out, "--opset", "18")
+        self.assertIn("supported: 13 to 17", p.stderr)
+        self.assertFalse(os.path.exists(out))
+
+    def test_unwritable_folder(self):
+        blocker = self.path("a_file")
+        with open(blocker, "w") as f:
+            f.write("not a folder")
+        for out in (blocker, os.path.join(blocker, "sub")):
+            self.assertFails(run("export", "--checkpoint", self.checkpoint("additive", 1), "--out", out),
+                             r"export: error: cannot create the output folder")
+
+    def test_failed_export_keeps_the_previous_one(self):
+        out = self.export(self.checkpoint("additive", 1), self.path("bad_keep"))
+        before = read_all(out)
+        self.assertEqual(set(before), self.FINAL_NAMES)
+        bad = self.path("corrupt2.safetensors")
+        with open(bad, "wb") as f:
+            f.write(b"\x00" * 100)
+        self.assertFails(run("export", "--checkpoint", bad, "--out", out), r"export: error:")
+        after = read_all(out)
+        self.assertEqual(after, before)  # no temporary files left, nothing replaced
+
+    def test_translate_py_refuses_a_folder_without_an_export(self):
+        with self.assertRaises(OSError):
+            onnx_translate.Translator(self.path("nothing_here"))
+
+
+def main():
+    global SEQGRAD, DATA
+    argv = sys.argv[1:]
+    if len(argv) < 3:
+        sys.exit("usage: test_onnx_export.py PATH/TO/seqgrad DATA_DIR onnx|no-onnx [unittest options]")
+    SEQGRAD, DATA, support = os.path.abspath(argv[0]), os.path.abspath(argv[1]), argv[2]
+    if support != "onnx":
+        p = subprocess.run([SEQGRAD, "export", "--out", tempfile.gettempdir() + "/seqgrad_no_onnx"],
+                           capture_output=True, text=True)
+        if p.returncode != 1 or "lacks ONNX support" not in p.stderr:
+            sys.exit(f"export in a build without ONNX: expected 'lacks ONNX support', got {p.returncode}: {p.stderr}")
+        print("test_onnx_export: skipped: this build lacks ONNX support (meson option onnx)")
+        sys.exit(77)
+    try:
+        unittest.main(argv=[sys.argv[0], *argv[3:]])
+    finally:
+        if Base.tmp and os.environ.get("SEQGRAD_KEEP_TMP") != "1":
+            shutil.rmtree(Base.tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

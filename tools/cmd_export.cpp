@@ -1,0 +1,147 @@
+// `seqgrad export`: a trained checkpoint as ONNX graphs (tools/export/onnx_export.h) plus the
+// vocabularies and tokenizer settings a runtime needs to go from text to ids and back.
+#include <filesystem>
+#include <memory>
+#include <optional>
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include "core/autograd.h"
+#include "core/fileio.h"
+#include "core/serialize.h"
+#include "models/seq2seq/pipeline.h"
+#include "models/text/vocab.h"
+#include "tools/args.h"
+#include "tools/commands.h"
+#include "tools/export/onnx_export.h"
+
+namespace seqgrad::tools {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Exportable {
+  std::unique_ptr<models::Seq2Seq> model;
+  std::optional<models::CheckpointInfo> info;  // absent for bench data (no vocabularies)
+};
+
+Exportable load_checkpoint_model(const std::string& path) {
+  SG_CHECK_IO(fs::exists(path), "no checkpoint at {} (train one with `seqgrad train`)", path);
+  models::LoadedCheckpoint checkpoint = models::read_checkpoint(path);
+  Exportable e{std::make_unique<models::Seq2Seq>(checkpoint.info.config.model), checkpoint.info};
+  models::load_weights(*e.model, checkpoint, path);
+  e.model->eval();
+  return e;
+}
+
+// PREFIX.json and PREFIX.safetensors as `seqgrad bench --export` writes them (the benchmark's
+// initial weights and model config).
+Exportable load_bench_model(const std::string& prefix) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(read_file(prefix + ".json"));
+  } catch (const nlohmann::json::exception& err) {
+    throw IOError(fmt::format("{}.json is not JSON: {}", prefix, err.what()));
+  }
+  models::Seq2SeqConfig config = models::Seq2SeqConfig::from_json(j.at("config").at("model"));
+  Exportable e{std::make_unique<models::Seq2Seq>(config), std::nullopt};
+  e.model->load_state_dict(load_tensors(prefix + ".safetensors").tensors);
+  e.model->eval();
+  return e;
+}
+
+// What a runtime needs besides the graphs: the special ids, the tokenizer's settings (the rules
+// are models/text/tokenizer.h's; examples/onnx/translate.py implements them), both vocabularies
+// and the graphs' inputs and outputs.
+nlohmann::json translator_json(const models::Seq2Seq& model, const models::CheckpointInfo* info, int64_t opset) {
+  nlohmann::json j = {{"format", "seqgrad.onnx_translator"}, {"version", 1}, {"opset", opset},
+                      {"model", model.config().to_json()},
+                      {"special_ids", {{"pad", text::Vocab::kPad}, {"bos", text::Vocab::kBos},
+                                       {"eos", text::Vocab::kEos}, {"unk", text::Vocab::kUnk}}},
+                      {"graphs",
+                       {{"model.onnx", "src (batch, src_seq) int64, src_lengths (batch) int64, tgt (batch, tgt_seq) "
+                                       "int64 -> output (batch, tgt_seq, tgt_vocab) float logits"},
+                        {"encoder.onnx", "src, src_lengths -> memory (batch, src_seq, 2H), keys (batch, src_seq, A), "
+                                         "state (layers, batch, H), mask (batch, src_seq) bool"},
+                        {"decoder_step.onnx", "y_prev (batch) int64, state, memory, keys, mask -> log_probs (batch, "
+                                              "tgt_vocab), new_state (layers, batch, H), weights (batch, src_seq)"}}}};
+  if (!info) return j;
+  j["languages"] = {{"source", info->config.src_lang}, {"target", info->config.tgt_lang}};
+  j["tokenizer"] = {{"kind", "seqgrad.words"}, {"lowercase", true}, {"apostrophe", "attach_left"},
+                    {"max_source_tokens", info->config.max_tokens > 0 ? 2 * info->config.max_tokens : 0},
+                    {"append_eos", true}};
+  j["src_vocab"] = info->src_vocab.tokens();
+  j["tgt_vocab"] = info->tgt_vocab.tokens();
+  return j;
+}
+
+// Test hook: seqgrad's own outputs for the inputs src, src_lengths, tgt in `inputs`: the
+// teacher-forced logits, the encoder's values, and one decoder step from tgt[:, 0].
+void write_reference(const models::Seq2Seq& model, const std::string& inputs, const std::string& outputs) {
+  NoGradGuard no_grad;
+  TensorFile in = load_tensors(inputs);
+  for (const char* name : {"src", "src_lengths", "tgt"})
+    SG_CHECK_VALUE(in.tensors.count(name), "--reference-inputs {} has no tensor '{}'", inputs, name);
+  const Tensor &src = in.tensors.at("src"), &lengths = in.tensors.at("src_lengths"), &tgt = in.tensors.at("tgt");
+  models::Encoder::Output enc = model.encoder(src, lengths);
+  models::AttnDecoder::Memory memory = model.decoder.prepare(enc.outputs, lengths);
+  models::AttnDecoder::Step step = model.decoder.step(tgt.select(1, 0).contiguous(), enc.state, memory);
+  save_tensors(outputs, {{"output", model(src, lengths, tgt)},
+                         {"memory", enc.outputs},
+                         {"keys", memory.keys},
+                         {"state", enc.state},
+                         {"log_probs", log_softmax(step.logits, -1)},
+                         {"new_state", step.state},
+                         {"weights", step.weights}});
+}
+
+void write_export(const std::string& dir, const onnx::Graphs& graphs, const nlohmann::json& translator) {
+  std::error_code error;
+  fs::create_directories(dir, error);
+  SG_CHECK_IO(!error && fs::is_directory(dir), "cannot create the output folder {}: {}", dir,
+              error ? error.message() : "a file of that name exists");
+  // Each file is written under a temporary name and renamed (core/fileio.h): a failure leaves the
+  // previous file or none, never a partial one. Everything was built and checked before this.
+  write_file_atomic(dir + "/model.onnx", graphs.model);
+  write_file_atomic(dir + "/encoder.onnx", graphs.encoder);
+  write_file_atomic(dir + "/decoder_step.onnx", graphs.decoder_step);
+  write_file_atomic(dir + "/translator.json", translator.dump(1) + "\n");
+}
+
+}  // namespace
+
+int export_main(int argc, char** argv) {
+  Args a("export", "Export a trained checkpoint to ONNX: model.onnx (teacher-forced logits), encoder.onnx and\n"
+                   "decoder_step.onnx (for greedy or beam search in any ONNX runtime) and translator.json\n"
+                   "(vocabularies, tokenizer settings, special ids). Every graph passes the ONNX checker.\n"
+                   "examples/onnx/translate.py translates with them in onnxruntime.");
+  a.option("checkpoint", "file", "checkpoint to export", "runs/default/best.safetensors")
+      .option("out", "dir", "output folder (created if missing; existing files are replaced)")
+      .option("opset", "n", fmt::format("ONNX opset, {} to {}", onnx::kMinOpset, onnx::kMaxOpset),
+              std::to_string(onnx::kDefaultOpset))
+      // bench/run.sh: export the benchmark's model, PREFIX.{json,safetensors} from `seqgrad bench --export`
+      .hidden_option("bench-data", "prefix", "export bench data instead of a checkpoint")
+      // tests/test_onnx_export.py: seqgrad's own outputs for the inputs in a safetensors file
+      .hidden_option("reference-inputs", "file", "src, src_lengths, tgt to run seqgrad on")
+      .hidden_option("reference-outputs", "file", "where seqgrad's outputs for --reference-inputs go");
+  if (!a.parse(argc, argv)) return 0;
+  SG_CHECK_VALUE(a.has("out"), "--out DIR is required (the folder for the .onnx files)");
+  const int64_t opset = a.get_int("opset");
+  onnx::check_options({.opset = opset});  // before loading anything
+  SG_CHECK_VALUE(a.has("reference-inputs") == a.has("reference-outputs"),
+                 "--reference-inputs and --reference-outputs go together");
+  SG_CHECK(onnx::onnx_available(), "{}", onnx::kNoOnnxSupport);
+  Exportable e = a.has("bench-data") ? load_bench_model(a.get("bench-data")) : load_checkpoint_model(a.get("checkpoint"));
+  onnx::Graphs graphs = onnx::export_graphs(*e.model, {.opset = opset});
+  write_export(a.get("out"), graphs, translator_json(*e.model, e.info ? &*e.info : nullptr, opset));
+  fmt::print("exported {} attention, {} layer(s), opset {} to {}: model.onnx ({:.1f} MB), encoder.onnx, "
+             "decoder_step.onnx, translator.json\n",
+             models::attention_kind_name(e.model->config().attention), e.model->config().num_layers, opset,
+             a.get("out"), graphs.model.size() / 1e6);
+  if (a.has("reference-inputs"))
+    write_reference(*e.model, a.get("reference-inputs"), a.get("reference-outputs"));
+  return 0;
+}
+
+}  // namespace seqgrad::tools

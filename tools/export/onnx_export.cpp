@@ -1,0 +1,436 @@
+// The translator's ONNX graphs, built with the ONNX protobuf schema and checked with the ONNX
+// checker (libonnx). The mapping of each part to ONNX ops is described in onnx_export.h.
+#include "tools/export/onnx_export.h"
+
+#include <cmath>
+#include <initializer_list>
+#include <limits>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include <onnx/checker.h>
+#include <onnx/onnx_pb.h>
+#include <onnx/shape_inference/implementation.h>
+
+#include "core/autograd.h"
+
+namespace seqgrad::tools::onnx {
+namespace {
+
+namespace pb = ::onnx;
+
+// ---- attributes and tensors
+
+pb::AttributeProto attr(const std::string& name, int64_t value) {
+  pb::AttributeProto a;
+  a.set_name(name);
+  a.set_type(pb::AttributeProto::INT);
+  a.set_i(value);
+  return a;
+}
+
+pb::AttributeProto attr(const std::string& name, const std::vector<int64_t>& values) {
+  pb::AttributeProto a;
+  a.set_name(name);
+  a.set_type(pb::AttributeProto::INTS);
+  for (int64_t v : values) a.add_ints(v);
+  return a;
+}
+
+pb::AttributeProto attr(const std::string& name, const std::string& value) {
+  pb::AttributeProto a;
+  a.set_name(name);
+  a.set_type(pb::AttributeProto::STRING);
+  a.set_s(value);
+  return a;
+}
+
+pb::AttributeProto attr(const std::string& name, pb::GraphProto graph) {
+  pb::AttributeProto a;
+  a.set_name(name);
+  a.set_type(pb::AttributeProto::GRAPH);
+  *a.mutable_g() = std::move(graph);
+  return a;
+}
+
+// A float32 TensorProto holding t's values (row-major, copied to the host).
+pb::TensorProto float_tensor(const std::string& name, const Tensor& t) {
+  pb::TensorProto p;
+  p.set_name(name);
+  p.set_data_type(pb::TensorProto::FLOAT);
+  for (int64_t d : t.shape()) p.add_dims(d);
+  std::vector<float> values = t.cpu().contiguous().to_vector<float>();
+  p.set_raw_data(values.data(), values.size() * sizeof(float));
+  return p;
+}
+
+template <typename T>
+pb::TensorProto constant_tensor(const std::string& name, int data_type, const std::vector<T>& values,
+                                const std::vector<int64_t>& dims) {
+  pb::TensorProto p;
+  p.set_name(name);
+  p.set_data_type(data_type);
+  for (int64_t d : dims) p.add_dims(d);
+  p.set_raw_data(values.data(), values.size() * sizeof(T));
+  return p;
+}
+
+// A graph input or output: element type and dims, a dim given by name (dynamic) or size.
+struct Dim {
+  std::string param;
+  int64_t size = 0;
+};
+pb::ValueInfoProto value_info(const std::string& name, int elem_type, const std::vector<Dim>& dims) {
+  pb::ValueInfoProto v;
+  v.set_name(name);
+  pb::TypeProto_Tensor* t = v.mutable_type()->mutable_tensor_type();
+  t->set_elem_type(elem_type);
+  pb::TensorShapeProto* shape = t->mutable_shape();
+  for (const Dim& d : dims) {
+    if (d.param.empty()) shape->add_dim()->set_dim_value(d.size);
+    else shape->add_dim()->set_dim_param(d.param);
+  }
+  return v;
+}
+
+// ---- the graph builder: nodes into the current graph, weights and constants into the model's
+// top-level graph (a Scan body reads them from there), every value name unique in the model.
+
+class Builder {
+ public:
+  explicit Builder(pb::GraphProto* top) : top_(top), graph_(top) {}
+
+  // Adds a node and returns its output names (`outputs` of them).
+  std::vector<std::string> ops(const std::string& type, const std::vector<std::string>& inputs,
+                               std::initializer_list<pb::AttributeProto> attrs, int outputs) {
+    std::string name = fresh(type);
+    std::vector<std::string> names;
+    for (int i = 0; i < outputs; ++i) names.push_back(outputs > 1 ? fmt::format("{}:{}", name, i) : name);
+    add_node(name, type, inputs, attrs, names);
+    return names;
+  }
+  std::string op(const std::string& type, const std::vector<std::string>& inputs,
+                 std::initializer_list<pb::AttributeProto> attrs = {}) {
+    return ops(type, inputs, attrs, 1)[0];
+  }
+  // Gives `value` the name `name` (for a graph's outputs).
+  void rename_output(const std::string& value, const std::string& name) {
+    add_node(fresh("Identity"), "Identity", {value}, {}, {name});
+  }
+
+  // A weight, added once to the top-level graph under `name`.
+  std::string weight(const std::string& name, const Tensor& t) {
+    if (names_.insert(name).second) *top_->add_initializer() = float_tensor(name, t);
+    return name;
+  }
+  std::string ints(const std::vector<int64_t>& values) {
+    return constant(pb::TensorProto::INT64, values, {static_cast<int64_t>(values.size())});
+  }
+  std::string scalar_i64(int64_t value) { return constant(pb::TensorProto::INT64, std::vector<int64_t>{value}, {}); }
+  std::string scalar_f32(float value) { return constant(pb::TensorProto::FLOAT, std::vector<float>{value}, {}); }
+
+  // Builds nodes into `sub` (a Scan body) while the returned guard lives.
+  struct Scope {
+    Builder& b;
+    pb::GraphProto* previous;
+    ~Scope() { b.graph_ = previous; }
+  };
+  Scope enter(pb::GraphProto* sub) { return Scope{*this, std::exchange(graph_, sub)}; }  // prvalue: no copy
+
+ private:
+  std::string fresh(const std::string& stem) { return fmt::format("{}_{}", stem, counter_++); }
+  void add_node(const std::string& name, const std::string& type, const std::vector<std::string>& inputs,
+                std::initializer_list<pb::AttributeProto> attrs, const std::vector<std::string>& outputs) {
+    pb::NodeProto* n = graph_->add_node();
+    n->set_name(name);
+    n->set_op_type(type);
+    for (const std::string& in : inputs) n->add_input(in);
+    for (const std::string& out : outputs) n->add_output(out);
+    for (const pb::AttributeProto& a : attrs) *n->add_attribute() = a;
+  }
+  template <typename T>
+  std::string constant(int data_type, const std::vector<T>& values, const std::vector<int64_t>& dims) {
+    std::string name = fresh("const");
+    *top_->add_initializer() = constant_tensor(name, data_type, values, dims);
+    return name;
+  }
+
+  pb::GraphProto* top_;
+  pb::GraphProto* graph_;
+  std::set<std::string> names_;
+  int64_t counter_ = 0;
+};
+
+// ---- layers
+
+// Linear: y = x · Wᵀ (+ b) over the last axis; W is stored transposed, (in, out), for MatMul.
+std::string linear(Builder& b, const std::string& x, const nn::Linear& layer, const std::string& name) {
+  std::string y = b.op("MatMul", {x, b.weight(name + ".weight_t", layer.weight.transpose(0, 1))});
+  if (!layer.bias.defined()) return y;
+  return b.op("Add", {y, b.weight(name + ".bias", layer.bias)});
+}
+
+// PyTorch's gate rows [r; z; n] in ONNX's order [z; r; h] (n and h are the same candidate gate).
+Tensor onnx_gate_order(const Tensor& w, int64_t hidden) {
+  return cat({w.narrow(0, hidden, hidden), w.narrow(0, 0, hidden), w.narrow(0, 2 * hidden, hidden)}, 0);
+}
+
+// The W, R and B inputs of ONNX's GRU for one layer: (dirs, 3H, F), (dirs, 3H, H), (dirs, 6H).
+std::vector<std::string> gru_weights(Builder& b, const nn::GRU& gru, int64_t layer, const std::string& name) {
+  const int64_t H = gru.options().hidden_size;
+  std::vector<Tensor> w, r, bias;
+  for (int64_t d = 0; d < gru.num_directions(); ++d) {
+    const nn::RNNWeights& p = gru.weights(layer, d == 0 ? nn::Direction::forward : nn::Direction::reverse);
+    w.push_back(onnx_gate_order(p.weight_ih, H));
+    r.push_back(onnx_gate_order(p.weight_hh, H));
+    Tensor b_ih = p.bias_ih.defined() ? onnx_gate_order(p.bias_ih, H) : zeros({3 * H});
+    Tensor b_hh = p.bias_hh.defined() ? onnx_gate_order(p.bias_hh, H) : zeros({3 * H});
+    bias.push_back(cat({b_ih, b_hh}, 0));
+  }
+  std::string prefix = fmt::format("{}.l{}", name, layer);
+  return {b.weight(prefix + ".W", stack(w, 0)), b.weight(prefix + ".R", stack(r, 0)),
+          b.weight(prefix + ".B", stack(bias, 0))};
+}
+
+// Where(mask, Softmax(Where(mask, scores, -inf)), 0): scores (B, S), mask (B, S) true where valid.
+std::string masked_softmax(Builder& b, const std::string& scores, const std::string& mask) {
+  std::string minus_inf = b.scalar_f32(-std::numeric_limits<float>::infinity());
+  std::string zero = b.scalar_f32(0.0f);
+  std::string w = b.op("Softmax", {b.op("Where", {mask, scores, minus_inf})}, {attr("axis", int64_t{-1})});
+  return b.op("Where", {mask, w, zero});  // a row without a valid key: NaN -> 0
+}
+
+// weights (B, S) · memory (B, S, 2H) -> context (B, 2H)
+std::string context_of(Builder& b, const std::string& weights, const std::string& memory) {
+  std::string w3 = b.op("Unsqueeze", {weights, b.ints({1})});  // (B, 1, S)
+  return b.op("Squeeze", {b.op("MatMul", {w3, memory}), b.ints({1})});
+}
+
+// ---- encoder: src, src_lengths -> memory, keys, state, mask (names of the values)
+
+struct EncoderValues {
+  std::string memory, keys, state, mask;
+};
+
+EncoderValues emit_encoder(Builder& b, const models::Seq2Seq& model, const std::string& src,
+                           const std::string& lengths) {
+  const models::Seq2SeqConfig& c = model.config();
+  const models::Encoder& enc = model.encoder;
+  std::string x = b.op("Gather", {b.weight("encoder.embedding.weight", enc.embedding.weight), src});  // (B, S, E)
+  x = b.op("Transpose", {x}, {attr("perm", std::vector<int64_t>{1, 0, 2})});                         // (S, B, E)
+  std::string lens32 = b.op("Cast", {lengths}, {attr("to", int64_t{pb::TensorProto::INT32})});
+  std::vector<std::string> final_states;  // per layer (1, B, 2H): [h_fwd | h_bwd]
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    std::vector<std::string> w = gru_weights(b, enc.rnn, l, "encoder.rnn");
+    std::vector<std::string> y = b.ops("GRU", {x, w[0], w[1], w[2], lens32},
+                                       {attr("hidden_size", c.hidden_size), attr("direction", std::string("bidirectional")),
+                                        attr("linear_before_reset", int64_t{1})},
+                                       2);  // Y (S, 2, B, H), Y_h (2, B, H)
+    x = b.op("Transpose", {y[0]}, {attr("perm", std::vector<int64_t>{0, 2, 1, 3})});  // (S, B, 2, H)
+    x = b.op("Reshape", {x, b.ints({0, 0, -1})});                                      // (S, B, 2H)
+    std::string h = b.op("Transpose", {y[1]}, {attr("perm", std::vector<int64_t>{1, 0, 2})});  // (B, 2, H)
+    h = b.op("Reshape", {h, b.ints({0, -1})});                                                  // (B, 2H)
+    final_states.push_back(b.op("Unsqueeze", {h, b.ints({0})}));                                // (1, B, 2H)
+  }
+  EncoderValues v;
+  std::string pairs = b.op("Concat", final_states, {attr("axis", int64_t{0})});  // (L, B, 2H)
+  v.state = b.op("Tanh", {linear(b, pairs, enc.bridge, "encoder.bridge")});      // (L, B, H)
+  v.memory = b.op("Transpose", {x}, {attr("perm", std::vector<int64_t>{1, 0, 2})});  // (B, S, 2H)
+  v.keys = c.attention == models::AttentionKind::scaled_dot
+               ? b.op("Identity", {v.memory})
+               : linear(b, v.memory, model.decoder.additive.w_k, "decoder.attention.w_k");  // (B, S, A)
+  // mask (B, S): position < length
+  std::string steps = b.op("Gather", {b.op("Shape", {src}), b.scalar_i64(1)}, {attr("axis", int64_t{0})});
+  std::string positions = b.op("Range", {b.scalar_i64(0), steps, b.scalar_i64(1)});  // (S,)
+  v.mask = b.op("Less", {b.op("Unsqueeze", {positions, b.ints({0})}), b.op("Unsqueeze", {lengths, b.ints({1})})});
+  return v;
+}
+
+// ---- one decoder step: y_prev (B,), state (L, B, H) and the encoder's values -> logits (B, V),
+// new state (L, B, H), attention weights (B, S)
+
+struct StepValues {
+  std::string logits, state, weights;
+};
+
+StepValues emit_decoder_step(Builder& b, const models::Seq2Seq& model, const std::string& y_prev,
+                             const std::string& state, const EncoderValues& enc) {
+  const models::Seq2SeqConfig& c = model.config();
+  const models::AttnDecoder& dec = model.decoder;
+  std::string query = b.op("Gather", {state, b.scalar_i64(c.num_layers - 1)}, {attr("axis", int64_t{0})});  // (B, H)
+  std::string context, weights;  // (B, 2H), (B, S)
+  if (c.attention != models::AttentionKind::scaled_dot) {
+    std::string qp = b.op("Unsqueeze", {linear(b, query, dec.additive.w_q, "decoder.attention.w_q"), b.ints({1})});
+    std::string features = b.op("Tanh", {b.op("Add", {qp, enc.keys})});                    // (B, S, A)
+    std::string energies = linear(b, features, dec.additive.w_v, "decoder.attention.w_v");  // (B, S, 1)
+    weights = masked_softmax(b, b.op("Squeeze", {energies, b.ints({2})}), enc.mask);
+    context = context_of(b, weights, enc.memory);
+  }
+  if (c.attention != models::AttentionKind::additive) {
+    std::string q = b.op("Unsqueeze", {linear(b, query, dec.query_proj, "decoder.query_proj"), b.ints({2})});  // (B, 2H, 1)
+    std::string scores = b.op("Squeeze", {b.op("MatMul", {enc.memory, q}), b.ints({2})});                    // (B, S)
+    scores = b.op("Mul", {scores, b.scalar_f32(static_cast<float>(1.0 / std::sqrt(2.0 * c.hidden_size)))});
+    std::string w = masked_softmax(b, scores, enc.mask);
+    std::string ctx = context_of(b, w, enc.memory);
+    if (context.empty()) {
+      context = ctx, weights = w;
+    } else {  // hybrid: the mean of the additive and scaled-dot contexts and weights
+      std::string half = b.scalar_f32(0.5f);
+      context = b.op("Mul", {b.op("Add", {context, ctx}), half});
+      weights = b.op("Mul", {b.op("Add", {weights, w}), half});
+    }
+  }
+  std::string embedded = b.op("Gather", {b.weight("decoder.embedding.weight", dec.embedding.weight), y_prev});  // (B, E)
+  std::string x = b.op("Unsqueeze", {b.op("Concat", {embedded, context}, {attr("axis", int64_t{1})}), b.ints({0})});
+  std::vector<std::string> new_states;  // per layer (1, B, H)
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    std::vector<std::string> w = gru_weights(b, dec.rnn, l, "decoder.rnn");
+    std::string h0 = b.op("Slice", {state, b.ints({l}), b.ints({l + 1}), b.ints({0})});  // (1, B, H)
+    std::vector<std::string> y = b.ops("GRU", {x, w[0], w[1], w[2], "", h0},
+                                       {attr("hidden_size", c.hidden_size), attr("linear_before_reset", int64_t{1})},
+                                       2);             // Y (1, 1, B, H), Y_h (1, B, H)
+    x = b.op("Squeeze", {y[0], b.ints({1})});          // (1, B, H): the next layer's input
+    new_states.push_back(y[1]);
+  }
+  StepValues s;
+  s.state = b.op("Concat", new_states, {attr("axis", int64_t{0})});  // (L, B, H)
+  std::string output = b.op("Squeeze", {x, b.ints({0})});           // (B, H)
+  std::string features = c.deep_output ? b.op("Concat", {output, context, embedded}, {attr("axis", int64_t{1})})
+                                       : output;  // (B, F)
+  s.logits = linear(b, features, dec.out, "decoder.out");  // (B, V)
+  s.weights = weights;
+  return s;
+}
+
+// ---- models
+
+const int kF32 = pb::TensorProto::FLOAT, kI64 = pb::TensorProto::INT64, kBool = pb::TensorProto::BOOL;
+
+pb::ModelProto new_model(const std::string& name, const ExportOptions& options) {
+  pb::ModelProto m;
+  m.set_ir_version(8);  // IR 8 (ONNX 1.10+) covers opsets 13..17
+  m.set_producer_name("seqgrad");
+  m.set_producer_version(SEQGRAD_VERSION);
+  m.set_doc_string("seq2seq translator with attention, exported by seqgrad export");
+  pb::OperatorSetIdProto* opset = m.add_opset_import();
+  opset->set_domain("");
+  opset->set_version(options.opset);
+  m.mutable_graph()->set_name(name);
+  return m;
+}
+
+std::string checked_bytes(const pb::ModelProto& m, const std::string& file) {
+  try {
+    // The checker, then strict shape inference with type checks: what Python's
+    // onnx.checker.check_model(model, full_check=True) does.
+    pb::checker::check_model(m);
+    pb::ModelProto inferred = m;
+    pb::shape_inference::InferShapes(inferred, pb::OpSchemaRegistry::Instance(),
+                                     pb::ShapeInferenceOptions(/*check_type_val=*/true, /*strict_mode_val=*/1));
+  } catch (const std::exception& e) {
+    throw Error(fmt::format("onnx export: {} fails the ONNX checker: {}", file, e.what()));
+  }
+  std::string bytes;
+  SG_CHECK(m.SerializeToString(&bytes), "onnx export: {} could not be serialized (over 2 GiB?)", file);
+  return bytes;
+}
+
+// The values every graph shares: dims and the encoder's outputs as graph inputs/outputs.
+struct Dims {
+  int64_t layers, hidden, keys, vocab;
+};
+Dims dims_of(const models::Seq2SeqConfig& c) {
+  int64_t keys = c.attention == models::AttentionKind::scaled_dot
+                     ? 2 * c.hidden_size
+                     : (c.attention_size ? c.attention_size : c.hidden_size);
+  return {c.num_layers, c.hidden_size, keys, c.tgt_vocab};
+}
+
+void add_encoder_value_infos(google::protobuf::RepeatedPtrField<pb::ValueInfoProto>* list, const Dims& d,
+                             const EncoderValues& names) {
+  *list->Add() = value_info(names.memory, kF32, {{"batch"}, {"src_seq"}, {"", 2 * d.hidden}});
+  *list->Add() = value_info(names.keys, kF32, {{"batch"}, {"src_seq"}, {"", d.keys}});
+  *list->Add() = value_info(names.state, kF32, {{"", d.layers}, {"batch"}, {"", d.hidden}});
+  *list->Add() = value_info(names.mask, kBool, {{"batch"}, {"src_seq"}});
+}
+
+std::string build_encoder(const models::Seq2Seq& model, const ExportOptions& options) {
+  pb::ModelProto m = new_model("seqgrad_encoder", options);
+  pb::GraphProto* g = m.mutable_graph();
+  *g->add_input() = value_info("src", kI64, {{"batch"}, {"src_seq"}});
+  *g->add_input() = value_info("src_lengths", kI64, {{"batch"}});
+  Builder b(g);
+  EncoderValues v = emit_encoder(b, model, "src", "src_lengths");
+  EncoderValues out{"memory", "keys", "state", "mask"};
+  b.rename_output(v.memory, out.memory);
+  b.rename_output(v.keys, out.keys);
+  b.rename_output(v.state, out.state);
+  b.rename_output(v.mask, out.mask);
+  add_encoder_value_infos(g->mutable_output(), dims_of(model.config()), out);
+  return checked_bytes(m, "encoder.onnx");
+}
+
+std::string build_decoder_step(const models::Seq2Seq& model, const ExportOptions& options) {
+  pb::ModelProto m = new_model("seqgrad_decoder_step", options);
+  pb::GraphProto* g = m.mutable_graph();
+  const Dims d = dims_of(model.config());
+  EncoderValues enc{"memory", "keys", "state", "mask"};
+  *g->add_input() = value_info("y_prev", kI64, {{"batch"}});
+  add_encoder_value_infos(g->mutable_input(), d, enc);
+  Builder b(g);
+  StepValues s = emit_decoder_step(b, model, "y_prev", enc.state, enc);
+  b.rename_output(b.op("LogSoftmax", {s.logits}, {attr("axis", int64_t{-1})}), "log_probs");
+  b.rename_output(s.state, "new_state");
+  b.rename_output(s.weights, "weights");
+  *g->add_output() = value_info("log_probs", kF32, {{"batch"}, {"", d.vocab}});
+  *g->add_output() = value_info("new_state", kF32, {{"", d.layers}, {"batch"}, {"", d.hidden}});
+  *g->add_output() = value_info("weights", kF32, {{"batch"}, {"src_seq"}});
+  return checked_bytes(m, "decoder_step.onnx");
+}
+
+// Teacher forcing: the encoder, then Scan over tgt's time axis with the decoder step as its body
+// (state carried, logits stacked along axis 1).
+std::string build_model(const models::Seq2Seq& model, const ExportOptions& options) {
+  pb::ModelProto m = new_model("seqgrad_seq2seq", options);
+  pb::GraphProto* g = m.mutable_graph();
+  const Dims d = dims_of(model.config());
+  *g->add_input() = value_info("src", kI64, {{"batch"}, {"src_seq"}});
+  *g->add_input() = value_info("src_lengths", kI64, {{"batch"}});
+  *g->add_input() = value_info("tgt", kI64, {{"batch"}, {"tgt_seq"}});
+  Builder b(g);
+  EncoderValues enc = emit_encoder(b, model, "src", "src_lengths");
+
+  pb::GraphProto body;
+  body.set_name("decoder_step");
+  *body.add_input() = value_info("scan_state_in", kF32, {{"", d.layers}, {"batch"}, {"", d.hidden}});
+  *body.add_input() = value_info("scan_y_prev", kI64, {{"batch"}});
+  {
+    Builder::Scope scope = b.enter(&body);
+    StepValues s = emit_decoder_step(b, model, "scan_y_prev", "scan_state_in", enc);
+    b.rename_output(s.state, "scan_state_out");
+    b.rename_output(s.logits, "scan_logits");
+  }
+  *body.add_output() = value_info("scan_state_out", kF32, {{"", d.layers}, {"batch"}, {"", d.hidden}});
+  *body.add_output() = value_info("scan_logits", kF32, {{"batch"}, {"", d.vocab}});
+
+  std::vector<std::string> y = b.ops("Scan", {enc.state, "tgt"},
+                                     {attr("num_scan_inputs", int64_t{1}), attr("scan_input_axes", std::vector<int64_t>{1}),
+                                      attr("scan_output_axes", std::vector<int64_t>{1}), attr("body", std::move(body))},
+                                     2);  // final state, logits (B, T, V)
+  b.rename_output(y[1], "output");
+  *g->add_output() = value_info("output", kF32, {{"batch"}, {"tgt_seq"}, {"", d.vocab}});
+  return checked_bytes(m, "model.onnx");
+}
+
+}  // namespace
+
+bool onnx_available() { return true; }
+
+Graphs export_graphs(const models::Seq2Seq& model, const ExportOptions& options) {
+  check_options(options);
+  NoGradGuard no_grad;
+  return {build_model(model, options), build_encoder(model, options), build_decoder_step(model, options)};
+}
+
+}  // namespace seqgrad::tools::onnx

@@ -1,0 +1,57 @@
+// ONNX export of the seq2seq translator (models/seq2seq/model.h) in standard ONNX ops, for any ONNX
+// runtime. Three graphs, each checked by the ONNX checker before it is returned:
+//   model.onnx         the teacher-forced model (as the seeds' torch.onnx.export):
+//                      src (B, S) int64, src_lengths (B,) int64, tgt (B, T) int64 -> output (B, T, V) float logits
+//   encoder.onnx       src, src_lengths -> memory (B, S, 2H), keys (B, S, A | 2H), state (L, B, H), mask (B, S) bool
+//   decoder_step.onnx  y_prev (B,) int64, state, memory, keys, mask
+//                      -> log_probs (B, V), new_state (L, B, H), weights (B, S)
+// B, S and T are dynamic axes ("batch", "src_seq", "tgt_seq"). How each part maps to ONNX:
+//   Embedding -> Gather; Linear -> MatMul (+ Add) with the weight stored transposed;
+//   the bidirectional encoder GRU -> one ONNX GRU per layer (direction "bidirectional",
+//     sequence_lens = src_lengths, so each sequence's reverse pass starts at its last valid step);
+//   PyTorch-style GRUs -> linear_before_reset = 1, gates reordered from [r; z; n] to ONNX's [z; r; h],
+//     bias = [b_ih | b_hh] (ONNX's [Wb | Rb]);
+//   masked softmax -> Where(mask, Softmax(Where(mask, scores, -inf)), 0): a fully masked row gives
+//     zeros, as nn::masked_softmax does, instead of NaN;
+//   the decoder loop of model.onnx -> Scan over tgt's time axis, whose body is the decoder step
+//     (it reads memory, keys, mask and the weights from the enclosing graph).
+// Every attention kind of the translator (additive, scaled_dot, hybrid) is expressible this way.
+// Built with libonnx (the protobuf schema and checker); without it, a stub throws (onnx_available()).
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "models/seq2seq/model.h"
+
+namespace seqgrad::tools::onnx {
+
+constexpr int64_t kDefaultOpset = 13;
+constexpr int64_t kMinOpset = 13, kMaxOpset = 17;  // the ops used here have one meaning over 13..17
+
+struct ExportOptions {
+  int64_t opset = kDefaultOpset;  // in [kMinOpset, kMaxOpset]
+};
+// Throws ValueError naming the supported range for an opset outside [kMinOpset, kMaxOpset].
+inline void check_options(const ExportOptions& options) {
+  SG_CHECK_VALUE(options.opset >= kMinOpset && options.opset <= kMaxOpset,
+                 "ONNX opset {} is not supported (supported: {} to {})", options.opset, kMinOpset, kMaxOpset);
+}
+
+// The serialized ModelProto of each graph; each passed the ONNX checker and strict shape inference.
+struct Graphs {
+  std::string model, encoder, decoder_step;
+};
+
+// True when this build has the ONNX libraries (meson option onnx); else export_graphs throws
+// Error(kNoOnnxSupport).
+bool onnx_available();
+constexpr const char* kNoOnnxSupport =
+    "this build of seqgrad lacks ONNX support (install libonnx-dev and libprotobuf-dev, then reconfigure with "
+    "meson setup --reconfigure -Donnx=enabled)";
+
+// Builds and checks the three graphs from the model's weights (on any device; copied to the host).
+// Throws ValueError for a bad option (check_options), Error when the checker rejects a
+// graph (a bug in the exporter: the message names the graph and the checker's complaint).
+Graphs export_graphs(const models::Seq2Seq& model, const ExportOptions& options = {});
+
+}  // namespace seqgrad::tools::onnx

@@ -1,0 +1,12 @@
+// The ONNX exporter in a build without libonnx (meson option onnx): every call says so.
+#include "tools/export/onnx_export.h"
+
+namespace seqgrad::tools::onnx {
+
+bool onnx_available() { return false; }
+
+Graphs export_graphs(const models::Seq2Seq&, const ExportOptions&) {
+  throw Error(kNoOnnxSupport);
+}
+
+}  // namespace seqgrad::tools::onnx

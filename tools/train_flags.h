@@ -1,0 +1,16 @@
+// The command-line flags that set a TrainConfig, shared by `seqgrad train` and `seqgrad compare`,
+// with their one validation: a value is checked once, where it enters, with the flag in the message.
+#pragma once
+#include "models/seq2seq/pipeline.h"
+#include "tools/args.h"
+
+namespace seqgrad::tools {
+
+// `config` with every config flag that `args` declares and the user gave applied, then every field
+// checked (ValueError naming the flag and the value).
+models::TrainConfig apply_config_flags(models::TrainConfig config, const Args& args);
+
+// --threads n (n >= 1), when given.
+void apply_threads_flag(const Args& args);
+
+}  // namespace seqgrad::tools

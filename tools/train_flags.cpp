@@ -22,9 +22,9 @@ models::TrainConfig apply_config_flags(models::TrainConfig c, const Args& a) {
   if (a.has("dropout")) c.model.dropout = a.get_double("dropout");
   SG_CHECK_USAGE(c.src_lang != c.tgt_lang, "--src and --tgt are both '{}': a translator needs two languages",
                  c.src_lang);
-  SG_CHECK_USAGE(!a.has("attention") || a.get("attention") != "dot", "--attention dot: the translator's dot-product attention is scaled_dot "
-                 "(scaling by 1/sqrt(d) keeps the softmax from saturating); unscaled dot is only in `seqgrad "
-                 "attention demo --kind dot`");
+  SG_CHECK_USAGE(!a.has("attention") || a.get("attention") != "dot",
+                 "--attention dot: the translator's dot-product attention is scaled_dot (scaling by 1/sqrt(d) keeps "
+                 "the softmax from saturating); unscaled dot is only in `seqgrad attention demo --kind dot`");
   if (a.has("attention")) c.model.attention = models::parse_attention_kind(a.get("attention"));
   if (a.has("max-tokens")) c.max_tokens = a.get_int("max-tokens");
   if (a.has("subset")) c.train_subset = a.get_int("subset");

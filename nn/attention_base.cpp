@@ -131,18 +131,25 @@ void check_feature_size(const char* op, const char* what, const Tensor& t, int64
                  expected, what, t.shape());
 }
 
+AttentionMemory AttentionMemory::map(const std::function<Tensor(const Tensor&)>& f) const {
+  auto apply = [&f](const Tensor& t) { return t.defined() ? f(t) : t; };
+  AttentionMemory m{apply(keys), apply(values), apply(mask), {}, {}};
+  for (const Tensor& p : projected) m.projected.push_back(apply(p));
+  for (const AttentionMemory& part : parts) m.parts.push_back(part.map(f));
+  return m;
+}
+
 AttentionMemory AttentionMemory::expand(int64_t n) const {
-  auto grow = [n](const Tensor& t) {
-    if (!t.defined()) return t;
+  return map([n](const Tensor& t) {
     SG_CHECK_SHAPE(t.ndim() >= 1 && t.size(0) == 1, "AttentionMemory::expand: needs a batch of 1, got {}", t.shape());
     Shape shape = t.shape();
     shape[0] = n;
     return t.expand(shape);
-  };
-  AttentionMemory m{grow(keys), grow(values), grow(mask), {}, {}};
-  for (const Tensor& p : projected) m.projected.push_back(grow(p));
-  for (const AttentionMemory& part : parts) m.parts.push_back(part.expand(n));
-  return m;
+  });
+}
+
+AttentionMemory AttentionMemory::select_rows(const Tensor& index) const {
+  return map([&index](const Tensor& t) { return index_select(t, 0, index); });
 }
 
 Tensor Attention::forward(const Tensor& queries, const Tensor& keys, const Tensor& values,

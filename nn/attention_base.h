@@ -7,6 +7,7 @@
 //   valid_lengths: int64 (B,) (one length per batch row) or (B, Q) (one per query), each in [0, K];
 //   key positions j >= valid length are masked.
 #pragma once
+#include <functional>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -57,6 +58,11 @@ struct AttentionMemory {
 
   // A memory of batch 1 repeated n times, as views (beam search): every (1, ...) becomes (n, ...).
   AttentionMemory expand(int64_t n) const;
+  // The batch rows `index` (int64 (N,)) of every tensor, in that order (a batched beam search:
+  // one row per open hypothesis, taken from its sentence's row).
+  AttentionMemory select_rows(const Tensor& index) const;
+  // Every tensor (parts included) through f; undefined ones stay undefined.
+  AttentionMemory map(const std::function<Tensor(const Tensor&)>& f) const;
 };
 
 // The base of every attention kind: context = forward(queries, keys, values, valid_lengths), or,

@@ -21,6 +21,7 @@ How the tests force the rare events:
 import json
 import os
 import re
+import select
 import shutil
 import signal
 import struct
@@ -41,7 +42,7 @@ DATA = None
 TINY = ["--preset", "default", "--embed", "16", "--hidden", "16", "--batch-size", "32", "--threads", "1", "--quiet"]
 
 
-def run(*args, stdin=None, timeout=120):
+def run(*args, stdin=None, timeout=300):  # generous: the machine may be shared
     """Runs seqgrad with args; returns CompletedProcess (text)."""
     return subprocess.run([SEQGRAD, *args], input=stdin, capture_output=True, text=True, timeout=timeout)
 
@@ -93,7 +94,7 @@ def trained_checkpoint():
     """A tiny 2-epoch run (shared by the checkpoint, translate and resume tests)."""
     if not hasattr(trained_checkpoint, "dir"):
         d = os.path.join(Base.tmp, "reference")
-        p = run("train", *TINY, "--subset", "256", "--epochs", "2", "--data-dir", DATA, "--out", d)
+        p = run("train", *TINY, "--subset", "256", "--epochs", "2", "--data-dir", DATA, "--out", d, timeout=600)
         if p.returncode != 0:
             raise AssertionError(f"reference training failed:\n{p.stdout}\n{p.stderr}")
         trained_checkpoint.dir = d
@@ -148,7 +149,7 @@ class TrainBadInput(Base):
         # flags under test come last and win
         p = run("train", *TINY, "--subset", "64", "--epochs", "1", "--data-dir", DATA, "--out", self.out("bad"), *args,
                 timeout=60)
-        self.assertFails(p, r"seqgrad train: error: .*" + pattern)
+        self.assertFails(p, r"seqgrad train: error: .*" + pattern, status=2)  # a usage error
 
     def test_unknown_preset(self):
         self.check(["--preset", "huge"], r"unknown preset 'huge' \(choose one of: default, seed, d2l\)")
@@ -161,7 +162,7 @@ class TrainBadInput(Base):
     def test_bad_values(self):
         self.check(["--epochs", "two"], r"--epochs expects an integer, got 'two'")
         self.check(["--epochs", "0"], r"--epochs must be >= 1, got 0")
-        self.check(["--epochs"], r"option --epochs needs a value <n>$")
+        self.check(["--epochs"], r"option --epochs needs a value <n>\n")
         self.check(["--epochs", "--quiet"], r"--epochs needs a value <n>, got the option --quiet")
         self.check(["--epochs="], r"--epochs needs a value <n>, got an empty one")
         self.check(["--lr", "nan"], r"--lr expects a finite number, got 'nan'")
@@ -331,10 +332,10 @@ class Translate(Base):
 
     def test_empty_sentence(self):
         p = self.translate("")
-        self.assertFails(p, r"sentence 1 is empty")
+        self.assertFails(p, r"sentence 1: empty")
         self.assertEqual(p.stdout, "\n")
         p = self.translate(stdin="ein mann .\n   \nein hund .\n")
-        self.assertFails(p, r"sentence 2 is empty")
+        self.assertFails(p, r"line 2: empty")
         lines = p.stdout.split("\n")
         self.assertEqual(len(lines), 4, p.stdout)  # one line per input line, the empty one kept
         self.assertEqual(lines[1], "")
@@ -353,10 +354,10 @@ class Translate(Base):
         self.assertEqual(len(p.stdout.splitlines()), 1)
 
     def test_bad_decoding_options(self):
-        self.assertFails(self.translate("--beam", "0", "ein mann"), r"--beam must be >= 1")
-        self.assertFails(self.translate("--max-len", "0", "ein mann"), r"--max-len must be >= 1")
-        self.assertFails(self.translate("--length-penalty", "inf", "ein mann"), r"expects a finite number")
-        self.assertFails(self.translate("--bogus", "ein mann"), r"unknown option --bogus")
+        self.assertFails(self.translate("--beam", "0", "ein mann"), r"--beam must be >= 1", status=2)
+        self.assertFails(self.translate("--max-len", "0", "ein mann"), r"--max-len must be >= 1", status=2)
+        self.assertFails(self.translate("--length-penalty", "inf", "ein mann"), r"expects a finite number", status=2)
+        self.assertFails(self.translate("--bogus", "ein mann"), r"unknown option --bogus", status=2)
         p = self.translate("--beam", "3", "--", "-ein mann")  # "--" ends the options
         self.assertOk(p)
 
@@ -582,7 +583,7 @@ class EvalBleu(Base):
         with open(b, "w") as f:
             f.write("one\n")
         self.assertFails(run("eval", "--hyp", a, "--ref", b), r"a.txt has 2 lines but .*b.txt has 1")
-        self.assertFails(run("eval", "--hyp", a), r"--hyp and --ref go together")
+        self.assertFails(run("eval", "--hyp", a), r"--hyp and --ref go together", status=2)
         self.assertFails(run("eval", "--hyp", a, "--ref", self.out("missing.txt")), r"missing.txt")
         empty = self.out("empty.txt")
         open(empty, "w").close()
@@ -618,6 +619,12 @@ class Compare(Base):
             html = f.read()
         self.assertIn("<table>", html)
         self.assertIn("Time per step", html)
+        # the same validation sentences under each kind, side by side
+        section = html[html.index("Attention on validation sentence 1, 256 pairs"):]
+        section = section[:section.index("</section>")]
+        self.assertIn("additive (256 pairs)", section)
+        self.assertIn("scaled_dot (256 pairs)", section)
+        self.assertEqual(section.count("<svg"), 2)
 
     def test_bad_input(self):
         for args, pattern in [(["--kinds", "cosine"], r"attention kind 'cosine'"),
@@ -627,8 +634,197 @@ class Compare(Base):
                               (["--timing-steps", "-1"], r"--timing-steps must be >= 0"),
                               (["--preset", "huge"], r"unknown preset 'huge'"),
                               (["--data-dir", self.out("no_such_dir")], r"data folder .* does not exist")]:
+            status = 1 if args[0] == "--data-dir" else 2  # a missing folder is not a usage error
             self.assertFails(run("compare", "--threads", "1", "--data-dir", DATA, *args), r"seqgrad compare: error: .*"
-                             + pattern)
+                             + pattern, status=status)
+
+# ---- command-line conventions (exit statuses, --version, typos, integer flags) ---------------
+
+class Conventions(Base):
+    def test_version_and_usage(self):
+        p = run("--version")
+        self.assertOk(p)
+        self.assertRegex(p.stdout, r"^seqgrad \d+\.\d+\.\d+\n$")
+        p = run()
+        self.assertEqual(p.returncode, 2)
+        self.assertEqual(p.stdout, "")
+        self.assertIn("usage: seqgrad <command>", p.stderr)
+        self.assertOk(run("info", "--help"))
+        self.assertFails(run("info", "--bogus"), r"unknown option --bogus", status=2)
+
+    def test_did_you_mean(self):
+        p = run("trian")
+        self.assertFails(p, r"unknown command 'trian' \(did you mean train\?\)", status=2)
+        self.assertEqual(p.stdout, "")  # usage goes to stderr with the error
+        self.assertIn("commands:", p.stderr)
+        self.assertFails(run("translate", "--chekpoint", "x"), r"unknown option --chekpoint \(did you mean "
+                                                               r"--checkpoint\?\)\n\(see seqgrad translate --help\)",
+                         status=2)
+        self.assertNotIn("did you mean", run("translate", "--zzzzzzzz", "x").stderr)
+
+    def test_usage_errors_exit_2_runtime_errors_1(self):
+        self.assertFails(run("translate", "--beam", "0", "x"), r"--beam must be >= 1, got 0", status=2)
+        self.assertFails(run("translate", "--checkpoint", self.out("nope.safetensors"), "x"), r"no checkpoint at",
+                         status=1)
+
+    def test_integer_flags_are_range_checked_before_narrowing(self):
+        for value in ["2147483648", "4294967297", "99999999999999999999"]:
+            self.assertFails(run("bench", "--repeats", value), rf"--repeats must be in \[1, 2147483647\], got {value}",
+                             status=2)
+        self.assertFails(run("bench", "--warmup", "-1"), r"--warmup must be in \[0, 2147483647\], got -1", status=2)
+        self.assertFails(run("translate", "--threads", "100000", "x"), r"--threads 100000 is more than 4 x the \d+ "
+                                                                       r"cores of this machine \(at most \d+\)",
+                         status=2)
+
+    def test_same_language_and_dot_attention(self):
+        common = [*TINY, "--subset", "64", "--epochs", "1", "--data-dir", DATA, "--out", self.out("bad")]
+        self.assertFails(run("train", *common, "--src", "de", "--tgt", "de"),
+                         r"--src and --tgt are both 'de': a translator needs two languages", status=2)
+        self.assertFails(run("train", *common, "--attention", "dot"),
+                         r"--attention dot: .* is scaled_dot .*seqgrad attention demo --kind dot", status=2)
+
+
+# ---- translate: line by line, bad lines, n-best, the wrong language ----------------------------
+
+class TranslateStream(Base):
+    def setUp(self):
+        self.ckpt = os.path.join(trained_checkpoint(), "best.safetensors")
+
+    def translate(self, *args, stdin=None):
+        return run("translate", "--checkpoint", self.ckpt, "--threads", "1", *args, stdin=stdin)
+
+    def test_a_bad_line_does_not_end_the_run(self):
+        lines = [b"ein mann .", b"ein hund .", b"zwei frauen .", "caf\u00e9 f\u00fcr".encode("latin-1"),
+                 b"ein kind .", b"", b"eine katze ."]
+        p = subprocess.run([SEQGRAD, "translate", "--checkpoint", self.ckpt, "--threads", "1"],
+                           input=b"\n".join(lines) + b"\n", capture_output=True, timeout=120)
+        out, err = p.stdout.decode(), p.stderr.decode(errors="replace")  # the error quotes the bad bytes
+        self.assertEqual(p.returncode, 1, err)
+        outputs = out.split("\n")
+        self.assertEqual(len(outputs), 8, out)  # 7 lines and the final newline
+        self.assertEqual(outputs[3], "")
+        self.assertEqual(outputs[5], "")
+        self.assertTrue(all(outputs[i] for i in [0, 1, 2, 4, 6]), out)
+        self.assertRegex(err, r"error: line 4: .*UTF-8")
+        self.assertRegex(err, r"error: line 6: empty")
+
+    def test_lines_are_answered_before_stdin_ends(self):
+        # an interactive user (or a coprocess) gets each translation before sending the next line
+        with subprocess.Popen([SEQGRAD, "translate", "--checkpoint", self.ckpt, "--threads", "1"], text=True,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL) as proc:
+            try:
+                for sentence in ["ein mann .", "ein hund ."]:
+                    proc.stdin.write(sentence + "\n")
+                    proc.stdin.flush()
+                    ready, _, _ = select.select([proc.stdout], [], [], 60)
+                    self.assertTrue(ready, f"no translation of '{sentence}' while stdin is still open")
+                    self.assertTrue(proc.stdout.readline().strip())
+                proc.stdin.close()
+                self.assertEqual(proc.wait(timeout=60), 0)
+            finally:
+                proc.kill()
+
+    def test_nbest(self):
+        p = self.translate("--beam", "4", "--nbest", "3", "ein mann .", "zwei hunde .")
+        self.assertOk(p)
+        rows = [line.split("\t") for line in p.stdout.splitlines()]
+        self.assertEqual([r[0] for r in rows], ["1", "1", "1", "2", "2", "2"], p.stdout)
+        for sentence in (rows[:3], rows[3:]):
+            scores = [float(r[1]) for r in sentence]
+            self.assertEqual(scores, sorted(scores, reverse=True))
+            self.assertTrue(all(s < 0 for s in scores))
+            self.assertEqual(len({r[2] for r in sentence}), 3)  # three different hypotheses
+        # the first of the n best is the --beam translation
+        best = self.translate("--beam", "4", "ein mann .")
+        self.assertEqual(best.stdout.strip(), rows[0][2])
+        self.assertFails(self.translate("--nbest", "2", "ein mann ."), r"--nbest 2 needs a beam at least as wide",
+                         status=2)
+
+    def test_wrong_language_warning(self):
+        p = self.translate("the quick brown fox jumps over the lazy dog")
+        self.assertOk(p)
+        self.assertRegex(p.stderr, r"warning: sentence 1: \d+ of its 9 words are unknown to this model, which "
+                                   r"translates German \(de\) to English \(en\): is the input German\?")
+        self.assertNotIn("warning: sentence 1", self.translate("ein mann .").stderr)
+
+    def test_output_folder_errors(self):
+        a_file = self.out("a_file")
+        open(a_file, "w").close()
+        self.assertFails(self.translate("--heatmaps", os.path.join(a_file, "maps"), "ein mann ."),
+                         r"--heatmaps: cannot create the folder '.*a_file/maps'")
+        self.assertFails(run("attention", "--checkpoint", self.ckpt, "--out", a_file, "ein mann ."),
+                         r"--out: cannot create the folder '.*a_file'")
+
+    def test_not_a_safetensors_file(self):
+        path = self.out("notes.txt")
+        with open(path, "w") as f:
+            f.write("These are my notes, not a checkpoint.\n")
+        for cmd in [["translate", "--checkpoint", path, "x"], ["eval", "--checkpoint", path], ["inspect", path]]:
+            self.assertFails(run(*cmd), re.escape(path) + r" is not a safetensors checkpoint")
+
+
+class AttentionReport(Base):
+    def test_each_kind_shows_its_own_scores(self):
+        for kind, formula in [("scaled_dot", "of scaled dot-product attention (d = 2H = 32)"),
+                              ("hybrid", "The additive half&#39;s pre-softmax scores")]:  # HTML-escaped
+            d = self.out(f"kind_{kind}")
+            p = run("train", *TINY, "--attention", kind, "--subset", "64", "--epochs", "1", "--data-dir", DATA,
+                    "--out", d + "/")
+            self.assertOk(p)
+            # the test heatmaps are titled with the sentence; the printed path has no "//"
+            self.assertRegex(p.stdout, r"heatmaps: .*kind_%s/attention_test0\.\.4\.png" % kind)
+            with open(os.path.join(d, "attention_test0.svg"), encoding="utf-8") as f:
+                self.assertIn("<title>Ein Mann mit einem orangefarbenen Hut", f.read())
+            out = self.out(f"attention_{kind}")
+            p = run("attention", "--checkpoint", os.path.join(d, "best.safetensors"), "--threads", "1", "--out", out,
+                    "ein zyxwvutsrq mann .")
+            self.assertOk(p)
+            self.assertTrue(os.path.getsize(os.path.join(out, "sentence1_energies.png")) > 0, kind)
+            with open(os.path.join(out, "report.html"), encoding="utf-8") as f:
+                html = f.read()
+            self.assertIn(formula, html)
+            self.assertNotIn("of additive attention", html)
+            self.assertIn("zyxwvutsrq (&lt;unk&gt;)", html)  # a source word the model saw as <unk>
+
+
+# ---- inspect and eval away from the training folder -----------------------------------------
+
+class Inspect(Base):
+    def test_inspect(self):
+        ckpt = os.path.join(trained_checkpoint(), "best.safetensors")
+        p = run("inspect", ckpt)
+        self.assertOk(p)
+        for pattern in [r"preset: default", r"languages: de -> en \(multi30k corpus\)",
+                        r"vocabularies: \d+ source tokens, \d+ target tokens", r"additive attention, embed 16, hidden 16",
+                        r"; \d+ parameters", r"weights: float32 \(\d+ tensors", r"256 training pairs",
+                        r"training: epoch \d of 2", r"epochs \(.*metrics.jsonl\)", r"\n +2 +[\d.]+ +[\d.]+"]:
+            self.assertRegex(p.stdout, pattern)
+        self.assertRegex(p.stdout, r"data folder /")  # stored absolute
+        self.assertFails(run("inspect"), r"give one checkpoint file", status=2)
+
+    def test_eval_from_another_folder_reads_only_the_test_split(self):
+        # a checkpoint whose data folder is relative and absent here: the error names --data-dir; a
+        # folder holding only the test split is enough for eval
+        header, data = read_safetensors(os.path.join(trained_checkpoint(), "best.safetensors"))
+        meta = header["__metadata__"]
+        del meta["seqgrad.crc32"]  # an edited (older) checkpoint
+        config = json.loads(meta["config"])
+        config["data_dir"] = "mydata"
+        meta["config"] = json.dumps(config)
+        ckpt = self.out("relative/best.safetensors")
+        os.makedirs(os.path.dirname(ckpt), exist_ok=True)
+        write_safetensors(ckpt, header, data)
+        p = subprocess.run([SEQGRAD, "eval", "--checkpoint", ckpt, "--threads", "1"], cwd=Base.tmp,
+                           capture_output=True, text=True, timeout=300)
+        self.assertFails(p, r"the data folder 'mydata' that .* was trained on does not exist here.*--data-dir")
+        test_only = self.out("test_only")
+        os.makedirs(os.path.join(test_only, "multi30k"), exist_ok=True)
+        for lang in ["de", "en"]:
+            shutil.copy(os.path.join(DATA, "multi30k", f"test2016.{lang}"), os.path.join(test_only, "multi30k"))
+        p = subprocess.run([SEQGRAD, "eval", "--checkpoint", ckpt, "--threads", "1", "--data-dir", test_only],
+                           cwd=Base.tmp, capture_output=True, text=True, timeout=300)
+        self.assertOk(p)
+        self.assertRegex(p.stdout, r"test: loss [\d.]+")
 
 
 def main():

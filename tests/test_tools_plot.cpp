@@ -198,6 +198,76 @@ TEST_CASE("heatmap: large matrices drop cell values but keep labels") {
   CHECK(contains(svg, ">29</text>"));  // unnamed columns are numbered
 }
 
+TEST_CASE("heatmap SVG: cells of a matrix too large for printed values tell their value on hover") {
+  Heatmap big;
+  big.rows = 3, big.cols = 20;
+  big.values.assign(60, 0.25f);
+  big.values[1 * 20 + 4] = 0.125f;
+  big.col_labels.assign(20, "x");
+  big.col_labels[4] = "Hund";
+  big.row_labels = {"a", "dog", "<eos>"};
+  const std::string svg = heatmap_svg(big);
+  CHECK(svg.find("<title>dog \u2192 Hund: 0.125</title>") != std::string::npos);
+  CHECK(svg.find("<title>&lt;eos&gt; \u2192 x: 0.250</title>") != std::string::npos);
+  Heatmap small = big;  // values printed: no tooltips
+  small.cols = 3;
+  small.values.resize(9);
+  small.col_labels.resize(3);
+  CHECK(heatmap_svg(small).find("pointer-events") == std::string::npos);
+}
+
+TEST_CASE("heatmap SVG: axis titles, the y title left of the row labels and turned") {
+  Heatmap h;
+  h.rows = 2, h.cols = 2;
+  h.values = {0.5f, 0.5f, 0.25f, 0.75f};
+  h.row_labels = {"a", "dog"};
+  h.col_labels = {"ein", "Hund"};
+  const std::string plain = heatmap_svg(h);
+  h.x_title = "source", h.y_title = "output";
+  const std::string titled = heatmap_svg(h);
+  CHECK(contains(titled, ">source</text>"));
+  CHECK(contains(titled, "rotate(-90)\" y=\"") );
+  CHECK(contains(titled, ">output</text>"));
+  CHECK_FALSE(contains(plain, ">source</text>"));
+  // the figure grows to make room: compare the SVG widths and heights
+  auto size = [](const std::string& svg, const char* what) {
+    size_t at = svg.find(what) + std::string(what).size() + 2;
+    return std::stoi(svg.substr(at, svg.find('"', at) - at));
+  };
+  CHECK(size(titled, "width") > size(plain, "width"));
+  CHECK(size(titled, "height") >= size(plain, "height"));  // here the colour bar is the taller part
+}
+
+TEST_CASE("heatmap SVG: a long title wraps onto several lines instead of being cut") {
+  Heatmap h;
+  h.rows = 1, h.cols = 2;
+  h.values = {0.5f, 0.5f};
+  h.title = "Fünf Leute in Winterjacken und mit Helmen stehen im Schnee mit Schneemobilen im Hintergrund, "
+            "und ein Hund läuft zwischen ihnen hin und her, während die Sonne hinter den Bergen untergeht.";
+  const std::string svg = heatmap_svg(h);
+  CHECK(contains(svg, ">Fünf Leute"));
+  CHECK(contains(svg, "untergeht.</text>"));  // the end is drawn, not cut with an ellipsis
+  CHECK_FALSE(contains(svg, "\u2026</text>"));
+  size_t title_lines = 0;
+  for (size_t at = svg.find("font-weight=\"bold\""); at != std::string::npos;
+       at = svg.find("font-weight=\"bold\"", at + 1))
+    ++title_lines;
+  CHECK(title_lines >= 2);
+  CHECK(title_lines <= 4);
+}
+
+TEST_CASE("heatmap SVG: a value that rounds to zero is printed without a sign") {
+  Heatmap h;
+  h.rows = 1, h.cols = 2;
+  h.values = {-0.001f, -0.5f};
+  h.diverging = true;
+  const std::string svg = heatmap_svg(h);
+  CHECK(svg.find(">0.00<") != std::string::npos);
+  CHECK(svg.find("\u22120.00<") == std::string::npos);
+  CHECK(svg.find("-0.00") == std::string::npos);
+  CHECK(svg.find(">\u22120.50<") != std::string::npos);
+}
+
 TEST_CASE("plot text: invalid UTF-8 and control characters are repaired, long labels cut") {
   Heatmap heatmap;
   heatmap.rows = 1, heatmap.cols = 2;
@@ -294,6 +364,49 @@ TEST_CASE("line plot: a single point and a flat series still get a sensible axis
   CHECK(contains(line_plot_svg(plot), "<circle"));
   plot.series[0] = {.name = "flat", .x = {0, 1, 2}, .y = {0, 0, 0}};
   CHECK(contains(line_plot_svg(plot), ">flat</text>"));
+}
+
+TEST_CASE("line plot: integer_x puts ticks on whole numbers, one epoch on an axis 0..2") {
+  LinePlot one{"BLEU", "epoch", "BLEU", {{"additive", {1}, {20.5}}}};
+  one.integer_x = true;
+  const std::string svg = line_plot_svg(one);
+  CHECK(contains(svg, ">0</text>"));
+  CHECK(contains(svg, ">1</text>"));
+  CHECK(contains(svg, ">2</text>"));
+  CHECK_FALSE(contains(svg, ">0.9"));
+  CHECK_FALSE(contains(svg, ">1.1"));
+  LinePlot three{"loss", "epoch", "loss", {{"additive", {1, 2, 3}, {4, 3, 2.5}}}};
+  three.integer_x = true;
+  CHECK_FALSE(contains(line_plot_svg(three), ">1.5</text>"));
+  three.integer_x = false;
+  CHECK(contains(line_plot_svg(three), ">1.5</text>"));
+}
+
+// The stroke colours of a line plot's data series (polylines 1.8 wide; ticks are thinner), in order.
+std::vector<std::string> polyline_colors(const std::string& svg) {
+  std::vector<std::string> out;
+  for (size_t at = svg.find("<polyline"); at != std::string::npos; at = svg.find("<polyline", at + 1)) {
+    const std::string element = svg.substr(at, svg.find("/>", at) - at);
+    if (!contains(element, "stroke-width=\"1.8\"")) continue;
+    out.push_back(element.substr(element.find("stroke=\"") + 8, 7));
+  }
+  return out;
+}
+
+TEST_CASE("line plot and bar chart: a series or bar keeps the palette colour it names") {
+  LinePlot two{"BLEU", "epoch", "BLEU", {{"additive", {1, 2}, {1, 2}}, {"hybrid", {1, 2}, {2, 3}}}};
+  const std::vector<std::string> by_position = polyline_colors(line_plot_svg(two));
+  REQUIRE(by_position.size() >= 2);
+  REQUIRE(by_position[0] != by_position[1]);
+  LinePlot one{"BLEU", "epoch", "BLEU", {{"hybrid", {1, 2}, {2, 3}, 1}}};  // alone, but colour 1
+  CHECK(polyline_colors(line_plot_svg(one))[0] == by_position[1]);
+  BarChart bars{"speed", "ms", {"additive", "hybrid"}, {1, 2}};
+  BarChart hybrid_only{"speed", "ms", {"hybrid"}, {2}, {1}};
+  const std::string second_bar_fill = by_position[1];
+  CHECK(contains(bar_chart_svg(bars), "fill=\"" + second_bar_fill + "\""));
+  CHECK(contains(bar_chart_svg(hybrid_only), "fill=\"" + second_bar_fill + "\""));
+  BarChart additive_only{"speed", "ms", {"additive"}, {2}};
+  CHECK_FALSE(contains(bar_chart_svg(additive_only), "fill=\"" + second_bar_fill + "\""));
 }
 
 TEST_CASE("line plot: bad input throws ValueError naming the series") {

@@ -128,7 +128,7 @@ class RunFolder(Base):
         self.assertFails(p, r"the run folder .*again already holds a run \(last.safetensors, best.safetensors, "
                             r"metrics.jsonl\); pass --resume to continue it, --force to delete it and start over")
         self.assertEqual(os.path.getmtime(os.path.join(out, "best.safetensors")), before)  # untouched
-        self.assertFails(self.train(out, "--resume", "--force"), r"--resume and --force exclude each other")
+        self.assertFails(self.train(out, "--resume", "--force"), r"--resume and --force exclude each other", status=2)
 
     def test_force_starts_over(self):
         out = self.out("forced")
@@ -201,7 +201,7 @@ class Flags(Base):
                 with self.subTest(command=command, flag=flag, value=value):
                     p = run(command, "--embed", "16", "--layers", "1", flag, value, "--threads", "1",
                             "--data-dir", DATA, "--out", self.out("flags"))
-                    self.assertFails(p, rf"seqgrad {command}: error: " + pattern)
+                    self.assertFails(p, rf"seqgrad {command}: error: " + pattern, status=2)  # a usage error
 
 
 # ---- logs and progress without a terminal ------------------------------------------------------

@@ -1,16 +1,48 @@
 #include "tools/args.h"
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <string_view>
+#include <thread>
 
 #include <fmt/core.h>
 
 #include "core/error.h"
 
 namespace seqgrad::tools {
+namespace {
+
+size_t edit_distance(const std::string& a, const std::string& b) {  // Levenshtein, one row at a time
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t substitute = diagonal + (a[i - 1] == b[j - 1] ? 0 : 1);
+      diagonal = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, substitute});
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace
+
+std::string did_you_mean(const std::string& word, const std::vector<std::string>& choices, const std::string& prefix) {
+  const std::string* best = nullptr;
+  size_t best_distance = 3;  // more than 2 edits is not a typo
+  for (const std::string& c : choices) {
+    size_t d = edit_distance(word, c);
+    if (d < best_distance && 2 * d < std::max(word.size(), c.size())) best = &c, best_distance = d;
+  }
+  return best ? fmt::format(" (did you mean {}{}?)", prefix, *best) : "";
+}
+
+int64_t max_threads() { return 4 * std::max<int64_t>(1, std::thread::hardware_concurrency()); }
 
 Args& Args::option(const std::string& name, const std::string& value_name, const std::string& help,
                    const std::string& default_value) {
@@ -46,11 +78,11 @@ bool Args::parse(int argc, char** argv) {
     bool looks_like_option =
         a.size() >= 2 && a[0] == '-' && (a[1] == '-' || std::isalpha(static_cast<unsigned char>(a[1])));
     if (options_done || !looks_like_option) {
-      SG_CHECK_VALUE(!positional_name_.empty(), "unexpected argument '{}' (see --help)", a);
+      SG_CHECK_USAGE(!positional_name_.empty(), "unexpected argument '{}'", a);
       positionals_.push_back(a);
       continue;
     }
-    SG_CHECK_VALUE(a[1] == '-', "unknown option {} (options are spelled --name; see --help{})", a,
+    SG_CHECK_USAGE(a[1] == '-', "unknown option {} (options are spelled --name; see --help{})", a,
                    positional_name_.empty() ? "" : fmt::format("; put -- before a {} that starts with '-'",
                                                                positional_name_));
     std::string name = a.substr(2), value;
@@ -58,21 +90,21 @@ bool Args::parse(int argc, char** argv) {
     if (auto eq = name.find('='); eq != std::string::npos)
       value = name.substr(eq + 1), name = name.substr(0, eq), inline_value = true;
     auto it = options_.find(name);
-    SG_CHECK_VALUE(it != options_.end(), "unknown option --{} (see --help)", name);
+    SG_CHECK_USAGE(it != options_.end(), "unknown option --{}{}", name, did_you_mean(name, order_, "--"));
     if (it->second.value_name.empty()) {
-      SG_CHECK_VALUE(!inline_value, "--{} is a flag and takes no value (got '{}')", name, value);
+      SG_CHECK_USAGE(!inline_value, "--{} is a flag and takes no value (got '{}')", name, value);
       values_.insert_or_assign(name, std::string(1, '1'));  // not `= "1"`: GCC 12 -Wrestrict false positive
       continue;
     }
     if (!inline_value) {
-      SG_CHECK_VALUE(i + 1 < argc, "option --{} needs a value <{}>", name, it->second.value_name);
+      SG_CHECK_USAGE(i + 1 < argc, "option --{} needs a value <{}>", name, it->second.value_name);
       // "--epochs --out x" forgot the value; a value that starts with "--" is written --name=--value
-      SG_CHECK_VALUE(std::string_view(argv[i + 1]).rfind("--", 0) != 0, "option --{} needs a value <{}>, got "
+      SG_CHECK_USAGE(std::string_view(argv[i + 1]).rfind("--", 0) != 0, "option --{} needs a value <{}>, got "
                      "the option {} (write --{}=VALUE for a value starting with --)", name,
                      it->second.value_name, argv[i + 1], name);
       value = argv[++i];
     }
-    SG_CHECK_VALUE(!value.empty(), "option --{} needs a value <{}>, got an empty one", name,
+    SG_CHECK_USAGE(!value.empty(), "option --{} needs a value <{}>, got an empty one", name,
                    it->second.value_name);
     values_[name] = value;
   }
@@ -89,19 +121,32 @@ std::string Args::get(const std::string& name) const {
   return o->second.default_value;
 }
 
-int64_t Args::get_int(const std::string& name) const {
+int64_t Args::get_int(const std::string& name, int64_t min, int64_t max) const {
   std::string s = get(name);
   int64_t v = 0;
   auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  SG_CHECK_VALUE(ec == std::errc() && end == s.data() + s.size(), "--{} expects an integer, got '{}'", name, s);
+  const bool parsed = ec == std::errc() || ec == std::errc::result_out_of_range;  // out of range: checked below
+  SG_CHECK_USAGE(parsed && end == s.data() + s.size(), "--{} expects an integer, got '{}'", name, s);
+  bool in_range = ec == std::errc() && v >= min && v <= max;
+  constexpr int64_t kLowest = std::numeric_limits<int64_t>::min(), kHighest = std::numeric_limits<int64_t>::max();
+  SG_CHECK_USAGE(in_range || max != kHighest, "--{} must be >= {}, got {}", name, min, s);
+  SG_CHECK_USAGE(in_range || min != kLowest, "--{} must be <= {}, got {}", name, max, s);
+  SG_CHECK_USAGE(in_range, "--{} must be in [{}, {}], got {}", name, min, max, s);
   return v;
+}
+
+int Args::get_threads(const std::string& name) const {
+  int64_t v = get_int(name, 1);
+  SG_CHECK_USAGE(v <= max_threads(), "--{} {} is more than 4 x the {} cores of this machine (at most {})", name, v,
+                 max_threads() / 4, max_threads());
+  return static_cast<int>(v);
 }
 
 double Args::get_double(const std::string& name) const {
   std::string s = get(name);
   char* end = nullptr;
   double v = std::strtod(s.c_str(), &end);
-  SG_CHECK_VALUE(!s.empty() && !std::isspace(static_cast<unsigned char>(s[0])) && end == s.c_str() + s.size() &&
+  SG_CHECK_USAGE(!s.empty() && !std::isspace(static_cast<unsigned char>(s[0])) && end == s.c_str() + s.size() &&
                      std::isfinite(v),
                  "--{} expects a finite number, got '{}'", name, s);
   return v;

@@ -1,11 +1,46 @@
 // A small command-line parser for the subcommands: --name value, --flag, positional arguments,
 // generated --help, and a clear error for unknown flags or bad values.
 #pragma once
+#include <cstdint>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "core/error.h"
+
+namespace seqgrad {
+// A mistake on the command line (unknown option, bad flag value): `seqgrad` exits with status 2
+// and points at --help, where runtime errors exit with 1.
+struct UsageError : ValueError {
+  using ValueError::ValueError;
+};
+}  // namespace seqgrad
+#define SG_CHECK_USAGE(cond, ...) SG_CHECK_AS(UsageError, cond, __VA_ARGS__)
+
 namespace seqgrad::tools {
+
+// " (did you mean X?)" when one of `choices` is a likely typo of `word` (edit distance <= 2 and
+// less than half its length), else "".
+std::string did_you_mean(const std::string& word, const std::vector<std::string>& choices,
+                         const std::string& prefix = "");
+
+// Runs `check`, which reads command-line values, turning a ValueError it throws (an unknown preset
+// or attention kind, a value out of range) into a UsageError.
+template <class Check>
+auto checking_flags(Check&& check) -> decltype(check()) {
+  try {
+    return check();
+  } catch (const UsageError&) {
+    throw;
+  } catch (const ValueError& e) {
+    throw UsageError(e.what());
+  }
+}
+
+// The most --threads accepts: 4 x the machine's cores (oversubscribing further only slows down, and
+// thousands of threads can exhaust the address space).
+int64_t max_threads();
 
 class Args {
  public:
@@ -19,12 +54,19 @@ class Args {
   Args& hidden_option(const std::string& name, const std::string& value_name, const std::string& help);
   Args& positional(const std::string& name, const std::string& help);  // zero or more
 
-  // Returns false when --help was given (the help text is printed); throws ValueError otherwise.
+  // Returns false when --help was given (the help text is printed); throws UsageError otherwise.
   bool parse(int argc, char** argv);
 
   bool has(const std::string& name) const;  // given on the command line (or a flag set)
   std::string get(const std::string& name) const;
-  int64_t get_int(const std::string& name) const;
+  // The integer value, which must lie in [min, max] (checked before any caller narrows it).
+  int64_t get_int(const std::string& name, int64_t min = std::numeric_limits<int64_t>::min(),
+                  int64_t max = std::numeric_limits<int64_t>::max()) const;
+  int get_int32(const std::string& name, int min, int max = std::numeric_limits<int>::max()) const {
+    return static_cast<int>(get_int(name, min, max));
+  }
+  // --threads in [1, max_threads()].
+  int get_threads(const std::string& name = "threads") const;
   double get_double(const std::string& name) const;
   bool flag(const std::string& name) const { return has(name); }
   const std::vector<std::string>& positionals() const { return positionals_; }

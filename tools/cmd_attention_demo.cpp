@@ -201,7 +201,7 @@ int attention_demo_main(int argc, char** argv) {
   if (!a.parse(argc, argv)) return 0;
   std::string kind = a.get("kind");
   const std::vector<std::string> kinds = {"additive", "dot", "scaled_dot", "hybrid", "local", "chunked", "multihead"};
-  SG_CHECK_VALUE(kind == "all" || std::find(kinds.begin(), kinds.end(), kind) != kinds.end(),
+  SG_CHECK_USAGE(kind == "all" || std::find(kinds.begin(), kinds.end(), kind) != kinds.end(),
                  "attention demo: unknown --kind '{}'; one of additive, dot, scaled_dot, hybrid, local, chunked, "
                  "multihead, all",
                  kind);

@@ -508,12 +508,12 @@ int bench_main(int argc, char** argv) {
   apply_threads_flag(args);
   Plan plan;
   plan.data_dir = args.get("data-dir");
-  plan.repeats = static_cast<int>(args.get_int("repeats"));
-  plan.warmup = static_cast<int>(args.get_int("warmup"));
+  plan.repeats = args.get_int32("repeats", 1);
+  plan.warmup = args.get_int32("warmup", 0);
   plan.max_seq = args.get_int("max-seq");
   SG_CHECK_VALUE(plan.max_seq >= 128, "bench: --max-seq {} must be >= 128", plan.max_seq);
   if (args.flag("quick")) plan.quick = true, plan.repeats = 2, plan.warmup = 1;
-  SG_CHECK_VALUE(plan.repeats >= 1 && plan.warmup >= 0, "bench: --repeats {} must be >= 1 and --warmup {} >= 0",
+  SG_CHECK_USAGE(plan.repeats >= 1 && plan.warmup >= 0, "bench: --repeats {} must be >= 1 and --warmup {} >= 0",
                  plan.repeats, plan.warmup);
   if (args.has("export")) {
     for (const char* preset : {"seed", "d2l"}) export_preset(preset, plan.data_dir, args.get("export"));

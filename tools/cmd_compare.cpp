@@ -22,6 +22,7 @@
 #include "tools/args.h"
 #include "tools/commands.h"
 #include "tools/plot/plot.h"
+#include "tools/translator.h"
 #include "tools/train_flags.h"
 
 namespace seqgrad::tools {
@@ -63,6 +64,9 @@ std::vector<std::string> split_list(const std::string& s) {
     if (!item.empty()) out.push_back(item);
   return out;
 }
+
+// One colour per attention kind in every chart of the report (the plot palette's index).
+int kind_color(const std::string& kind) { return static_cast<int>(models::parse_attention_kind(kind)); }
 
 // The preset with compare's flags applied; validated by the same function as `seqgrad train`'s.
 TrainConfig base_config(const Args& a) {
@@ -129,8 +133,11 @@ struct Run {
   double ms_per_step = 0;   // mean step time during training, first step excluded (see Timing)
   std::string stopped;      // why the run stopped early (non-finite loss), else empty
   std::vector<EpochResult> epochs;
+  std::vector<std::string> sample_heatmaps;  // SVG attention of the first validation sentences, last epoch
   const EpochResult& last() const { return epochs.back(); }
 };
+
+constexpr size_t kSampleSentences = 2;  // the report shows their attention side by side for each kind
 
 std::string pairs_label(int64_t n) { return n % 1000 == 0 ? fmt::format("{}k", n / 1000) : fmt::format("{}", n); }
 
@@ -174,6 +181,7 @@ Run run_one(TrainConfig c, AttentionKind kind, const models::Corpora& data, int6
 
   double timed_seconds = 0;  // the first step (warm-up) excluded
   int64_t timed_steps = 0;
+  std::vector<models::Hypothesis> samples;  // the last epoch's validation translations
   auto count_step = [&](const models::StepResult& r) {
     if (run.steps > 0) timed_seconds += r.seconds, ++timed_steps;
     ++run.steps;
@@ -196,11 +204,16 @@ Run run_one(TrainConfig c, AttentionKind kind, const models::Corpora& data, int6
     e.valid_bleu = val.bleu;
     e.sharpness = attention_sharpness(trainer.model(), d.valid);
     run.epochs.push_back(e);
+    samples = std::move(val.hypotheses);
     if (!quiet)
       fmt::print(stderr, "[{} {} pairs] epoch {}/{}: train loss {:.3f}, valid loss {:.3f}, BLEU {:.2f}, entropy {:.3f} "
                  "({:.2f} of uniform), {:.0f} s\n", run.kind, train_pairs, e.epoch, c.epochs, e.train_loss,
                  e.valid_loss, e.valid_bleu, e.sharpness.entropy, e.sharpness.normalized, e.seconds);
   }
+  for (size_t i = 0; i < std::min(kSampleSentences, samples.size()); ++i)
+    run.sample_heatmaps.push_back(plot::heatmap_svg(attention_heatmap(
+        marked_unknown(valid_pairs[i].src, d.src_vocab), d.tgt_vocab.decode(samples[i].tokens), samples[i].attention,
+        fmt::format("{} ({} pairs)", run.kind, pairs_label(train_pairs)), false)));
   if (timed_steps > 0) run.ms_per_step = 1000 * timed_seconds / timed_steps;
   if (!run.stopped.empty()) fmt::print(stderr, "[{} {} pairs] stopped: {}\n", run.kind, train_pairs, run.stopped);
   return run;
@@ -253,7 +266,7 @@ std::vector<Timing> time_steps(TrainConfig c, const std::vector<AttentionKind>& 
       size_t n = s.size();
       t.median_ms = 1000 * (n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2);
       t.mean_ms = 1000 * total / n;
-      t.tokens_per_s = timed[k].tokens / total;
+      t.tokens_per_s = timed[k].tokens / static_cast<double>(n) / (t.median_ms / 1000);  // at the median step time
     }
     out.push_back(t);
   }
@@ -316,16 +329,17 @@ std::string format_table(const std::vector<std::vector<std::string>>& rows) {
 int compare_main(int argc, char** argv) {
   Args args = compare_args();
   if (!args.parse(argc, argv)) return 0;
-  SG_CHECK_VALUE(args.positionals().empty(), "unexpected argument '{}'", args.positionals()[0]);
+  SG_CHECK_USAGE(args.positionals().empty(), "unexpected argument '{}'", args.positionals()[0]);
   apply_threads_flag(args);
-  TrainConfig config = base_config(args);
+  TrainConfig config = checking_flags([&] { return base_config(args); });
   std::vector<AttentionKind> kinds;
-  for (const std::string& k : split_list(args.get("kinds"))) kinds.push_back(models::parse_attention_kind(k));
-  SG_CHECK_VALUE(!kinds.empty(), "--kinds is empty (choose from additive, scaled_dot, hybrid)");
+  for (const std::string& k : split_list(args.get("kinds")))
+    kinds.push_back(checking_flags([&] { return models::parse_attention_kind(k); }));
+  SG_CHECK_USAGE(!kinds.empty(), "--kinds is empty (choose from additive, scaled_dot, hybrid)");
   int64_t valid_limit = args.get_int("valid");
-  SG_CHECK_VALUE(valid_limit >= 0, "--valid must be >= 0, got {}", valid_limit);
+  SG_CHECK_USAGE(valid_limit >= 0, "--valid must be >= 0, got {}", valid_limit);
   int64_t timing_steps = args.get_int("timing-steps");
-  SG_CHECK_VALUE(timing_steps >= 0, "--timing-steps must be >= 0, got {}", timing_steps);
+  SG_CHECK_USAGE(timing_steps >= 0, "--timing-steps must be >= 0, got {}", timing_steps);
 
   models::Corpora data = models::load_corpora(config);
   const auto available = static_cast<int64_t>(data.train.size());
@@ -336,7 +350,7 @@ int compare_main(int argc, char** argv) {
       n = available;
     } else {
       auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
-      SG_CHECK_VALUE(ec == std::errc() && end == s.data() + s.size() && n >= 1,
+      SG_CHECK_USAGE(ec == std::errc() && end == s.data() + s.size() && n >= 1,
                      "--subsets expects positive pair counts or 'all', got '{}'", s);
       if (n > available) {
         fmt::print(stderr, "note: subset {} is larger than the {} training pairs; using all of them\n", n, available);
@@ -345,7 +359,7 @@ int compare_main(int argc, char** argv) {
     }
     if (std::find(subsets.begin(), subsets.end(), n) == subsets.end()) subsets.push_back(n);
   }
-  SG_CHECK_VALUE(!subsets.empty(), "--subsets is empty");
+  SG_CHECK_USAGE(!subsets.empty(), "--subsets is empty");
   std::sort(subsets.begin(), subsets.end());
   std::vector<text::TokenizedPair> valid_pairs = data.valid;
   if (valid_limit > 0 && valid_limit < static_cast<int64_t>(valid_pairs.size())) valid_pairs.resize(valid_limit);
@@ -425,9 +439,10 @@ int compare_main(int argc, char** argv) {
   for (int64_t n : subsets) {
     plot::LinePlot loss{fmt::format("Training loss, {} pairs", n), "epoch", "loss (label-smoothed)", {}};
     plot::LinePlot bleu{fmt::format("Validation BLEU, {} pairs", n), "epoch", "BLEU", {}};
+    loss.integer_x = bleu.integer_x = true;  // epochs: whole-number ticks (one epoch: a point at 1)
     for (const Run& r : runs) {
       if (r.train_pairs != n || r.epochs.empty()) continue;
-      plot::Series l{r.kind, {}, {}}, b{r.kind, {}, {}};
+      plot::Series l{r.kind, {}, {}, kind_color(r.kind)}, b{r.kind, {}, {}, kind_color(r.kind)};
       for (const EpochResult& e : r.epochs) {
         l.x.push_back(e.epoch), l.y.push_back(e.train_loss);
         b.x.push_back(e.epoch), b.y.push_back(e.valid_bleu);
@@ -441,7 +456,7 @@ int compare_main(int argc, char** argv) {
   if (subsets.size() > 1) {
     plot::LinePlot by_size{"Validation BLEU after the last epoch vs training pairs", "training pairs", "BLEU", {}};
     for (AttentionKind kind : kinds) {
-      plot::Series s{models::attention_kind_name(kind), {}, {}};
+      plot::Series s{models::attention_kind_name(kind), {}, {}, kind_color(models::attention_kind_name(kind))};
       for (const Run& r : runs)
         if (r.kind == s.name && !r.epochs.empty())
           s.x.push_back(double(r.train_pairs)), s.y.push_back(r.last().valid_bleu);
@@ -451,7 +466,8 @@ int compare_main(int argc, char** argv) {
   }
   plot::BarChart speed{fmt::format("Time per training step (median of {}, {} pairs)", timing_steps, subsets.back()),
                        "ms per step", {}, {}};
-  for (const Timing& t : timing) speed.labels.push_back(t.kind), speed.values.push_back(t.median_ms);
+  for (const Timing& t : timing)
+    speed.labels.push_back(t.kind), speed.values.push_back(t.median_ms), speed.colors.push_back(kind_color(t.kind));
   plot::BarChart sharp{"Attention entropy on the validation set (last epoch)", "entropy (nats)", {}, {}};
   for (AttentionKind kind : kinds) {
     std::string name = models::attention_kind_name(kind);
@@ -460,6 +476,7 @@ int compare_main(int argc, char** argv) {
       if (!r.epochs.empty()) {
         sharp.labels.push_back(fmt::format("{} {}", name, pairs_label(r.train_pairs)));
         sharp.values.push_back(r.last().sharpness.entropy);
+        sharp.colors.push_back(kind_color(name));
       }
     }
   }
@@ -474,6 +491,14 @@ int compare_main(int argc, char** argv) {
                         fmt::format("Lower is sharper. Uniform attention over each validation source would have a "
                                     "mean entropy of {:.3f} nats.", uniform),
                         plot::bar_chart_svg(sharp)});
+  }
+  for (size_t i = 0; i < kSampleSentences; ++i) {  // the same sentence under each kind, side by side
+    plot::ReportSection section{fmt::format("Attention on validation sentence {}, {} pairs", i + 1,
+                                            pairs_label(subsets.back())), "", ""};
+    for (const Run& r : runs)
+      if (r.train_pairs == subsets.back() && i < r.sample_heatmaps.size()) section.svg += r.sample_heatmaps[i];
+    if (i < valid_pairs.size()) section.html_text = text::detokenize(valid_pairs[i].src);
+    if (!section.svg.empty()) sections.push_back(section);
   }
   std::string report_path = out_dir + "/report.html";
   plot::write_html_report(report_path, "seqgrad compare: attention kinds", sections);

@@ -285,16 +285,16 @@ int train(int argc, char** argv) {
     try {
       return parse_device(args.get("device"));
     } catch (const ValueError&) {
-      throw ValueError(fmt::format("--device expects cpu, cuda or cuda:N, got '{}'", args.get("device")));
+      throw UsageError(fmt::format("--device expects cpu, cuda or cuda:N, got '{}'", args.get("device")));
     }
   }();
   if (!device.is_cpu()) device_memory_for(device, "train --device");
   apply_threads_flag(args);
   const int64_t beam = args.get_int("beam");
-  SG_CHECK_VALUE(beam >= 1, "--beam must be >= 1, got {}", beam);
+  SG_CHECK_USAGE(beam >= 1, "--beam must be >= 1, got {}", beam);
   const std::optional<int64_t> stop_after = hook_step(args, "stop-after-steps");
   const std::optional<int64_t> nan_at = hook_step(args, "nan-at-step");
-  SG_CHECK_VALUE(!(args.flag("resume") && args.flag("force")), "--resume and --force exclude each other (--resume "
+  SG_CHECK_USAGE(!(args.flag("resume") && args.flag("force")), "--resume and --force exclude each other (--resume "
                  "continues the run in --out, --force deletes it)");
   std::string out_dir = args.get("out") == "runs/<preset>" ? "runs/" + args.get("preset") : args.get("out");
   std::string last_path = out_dir + "/last.safetensors", best_path = out_dir + "/best.safetensors";
@@ -308,9 +308,10 @@ int train(int argc, char** argv) {
                 last_path);
     resumed = models::read_checkpoint(last_path);
     check_resume_flags(args, resumed->info.config, last_path);
-    config = apply_config_flags(resumed->info.config, args);  // only --epochs and --data-dir can change here
+    // only --epochs and --data-dir can change here
+    config = checking_flags([&] { return apply_config_flags(resumed->info.config, args); });
   } else {
-    config = apply_config_flags(models::preset(args.get("preset")), args);
+    config = checking_flags([&] { return apply_config_flags(models::preset(args.get("preset")), args); });
   }
   std::optional<RunFolder> run_folder;
   if (writer) {

@@ -1,7 +1,13 @@
 // `seqgrad translate`, `seqgrad eval` and `seqgrad attention`: use a trained checkpoint.
+#include <poll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
-#include <iostream>
 
 #include <fmt/core.h>
 
@@ -16,6 +22,8 @@
 namespace seqgrad::tools {
 namespace {
 
+constexpr size_t kMaxBatch = 64;  // sentences decoded together when more input is waiting
+
 struct Loaded {
   models::LoadedCheckpoint checkpoint;
   std::unique_ptr<models::Seq2Seq> model;
@@ -23,6 +31,7 @@ struct Loaded {
 
 Loaded load_model(const std::string& path) {
   SG_CHECK_IO(std::filesystem::exists(path), "no checkpoint at {} (train one with `seqgrad train`)", path);
+  check_safetensors_file(path);
   Loaded l{models::read_checkpoint(path), nullptr};
   l.model = std::make_unique<models::Seq2Seq>(l.checkpoint.info.config.model);
   models::load_weights(*l.model, l.checkpoint, path);
@@ -30,42 +39,115 @@ Loaded load_model(const std::string& path) {
   return l;
 }
 
-// Sentences from the positional arguments, else one per line of stdin.
-std::vector<std::string> input_sentences(const Args& args) {
-  std::vector<std::string> out = args.positionals();
-  if (out.empty())
-    for (std::string line; std::getline(std::cin, line);) out.push_back(line);
+// Reads stdin line by line. next_batch() waits for one complete line, then also takes the lines
+// already waiting (at most `max`): typed lines are translated at once, a pipe in batches.
+class LineReader {
+ public:
+  std::vector<std::string> next_batch(size_t max) {
+    std::vector<std::string> lines;
+    for (;;) {
+      for (size_t end; lines.size() < max && (end = buffer_.find('\n')) != std::string::npos;) {
+        lines.push_back(buffer_.substr(0, end));
+        buffer_.erase(0, end + 1);
+      }
+      if (lines.size() >= max) break;
+      if (eof_) {
+        if (!buffer_.empty()) lines.push_back(std::move(buffer_)), buffer_.clear();  // a last line without \n
+        break;
+      }
+      if (!lines.empty() && !readable_now()) break;
+      read_some();
+    }
+    return lines;
+  }
+
+ private:
+  static bool readable_now() {
+    pollfd p{.fd = STDIN_FILENO, .events = POLLIN, .revents = 0};
+    return ::poll(&p, 1, 0) > 0;
+  }
+  void read_some() {
+    char chunk[1 << 16];
+    ssize_t n;
+    do n = ::read(STDIN_FILENO, chunk, sizeof chunk);
+    while (n < 0 && errno == EINTR);
+    SG_CHECK_IO(n >= 0, "cannot read stdin: {}", std::strerror(errno));
+    if (n == 0) eof_ = true;
+    buffer_.append(chunk, static_cast<size_t>(n));
+  }
+  std::string buffer_;
+  bool eof_ = false;
+};
+
+// One input sentence: its tokens and hypotheses (best first), or why it could not be translated.
+struct Translation {
+  std::vector<std::string> src_tokens;
+  std::vector<models::Hypothesis> hyps;
+  std::vector<std::vector<std::string>> out_tokens;  // per hypothesis
+  bool truncated = false;
+  std::string error;  // not empty: nothing was translated
+};
+
+// Tokenizes and encodes the sentences, then decodes the good ones as one batch.
+std::vector<Translation> translate_batch(Loaded& l, const std::vector<std::string>& sentences,
+                                         const models::DecodeOptions& options) {
+  const models::CheckpointInfo& info = l.checkpoint.info;
+  const int64_t max_tokens = info.config.max_tokens > 0 ? 2 * info.config.max_tokens : 0;
+  std::vector<Translation> out(sentences.size());
+  std::vector<std::vector<int64_t>> ids;
+  std::vector<size_t> which;  // the sentence of each encoded row
+  for (size_t i = 0; i < sentences.size(); ++i) {
+    Translation& t = out[i];
+    try {
+      t.src_tokens = text::tokenize(sentences[i]);
+    } catch (const Error& e) {
+      t.error = e.what();
+      continue;
+    }
+    if (t.src_tokens.empty()) {
+      t.error = "empty (nothing to translate)";
+      continue;
+    }
+    t.truncated = max_tokens > 0 && static_cast<int64_t>(t.src_tokens.size()) > max_tokens;
+    if (t.truncated) t.src_tokens.resize(max_tokens);
+    ids.push_back(models::encode_sentence(info.src_vocab, t.src_tokens, 0));
+    which.push_back(i);
+  }
+  if (ids.empty()) return out;
+  int64_t longest = 0;
+  for (const auto& row : ids) longest = std::max<int64_t>(longest, static_cast<int64_t>(row.size()));
+  std::vector<int64_t> flat, lengths;
+  for (const auto& row : ids) {
+    flat.insert(flat.end(), row.begin(), row.end());
+    flat.insert(flat.end(), longest - static_cast<int64_t>(row.size()), text::Vocab::kPad);
+    lengths.push_back(static_cast<int64_t>(row.size()));
+  }
+  auto rows = static_cast<int64_t>(ids.size());
+  Tensor src = from_vector(flat, {rows, longest}, {.dtype = DType::i64});
+  Tensor len = from_vector(lengths, {rows}, {.dtype = DType::i64});
+  std::vector<std::vector<models::Hypothesis>> ranked;
+  if (options.beam_size > 1) {
+    ranked = models::beam_search(*l.model, src, len, options);
+  } else {
+    for (models::Hypothesis& h : models::greedy_decode(*l.model, src, len, options)) ranked.push_back({std::move(h)});
+  }
+  for (size_t r = 0; r < which.size(); ++r) {
+    Translation& t = out[which[r]];
+    t.hyps = std::move(ranked[r]);
+    for (const models::Hypothesis& h : t.hyps) t.out_tokens.push_back(info.tgt_vocab.decode(h.tokens));
+  }
   return out;
 }
 
-struct Translation {
-  std::vector<std::string> src_tokens, out_tokens;
-  models::Hypothesis hyp;
-  bool truncated = false;
-};
-
-Translation translate_one(Loaded& l, const std::string& sentence, const models::DecodeOptions& options) {
-  const models::TrainConfig& c = l.checkpoint.info.config;
-  Translation t;
-  t.src_tokens = text::tokenize(sentence);
-  SG_CHECK_VALUE(!t.src_tokens.empty(), "the input sentence '{}' is empty (nothing to translate)", sentence);
-  t.truncated = c.max_tokens > 0 && static_cast<int64_t>(t.src_tokens.size()) > 2 * c.max_tokens;
-  std::vector<int64_t> ids = models::encode_sentence(l.checkpoint.info.src_vocab, t.src_tokens,
-                                                     t.truncated ? 2 * c.max_tokens : 0);
-  if (t.truncated) t.src_tokens.resize(2 * c.max_tokens);
-  auto n = static_cast<int64_t>(ids.size());
-  Tensor src = from_vector(ids, {1, n}, {.dtype = DType::i64});
-  Tensor len = from_vector(std::vector<int64_t>{n}, {1}, {.dtype = DType::i64});
-  t.hyp = models::decode(*l.model, src, len, options)[0];
-  t.out_tokens = l.checkpoint.info.tgt_vocab.decode(t.hyp.tokens);
-  return t;
-}
-
 models::DecodeOptions decode_options(const Args& a) {
-  SG_CHECK_VALUE(a.get_int("beam") >= 1, "--beam must be >= 1, got {}", a.get_int("beam"));
-  SG_CHECK_VALUE(a.get_int("max-len") >= 1, "--max-len must be >= 1, got {}", a.get_int("max-len"));
-  return {.max_len = a.get_int("max-len"), .beam_size = a.get_int("beam"),
-          .length_penalty = a.get_double("length-penalty")};
+  models::DecodeOptions o{.max_len = a.get_int("max-len", 1), .beam_size = a.get_int("beam", 1),
+                          .length_penalty = a.get_double("length-penalty")};
+  if (a.has("nbest")) {
+    o.nbest = a.get_int("nbest", 1);
+    SG_CHECK_USAGE(o.nbest <= o.beam_size, "--nbest {} needs a beam at least as wide (--beam {}): give --beam {}",
+                   o.nbest, o.beam_size, o.nbest);
+  }
+  return o;
 }
 
 void common_options(Args& a) {
@@ -73,49 +155,159 @@ void common_options(Args& a) {
       .option("beam", "n", "beam size (1 = greedy)", "1")
       .option("length-penalty", "alpha", "beam score = log p / length^alpha", "1.0")
       .option("max-len", "n", "longest output in tokens", "50")
-      .option("threads", "n", "threads (default: all cores)");
+      .option("threads", "n", fmt::format("threads, at most {} (default: all cores)", max_threads()));
 }
 
 void apply_threads(const Args& a) {
-  if (!a.has("threads")) return;
-  SG_CHECK_VALUE(a.get_int("threads") >= 1, "--threads must be >= 1, got {}", a.get_int("threads"));
-  set_num_threads(static_cast<int>(a.get_int("threads")));
+  if (a.has("threads")) set_num_threads(a.get_threads());
+}
+
+std::string language_name(const std::string& code) {
+  if (code == "de") return "German";
+  if (code == "en") return "English";
+  if (code == "fr") return "French";
+  if (code == "cs") return "Czech";
+  return code;
+}
+
+// A token with a letter or digit: ASCII, or a 2-byte UTF-8 Latin letter (lead byte 0xC3-0xDF: ä, é,
+// č, ...); « » (0xC2) and general punctuation (3 bytes, 0xE2) are not words.
+bool is_word(const std::string& token) {
+  return std::any_of(token.begin(), token.end(), [](char ch) {
+    auto c = static_cast<unsigned char>(ch);
+    return std::isalnum(c) || (c >= 0xC3 && c <= 0xDF);
+  });
+}
+
+// Notes the words the model never saw; warns (once) when most of a sentence is unknown, which
+// usually means the input is not in the model's source language.
+class UnknownWords {
+ public:
+  explicit UnknownWords(const models::CheckpointInfo& info) : info_(info) {}
+  void check(const std::string& where, const std::vector<std::string>& tokens) {
+    size_t unknown = 0, words = 0;
+    for (const std::string& tok : tokens) {
+      if (!is_word(tok)) continue;
+      ++words;
+      if (info_.src_vocab.contains(tok)) continue;
+      ++unknown;
+      fmt::print(stderr, "note: '{}' was not seen in training (<unk>)\n", tok);
+    }
+    if (warned_ || words < 2 || 2 * unknown <= words) return;
+    warned_ = true;
+    const models::TrainConfig& c = info_.config;
+    fmt::print(stderr, "warning: {}: {} of its {} words are unknown to this model, which translates {} ({}) to {} "
+               "({}): is the input {}?\n", where, unknown, words, language_name(c.src_lang), c.src_lang,
+               language_name(c.tgt_lang), c.tgt_lang, language_name(c.src_lang));
+  }
+
+ private:
+  const models::CheckpointInfo& info_;
+  bool warned_ = false;
+};
+
+// What the energies heatmap of each attention kind shows, with its formula (d = 2H, the key size).
+std::string energies_explanation(const models::Seq2SeqConfig& m) {
+  switch (m.attention) {
+    case models::AttentionKind::additive:
+      return "Pre-softmax scores e_j = vᵀ tanh(W_q s + W_k h_j) of additive attention: the softmax over each row "
+             "gives the weights above.";
+    case models::AttentionKind::scaled_dot:
+      return fmt::format("Pre-softmax scores e_j = (W_q s) · h_j / √{} of scaled dot-product attention (d = 2H = {}): "
+                         "the softmax over each row gives the weights above.", 2 * m.hidden_size, 2 * m.hidden_size);
+    case models::AttentionKind::hybrid:
+      return fmt::format("The additive half's pre-softmax scores vᵀ tanh(W_q s + W_k h_j). Hybrid attention's weights "
+                         "above are the mean ½ (softmax(additive scores) + softmax((W_q s) · h_j / √{})), and its "
+                         "context the mean of the two contexts.", 2 * m.hidden_size);
+  }
+  return "";
+}
+
+// Prints one input's result: its translation (an empty line when it failed), or with --nbest its
+// hypotheses as "<input number>\t<score>\t<translation>" lines.
+void print_translation(const Translation& t, size_t number, int64_t nbest) {
+  if (nbest <= 1) {
+    fmt::print("{}\n", t.error.empty() ? text::detokenize(t.out_tokens[0]) : "");
+    return;
+  }
+  for (size_t n = 0; n < t.hyps.size(); ++n)
+    fmt::print("{}\t{:.4f}\t{}\n", number, t.hyps[n].score, text::detokenize(t.out_tokens[n]));
 }
 
 }  // namespace
 
+void check_safetensors_file(const std::string& path) {
+  SG_CHECK_IO(std::filesystem::is_regular_file(path), "{} is not a regular file (a checkpoint is a .safetensors file)",
+              path);
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  SG_CHECK_IO(f, "cannot open {}: {}", path, std::strerror(errno));
+  unsigned char head[9] = {};
+  size_t got = std::fread(head, 1, sizeof head, f);
+  std::fclose(f);
+  uint64_t header_length = 0;
+  for (int i = 7; i >= 0; --i) header_length = header_length << 8 | head[i];  // little-endian u64
+  uint64_t size = std::filesystem::file_size(path);
+  SG_CHECK_IO(got == sizeof head && header_length <= size - 8 && head[8] == '{',
+              "{} is not a safetensors checkpoint (it does not start with an 8-byte header length followed by a "
+              "JSON header{})", path, got < sizeof head ? fmt::format("; it has only {} bytes", size) : "");
+}
+
+std::string create_output_folder(const std::string& path, const std::string& flag) {
+  std::error_code error;
+  std::filesystem::create_directories(path, error);
+  SG_CHECK_IO(!error, "{}: cannot create the folder '{}': {}", flag, path, error.message());
+  SG_CHECK_IO(::access(path.c_str(), W_OK) == 0, "{}: the folder '{}' is not writable: {}", flag, path,
+              std::strerror(errno));
+  return path;
+}
+
 int translate_main(int argc, char** argv) {
   Args a("translate", "Translate sentences (arguments, or one per line on stdin) with a trained checkpoint.\n"
-                      "Prints one line per input sentence. Words not seen in training become <unk> (noted on\n"
-                      "stderr); sentences longer than twice the training length are truncated with a warning; an\n"
-                      "empty sentence gives an empty output line, an error on stderr and exit status 1.");
+                      "Prints one line per input sentence as soon as it is translated (lines waiting on stdin are\n"
+                      "decoded together). Words not seen in training become <unk> (noted on stderr, with a warning\n"
+                      "when most words are unknown: the wrong language?); sentences longer than twice the training\n"
+                      "length are truncated with a warning. A line that cannot be translated (empty, not UTF-8)\n"
+                      "gives an error naming it on stderr and an empty output line; the others go on, and the exit\n"
+                      "status is 1. With --nbest N each sentence gives N lines: number<TAB>score<TAB>translation.");
   common_options(a);
-  a.option("heatmaps", "dir", "also write each sentence's attention heatmap (PNG and SVG) into dir")
+  a.option("nbest", "n", "print the n best hypotheses of the beam with their scores (needs --beam >= n)")
+      .option("heatmaps", "dir", "also write each sentence's attention heatmap (PNG and SVG) into dir")
       .positional("sentence", "text to translate (else one per line on stdin)");
   if (!a.parse(argc, argv)) return 0;
   apply_threads(a);
-  Loaded l = load_model(a.get("checkpoint"));
   models::DecodeOptions options = decode_options(a);
-  std::vector<std::string> sentences = input_sentences(a);
-  SG_CHECK_VALUE(!sentences.empty(), "translate: no input sentences (pass them as arguments or on stdin)");
-  if (a.has("heatmaps")) std::filesystem::create_directories(a.get("heatmaps"));
+  if (a.has("heatmaps")) create_output_folder(a.get("heatmaps"), "--heatmaps");
+  Loaded l = load_model(a.get("checkpoint"));
+  UnknownWords unknown(l.checkpoint.info);
+  const bool from_stdin = a.positionals().empty();
+  const char* unit = from_stdin ? "line" : "sentence";
+  LineReader reader;
   int status = 0;
-  for (size_t i = 0; i < sentences.size(); ++i) {
-    if (text::tokenize(sentences[i]).empty()) {  // keep one output line per input line, and go on
-      fmt::print(stderr, "seqgrad translate: error: sentence {} is empty\n", i + 1);
-      fmt::print("\n");
-      status = 1;
-      continue;
+  size_t number = 0;
+  for (;;) {
+    std::vector<std::string> sentences = from_stdin ? reader.next_batch(kMaxBatch) : a.positionals();
+    if (sentences.empty()) break;
+    std::vector<Translation> done = translate_batch(l, sentences, options);
+    for (size_t i = 0; i < done.size(); ++i) {
+      const Translation& t = done[i];
+      std::string where = fmt::format("{} {}", unit, ++number);
+      if (!t.error.empty()) {  // keep one output line per input line, and go on
+        fmt::print(stderr, "seqgrad translate: error: {}: {}\n", where, t.error);
+        status = 1;
+      } else {
+        if (t.truncated) fmt::print(stderr, "warning: {} truncated to {} tokens\n", where, t.src_tokens.size());
+        unknown.check(where, t.src_tokens);
+        if (a.has("heatmaps"))
+          write_attention_heatmap((std::filesystem::path(a.get("heatmaps")) / fmt::format("sentence{}", number)).string(),
+                                  marked_unknown(t.src_tokens, l.checkpoint.info.src_vocab), t.out_tokens[0], t.hyps[0],
+                                  sentences[i]);
+      }
+      print_translation(t, number, options.nbest);
     }
-    Translation t = translate_one(l, sentences[i], options);
-    if (t.truncated) fmt::print(stderr, "warning: sentence {} truncated to {} tokens\n", i + 1, t.src_tokens.size());
-    for (const std::string& tok : t.src_tokens)
-      if (!l.checkpoint.info.src_vocab.contains(tok)) fmt::print(stderr, "note: '{}' was not seen in training (<unk>)\n", tok);
-    fmt::print("{}\n", text::detokenize(t.out_tokens));
-    if (a.has("heatmaps"))
-      write_attention_heatmap(fmt::format("{}/sentence{}", a.get("heatmaps"), i + 1), t.src_tokens, t.out_tokens, t.hyp,
-                              sentences[i]);
+    std::fflush(stdout);
+    if (!from_stdin) break;
   }
+  SG_CHECK_VALUE(number > 0, "translate: no input sentences (pass them as arguments or on stdin)");
   return status;
 }
 
@@ -124,13 +316,13 @@ int eval_main(int argc, char** argv) {
                  "its corpus, with five sample translations and their heatmaps written next to the checkpoint;\n"
                  "or, with --hyp and --ref, sacreBLEU's score line for two files (no checkpoint is read).");
   common_options(a);
-  a.option("data-dir", "dir", "folder holding multi30k/ and fra-eng/ (default: the checkpoint's)")
+  a.option("data-dir", "dir", "folder holding multi30k/ and fra-eng/ (default: the one the checkpoint was trained on)")
       .option("hyp", "file", "hypotheses, one per line (scores files instead of a checkpoint)")
       .option("ref", "file", "references, one per line");
   if (!a.parse(argc, argv)) return 0;
   apply_threads(a);
   if (a.has("hyp") || a.has("ref")) {
-    SG_CHECK_VALUE(a.has("hyp") && a.has("ref"), "eval: --hyp and --ref go together");
+    SG_CHECK_USAGE(a.has("hyp") && a.has("ref"), "eval: --hyp and --ref go together");
     std::vector<std::string> hyp = text::read_lines(a.get("hyp")), ref = text::read_lines(a.get("ref"));
     SG_CHECK_VALUE(hyp.size() == ref.size(), "eval: {} has {} lines but {} has {}", a.get("hyp"), hyp.size(),
                    a.get("ref"), ref.size());
@@ -141,7 +333,11 @@ int eval_main(int argc, char** argv) {
   Loaded l = load_model(a.get("checkpoint"));
   models::TrainConfig c = l.checkpoint.info.config;
   if (a.has("data-dir")) c.data_dir = a.get("data-dir");
-  models::Corpora data = models::load_corpora(c);
+  SG_CHECK_IO(a.has("data-dir") || std::filesystem::is_directory(c.data_dir),
+              "the data folder '{}' that {} was trained on does not exist here (a relative path is read from the "
+              "current folder); give the folder holding multi30k/ and fra-eng/ with --data-dir", c.data_dir,
+              a.get("checkpoint"));
+  models::Corpora data = models::load_corpora(c, models::Splits::test_only);
   std::string dir = std::filesystem::path(a.get("checkpoint")).parent_path().string();
   report_test(*l.model, l.checkpoint.info.src_vocab, l.checkpoint.info.tgt_vocab, data, c, dir.empty() ? "." : dir,
               options);
@@ -150,39 +346,48 @@ int eval_main(int argc, char** argv) {
 
 int attention_main(int argc, char** argv) {
   if (argc >= 2 && std::string(argv[1]) == "demo") return attention_demo_main(argc - 1, argv + 1);
-  Args a("attention", "Attention heatmaps (PNG, SVG) of translations, their pre-softmax energies (additive and\n"
-                      "hybrid kinds: <out>/sentenceN_energies.png) and an HTML report of all the sentences.\n"
+  Args a("attention", "Attention heatmaps (PNG, SVG) of translations, their pre-softmax energies\n"
+                      "(<out>/sentenceN_energies.png: additive or scaled-dot scores; for hybrid, the additive half's)\n"
+                      "and an HTML report of all the sentences with each kind's formula.\n"
                       "`seqgrad attention demo` prints energies, weights and contexts of every kind on a toy input.");
   common_options(a);
   a.option("out", "dir", "output folder", "attention").positional("sentence", "text to translate (else stdin)");
   if (!a.parse(argc, argv)) return 0;
   apply_threads(a);
+  models::DecodeOptions options = decode_options(a);
+  std::string out = create_output_folder(a.get("out"), "--out");
   Loaded l = load_model(a.get("checkpoint"));
-  std::string out = a.get("out");
-  std::filesystem::create_directories(out);
-  std::vector<plot::ReportSection> sections;
-  std::vector<std::string> sentences = input_sentences(a);
-  SG_CHECK_VALUE(!sentences.empty(), "attention: no input sentences");
-  for (size_t i = 0; i < sentences.size(); ++i) {
-    Translation t = translate_one(l, sentences[i], decode_options(a));
-    SG_CHECK_VALUE(!t.hyp.attention.empty(), "attention: sentence {} produced no attention weights", i + 1);
-    std::string stem = fmt::format("{}/sentence{}", out, i + 1);
-    write_attention_heatmap(stem, t.src_tokens, t.out_tokens, t.hyp, sentences[i]);
-    std::string translation = text::detokenize(t.out_tokens);
-    sections.push_back({.heading = sentences[i], .html_text = "→ " + translation,
-                        .svg = plot::heatmap_svg(attention_heatmap(t.src_tokens, t.out_tokens, t.hyp.attention,
-                                                                   sentences[i], false))});
-    if (!t.hyp.energies.empty())
-      sections.push_back({.heading = sentences[i] + " (energies)",
-                          .html_text = "Pre-softmax scores vᵀ tanh(W_q s + W_k h): the softmax over each row gives "
-                                       "the weights above.",
-                          .svg = plot::heatmap_svg(attention_heatmap(t.src_tokens, t.out_tokens, t.hyp.energies,
-                                                                     sentences[i], true))});
-    fmt::print("{} -> {}\n  {}.png{}\n", sentences[i], translation, stem,
-               t.hyp.energies.empty() ? "" : fmt::format(", {}_energies.png", stem));
+  std::vector<std::string> sentences = a.positionals();
+  for (LineReader reader; sentences.empty();) {
+    std::vector<std::string> lines = reader.next_batch(kMaxBatch);
+    if (lines.empty()) break;
+    sentences.insert(sentences.end(), lines.begin(), lines.end());
   }
-  plot::write_html_report(out + "/report.html", "seqgrad attention report", sections);
-  fmt::print("report: {}/report.html\n", out);
+  SG_CHECK_VALUE(!sentences.empty(), "attention: no input sentences");
+  std::vector<Translation> done = translate_batch(l, sentences, options);
+  std::vector<plot::ReportSection> sections;
+  for (size_t i = 0; i < sentences.size(); ++i) {
+    const Translation& t = done[i];
+    SG_CHECK_VALUE(t.error.empty(), "attention: sentence {}: {}", i + 1, t.error);
+    SG_CHECK_VALUE(!t.hyps[0].attention.empty(), "attention: sentence {} produced no attention weights", i + 1);
+    std::string stem = (std::filesystem::path(out) / fmt::format("sentence{}", i + 1)).string();
+    std::vector<std::string> labels = marked_unknown(t.src_tokens, l.checkpoint.info.src_vocab);
+    write_attention_heatmap(stem, labels, t.out_tokens[0], t.hyps[0], sentences[i]);
+    std::string translation = text::detokenize(t.out_tokens[0]);
+    sections.push_back({.heading = sentences[i], .html_text = "→ " + translation,
+                        .svg = plot::heatmap_svg(attention_heatmap(labels, t.out_tokens[0], t.hyps[0].attention,
+                                                                   sentences[i], false))});
+    if (!t.hyps[0].energies.empty())
+      sections.push_back({.heading = sentences[i] + " (energies)",
+                          .html_text = energies_explanation(l.checkpoint.info.config.model),
+                          .svg = plot::heatmap_svg(attention_heatmap(labels, t.out_tokens[0],
+                                                                     t.hyps[0].energies, sentences[i], true))});
+    fmt::print("{} -> {}\n  {}.png{}\n", sentences[i], translation, stem,
+               t.hyps[0].energies.empty() ? "" : fmt::format(", {}_energies.png", stem));
+  }
+  std::string report = (std::filesystem::path(out) / "report.html").string();
+  plot::write_html_report(report, "seqgrad attention report", sections);
+  fmt::print("report: {}\n", report);
   return 0;
 }
 

@@ -1,7 +1,9 @@
 // The `seqgrad` command: one program, one subcommand per job.
 #include <cstring>
 #include <exception>
+#include <filesystem>
 #include <string>
+#include <vector>
 
 #include <fmt/core.h>
 
@@ -9,6 +11,7 @@
 #include "core/error.h"
 #include "core/threads.h"
 #include "ops/cpu/kernels.h"
+#include "tools/args.h"
 #include "tools/commands.h"
 
 namespace {
@@ -19,7 +22,9 @@ struct Command {
   const char* help;
 };
 
-int info_main(int, char**) {
+int info_main(int argc, char** argv) {
+  seqgrad::tools::Args args("info", "Print the version, the number of threads and which BLAS and CPU kernels run.");
+  if (!args.parse(argc, argv)) return 0;
   fmt::print("seqgrad {}\nthreads: {}\nBLAS: {}\nCPU kernels: {}\n", SEQGRAD_VERSION, seqgrad::get_num_threads(),
              seqgrad::blas::describe(), seqgrad::cpu::kernel_isa());
   return 0;
@@ -35,34 +40,59 @@ const Command kCommands[] = {
     {"bench", seqgrad::tools::bench_main, "timed workloads (training steps, kernels, decoding, memory); bench/run.sh vs PyTorch"},
     {"export", seqgrad::tools::export_main, "export a checkpoint to ONNX (model, encoder, decoder step) for onnxruntime"},
     {"quantize", seqgrad::tools::quantize_main, "int8 dynamic quantization of a checkpoint (PyTorch's quantize_dynamic)"},
+    {"inspect", seqgrad::tools::inspect_main, "what a checkpoint holds: preset, languages, vocabularies, epochs, metrics"},
     {"info", info_main, "version, threads and which BLAS kernels run"},
 };
 
-void print_usage() {
-  fmt::print("usage: seqgrad <command> [options]   (seqgrad <command> --help for its options)\n\ncommands:\n");
-  for (const Command& c : kCommands) fmt::print("  {:<11} {}\n", c.name, c.help);
+// Exit statuses: 0 success, 1 a runtime error (a file, the data, the model), 2 a usage error (the
+// command line), 3 an internal error (a bug in seqgrad).
+constexpr int kRuntimeError = 1, kUsageError = 2, kInternalError = 3;
+
+void print_usage(std::FILE* to) {
+  fmt::print(to, "usage: seqgrad <command> [options]   (seqgrad <command> --help for its options)\n"
+                 "       seqgrad --version\n\ncommands:\n");
+  for (const Command& c : kCommands) fmt::print(to, "  {:<11} {}\n", c.name, c.help);
+}
+
+int run(const Command& c, int argc, char** argv) {
+  try {
+    return c.main(argc, argv);
+  } catch (const seqgrad::UsageError& e) {
+    fmt::print(stderr, "seqgrad {}: error: {}\n(see seqgrad {} --help)\n", c.name, e.what(), c.name);
+    return kUsageError;
+  } catch (const seqgrad::Error& e) {
+    fmt::print(stderr, "seqgrad {}: error: {}\n", c.name, e.what());
+    return kRuntimeError;
+  } catch (const std::filesystem::filesystem_error& e) {  // its message names the operation and the paths
+    fmt::print(stderr, "seqgrad {}: error: {}\n", c.name, e.what());
+    return kRuntimeError;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "seqgrad {}: internal error: {}\n", c.name, e.what());
+    return kInternalError;
+  }
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
-    print_usage();
-    return argc < 2 ? 2 : 0;
+  if (argc < 2) {
+    print_usage(stderr);
+    return kUsageError;
   }
+  if (!std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
+    print_usage(stdout);
+    return 0;
+  }
+  if (!std::strcmp(argv[1], "--version") || !std::strcmp(argv[1], "-V")) {
+    fmt::print("seqgrad {}\n", SEQGRAD_VERSION);
+    return 0;
+  }
+  std::vector<std::string> names;
   for (const Command& c : kCommands) {
-    if (std::strcmp(argv[1], c.name) != 0) continue;
-    try {
-      return c.main(argc - 1, argv + 1);
-    } catch (const seqgrad::Error& e) {
-      fmt::print(stderr, "seqgrad {}: error: {}\n", c.name, e.what());
-      return 1;
-    } catch (const std::exception& e) {
-      fmt::print(stderr, "seqgrad {}: internal error: {}\n", c.name, e.what());
-      return 3;
-    }
+    if (!std::strcmp(argv[1], c.name)) return run(c, argc - 1, argv + 1);
+    names.emplace_back(c.name);
   }
-  fmt::print(stderr, "seqgrad: unknown command '{}'\n\n", argv[1]);
-  print_usage();
-  return 2;
+  fmt::print(stderr, "seqgrad: unknown command '{}'{}\n\n", argv[1], seqgrad::tools::did_you_mean(argv[1], names));
+  print_usage(stderr);
+  return kUsageError;
 }

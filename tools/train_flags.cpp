@@ -1,5 +1,7 @@
 #include "tools/train_flags.h"
 
+#include <filesystem>
+
 #include <fmt/core.h>
 
 #include "core/threads.h"
@@ -18,6 +20,11 @@ models::TrainConfig apply_config_flags(models::TrainConfig c, const Args& a) {
   if (a.has("hidden")) c.model.hidden_size = a.get_int("hidden");
   if (a.has("layers")) c.model.num_layers = a.get_int("layers");
   if (a.has("dropout")) c.model.dropout = a.get_double("dropout");
+  SG_CHECK_USAGE(c.src_lang != c.tgt_lang, "--src and --tgt are both '{}': a translator needs two languages",
+                 c.src_lang);
+  SG_CHECK_USAGE(!a.has("attention") || a.get("attention") != "dot",
+                 "--attention dot: the translator's dot-product attention is scaled_dot (scaling by 1/sqrt(d) keeps "
+                 "the softmax from saturating); unscaled dot is only in `seqgrad attention demo --kind dot`");
   if (a.has("attention")) c.model.attention = models::parse_attention_kind(a.get("attention"));
   if (a.has("max-tokens")) c.max_tokens = a.get_int("max-tokens");
   if (a.has("subset")) c.train_subset = a.get_int("subset");
@@ -29,6 +36,8 @@ models::TrainConfig apply_config_flags(models::TrainConfig c, const Args& a) {
     c.seed = static_cast<uint64_t>(a.get_int("seed"));
   }
   models::amp_precision(c.amp);
+  // absolute, so that eval and resume find the data from any folder
+  c.data_dir = std::filesystem::absolute(c.data_dir).lexically_normal().string();
   SG_CHECK_VALUE(c.epochs >= 1, "--epochs must be >= 1, got {}", c.epochs);
   SG_CHECK_VALUE(c.batch_size >= 1, "--batch-size must be >= 1, got {}", c.batch_size);
   SG_CHECK_VALUE(c.lr > 0 && std::isfinite(c.lr), "--lr must be positive, got {}", c.lr);
@@ -46,9 +55,7 @@ models::TrainConfig apply_config_flags(models::TrainConfig c, const Args& a) {
 }
 
 void apply_threads_flag(const Args& a) {
-  if (!a.has("threads")) return;
-  SG_CHECK_VALUE(a.get_int("threads") >= 1, "--threads must be >= 1, got {}", a.get_int("threads"));
-  set_num_threads(static_cast<int>(a.get_int("threads")));
+  if (a.has("threads")) set_num_threads(a.get_threads());
 }
 
 }  // namespace seqgrad::tools

@@ -1,6 +1,7 @@
 #include "tools/translator.h"
 
 #include <cmath>
+#include <filesystem>
 
 #include <fmt/core.h>
 
@@ -23,11 +24,19 @@ plot::Heatmap attention_heatmap(const std::vector<std::string>& src_tokens, cons
   h.row_labels.push_back("<eos>");
   h.row_labels.resize(h.rows, "");
   h.title = energies ? title + " (energies)" : title;
+  h.x_title = "source";
+  h.y_title = "output";
   if (energies) {  // pre-softmax scores: a diverging map centred at 0
     h.diverging = true;
     h.colorbar_label = "energy";
   }
   return h;
+}
+
+std::vector<std::string> marked_unknown(const std::vector<std::string>& src_tokens, const text::Vocab& src_vocab) {
+  std::vector<std::string> labels;
+  for (const std::string& token : src_tokens) labels.push_back(src_vocab.contains(token) ? token : token + " (<unk>)");
+  return labels;
 }
 
 void write_attention_heatmap(const std::string& stem, const std::vector<std::string>& src_tokens,
@@ -56,11 +65,12 @@ void report_test(models::Seq2Seq& model, const text::Vocab& src_vocab, const tex
              decoding.beam_size > 1 ? fmt::format("beam {}", decoding.beam_size) : "greedy");
   for (size_t i = 0; i < std::min<size_t>(5, detok.size()); ++i) {
     fmt::print("  src: {}\n  ref: {}\n  out: {}\n", data.test_sources[i], data.test_references[i], detok[i]);
-    std::string stem = fmt::format("{}/attention_test{}", out_dir, i);
-    write_attention_heatmap(stem, data.test[i].src, tgt_vocab.decode(ev.hypotheses[i].tokens), ev.hypotheses[i],
-                            fmt::format("test sentence {}", i));
+    std::string stem = (std::filesystem::path(out_dir) / fmt::format("attention_test{}", i)).string();
+    write_attention_heatmap(stem, marked_unknown(data.test[i].src, src_vocab), tgt_vocab.decode(ev.hypotheses[i].tokens), ev.hypotheses[i],
+                            data.test_sources[i]);  // titled with the sentence itself
   }
-  fmt::print("heatmaps: {}/attention_test0..{}.png\n", out_dir, std::min<size_t>(5, detok.size()) - 1);
+  fmt::print("heatmaps: {}\n", (std::filesystem::path(out_dir) /
+                                 fmt::format("attention_test0..{}.png", std::min<size_t>(5, detok.size()) - 1)).string());
 }
 
 }  // namespace seqgrad::tools

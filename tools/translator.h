@@ -24,10 +24,19 @@ void report_test(models::Seq2Seq& model, const text::Vocab& src_vocab, const tex
 // source tokens across, target tokens down.
 plot::Heatmap attention_heatmap(const std::vector<std::string>& src_tokens, const std::vector<std::string>& tgt_tokens,
                                 const std::vector<std::vector<float>>& rows, const std::string& title, bool energies);
+// The source tokens as heatmap labels: a word the vocabulary lacks (the model saw <unk>) is
+// labelled "word (<unk>)".
+std::vector<std::string> marked_unknown(const std::vector<std::string>& src_tokens, const text::Vocab& src_vocab);
 // Writes the attention heatmap (PNG and SVG) of one translation, and <stem>_energies.{png,svg}
 // with the pre-softmax scores when the attention kind has them.
 void write_attention_heatmap(const std::string& path_stem, const std::vector<std::string>& src_tokens,
                              const std::vector<std::string>& tgt_tokens, const models::Hypothesis& hyp,
                              const std::string& title);
+
+// Checks that `path` is a regular file that starts like a safetensors file (an 8-byte header length
+// that fits the file, then '{'), so that any other file is "not a safetensors checkpoint".
+void check_safetensors_file(const std::string& path);
+// Creates the output folder `path` (given with `flag`) and checks it is writable: an IOError names both.
+std::string create_output_folder(const std::string& path, const std::string& flag);
 
 }  // namespace seqgrad::tools

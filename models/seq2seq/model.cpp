@@ -161,8 +161,8 @@ const nn::Linear* AttnDecoder::query_projection() const {
 }
 
 Tensor AttnDecoder::last_energies() const {
-  const nn::AdditiveAttention* additive = additive_part();
-  return additive ? additive->last_scores() : Tensor();
+  const nn::AdditiveAttention* additive = additive_part();  // hybrid: its additive half's energies
+  return additive ? additive->last_scores() : attention->last_scores();  // scaled dot: q·k/√d
 }
 
 AttnDecoder::Advance AttnDecoder::advance(const Tensor& y_prev, const Tensor& state, const Memory& memory) const {

@@ -68,7 +68,7 @@ class AttnDecoder : public nn::Module {
     Tensor logits;   // (B, V)
     Tensor state;    // (L, B, H)
     Tensor weights;  // (B, S) attention weights of this step
-    Tensor energies;  // (B, S) pre-softmax additive scores (undefined for scaled dot)
+    Tensor energies;  // (B, S) pre-softmax scores: additive (also for hybrid), or scaled dot q·k/√d
   };
   // y_prev: (B,) previous target ids; state: (L, B, H).
   Step step(const Tensor& y_prev, const Tensor& state, const Memory& memory) const;
@@ -97,7 +97,8 @@ class AttnDecoder : public nn::Module {
     Tensor features, state, weights, energies;
   };
   Advance advance(const Tensor& y_prev, const Tensor& state, const Memory& memory) const;
-  // The additive energies of the last step (B, 1, S), or undefined for scaled dot.
+  // The pre-softmax scores of the last step (B, 1, S): the additive energies (for hybrid, its
+  // additive half's), or scaled dot's q·k/√d.
   Tensor last_energies() const;
 
   Seq2SeqConfig config_;

@@ -81,13 +81,15 @@ text::ParallelCorpus read_split(const TrainConfig& c, const std::string& split) 
 
 }  // namespace
 
-Corpora load_corpora(const TrainConfig& c) {
+Corpora load_corpora(const TrainConfig& c, Splits splits) {
   SG_CHECK_IO(std::filesystem::is_directory(c.data_dir), "data: the data folder '{}' does not exist (it should hold "
               "multi30k/ and fra-eng/)", c.data_dir);
   Corpora out;
   std::vector<text::SentencePair> train, valid, test;
   if (c.corpus == "multi30k") {
-    text::ParallelCorpus tr = read_split(c, "train"), va = read_split(c, "val"), te = read_split(c, "test2016");
+    bool all = splits == Splits::all;
+    text::ParallelCorpus tr = all ? read_split(c, "train") : text::ParallelCorpus{},
+                         va = all ? read_split(c, "val") : text::ParallelCorpus{}, te = read_split(c, "test2016");
     out.report = fmt::format("train: {}\nval: {}\ntest2016: {}", tr.report.summary(), va.report.summary(),
                              te.report.summary());
     train = std::move(tr.pairs), valid = std::move(va.pairs), test = std::move(te.pairs);

@@ -49,8 +49,9 @@ struct Corpora {
   std::vector<std::string> test_sources;
   std::string report;                        // what reading skipped and normalised
 };
+enum class Splits { all, test_only };  // test_only: eval reads neither train nor val (they may be absent)
 // Reads and tokenizes the configured corpus (Multi30k splits, or a held-out tail of fra-eng).
-Corpora load_corpora(const TrainConfig& config);
+Corpora load_corpora(const TrainConfig& config, Splits splits = Splits::all);
 
 struct TensorBatch {
   Tensor src, src_lengths, tgt_in, tgt_out;  // (B, S), (B,), (B, T), (B, T)

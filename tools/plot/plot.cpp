@@ -294,6 +294,8 @@ class Canvas {
   // Fills rect with the colormap given by evenly spaced anchors, first anchor at the bottom.
   virtual void vertical_gradient(const Rect& rect, const std::vector<Rgb>& anchors) = 0;
   virtual void text(std::string_view text, Point anchor, const TextStyle& style) = 0;
+  // Text shown when the pointer rests on rect: SVG only (a PNG has no pointer).
+  virtual void tooltip(const Rect&, std::string_view) {}
   void line(Point from, Point to, Rgb color, double line_width) {
     polyline({from, to}, color, line_width);
   }
@@ -444,6 +446,12 @@ class SvgCanvas final : public Canvas {
                     hex_string(style.color), anchor_name, xml_escape(clean_text(text)));
   }
 
+  void tooltip(const Rect& rect, std::string_view text) override {
+    body_ += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" "
+                         "pointer-events=\"all\"><title>{}</title></rect>\n",
+                         num(rect.x), num(rect.y), num(rect.w), num(rect.h), xml_escape(clean_text(text)));
+  }
+
   std::string document(int width, int height, std::string_view title) const {
     std::string svg = fmt::format(
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" height=\"{1}\" viewBox=\"0 0 {0} "
@@ -563,9 +571,12 @@ std::vector<double> linear_ticks(double lo, double hi, double step) {
 }
 
 // Typographic minus sign, as matplotlib prints negative numbers.
+// A typographic minus; a value that rounds to zero ("-0.00") loses its sign.
 std::string with_minus_sign(std::string number) {
-  if (!number.empty() && number[0] == '-') number.replace(0, 1, "\u2212");
-  return number;
+  if (number.empty() || number[0] != '-') return number;
+  if (std::none_of(number.begin() + 1, number.end(), [](char c) { return c >= '1' && c <= '9'; }))
+    return number.substr(1);
+  return number.replace(0, 1, "\u2212");
 }
 
 std::string superscript(int exponent) {
@@ -620,9 +631,10 @@ std::pair<double, double> padded_range(double lo, double hi, double pad_fraction
   return {lo - pad, hi + pad};
 }
 
-Axis make_linear_axis(double lo, double hi) {
+// About five ticks at a nice step, at least min_step apart (1: whole numbers only).
+Axis make_linear_axis(double lo, double hi, double min_step = 0) {
   Axis axis{lo, hi, {}, {}};
-  const double step = nice_step((hi - lo) / 5);
+  const double step = std::max(min_step, nice_step((hi - lo) / 5));
   axis.ticks = linear_ticks(lo, hi, step);
   axis.labels = linear_tick_labels(axis.ticks, step);
   return axis;
@@ -762,7 +774,9 @@ struct HeatmapLayout {
   std::vector<float> values;
   int rows = 0, cols = 0, cell = 0;
   std::vector<std::string> row_labels, col_labels;
-  std::string title, colorbar_label;
+  std::string title, colorbar_label, x_title, y_title;
+  std::vector<std::string> title_lines;  // the title wrapped to the figure's width
+  Point x_title_anchor, y_title_anchor;
   ColorScale scale;
   Font label_font;
   bool show_labels = true;
@@ -859,6 +873,29 @@ void shift_layout(HeatmapLayout& layout, double dx, double dy) {
   layout.colorbar_label_anchor.x += dx, layout.colorbar_label_anchor.y += dy;
 }
 
+// Greedy word wrap of text into lines at most `width` wide (a longer single word gets its own
+// line); after kMaxTitleLines the rest is cut with an ellipsis.
+constexpr size_t kMaxTitleLines = 4;
+std::vector<std::string> wrap_words(const std::string& text, const Font& font, double width) {
+  std::vector<std::string> lines;
+  std::string line;
+  for (size_t start = 0; start < text.size();) {
+    size_t end = text.find(' ', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string word = text.substr(start, end - start);
+    start = end + 1;
+    if (word.empty()) continue;
+    if (!line.empty() && text_width(line + " " + word, font) > width) lines.push_back(line), line.clear();
+    line += (line.empty() ? "" : " ") + word;
+  }
+  if (!line.empty()) lines.push_back(line);
+  if (lines.size() > kMaxTitleLines) {
+    lines.resize(kMaxTitleLines);
+    lines.back() += " \u2026";
+  }
+  return lines;
+}
+
 HeatmapLayout layout_heatmap(const Heatmap& h, std::string_view function) {
   validate_heatmap(h, function);
   HeatmapLayout layout;
@@ -867,8 +904,10 @@ HeatmapLayout layout_heatmap(const Heatmap& h, std::string_view function) {
   layout.cell = heatmap_cell_size(h.rows, h.cols);
   layout.row_labels = axis_labels(h.row_labels, h.rows);
   layout.col_labels = axis_labels(h.col_labels, h.cols);
-  layout.title = title_text(h.title);
+  layout.title = clean_text(h.title, kMaxTitleLines * kMaxTitleChars);  // wrapped below, not cut
   layout.colorbar_label = clean_text(h.colorbar_label, kMaxLabelChars);
+  layout.x_title = clean_text(h.x_title, kMaxLabelChars);
+  layout.y_title = clean_text(h.y_title, kMaxLabelChars);
   layout.scale = heatmap_color_scale(h);
   layout.label_font = {std::clamp(layout.cell * 0.7, 7.0, 12.0), false};
   layout.show_labels = layout.cell >= 7;
@@ -877,13 +916,19 @@ HeatmapLayout layout_heatmap(const Heatmap& h, std::string_view function) {
   layout.matrix = {0, 0, double(h.cols * layout.cell), double(h.rows * layout.cell)};
   choose_value_font(h, layout);
 
-  const Extents labels = label_extents(layout);
+  Extents labels = label_extents(layout);
+  const double axis_title_space = font_metrics(kAxisLabelFont).line_height() + 6;
+  const double tick_labels_left = labels.left;
+  if (!layout.y_title.empty()) labels.left += axis_title_space;
   const double content_right = std::max(place_colorbar(layout), layout.matrix.w + labels.right);
-  const double content_bottom = std::max(layout.matrix.h, layout.colorbar.bottom() + 6);
-  const double title_height =
-      layout.title.empty() ? 0 : font_metrics(kTitleFont).line_height() + 10;
-  const double title_width = text_width(layout.title, kTitleFont);
+  const double content_bottom = std::max(layout.matrix.h + (layout.x_title.empty() ? 0 : axis_title_space),
+                                         layout.colorbar.bottom() + 6);
   const double content_width = labels.left + content_right;
+  layout.title_lines = wrap_words(layout.title, kTitleFont, std::max(content_width, 520.0));
+  const double title_height =
+      layout.title_lines.empty() ? 0 : layout.title_lines.size() * font_metrics(kTitleFont).line_height() + 10;
+  double title_width = 0;
+  for (const std::string& line : layout.title_lines) title_width = std::max(title_width, text_width(line, kTitleFont));
   const double width = std::max(content_width, title_width) + 2 * kPadding;
   // Centre the title over the matrix unless that would push it off the figure.
   const double dx =
@@ -893,6 +938,9 @@ HeatmapLayout layout_heatmap(const Heatmap& h, std::string_view function) {
   const double title_x = std::clamp(layout.matrix.x + layout.matrix.w / 2,
                                     kPadding + title_width / 2, width - kPadding - title_width / 2);
   layout.title_anchor = {title_x, kPadding};
+  layout.x_title_anchor = {layout.matrix.x + layout.matrix.w / 2, layout.matrix.bottom() + 6};
+  layout.y_title_anchor = {layout.matrix.x - tick_labels_left - axis_title_space,
+                           layout.matrix.y + layout.matrix.h / 2};
   layout.width = static_cast<int>(std::ceil(width));
   layout.height = static_cast<int>(std::ceil(dy + content_bottom + kPadding));
   return layout;
@@ -908,8 +956,23 @@ void draw_heatmap_cells(Canvas& canvas, const HeatmapLayout& layout) {
   }
 }
 
+// Too large a matrix for printed values: each SVG cell tells its tokens and value on hover.
+void draw_heatmap_tooltips(Canvas& canvas, const HeatmapLayout& layout) {
+  auto label = [](const std::vector<std::string>& labels, int i) {
+    return i < static_cast<int>(labels.size()) && !labels[i].empty() ? labels[i] : std::to_string(i + 1);
+  };
+  for (int r = 0; r < layout.rows; ++r) {
+    for (int c = 0; c < layout.cols; ++c) {
+      const Rect cell{layout.matrix.x + c * layout.cell, layout.matrix.y + r * layout.cell,
+                      double(layout.cell), double(layout.cell)};
+      canvas.tooltip(cell, fmt::format("{} \u2192 {}: {}", label(layout.row_labels, r), label(layout.col_labels, c),
+                                       format_value(layout.values[r * layout.cols + c], 3)));
+    }
+  }
+}
+
 void draw_heatmap_values(Canvas& canvas, const HeatmapLayout& layout) {
-  if (layout.value_font.size == 0) return;
+  if (layout.value_font.size == 0) return draw_heatmap_tooltips(canvas, layout);
   for (int r = 0; r < layout.rows; ++r) {
     for (int c = 0; c < layout.cols; ++c) {
       const double v = layout.values[r * layout.cols + c];
@@ -952,10 +1015,14 @@ void draw_colorbar(Canvas& canvas, const HeatmapLayout& layout) {
 }
 
 void draw_heatmap(Canvas& canvas, const HeatmapLayout& layout) {
-  if (!layout.title.empty()) {
-    canvas.text(layout.title, layout.title_anchor,
-                {kTitleFont, kTextColor, HAlign::center, VAlign::top, 0});
+  for (size_t i = 0; i < layout.title_lines.size(); ++i) {
+    const Point anchor{layout.title_anchor.x, layout.title_anchor.y + i * font_metrics(kTitleFont).line_height()};
+    canvas.text(layout.title_lines[i], anchor, {kTitleFont, kTextColor, HAlign::center, VAlign::top, 0});
   }
+  if (!layout.x_title.empty())
+    canvas.text(layout.x_title, layout.x_title_anchor, {kAxisLabelFont, kTextColor, HAlign::center, VAlign::top, 0});
+  if (!layout.y_title.empty())
+    canvas.text(layout.y_title, layout.y_title_anchor, {kAxisLabelFont, kTextColor, HAlign::center, VAlign::top, 90});
   draw_heatmap_cells(canvas, layout);
   draw_heatmap_values(canvas, layout);
   canvas.stroke_rect(layout.matrix, kFrameColor, 0.8);
@@ -1065,8 +1132,10 @@ LinePlotLayout layout_line_plot(const LinePlot& plot, std::string_view function)
   }
   const auto [x_lo, x_hi] = data_range(layout.series, false);
   const auto [y_lo, y_hi] = data_range(layout.series, true);
-  const auto [x_min, x_max] = padded_range(x_lo, x_hi, 0.02);
-  layout.x_axis = make_linear_axis(x_min, x_max);
+  // whole-number x (epochs): one value gets a unit on each side, ticks sit on whole numbers
+  const auto [x_min, x_max] = plot.integer_x && x_hi - x_lo < 1 ? std::pair{x_lo - 1, x_hi + 1}
+                                                                  : padded_range(x_lo, x_hi, 0.02);
+  layout.x_axis = make_linear_axis(x_min, x_max, plot.integer_x ? 1.0 : 0.0);
   const auto [y_min, y_max] = plot.log_y && y_hi - y_lo < 1e-12 ? std::pair{y_lo - 0.5, y_hi + 0.5}
                                                                 : padded_range(y_lo, y_hi, 0.05);
   layout.y_axis = plot.log_y ? make_log_axis(y_min, y_max) : make_linear_axis(y_min, y_max);
@@ -1139,9 +1208,10 @@ void draw_series(Canvas& canvas, const LinePlotLayout& layout) {
     std::vector<Point> points;
     for (size_t i = 0; i < series.x.size(); ++i)
       points.push_back(to_screen(layout, series.x[i], series.y[i]));
-    canvas.polyline(points, palette_color(s), 1.8);
+    const Rgb color = palette_color(series.color >= 0 ? series.color : s);
+    canvas.polyline(points, color, 1.8);
     if (points.size() > kMaxPointsWithMarkers) continue;
-    for (const Point& p : points) canvas.dot(p, 2.8, palette_color(s));
+    for (const Point& p : points) canvas.dot(p, 2.8, color);
   }
 }
 
@@ -1152,7 +1222,8 @@ void draw_legend(Canvas& canvas, const LinePlotLayout& layout) {
   for (size_t s = 0; s < layout.names.size(); ++s) {
     const double y = layout.legend.y + kLegendPad + (s + 0.5) * legend_row_height() - 2;
     const double x = layout.legend.x + kLegendPad;
-    canvas.line({x, y}, {x + kLegendSwatch, y}, palette_color(s), 2);
+    const int color = layout.series[s].color;
+    canvas.line({x, y}, {x + kLegendSwatch, y}, palette_color(color >= 0 ? color : s), 2);
     canvas.text(layout.names[s], {x + kLegendSwatch + 6, y},
                 {kTickFont, kTextColor, HAlign::left, VAlign::middle, 0});
   }
@@ -1192,6 +1263,7 @@ struct BarChartLayout {
   std::string title, ylabel;
   std::vector<std::string> labels;
   std::vector<double> values;
+  std::vector<int> colors;
   Axis y_axis;
   Rect area;
   double slot = 0;  // horizontal space per bar
@@ -1231,6 +1303,7 @@ BarChartLayout layout_bar_chart(const BarChart& chart, std::string_view function
   layout.ylabel = clean_text(chart.ylabel, kMaxTitleChars);
   for (const std::string& l : chart.labels) layout.labels.push_back(clean_text(l, kMaxLabelChars));
   layout.values = chart.values;
+  layout.colors = chart.colors;
   layout.y_axis = bar_value_axis(chart.values);
   const size_t n = chart.values.size();
   layout.slot = std::clamp(std::round(560.0 / n), 14.0, 96.0);
@@ -1268,7 +1341,8 @@ void draw_bars(Canvas& canvas, const BarChartLayout& layout) {
     const double y = a.bottom() - layout.y_axis.fraction(v) * a.h;
     const double bar_width = layout.slot * 0.7;
     const double x = bar_centre(layout, i) - bar_width / 2;
-    canvas.fill_rect({x, std::min(y, zero_y), bar_width, std::abs(zero_y - y)}, palette_color(i));
+    canvas.fill_rect({x, std::min(y, zero_y), bar_width, std::abs(zero_y - y)},
+                     palette_color(i < layout.colors.size() ? layout.colors[i] : i));
     TextStyle style = value_style;
     if (v < 0) style.v_align = VAlign::top;
     const std::string value = with_minus_sign(fmt::format("{:.3g}", v));

@@ -19,6 +19,7 @@ struct Heatmap {
   std::vector<std::string> row_labels;  // target tokens (y axis)
   std::vector<std::string> col_labels;  // source tokens (x axis, on top)
   std::string title, colorbar_label = "weight";
+  std::string x_title, y_title;  // axis titles: x below the matrix, y left of the row labels
   bool diverging = false;     // pre-softmax energies: blue-white-red centred at 0
   bool scale_to_max = false;  // viridis spans [0, max value] instead of [0, 1]
   bool show_values = true;    // write each weight in its cell when the matrix is at most 15x15
@@ -41,12 +42,14 @@ std::string heatmap_svg(const Heatmap& heatmap);
 struct Series {
   std::string name;
   std::vector<double> x, y;
+  int color = -1;  // palette index, so that one thing keeps its colour across charts; -1: by position
 };
 
 struct LinePlot {
   std::string title, xlabel, ylabel;
   std::vector<Series> series;
   bool log_y = false;  // needs every y > 0
+  bool integer_x = false;  // x counts something (epochs): ticks only at whole numbers
 };
 
 void write_line_plot_png(const std::string& path, const LinePlot& plot);
@@ -57,6 +60,7 @@ struct BarChart {
   std::string title, ylabel;
   std::vector<std::string> labels;
   std::vector<double> values;
+  std::vector<int> colors = {};  // palette index per bar (as Series::color); empty: by position
 };
 
 void write_bar_chart_png(const std::string& path, const BarChart& chart);

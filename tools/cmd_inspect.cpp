@@ -1,0 +1,92 @@
+// `seqgrad inspect CHECKPOINT`: what a translator checkpoint holds, read without building the model.
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include "models/seq2seq/pipeline.h"
+#include "tools/args.h"
+#include "tools/commands.h"
+#include "tools/translator.h"
+
+namespace seqgrad::tools {
+namespace {
+
+std::string or_all(int64_t n) { return n > 0 ? fmt::format("{}", n) : "all"; }
+
+// "float32 (24 tensors, 12,345,678 values)" per dtype of the model's weights: the quantization.
+std::string weight_dtypes(const models::LoadedCheckpoint& c, int64_t& parameters) {
+  std::map<std::string, std::pair<int64_t, int64_t>> by_dtype;  // tensors, values
+  parameters = 0;
+  for (const auto& [name, t] : c.tensors) {
+    if (name.rfind("model.", 0) != 0) continue;
+    auto& [tensors, values] = by_dtype[dtype_name(t.dtype())];
+    ++tensors, values += t.numel();
+    parameters += t.numel();
+  }
+  std::string out;
+  for (const auto& [dtype, counts] : by_dtype)
+    out += fmt::format("{}{} ({} tensors, {} values)", out.empty() ? "" : ", ", dtype, counts.first, counts.second);
+  return out;
+}
+
+// The per-epoch lines of the run's metrics.jsonl beside the checkpoint, if there is one.
+void print_metrics(const std::filesystem::path& run_dir) {
+  std::filesystem::path path = run_dir / "metrics.jsonl";
+  std::ifstream in(path);
+  if (!in) return;
+  fmt::print("epochs ({}):\n  {:>5} {:>10} {:>10} {:>9} {:>10} {:>8}\n", path.string(), "epoch", "train loss",
+             "valid loss", "valid ppl", "valid BLEU", "seconds");
+  for (std::string line; std::getline(in, line);) {
+    nlohmann::json m = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!m.is_object() || !m.contains("epoch")) continue;  // a torn last line of a killed run
+    auto number = [&](const char* key) {
+      return m.contains(key) && m[key].is_number() ? m[key].get<double>() : NAN;  // null when not finite
+    };
+    fmt::print("  {:>5} {:>10.3f} {:>10.3f} {:>9.2f} {:>10.2f} {:>8.0f}\n", m["epoch"].dump(), number("train_loss"),
+               number("valid_loss"), number("valid_ppl"), number("valid_bleu"), number("seconds"));
+  }
+}
+
+}  // namespace
+
+int inspect_main(int argc, char** argv) {
+  Args a("inspect", "What a translator checkpoint holds: preset, language pair, vocabularies, model size, training\n"
+                    "progress and settings, the weights' dtypes (quantization) and the data it was trained on;\n"
+                    "with the run's metrics.jsonl beside it, the per-epoch losses and BLEU.");
+  a.positional("checkpoint", "the .safetensors file to describe");
+  if (!a.parse(argc, argv)) return 0;
+  SG_CHECK_USAGE(a.positionals().size() == 1, "inspect: give one checkpoint file, got {} arguments",
+                 a.positionals().size());
+  const std::string path = a.positionals()[0];
+  SG_CHECK_IO(std::filesystem::exists(path), "no checkpoint at {}", path);
+  check_safetensors_file(path);
+  models::LoadedCheckpoint c = models::read_checkpoint(path);
+  const models::TrainConfig& t = c.info.config;
+  const models::Seq2SeqConfig& m = t.model;
+  const nlohmann::json& state = c.info.train_state;
+  int64_t parameters = 0;
+  std::string dtypes = weight_dtypes(c, parameters);
+  fmt::print("checkpoint: {} ({:.1f} MB)\n", path, std::filesystem::file_size(path) / 1e6);
+  fmt::print("preset: {}\n", t.preset);
+  fmt::print("languages: {} -> {} ({} corpus)\n", t.src_lang, t.tgt_lang, t.corpus);
+  fmt::print("vocabularies: {} source tokens, {} target tokens (words seen at least {} times, and {} special tokens)\n",
+             c.info.src_vocab.size(), c.info.tgt_vocab.size(), t.min_freq, text::Vocab::kNumSpecial);
+  fmt::print("model: {} attention, embed {}, hidden {}, layers {}, attention size {}, dropout {}, deep output {}; "
+             "{} parameters\n", models::attention_kind_name(m.attention), m.embed_size, m.hidden_size, m.num_layers,
+             m.attention_size ? m.attention_size : m.hidden_size, m.dropout, m.deep_output ? "yes" : "no", parameters);
+  fmt::print("weights: {}\n", dtypes);
+  fmt::print("trained on: {} (data folder {}), {} training pairs, at most {} tokens per sentence\n", t.corpus,
+             t.data_dir, or_all(t.train_subset), t.max_tokens);
+  fmt::print("training: epoch {} of {}, step {}, best valid BLEU {}\n", state.value("epoch", int64_t{0}), t.epochs,
+             state.value("step", int64_t{0}),
+             state.value("best_bleu", -1.0) >= 0 ? fmt::format("{:.2f}", state.value("best_bleu", -1.0)) : "none yet");
+  fmt::print("settings: batch {}, lr {} (StepLR every {} epochs x {}), label smoothing {}, clip {}, seed {}, amp {}\n",
+             t.batch_size, t.lr, t.step_size, t.gamma, t.label_smoothing, t.clip, t.seed, t.amp);
+  print_metrics(std::filesystem::path(path).parent_path());
+  return 0;
+}
+
+}  // namespace seqgrad::tools

@@ -8,6 +8,7 @@ shift || true
 
 debian_packages=(g++ meson ninja-build pkg-config libopenblas-dev libopenblas0-openmp libfmt-dev
                  doctest-dev nlohmann-json3-dev libcairo2-dev python3-torch python3-numpy python3-pip)
+debian_packages+=(clang libclang-rt-14-dev libomp-14-dev)  # tests/fuzz: libFuzzer targets (clang, OpenMP)
 missing=()
 for p in "${debian_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -21,9 +21,11 @@ struct Loaded {
   std::unique_ptr<models::Seq2Seq> model;
 };
 
-Loaded load_model(const std::string& path) {
-  SG_CHECK_IO(std::filesystem::exists(path), "no checkpoint at {} (train one with `seqgrad train`)", path);
-  Loaded l{models::read_checkpoint(path), nullptr};
+Loaded load_model(const Args& a) {
+  const std::string path = a.get("checkpoint");
+  std::error_code ec;  // a symlink loop or a denied folder: reading it below names the reason
+  SG_CHECK_IO(std::filesystem::exists(path, ec) || ec, "no checkpoint at {} (train one with `seqgrad train`)", path);
+  Loaded l{models::read_checkpoint(path, {.allow_missing_checksum = a.flag("allow-missing-checksum")}), nullptr};
   l.model = std::make_unique<models::Seq2Seq>(l.checkpoint.info.config.model);
   models::load_weights(*l.model, l.checkpoint, path);
   l.model->eval();
@@ -73,7 +75,9 @@ void common_options(Args& a) {
       .option("beam", "n", "beam size (1 = greedy)", "1")
       .option("length-penalty", "alpha", "beam score = log p / length^alpha", "1.0")
       .option("max-len", "n", "longest output in tokens", "50")
-      .option("threads", "n", "threads (default: all cores)");
+      .option("threads", "n", "threads (default: all cores)")
+      .option("allow-missing-checksum", "", "load a checkpoint that has no checksum (written before seqgrad stored "
+              "one), unverified");
 }
 
 void apply_threads(const Args& a) {
@@ -94,7 +98,7 @@ int translate_main(int argc, char** argv) {
       .positional("sentence", "text to translate (else one per line on stdin)");
   if (!a.parse(argc, argv)) return 0;
   apply_threads(a);
-  Loaded l = load_model(a.get("checkpoint"));
+  Loaded l = load_model(a);
   models::DecodeOptions options = decode_options(a);
   std::vector<std::string> sentences = input_sentences(a);
   SG_CHECK_VALUE(!sentences.empty(), "translate: no input sentences (pass them as arguments or on stdin)");
@@ -138,7 +142,7 @@ int eval_main(int argc, char** argv) {
     return 0;
   }
   models::DecodeOptions options = decode_options(a);
-  Loaded l = load_model(a.get("checkpoint"));
+  Loaded l = load_model(a);
   models::TrainConfig c = l.checkpoint.info.config;
   if (a.has("data-dir")) c.data_dir = a.get("data-dir");
   models::Corpora data = models::load_corpora(c);
@@ -157,7 +161,7 @@ int attention_main(int argc, char** argv) {
   a.option("out", "dir", "output folder", "attention").positional("sentence", "text to translate (else stdin)");
   if (!a.parse(argc, argv)) return 0;
   apply_threads(a);
-  Loaded l = load_model(a.get("checkpoint"));
+  Loaded l = load_model(a);
   std::string out = a.get("out");
   std::filesystem::create_directories(out);
   std::vector<plot::ReportSection> sections;

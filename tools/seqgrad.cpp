@@ -1,6 +1,7 @@
 // The `seqgrad` command: one program, one subcommand per job.
 #include <cstring>
 #include <exception>
+#include <filesystem>
 #include <string>
 
 #include <fmt/core.h>
@@ -53,6 +54,9 @@ int main(int argc, char** argv) {
     try {
       return c.main(argc - 1, argv + 1);
     } catch (const seqgrad::Error& e) {
+      fmt::print(stderr, "seqgrad {}: error: {}\n", c.name, e.what());
+      return 1;
+    } catch (const std::filesystem::filesystem_error& e) {  // names the operation, the reason and the path(s)
       fmt::print(stderr, "seqgrad {}: error: {}\n", c.name, e.what());
       return 1;
     } catch (const std::exception& e) {

@@ -1,6 +1,9 @@
 #include "models/seq2seq/pipeline.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <filesystem>
+#include <set>
 
 #include "core/serialize.h"
 #include "nn/checkpoint.h"
@@ -72,10 +75,15 @@ namespace {
 
 text::ParallelCorpus read_split(const TrainConfig& c, const std::string& split) {
   auto file = [&](const std::string& lang) { return fmt::format("{}/{}/{}.{}", c.data_dir, c.corpus, split, lang); };
+  std::error_code ec;  // a symlink loop or a denied folder: reading the file below names the reason
   for (const std::string& lang : {c.src_lang, c.tgt_lang})
-    SG_CHECK_IO(std::filesystem::exists(file(lang)), "data: missing file {} (corpus {}, split {}, language {})",
+    SG_CHECK_IO(std::filesystem::exists(file(lang), ec) || ec, "data: missing file {} (corpus {}, split {}, language {})",
                 file(lang), c.corpus, split, lang);
-  return text::read_parallel(file(c.src_lang), file(c.tgt_lang));
+  text::ParallelCorpus corpus = text::read_parallel(file(c.src_lang), file(c.tgt_lang));
+  // Every split is checked here, before training: an empty test2016 must not surface after it.
+  SG_CHECK_IO(!corpus.pairs.empty(), "data: split {} has no usable sentence pair in {} and {} ({})", split,
+              file(c.src_lang), file(c.tgt_lang), corpus.report.summary());
+  return corpus;
 }
 
 }  // namespace
@@ -106,6 +114,8 @@ Corpora load_corpora(const TrainConfig& c) {
   } else {
     throw ValueError(fmt::format("data: unknown corpus '{}' (multi30k or fra-eng)", c.corpus));
   }
+  for (const auto& [split, pairs] : {std::pair{"train", &train}, {"valid", &valid}, {"test", &test}})
+    SG_CHECK_IO(!pairs->empty(), "data: the {} split of {} is empty ({})", split, c.corpus, out.report);
   if (c.train_subset > 0 && c.train_subset < static_cast<int64_t>(train.size())) train.resize(c.train_subset);
   for (const auto& p : test) {
     out.test_sources.push_back(p.src);
@@ -137,12 +147,26 @@ std::vector<int64_t> encode_sentence(const text::Vocab& vocab, const std::vector
   return ids;
 }
 
+namespace {
+
+// Metadata of translator checkpoints. kFormatVersion 2: always written with a checksum, so a
+// version-2 file without one has been altered.
+constexpr const char* kFormatVersion = "2";
+const std::set<std::string> kMetadataKeys = {"format", "format_version", "config", "src_vocab", "tgt_vocab",
+                                             "train_state", nn::kChecksumKey};
+// No translator needs more; a larger value in a checkpoint's config is damage (decoding sizes
+// buffers by it: 2 * max_tokens + 10 steps).
+constexpr int64_t kMaxTokensLimit = int64_t{1} << 20;
+
+}  // namespace
+
 void save_checkpoint(const std::string& path, const Seq2Seq& model, const CheckpointInfo& info,
                      const std::map<std::string, Tensor>& extra) {
   std::map<std::string, Tensor> tensors = extra;
   for (auto& [name, t] : model.state_dict()) tensors["model." + name] = t;
   std::map<std::string, std::string> metadata{
       {"format", "seqgrad.seq2seq"},
+      {"format_version", kFormatVersion},
       {"config", info.config.to_json().dump()},
       {"src_vocab", info.src_vocab.to_json().dump()},
       {"tgt_vocab", info.tgt_vocab.to_json().dump()},
@@ -154,8 +178,114 @@ void save_checkpoint(const std::string& path, const Seq2Seq& model, const Checkp
   save_tensors(path, tensors, metadata);
 }
 
-LoadedCheckpoint read_checkpoint(const std::string& path) {
-  TensorFile file = load_tensors(path);
+namespace {
+
+// The checksum must be present and match. A file without one is accepted only when the caller
+// allows it: then either a checkpoint from before checksums, or one whose checksum entry was
+// damaged (its key renamed by a flipped bit shows as a key no version writes).
+void verify_checksum(const TensorFile& file, const std::string& path, const ReadCheckpointOptions& options) {
+  if (auto stored = file.metadata.find(nn::kChecksumKey); stored != file.metadata.end()) {
+    std::string computed = nn::checkpoint_checksum(file.tensors, file.metadata);
+    SG_CHECK_IO(stored->second == computed, "checkpoint {} is corrupted: checksum {} does not match its contents ({})",
+                path, stored->second, computed);
+    return;
+  }
+  for (const auto& [key, value] : file.metadata)
+    SG_CHECK_IO(kMetadataKeys.count(key), "checkpoint {} is corrupted: its checksum entry '{}' is missing and it has "
+                "an unknown metadata key '{}' (the checksum's key, damaged?)", path, nn::kChecksumKey, key);
+  auto version = file.metadata.find("format_version");
+  const bool writes_checksums = version != file.metadata.end();
+  SG_CHECK_IO(options.allow_missing_checksum, "checkpoint {} has no checksum ('{}'): {}; pass "
+              "--allow-missing-checksum to load it unverified", path, nn::kChecksumKey,
+              writes_checksums ? fmt::format("it was written by a seqgrad that always stores one (format version {}), "
+                                             "so the file has been altered", version->second)
+                               : std::string("it was written before seqgrad stored one, or altered since"));
+  if (writes_checksums)
+    fmt::print(stderr, "WARNING: checkpoint {} has no checksum although its format version {} always stores one: the "
+               "file has been altered; its weights are loaded UNVERIFIED (--allow-missing-checksum)\n", path,
+               version->second);
+  else
+    fmt::print(stderr, "warning: checkpoint {} has no checksum (written before seqgrad stored one?); its weights are "
+               "loaded unverified (--allow-missing-checksum)\n", path);
+}
+
+// The 2-d tensor `name` that a config field sizes; IOError naming the field when it is missing.
+const Tensor& sized_tensor(const LoadedCheckpoint& ckpt, const std::string& name, const char* field,
+                           const std::string& path) {
+  auto it = ckpt.tensors.find(name);
+  SG_CHECK_IO(it != ckpt.tensors.end() && it->second.ndim() == 2, "checkpoint {}: config field model.{} cannot be "
+              "checked: tensor '{}' is {}", path, field, name,
+              it == ckpt.tensors.end() ? std::string("missing") : fmt::format("of shape {}", it->second.shape()));
+  return it->second;
+}
+
+void check_size(int64_t value, const char* field, const Tensor& t, const std::string& name, int dim,
+                const std::string& path) {
+  SG_CHECK_IO(value == t.size(dim), "checkpoint {}: its weights do not fit the model its config describes: config "
+              "field model.{} = {}, but tensor '{}' has shape {} (dimension {} should be {})", path, field, value, name,
+              t.shape(), dim, value);
+}
+
+// Every size the model is built from against the tensors present, before anything is allocated:
+// a hostile config (embed_size 10^6, hidden_size 2^61, num_layers 2^40) fails here, fast, instead
+// of allocating gigabytes or overflowing. load_weights() then checks every tensor's full shape.
+void check_config_sizes(const LoadedCheckpoint& ckpt, const std::string& path) {
+  const Seq2SeqConfig& m = ckpt.info.config.model;
+  const std::string src_emb = "model.encoder.embedding.weight", tgt_emb = "model.decoder.embedding.weight";
+  const std::string hh0 = "model.encoder.rnn.weight_hh_l0";
+  check_size(m.src_vocab, "src_vocab", sized_tensor(ckpt, src_emb, "src_vocab", path), src_emb, 0, path);
+  check_size(m.embed_size, "embed_size", sized_tensor(ckpt, src_emb, "embed_size", path), src_emb, 1, path);
+  check_size(m.tgt_vocab, "tgt_vocab", sized_tensor(ckpt, tgt_emb, "tgt_vocab", path), tgt_emb, 0, path);
+  check_size(m.hidden_size, "hidden_size", sized_tensor(ckpt, hh0, "hidden_size", path), hh0, 1, path);
+  int64_t layers = 0;  // the encoder's layers present: weight_hh_l0, _l1, ...
+  while (ckpt.tensors.count(fmt::format("model.encoder.rnn.weight_hh_l{}", layers))) ++layers;
+  SG_CHECK_IO(m.num_layers == layers, "checkpoint {}: its weights do not fit the model its config describes: config "
+              "field model.num_layers = {}, but the encoder has {} layer(s) of weights", path, m.num_layers, layers);
+  if (m.attention != AttentionKind::scaled_dot) {
+    const std::string w_q = "model.decoder.attention.w_q.weight";
+    check_size(m.attention_size ? m.attention_size : m.hidden_size, "attention_size",
+               sized_tensor(ckpt, w_q, "attention_size", path), w_q, 0, path);
+  } else {
+    // Scaled dot has no attention_size tensor, but the model still builds the (unused) additive
+    // module with it: bound it by the largest dimension the checkpoint holds.
+    int64_t largest = 0;
+    for (const auto& [name, t] : ckpt.tensors)
+      for (int64_t d : t.shape()) largest = std::max(largest, d);
+    SG_CHECK_IO(m.attention_size <= largest, "checkpoint {}: config field model.attention_size = {} is larger than "
+                "any dimension of its tensors ({})", path, m.attention_size, largest);
+  }
+  SG_CHECK_IO(m.pad_id >= 0 && m.pad_id < std::min(m.src_vocab, m.tgt_vocab), "checkpoint {}: config field "
+              "model.pad_id = {} is not a token id of both vocabularies ({} and {})", path, m.pad_id, m.src_vocab,
+              m.tgt_vocab);
+  const int64_t max_tokens = ckpt.info.config.max_tokens;
+  SG_CHECK_IO(max_tokens >= 0 && max_tokens <= kMaxTokensLimit, "checkpoint {}: config field max_tokens = {} is not "
+              "in [0, {}]", path, max_tokens, kMaxTokensLimit);
+}
+
+// nlohmann converts a JSON number such as 1e300 to int64 with undefined behaviour: every integer
+// and number field of the config must have its JSON type before from_json() reads it.
+void check_config_types(const nlohmann::json& config, const std::string& path) {
+  auto check = [&](const nlohmann::json& object, const char* prefix, std::initializer_list<const char*> keys,
+                   bool integer) {
+    for (const char* key : keys) {
+      if (!object.is_object() || !object.contains(key)) continue;  // from_json names missing fields
+      const nlohmann::json& v = object.at(key);
+      SG_CHECK_IO(integer ? v.is_number_integer() : v.is_number(), "checkpoint {}: config field {}{} = {} is not {}",
+                  path, prefix, key, v.dump(), integer ? "an integer" : "a number");
+    }
+  };
+  check(config, "", {"train_subset", "max_tokens", "min_freq", "batch_size", "epochs", "step_size", "seed"}, true);
+  check(config, "", {"lr", "gamma", "label_smoothing", "clip"}, false);
+  if (!config.is_object() || !config.contains("model")) return;
+  check(config.at("model"), "model.",
+        {"src_vocab", "tgt_vocab", "embed_size", "hidden_size", "num_layers", "attention_size", "pad_id"}, true);
+  check(config.at("model"), "model.", {"dropout"}, false);
+}
+
+}  // namespace
+
+LoadedCheckpoint read_checkpoint(const std::string& path, const ReadCheckpointOptions& options) {
+  TensorFile file = load_tensors(path);  // a regular file, well-formed: else an IOError naming it
   auto meta = [&](const char* key) -> const std::string& {
     auto it = file.metadata.find(key);
     SG_CHECK_IO(it != file.metadata.end(), "checkpoint {}: metadata '{}' is missing; is this a seqgrad translator "
@@ -164,19 +294,18 @@ LoadedCheckpoint read_checkpoint(const std::string& path) {
   };
   SG_CHECK_IO(meta("format") == "seqgrad.seq2seq", "checkpoint {}: format '{}' is not seqgrad.seq2seq", path,
               meta("format"));
-  // Checkpoints written before the checksum was added have none; any written since must match it.
-  if (auto stored = file.metadata.find(nn::kChecksumKey); stored != file.metadata.end()) {
-    std::string computed = nn::checkpoint_checksum(file.tensors, file.metadata);
-    SG_CHECK_IO(stored->second == computed, "checkpoint {} is corrupted: checksum {} does not match its contents ({})",
-                path, stored->second, computed);
-  }
+  verify_checksum(file, path, options);
   LoadedCheckpoint out;
   try {
-    out.info.config = TrainConfig::from_json(nlohmann::json::parse(meta("config")));
+    nlohmann::json config = nlohmann::json::parse(meta("config"));
+    check_config_types(config, path);
+    out.info.config = TrainConfig::from_json(config);
     out.info.src_vocab = text::Vocab::from_json(nlohmann::json::parse(meta("src_vocab")));
     out.info.tgt_vocab = text::Vocab::from_json(nlohmann::json::parse(meta("tgt_vocab")));
     out.info.train_state = nlohmann::json::parse(meta("train_state"));
   } catch (const nlohmann::json::exception& e) {
+    throw IOError(fmt::format("checkpoint {}: bad metadata: {}", path, e.what()));
+  } catch (const Error& e) {  // the config's or a vocabulary's own checks: name the file they came from
     throw IOError(fmt::format("checkpoint {}: bad metadata: {}", path, e.what()));
   }
   const Seq2SeqConfig& m = out.info.config.model;
@@ -184,6 +313,7 @@ LoadedCheckpoint read_checkpoint(const std::string& path) {
               "checkpoint {}: vocabulary sizes {}/{} do not match the model's {}/{}", path, out.info.src_vocab.size(),
               out.info.tgt_vocab.size(), m.src_vocab, m.tgt_vocab);
   out.tensors = std::move(file.tensors);
+  check_config_sizes(out, path);
   return out;
 }
 
@@ -191,6 +321,7 @@ void load_weights(Seq2Seq& model, const LoadedCheckpoint& checkpoint, const std:
   std::map<std::string, Tensor> weights;
   for (const auto& [name, t] : checkpoint.tensors)
     if (name.rfind("model.", 0) == 0) weights[name.substr(6)] = t;
+  nn::check_finite_tensors(weights, fmt::format("checkpoint {}", path));
   try {
     model.load_state_dict(weights);
   } catch (const ValueError& e) {

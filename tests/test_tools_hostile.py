@@ -199,6 +199,11 @@ class Checkpoints(Base):
         self.assertFails(translate(loop), rf"{loop}.*Too many levels of symbolic links")
         self.assertFails(translate(TMP), r"is a directory, expected a regular file")
 
+    def test_a_device_read_as_a_text_file(self):
+        # /dev/zero never ends: reading it runs out of memory, reported with the file's name
+        p = run("eval", "--hyp", "/dev/zero", "--ref", "/dev/null", limit_as=1 << 30, timeout=60)
+        self.assertFails(p, r"read_file: '/dev/zero' does not fit in memory")
+
     def test_heatmaps_path_that_is_a_file(self):
         target = os.path.join(TMP, "heatmaps_file")
         with open(target, "w") as f:

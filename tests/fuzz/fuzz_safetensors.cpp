@@ -1,10 +1,9 @@
 // libFuzzer target: the safetensors parser (core/safetensors), then what a parsed file must satisfy:
-// it serializes, the bytes parse back to the same file, and every tensor converts to a Tensor or
-// is refused with an error.
+// it serializes, and the bytes parse back to the same file. (Converting entries to tensors,
+// core/serialize, is fuzzed by the checkpoint target.)
 #include <string_view>
 
 #include "core/safetensors.h"
-#include "core/serialize.h"
 #include "tests/fuzz/fuzz_common.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -19,7 +18,5 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // Accepted: a round trip must reproduce it exactly.
   safetensors::File again = safetensors::parse(safetensors::serialize(file), "round trip");
   if (!(again == file)) __builtin_trap();
-  for (const auto& [name, entry] : file.tensors)
-    fuzz::expect_clean([&] { (void)from_entry(entry, name); });
   return 0;
 }

@@ -111,8 +111,19 @@ TEST_CASE("hostile checkpoint: config sizes are checked against the tensors befo
     config["model"]["attention_size"] = int64_t{1} << 50;
     f.metadata["config"] = config.dump();
   });
-  CHECK_THROWS_WITH_AS(load_translator(scaled), doctest::Contains("model.attention_size = 1125899906842624 is larger "
-                                                                  "than any dimension of its tensors"), IOError);
+  CHECK_THROWS_WITH_AS(load_translator(scaled), doctest::Contains("model.attention_size = 1125899906842624 sizes an "
+                                                                  "unused additive attention of 1125899906842624 x 13 "
+                                                                  "values, more than the"), IOError);
+  // a zero-size tensor cannot vouch for a huge size: both dimensions are checked
+  std::string hollow = edited("zero_size", [](TensorFile& f) {
+    f.tensors["model.encoder.rnn.weight_hh_l0"] = empty({0, 100000});
+    json config = json::parse(f.metadata.at("config"));
+    config["model"]["hidden_size"] = 100000;
+    f.metadata["config"] = config.dump();
+  });
+  CHECK_THROWS_WITH_AS(load_translator(hollow), doctest::Contains("config field model.hidden_size = 100000, but tensor "
+                                                                  "'model.encoder.rnn.weight_hh_l0' has shape (0, "
+                                                                  "100000) (dimension 0 should be 300000)"), IOError);
   // the trainer's max_tokens sizes decoding buffers (2 * max_tokens + 10 steps)
   std::string tokens = edited("max_tokens", [](TensorFile& f) {
     json config = json::parse(f.metadata.at("config"));

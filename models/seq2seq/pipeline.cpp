@@ -219,16 +219,23 @@ const Tensor& sized_tensor(const LoadedCheckpoint& ckpt, const std::string& name
   return it->second;
 }
 
+// Dimension `dim` of `t` must be `expected`, which the config field's `value` implies.
+void check_size(int64_t value, const char* field, const Tensor& t, const std::string& name, int dim,
+                const std::string& path, int64_t expected) {
+  SG_CHECK_IO(expected == t.size(dim), "checkpoint {}: its weights do not fit the model its config describes: config "
+              "field model.{} = {}, but tensor '{}' has shape {} (dimension {} should be {})", path, field, value, name,
+              t.shape(), dim, expected);
+}
 void check_size(int64_t value, const char* field, const Tensor& t, const std::string& name, int dim,
                 const std::string& path) {
-  SG_CHECK_IO(value == t.size(dim), "checkpoint {}: its weights do not fit the model its config describes: config "
-              "field model.{} = {}, but tensor '{}' has shape {} (dimension {} should be {})", path, field, value, name,
-              t.shape(), dim, value);
+  check_size(value, field, t, name, dim, path, value);
 }
 
 // Every size the model is built from against the tensors present, before anything is allocated:
 // a hostile config (embed_size 10^6, hidden_size 2^61, num_layers 2^40) fails here, fast, instead
-// of allocating gigabytes or overflowing. load_weights() then checks every tensor's full shape.
+// of allocating gigabytes or overflowing. Both dimensions of each tensor are checked, so a
+// zero-size tensor cannot vouch for a huge size: V·E, 3H·H and A·H values are in the file.
+// load_weights() then checks every tensor's full shape.
 void check_config_sizes(const LoadedCheckpoint& ckpt, const std::string& path) {
   const Seq2SeqConfig& m = ckpt.info.config.model;
   const std::string src_emb = "model.encoder.embedding.weight", tgt_emb = "model.decoder.embedding.weight";
@@ -237,22 +244,26 @@ void check_config_sizes(const LoadedCheckpoint& ckpt, const std::string& path) {
   check_size(m.embed_size, "embed_size", sized_tensor(ckpt, src_emb, "embed_size", path), src_emb, 1, path);
   check_size(m.tgt_vocab, "tgt_vocab", sized_tensor(ckpt, tgt_emb, "tgt_vocab", path), tgt_emb, 0, path);
   check_size(m.hidden_size, "hidden_size", sized_tensor(ckpt, hh0, "hidden_size", path), hh0, 1, path);
+  check_size(m.hidden_size, "hidden_size", sized_tensor(ckpt, hh0, "hidden_size", path), hh0, 0, path,
+             3 * m.hidden_size);  // (3H, H): the GRU's three gates; H already matched a dimension, so 3H fits
   int64_t layers = 0;  // the encoder's layers present: weight_hh_l0, _l1, ...
   while (ckpt.tensors.count(fmt::format("model.encoder.rnn.weight_hh_l{}", layers))) ++layers;
   SG_CHECK_IO(m.num_layers == layers, "checkpoint {}: its weights do not fit the model its config describes: config "
               "field model.num_layers = {}, but the encoder has {} layer(s) of weights", path, m.num_layers, layers);
   if (m.attention != AttentionKind::scaled_dot) {
     const std::string w_q = "model.decoder.attention.w_q.weight";
-    check_size(m.attention_size ? m.attention_size : m.hidden_size, "attention_size",
-               sized_tensor(ckpt, w_q, "attention_size", path), w_q, 0, path);
+    const Tensor& t = sized_tensor(ckpt, w_q, "attention_size", path);
+    check_size(m.attention_size ? m.attention_size : m.hidden_size, "attention_size", t, w_q, 0, path);
+    check_size(m.hidden_size, "hidden_size", t, w_q, 1, path);  // (A, H)
   } else {
     // Scaled dot has no attention_size tensor, but the model still builds the (unused) additive
-    // module with it: bound it by the largest dimension the checkpoint holds.
-    int64_t largest = 0;
-    for (const auto& [name, t] : ckpt.tensors)
-      for (int64_t d : t.shape()) largest = std::max(largest, d);
-    SG_CHECK_IO(m.attention_size <= largest, "checkpoint {}: config field model.attention_size = {} is larger than "
-                "any dimension of its tensors ({})", path, m.attention_size, largest);
+    // module from it, A·(3H + 1) values: no more than the checkpoint holds in all.
+    int64_t values = 0;
+    for (const auto& [name, t] : ckpt.tensors) values += t.numel();  // bounded by the file's size
+    const int64_t per_unit = 3 * m.hidden_size + 1;
+    SG_CHECK_IO(m.attention_size <= values / per_unit, "checkpoint {}: config field model.attention_size = {} sizes "
+                "an unused additive attention of {} x {} values, more than the {} values the checkpoint holds", path,
+                m.attention_size, m.attention_size, per_unit, values);
   }
   SG_CHECK_IO(m.pad_id >= 0 && m.pad_id < std::min(m.src_vocab, m.tgt_vocab), "checkpoint {}: config field "
               "model.pad_id = {} is not a token id of both vocabularies ({} and {})", path, m.pad_id, m.src_vocab,

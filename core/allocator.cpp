@@ -81,7 +81,8 @@ thread_local LocalCache local;
 
 void* system_allocate(size_t bytes) {
   void* p = std::aligned_alloc(64, bytes);
-  SG_CHECK(p != nullptr, "storage: out of memory allocating {} bytes", bytes);
+  SG_CHECK(p != nullptr, "out of memory allocating {} bytes ({:.3g} GiB) on the CPU", bytes,
+           static_cast<double>(bytes) / (1 << 30));
   return p;
 }
 
@@ -102,6 +103,12 @@ constexpr bool kCaching = true;
 bool caching() { return kCaching; }
 
 void* allocate(size_t bytes) {
+  // More than a process can address (x86-64: 2^47 bytes) is refused before the system allocator
+  // sees it: rounding up to 64 bytes would wrap a count near SIZE_MAX to a tiny block, and
+  // sanitizer allocators abort on such requests instead of returning null.
+  constexpr size_t kAddressable = size_t{1} << 47;
+  SG_CHECK(bytes <= kAddressable, "out of memory allocating {} bytes on the CPU (more than the {} bytes a process can "
+           "address)", bytes, kAddressable);
   if (!kCaching || bytes > kMaxCached) return system_allocate((bytes + 63) / 64 * 64);
   SizeClass sc = size_class(bytes);
   count_allocation(sc.bytes);

@@ -10,6 +10,8 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <new>
+#include <stdexcept>
 
 #include "core/error.h"
 
@@ -106,6 +108,40 @@ void write_file_atomic(const std::string& path, std::string_view bytes) {
   sync_directory_of(path);
 }
 
+namespace {
+
+// The rest of an open descriptor's file. Reading a device such as /dev/zero runs until memory is
+// exhausted: that is an IOError naming the file, not a bare std::bad_alloc.
+std::string read_rest(int fd, const struct stat& info, const std::string& path) {
+  std::string contents;
+  try {
+    if (S_ISREG(info.st_mode)) contents.reserve(static_cast<std::size_t>(info.st_size));
+    char chunk[1 << 16];
+    for (;;) {
+      ssize_t n = ::read(fd, chunk, sizeof chunk);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) throw_errno("read_file: cannot read", path, errno);
+      if (n == 0) return contents;
+      contents.append(chunk, static_cast<std::size_t>(n));
+    }
+  } catch (const std::bad_alloc&) {
+    throw IOError(fmt::format("read_file: '{}' does not fit in memory ({} bytes read)", path, contents.size()));
+  } catch (const std::length_error&) {
+    throw IOError(fmt::format("read_file: '{}' does not fit in memory ({} bytes read)", path, contents.size()));
+  }
+}
+
+const char* file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+}  // namespace
+
 std::string read_file(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw_errno("read_file: cannot open", path, errno);
@@ -113,16 +149,19 @@ std::string read_file(const std::string& path) {
   struct stat info {};
   if (::fstat(fd, &info) != 0) throw_errno("read_file: cannot stat", path, errno);
   if (S_ISDIR(info.st_mode)) throw_errno("read_file: cannot read", path, EISDIR);
-  std::string contents;
-  if (S_ISREG(info.st_mode)) contents.reserve(static_cast<std::size_t>(info.st_size));
-  char chunk[1 << 16];
-  for (;;) {
-    ssize_t n = ::read(fd, chunk, sizeof chunk);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw_errno("read_file: cannot read", path, errno);
-    if (n == 0) return contents;
-    contents.append(chunk, static_cast<std::size_t>(n));
-  }
+  return read_rest(fd, info, path);
+}
+
+std::string read_regular_file(const std::string& path) {
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer, forever.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) throw_errno("read_file: cannot open", path, errno);
+  FdGuard guard(fd);
+  struct stat info {};
+  if (::fstat(fd, &info) != 0) throw_errno("read_file: cannot stat", path, errno);
+  if (!S_ISREG(info.st_mode))
+    throw IOError(fmt::format("read_file: '{}' is {}, expected a regular file", path, file_kind(info.st_mode)));
+  return read_rest(fd, info, path);
 }
 
 void append_line(const std::string& path, std::string_view line) {

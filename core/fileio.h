@@ -11,8 +11,13 @@ namespace seqgrad {
 // file is removed and the previous contents of `path` (if any) are left untouched.
 void write_file_atomic(const std::string& path, std::string_view bytes);
 
-// The whole contents of `path`. Throws IOError if it is missing, a directory or unreadable.
+// The whole contents of `path`. Throws IOError if it is missing, a directory or unreadable, or
+// does not fit in memory (a device such as /dev/zero).
 std::string read_file(const std::string& path);
+
+// read_file() for formats that only come in files (checkpoints): a FIFO, device, socket or
+// directory is an IOError naming what it is, and a FIFO without a writer never blocks the reader.
+std::string read_regular_file(const std::string& path);
 
 // Appends `line` and a '\n' to `path` (created if missing) with a single write(2) on an O_APPEND
 // descriptor, so concurrent writers never interleave within a line (JSON-lines metrics logs).

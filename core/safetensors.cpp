@@ -357,6 +357,6 @@ File parse(std::string_view bytes, const std::string& source_name) {
 
 void save(const std::string& path, const File& file) { write_file_atomic(path, serialize(file)); }
 
-File load(const std::string& path) { return parse(read_file(path), path); }
+File load(const std::string& path) { return parse(read_regular_file(path), path); }
 
 }  // namespace seqgrad::safetensors

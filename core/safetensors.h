@@ -50,7 +50,7 @@ File parse(std::string_view bytes, const std::string& source_name);
 // serialize() written with write_file_atomic(): readers see the old file or the new, never a mix.
 void save(const std::string& path, const File& file);
 
-// read_file() then parse().
+// read_regular_file() then parse(): a FIFO or device is an error, never a blocked read.
 File load(const std::string& path);
 
 }  // namespace seqgrad::safetensors

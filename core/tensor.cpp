@@ -1,6 +1,7 @@
 // Tensor metadata, storage, factories and printing. Math is in ops/.
 #include "core/tensor.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -42,11 +43,38 @@ Storage::~Storage() {
   else if (data != nullptr) device_memory(device.kind)->deallocate(data, nbytes, device);
 }
 
+namespace {
+// numel × element size, or a ShapeError when either product overflows: a hostile shape (a
+// corrupt config, a crafted file) must not wrap to a small count that sizes a short buffer.
+size_t checked_bytes(const Shape& shape, DType dtype) {
+  if (std::find(shape.begin(), shape.end(), int64_t{0}) != shape.end()) return 0;
+  size_t bytes = element_size(dtype);
+  for (int64_t d : shape)
+    SG_CHECK_SHAPE(!__builtin_mul_overflow(bytes, static_cast<size_t>(d), &bytes),
+                   "empty: a {} tensor of shape {} needs more bytes than size_t can count", dtype, shape);
+  return bytes;
+}
+
+// The storage of a new tensor; an allocation failure names the tensor's shape and dtype.
+std::shared_ptr<Storage> allocate_storage(const Shape& shape, TensorOptions options) {
+  const size_t bytes = checked_bytes(shape, options.dtype);
+  try {
+    return std::make_shared<Storage>(bytes, options.device);
+  } catch (const std::bad_alloc&) {
+    throw Error(fmt::format("empty: out of memory allocating {} bytes for a {} tensor of shape {} on {}", bytes,
+                            options.dtype, shape, options.device));
+  } catch (const Error& e) {
+    if (!options.device.is_cpu()) throw;  // the device backends' messages name the tensor already
+    throw Error(fmt::format("empty: cannot allocate a {} tensor of shape {}: {}", options.dtype, shape, e.what()));
+  }
+}
+}  // namespace
+
 Tensor Tensor::empty(const Shape& shape, TensorOptions options) {
   for (int64_t d : shape)
     SG_CHECK_SHAPE(d >= 0, "empty: negative dimension in shape {}", shape);
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(shape.numel() * element_size(options.dtype), options.device);
+  impl->storage = allocate_storage(shape, options);
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
   impl->dtype = options.dtype;

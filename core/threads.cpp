@@ -4,9 +4,12 @@
 #include <sched.h>
 
 #include <atomic>
+#include <cstdio>
 #include <exception>
+#include <limits>
 #include <memory>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -35,9 +38,21 @@ thread_local bool inside_parallel = false;
 // fails once the caller has moved on, so a late helper never touches a finished job.
 class Pool {
  public:
+  // Starts up to `helpers` threads. When the system refuses one, the thread limit or the address
+  // space (`ulimit -v`: 8 MiB of stack each) is exhausted; the pool works with any number of
+  // helpers, so it keeps half of those that started and leaves the rest of the room to the program.
   explicit Pool(int helpers) {
-    for (int i = 0; i < helpers; ++i) threads_.emplace_back([this] { work(); });
+    try {
+      for (int i = 0; i < helpers; ++i) threads_.emplace_back([this, i] { work(i); });
+    } catch (const std::system_error& e) {
+      const int started = static_cast<int>(threads_.size());
+      retire_from(started / 2);
+      fmt::print(stderr, "warning: threads: could only start {} of {} threads ({}); using {}\n", started + 1,
+                 helpers + 1, e.what(), size());
+    }
   }
+  int size() const { return static_cast<int>(threads_.size()) + 1; }  // helpers and the caller
+
   ~Pool() {
     stop_.store(true);
     state_.fetch_add(uint64_t{1} << 32);
@@ -72,6 +87,15 @@ class Pool {
   }
 
  private:
+  // Stops and joins helpers [keep, end). Only before the first job: no chunk is left to claim.
+  void retire_from(int keep) {
+    keep_.store(keep);
+    state_.fetch_add(uint64_t{1} << 32);  // wakes sleepers; chunks_ is 0, so nothing gets claimed
+    state_.notify_all();
+    for (size_t i = keep; i < threads_.size(); ++i) threads_[i].join();
+    threads_.resize(keep);
+  }
+
   // Claims the next chunk of generation `gen`; -1 when none is left or the job is over.
   int64_t claim(uint64_t gen) {
     uint64_t s = state_.load(std::memory_order_acquire);
@@ -106,10 +130,10 @@ class Pool {
     }
   }
 
-  void work() {
+  void work(int index) {
     inside_parallel = true;
     uint64_t seen = 0;  // the last generation this helper looked at
-    while (!stop_.load(std::memory_order_relaxed)) {
+    while (!stop_.load(std::memory_order_relaxed) && index < keep_.load(std::memory_order_relaxed)) {
       uint64_t s = state_.load(std::memory_order_acquire);
       if ((s >> 32) == seen) {  // no new job: spin a little, then sleep until one is published
         bool fresh = false;
@@ -145,6 +169,7 @@ class Pool {
   std::atomic<int64_t> n_{0}, chunks_{0}, align_{1}, done_{0};
   std::atomic<int> sleepers_{0};
   std::atomic<bool> stop_{false};
+  std::atomic<int> keep_{std::numeric_limits<int>::max()};  // helpers with a higher index exit
   std::mutex error_mutex_;
   std::exception_ptr error_;
 };
@@ -176,7 +201,10 @@ void parallel_run(int64_t n, int64_t chunks, int64_t align, RangeFn fn, void* ct
     fn(ctx, 0, n);
     return;
   }
-  if (!pool) pool = std::make_unique<Pool>(get_num_threads() - 1);
+  if (!pool) {
+    pool = std::make_unique<Pool>(get_num_threads() - 1);
+    num_threads = pool->size();  // fewer when thread creation failed
+  }
   inside_parallel = true;
   try {
     pool->run(n, chunks, std::max<int64_t>(align, 1), fn, ctx);

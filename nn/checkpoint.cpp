@@ -3,6 +3,7 @@
 #include "nn/checkpoint.h"
 
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <set>
 #include <string_view>
@@ -67,6 +68,26 @@ std::string checkpoint_checksum(const std::map<std::string, Tensor>& tensors,
   return fmt::format("{:08x}", crc.value());
 }
 
+void check_finite_tensors(const std::map<std::string, Tensor>& tensors, const std::string& path) {
+  for (const auto& entry : tensors) {
+    const std::string& name = entry.first;  // not a structured binding: the lambda captures it (clang < 16)
+    const Tensor& t = entry.second;
+    if (!t.defined() || !is_floating(t.dtype())) continue;
+    Tensor c = t.detach().cpu().contiguous();
+    dispatch_floating(c.dtype(), "check_finite_tensors", [&]<class T>() {
+      const T* p = c.data<T>();
+      int64_t bad = 0, first = -1;
+      for (int64_t i = 0, n = c.numel(); i < n; ++i) {
+        if (std::isfinite(p[i])) continue;
+        if (bad++ == 0) first = i;
+      }
+      SG_CHECK_IO(bad == 0, "{}: tensor '{}' {} holds {} non-finite value(s), the first {} at flat index {}; the "
+                  "weights are unusable (saved after a diverged step?)", path, name, c.shape(), bad,
+                  static_cast<double>(p[first]), first);
+    });
+  }
+}
+
 void save_checkpoint(const std::string& path, const Module& module, const std::map<std::string, Tensor>& extra,
                      const std::map<std::string, std::string>& metadata) {
   std::map<std::string, Tensor> tensors = module.state_dict();
@@ -118,6 +139,7 @@ Checkpoint load_checkpoint(const std::string& path, Module& module, bool strict)
                                 kExtraKey, e.what()));
     }
   }
+  check_finite_tensors(file.tensors, path);
   std::map<std::string, Tensor> state;
   for (auto& [name, t] : file.tensors) {
     if (extra_names.count(name)) out.extra[name] = t;

@@ -37,6 +37,7 @@ void save_checkpoint(const std::string& path, const Module& module,
 // mis-shaped module keys throw ValueError naming every one of them, and nothing is loaded;
 // without strict, the matching keys are loaded and the report lists the rest. A plain safetensors
 // file without seqgrad's metadata loads too (all of its tensors are taken as module tensors).
+// Non-finite values are an IOError (check_finite_tensors).
 Checkpoint load_checkpoint(const std::string& path, Module& module, bool strict = true);
 
 // The CRC-32 (8 hex digits) these checkpoints store under "seqgrad.crc32": over every tensor
@@ -45,6 +46,11 @@ Checkpoint load_checkpoint(const std::string& path, Module& module, bool strict 
 inline constexpr const char* kChecksumKey = "seqgrad.crc32";
 std::string checkpoint_checksum(const std::map<std::string, Tensor>& tensors,
                                 const std::map<std::string, std::string>& metadata);
+
+// Throws IOError naming `path`, the tensor, the first non-finite value and its flat index, and
+// how many there are, if a floating tensor holds NaN or infinity. Loaders call it: a NaN weight
+// otherwise loads silently and only shows as empty translations or a "loss nan".
+void check_finite_tensors(const std::map<std::string, Tensor>& tensors, const std::string& path);
 
 // {"a": t} -> {"<prefix>a": t}, and the entries whose names start with prefix, with it removed.
 std::map<std::string, Tensor> add_prefix(const std::map<std::string, Tensor>& tensors, const std::string& prefix);

@@ -10,6 +10,7 @@ debian_packages=(g++ meson ninja-build pkg-config libopenblas-dev libopenblas0-o
                  doctest-dev nlohmann-json3-dev libcairo2-dev python3-torch python3-numpy python3-pip
                  libonnx-dev libprotobuf-dev libdnnl-dev)
 debian_packages+=(libopenmpi-dev openmpi-bin)  # dist/: the MPI communicator and `mpirun -np N seqgrad train`
+debian_packages+=(clang libclang-rt-14-dev libomp-14-dev)  # tests/fuzz: libFuzzer targets (clang, OpenMP)
 missing=()
 for p in "${debian_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

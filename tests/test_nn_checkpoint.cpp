@@ -2,8 +2,10 @@
 // mismatches reported by name, and corrupted or truncated files rejected with a clear error.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "core/fileio.h"
 #include "core/rng.h"
@@ -189,4 +191,25 @@ TEST_CASE("checkpoint: every flipped byte and every truncation is a clear error,
   }
   std::filesystem::remove(path);
   std::filesystem::remove(bad);
+}
+
+TEST_CASE("checkpoint: non-finite values are refused on load, naming the file and the tensor") {
+  TwoLayer a, b;
+  const std::string path = temp_path("nonfinite.safetensors");
+  {
+    NoGradGuard no_grad;
+    a.out.weight.data<float>()[3] = std::numeric_limits<float>::infinity();
+  }
+  // a valid checksum over the bad value: only the finiteness check stands between it and the model
+  nn::save_checkpoint(path, a, {{"optim.exp_avg", tensor({1.0, std::nan("")}, {2})}});
+  std::vector<double> before = flat(b);
+  CHECK_THROWS_WITH_AS(nn::load_checkpoint(path, b), doctest::Contains((path + ": tensor 'optim.exp_avg' (2,) holds 1 "
+                                                                        "non-finite value(s), the first nan at flat "
+                                                                        "index 1").c_str()), IOError);
+  CHECK(flat(b) == before);  // nothing was loaded
+  nn::save_checkpoint(path, a);
+  CHECK_THROWS_WITH_AS(nn::load_checkpoint(path, b), doctest::Contains("tensor 'out.weight' (2, 3) holds 1 non-finite "
+                                                                       "value(s), the first inf at flat index 3"),
+                       IOError);
+  std::filesystem::remove(path);
 }

@@ -239,12 +239,13 @@ class Checkpoints(Base):
         path = self.out("edited.safetensors")
         write_safetensors(path, header, data)
         self.assertFails(self.translate(path, "ein mann"), r"edited.safetensors is corrupted: checksum", status=1)
-        # a checkpoint from before the checksum (none stored) still loads
+        # a checkpoint without a checksum loads only with --allow-missing-checksum (and a warning)
         del header["__metadata__"]["seqgrad.crc32"]
         header["__metadata__"]["train_state"] = header["__metadata__"]["train_state"].replace('"step": ', '"step":')
         path = self.out("no_crc.safetensors")
         write_safetensors(path, header, data)
-        p = self.translate(path, "ein mann")
+        self.assertFails(self.translate(path, "ein mann"), r"has no checksum .*--allow-missing-checksum")
+        p = self.translate(path, "--allow-missing-checksum", "ein mann")
         self.assertEqual(p.returncode, 0, p.stderr)
 
     def test_not_a_translator_checkpoint(self):
@@ -271,14 +272,14 @@ class Checkpoints(Base):
         meta["src_vocab"], meta["config"] = json.dumps(vocab), json.dumps(config)
         path = self.out("other_vocab.safetensors")
         write_safetensors(path, header, data)
-        self.assertFails(self.translate(path, "ein mann"),
-                         r"other_vocab.safetensors: its weights do not fit .*different vocabulary or architecture.*"
-                         r"encoder\.embedding\.weight: checkpoint \((\d+), 16\) vs model \((\d+), 16\)")
+        self.assertFails(self.translate(path, "--allow-missing-checksum", "ein mann"),
+                         r"other_vocab.safetensors: its weights do not fit .*config field model\.src_vocab = \d+, "
+                         r"but tensor 'model\.encoder\.embedding\.weight' has shape \(\d+, 16\)")
         # ... and a vocabulary that disagrees with the config saved beside it
         config["model"]["src_vocab"] += 3
         meta["config"] = json.dumps(config)
         write_safetensors(path, header, data)
-        self.assertFails(self.translate(path, "ein mann"), r"vocabulary sizes .* do not match")
+        self.assertFails(self.translate(path, "--allow-missing-checksum", "ein mann"), r"vocabulary sizes .* do not match")
 
     def test_different_architecture(self):
         header, data = read_safetensors(self.ckpt)
@@ -289,19 +290,19 @@ class Checkpoints(Base):
         meta["config"] = json.dumps(config)
         path = self.out("other_arch.safetensors")
         write_safetensors(path, header, data)
-        self.assertFails(self.translate(path, "ein mann"),
+        self.assertFails(self.translate(path, "--allow-missing-checksum", "ein mann"),
                          r"other_arch.safetensors: its weights do not fit .*"
-                         r"shape mismatches .*checkpoint \(16, 32\) vs model \(32, 64\)")
+                         r"model\.hidden_size = 32, but tensor 'model\.encoder\.rnn\.weight_hh_l0' has shape \(48, 16\)")
         config["model"]["hidden_size"] = 16
         config["model"]["attention"] = "scaled_dot"
         meta["config"] = json.dumps(config)
         write_safetensors(path, header, data)
-        self.assertFails(self.translate(path, "ein mann"), r"other_arch.safetensors: .*missing keys .*query_proj.*"
-                                                           r"unexpected keys .*decoder\.attention")
+        self.assertFails(self.translate(path, "--allow-missing-checksum", "ein mann"),
+                         r"other_arch.safetensors: .*missing keys .*query_proj.*unexpected keys .*decoder\.attention")
         config["model"]["attention"] = "cosine"
         meta["config"] = json.dumps(config)
         write_safetensors(path, header, data)
-        self.assertFails(self.translate(path, "ein mann"), r"attention kind 'cosine'")
+        self.assertFails(self.translate(path, "--allow-missing-checksum", "ein mann"), r"attention kind 'cosine'")
 
     def test_resume_with_other_settings(self):
         # A resumed run keeps its checkpoint's vocabulary and architecture; asking for others is an error.

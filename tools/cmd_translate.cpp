@@ -29,10 +29,12 @@ struct Loaded {
   std::unique_ptr<models::Seq2Seq> model;
 };
 
-Loaded load_model(const std::string& path) {
-  SG_CHECK_IO(std::filesystem::exists(path), "no checkpoint at {} (train one with `seqgrad train`)", path);
+Loaded load_model(const Args& a) {
+  const std::string path = a.get("checkpoint");
+  std::error_code ec;  // a symlink loop or a denied folder: reading it below names the reason
+  SG_CHECK_IO(std::filesystem::exists(path, ec) || ec, "no checkpoint at {} (train one with `seqgrad train`)", path);
   check_safetensors_file(path);
-  Loaded l{models::read_checkpoint(path), nullptr};
+  Loaded l{models::read_checkpoint(path, {.allow_missing_checksum = a.flag("allow-missing-checksum")}), nullptr};
   l.model = std::make_unique<models::Seq2Seq>(l.checkpoint.info.config.model);
   models::load_weights(*l.model, l.checkpoint, path);
   l.model->eval();
@@ -155,7 +157,9 @@ void common_options(Args& a) {
       .option("beam", "n", "beam size (1 = greedy)", "1")
       .option("length-penalty", "alpha", "beam score = log p / length^alpha", "1.0")
       .option("max-len", "n", "longest output in tokens", "50")
-      .option("threads", "n", fmt::format("threads, at most {} (default: all cores)", max_threads()));
+      .option("threads", "n", fmt::format("threads, at most {} (default: all cores)", max_threads()))
+      .option("allow-missing-checksum", "", "load a checkpoint that has no checksum (written before seqgrad stored "
+              "one), unverified");
 }
 
 void apply_threads(const Args& a) {
@@ -277,7 +281,7 @@ int translate_main(int argc, char** argv) {
   apply_threads(a);
   models::DecodeOptions options = decode_options(a);
   if (a.has("heatmaps")) create_output_folder(a.get("heatmaps"), "--heatmaps");
-  Loaded l = load_model(a.get("checkpoint"));
+  Loaded l = load_model(a);
   UnknownWords unknown(l.checkpoint.info);
   const bool from_stdin = a.positionals().empty();
   const char* unit = from_stdin ? "line" : "sentence";
@@ -330,7 +334,7 @@ int eval_main(int argc, char** argv) {
     return 0;
   }
   models::DecodeOptions options = decode_options(a);
-  Loaded l = load_model(a.get("checkpoint"));
+  Loaded l = load_model(a);
   models::TrainConfig c = l.checkpoint.info.config;
   if (a.has("data-dir")) c.data_dir = a.get("data-dir");
   SG_CHECK_IO(a.has("data-dir") || std::filesystem::is_directory(c.data_dir),
@@ -356,7 +360,7 @@ int attention_main(int argc, char** argv) {
   apply_threads(a);
   models::DecodeOptions options = decode_options(a);
   std::string out = create_output_folder(a.get("out"), "--out");
-  Loaded l = load_model(a.get("checkpoint"));
+  Loaded l = load_model(a);
   std::vector<std::string> sentences = a.positionals();
   for (LineReader reader; sentences.empty();) {
     std::vector<std::string> lines = reader.next_batch(kMaxBatch);

@@ -81,10 +81,20 @@ struct LoadedCheckpoint {
   // empty for a float one. load_weights installs them.
   std::map<std::string, QuantizedWeight> quantized;
 };
-// Reads the file and checks that it is a seqgrad translator checkpoint.
-LoadedCheckpoint read_checkpoint(const std::string& path);
+struct ReadCheckpointOptions {
+  // Accept a file without a checksum (written before seqgrad stored one), with a warning on
+  // stderr. Without it a missing checksum is an error: one flipped bit in the key's name must not
+  // let altered weights load.
+  bool allow_missing_checksum = false;
+};
+// Reads the file and checks everything that can be checked before a model is built, every error
+// an IOError naming `path`: that it is a regular file and a seqgrad translator checkpoint, its
+// checksum, its metadata (config, vocabularies, train state) and that every size in the config
+// (vocabularies, embed, hidden, attention, layers, max_tokens) matches the tensors present, so
+// that a hostile config cannot make the model allocate more than the file holds.
+LoadedCheckpoint read_checkpoint(const std::string& path, const ReadCheckpointOptions& options = {});
 // Loads the "model." weights into a model built from the checkpoint's config; a missing,
-// unexpected or mis-shaped tensor is an error naming it.
+// unexpected or mis-shaped tensor, or a non-finite value, is an error naming it.
 void load_weights(Seq2Seq& model, const LoadedCheckpoint& checkpoint, const std::string& path);
 
 }  // namespace seqgrad::models

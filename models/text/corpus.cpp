@@ -2,27 +2,26 @@
 #include "models/text/corpus.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <numeric>
-#include <sstream>
 
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/fileio.h"
 
 namespace seqgrad::text {
 
 // ---- reading ------------------------------------------------------------------------------------
 
 std::vector<std::string> read_lines(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  SG_CHECK_IO(in.is_open(), "read_lines: cannot open '{}': {}", path, std::strerror(errno));
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  SG_CHECK_IO(!in.bad(), "read_lines: error while reading '{}'", path);
-  const std::string data = std::move(buffer).str();
+  // read_file: a directory, an unreadable file or one that does not fit in memory is an IOError
+  // naming it (an ifstream reads a directory as an empty file).
+  const std::string data = read_file(path);
+  // Classic Mac OS line endings (CR alone): the whole file would be one line.
+  SG_CHECK_IO(data.find('\r') == std::string::npos || data.find('\n') != std::string::npos,
+              "read_lines: '{}' ends its lines with CR alone (classic Mac OS endings), not LF or CR LF; "
+              "convert it, e.g. tr '\\r' '\\n'", path);
 
   std::vector<std::string> lines;
   std::size_t start = 0;

@@ -1,4 +1,5 @@
 // CPU indexing: index_select, index_add, gather, scatter_add (as ops/cuda/index.cu).
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -18,7 +19,8 @@ std::pair<int64_t, int64_t> outer_inner(const Tensor& t, int dim) {
 
 void CpuBackend::index_select(const Tensor& x_in, int dim, const Tensor& index, const Tensor& out) {
   Tensor x = dense(x_in);
-  auto [outer, inner] = outer_inner(x, dim);
+  int64_t outer, inner;  // not a structured binding: the lambda below captures them (clang < 16)
+  std::tie(outer, inner) = outer_inner(x, dim);
   int64_t n_in = x.shape()[dim], n_idx = index.numel();
   const int64_t* idx = index.data<int64_t>();
   size_t es = element_size(x.dtype());
@@ -34,7 +36,8 @@ void CpuBackend::index_select(const Tensor& x_in, int dim, const Tensor& index, 
 
 void CpuBackend::index_add(const Tensor& out, int dim, const Tensor& index, const Tensor& src_in) {
   Tensor src = dense(src_in);
-  auto [outer, inner] = outer_inner(out, dim);
+  int64_t outer, inner;  // not a structured binding: the lambda below captures them (clang < 16)
+  std::tie(outer, inner) = outer_inner(out, dim);
   int64_t n_out = out.shape()[dim], n_idx = index.numel();
   const int64_t* idx = index.data<int64_t>();
   dispatch_numeric(out.dtype(), "index_add", [&]<class T>() {

@@ -1,0 +1,67 @@
+// Hostile sizes and files at the core level: element counts and byte counts that overflow, and
+// files that are not regular files (issue 16).
+#include <doctest/doctest.h>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+
+#include "core/fileio.h"
+#include "core/serialize.h"
+#include "core/tensor.h"
+
+using namespace seqgrad;
+
+namespace {
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("seqgrad_test_hostile_" + std::to_string(::getpid()) + "_" + name))
+      .string();
+}
+}  // namespace
+
+TEST_CASE("hostile sizes: an element or byte count that overflows is an error, never a wrapped size") {
+  // 4287621595510868754 * 16 wraps to 2 in int64: it once sized a 2-element buffer that fill() overran
+  CHECK_THROWS_WITH_AS(empty({4287621595510868754, 16}), doctest::Contains("needs more bytes than size_t can count"),
+                       ShapeError);
+  CHECK_THROWS_AS(zeros({int64_t{1} << 62, 4, 3}), ShapeError);
+  CHECK_THROWS_AS(from_vector(std::vector<float>(2), {4287621595510868754, 16}), ShapeError);
+  // A zero dimension makes the tensor empty, however large the others are.
+  CHECK(empty({int64_t{1} << 62, 0}, {.dtype = DType::f64}).numel() == 0);
+}
+
+TEST_CASE("hostile sizes: a byte count beyond size_t or memory is a clear error naming the shape") {
+  // 2^62 float64 elements: the element count fits int64, the byte count (2^65) does not fit size_t
+  CHECK_THROWS_WITH_AS(empty({int64_t{1} << 62}, {.dtype = DType::f64}),
+                       doctest::Contains("needs more bytes than size_t can count"), ShapeError);
+  // 2^60 float32 elements = 4 EiB: aligned_alloc fails; the error names shape and dtype, no bad_alloc
+  CHECK_THROWS_WITH_AS(empty({int64_t{1} << 60}), doctest::Contains("out of memory allocating"), Error);
+  CHECK_THROWS_WITH_AS(empty({int64_t{1} << 60}), doctest::Contains("float32 tensor of shape (1152921504606846976,)"),
+                       Error);
+}
+
+TEST_CASE("hostile files: checkpoints must be regular files; a FIFO never blocks the reader") {
+  const std::string fifo = temp_path("fifo.safetensors");
+  std::filesystem::remove(fifo);
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  auto start = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH_AS(load_tensors(fifo), doctest::Contains("is a FIFO (named pipe), expected a regular file"),
+                       IOError);
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
+  std::filesystem::remove(fifo);
+
+  const std::string dir = temp_path("dir.safetensors");
+  std::filesystem::create_directories(dir);
+  CHECK_THROWS_WITH_AS(load_tensors(dir), doctest::Contains("is a directory, expected a regular file"), IOError);
+  std::filesystem::remove(dir);
+  CHECK_THROWS_WITH_AS(read_regular_file("/dev/null"), doctest::Contains("'/dev/null' is a character device"),
+                       IOError);
+
+  // a symlink loop: the OS's reason and the path, as an IOError (not a std::filesystem error)
+  const std::string loop = temp_path("loop.safetensors");
+  std::filesystem::remove(loop);
+  std::filesystem::create_symlink(loop, loop);
+  CHECK_THROWS_WITH_AS(load_tensors(loop), doctest::Contains("Too many levels of symbolic links"), IOError);
+  std::filesystem::remove(loop);
+}

@@ -1,0 +1,270 @@
+#!/usr/bin/python3
+"""Hostile input at the `seqgrad` command line (issue 16): crafted checkpoints (huge config sizes,
+non-finite weights, a renamed or missing checksum), files that are not files (FIFO, symlink loop,
+directory), broken corpora, and thread creation failing. Each must be a clear error naming the file
+(exit 1, no "internal error", no crash), or the documented fallback.
+
+    /usr/bin/python3 tests/test_tools_hostile.py BUILD/tools/seqgrad [DATA_DIR] [-v] [-k PATTERN]
+
+Registered in tests/meson.build (suite 'tools_hostile'). The crafted checkpoints carry a correct
+checksum (recomputed here as seqgrad computes it, nn/checkpoint.cpp): a CRC is no signature, so
+every check behind it must hold on its own.
+"""
+import json
+import os
+import resource
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import zlib
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# the same file helpers and assertions (assertFails: exit 1, the pattern, no "internal error")
+from test_tools_cli import Base, read_safetensors, write_safetensors  # noqa: E402
+
+SEQGRAD = None
+DATA = None
+TMP = None
+DTYPE_NAMES = {"F32": "float32", "F64": "float64", "I64": "int64", "BOOL": "bool"}
+
+
+def run(*args, timeout=120, limit_as=None):
+    """Runs seqgrad; limit_as caps its address space (bytes), as `ulimit -v` does."""
+    def preexec():
+        if limit_as:
+            resource.setrlimit(resource.RLIMIT_AS, (limit_as, limit_as))
+    return subprocess.run([SEQGRAD, *args], capture_output=True, text=True, timeout=timeout, preexec_fn=preexec)
+
+
+def shape_str(shape):
+    return "(" + ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"
+
+
+def checksum(header, data):
+    """seqgrad.crc32 of a file: CRC-32 over each tensor's name, dtype, shape and bytes (names sorted),
+    then each metadata entry but the checksum itself; strings end with a NUL."""
+    crc = 0
+    for name in sorted(k for k in header if k != "__metadata__"):
+        t = header[name]
+        begin, end = t["data_offsets"]
+        for s in (name, DTYPE_NAMES[t["dtype"]], shape_str(t["shape"])):
+            crc = zlib.crc32(s.encode() + b"\0", crc)
+        crc = zlib.crc32(data[begin:end], crc)
+    for key, value in sorted(header.get("__metadata__", {}).items()):
+        if key != "seqgrad.crc32":
+            crc = zlib.crc32(key.encode() + b"\0" + value.encode() + b"\0", crc)
+    return f"{crc:08x}"
+
+
+def small_data_dir(name, **files):
+    """A Multi30k-shaped data folder holding the first lines of the real splits; files maps
+    'split.lang' (dots as underscores) to replacement contents (bytes) or None (a directory)."""
+    d = os.path.join(TMP, name)
+    os.makedirs(os.path.join(d, "multi30k"), exist_ok=True)
+    for split, lines in [("train", 300), ("val", 40), ("test2016", 40)]:
+        for lang in ("de", "en"):
+            path = os.path.join(d, "multi30k", f"{split}.{lang}")
+            key = f"{split}_{lang}"
+            if key in files and files[key] is None:
+                os.makedirs(path, exist_ok=True)
+                continue
+            if key in files:
+                blob = files[key]
+            else:
+                with open(os.path.join(DATA, "multi30k", f"{split}.{lang}"), "rb") as f:
+                    blob = b"".join(f.readline() for _ in range(lines))
+            with open(path, "wb") as f:
+                f.write(blob)
+    return d
+
+
+def tiny_checkpoint():
+    """best.safetensors of a tiny run (E = H = 8, 300 pairs, one epoch), trained once."""
+    if not hasattr(tiny_checkpoint, "path"):
+        out = os.path.join(TMP, "tiny_run")
+        p = run("train", "--preset", "default", "--embed", "8", "--hidden", "8", "--batch-size", "32", "--threads",
+                "1", "--quiet", "--epochs", "1", "--data-dir", small_data_dir("data_ok"), "--out", out)
+        if p.returncode != 0:
+            raise AssertionError(f"tiny training failed:\n{p.stdout}\n{p.stderr}")
+        tiny_checkpoint.path = os.path.join(out, "best.safetensors")
+    return tiny_checkpoint.path
+
+
+def crafted(name, edit, resign=True):
+    """A copy of the tiny checkpoint changed by edit(header, data) -> data, re-signed unless resign=False."""
+    header, data = read_safetensors(tiny_checkpoint())
+    data = edit(header, bytearray(data)) or data
+    if resign:
+        header["__metadata__"]["seqgrad.crc32"] = checksum(header, bytes(data))
+    path = os.path.join(TMP, name + ".safetensors")
+    write_safetensors(path, header, bytes(data))
+    return path
+
+
+def set_model_field(field, value):
+    def edit(header, data):
+        config = json.loads(header["__metadata__"]["config"])
+        config["model"][field] = value
+        header["__metadata__"]["config"] = json.dumps(config)
+    return edit
+
+
+def translate(ckpt, *extra, **kw):
+    return run("translate", "--checkpoint", ckpt, "--threads", "1", *extra, "ein mann", **kw)
+
+
+class Checkpoints(Base):
+    def test_the_checksum_helper_matches_seqgrad(self):
+        header, data = read_safetensors(tiny_checkpoint())
+        self.assertEqual(checksum(header, data), header["__metadata__"]["seqgrad.crc32"])
+        self.assertOk(translate(tiny_checkpoint()))
+
+    def test_huge_config_sizes_fail_fast_naming_checkpoint_and_field(self):
+        # each once crashed translate/eval (heap overflow, wrapped numel, memalign(-2^63)) or
+        # allocated gigabytes before failing; now: refused before the model is built, under 1 GiB
+        for field, value in [("embed_size", 4611686018427387904), ("embed_size", 4287621595510868754),
+                             ("embed_size", 10**6), ("hidden_size", 2**61), ("attention_size", 2**62),
+                             ("num_layers", 2**40)]:
+            with self.subTest(field=field, value=value):
+                path = crafted(f"{field}_{value}", set_model_field(field, value))
+                start = time.monotonic()
+                for cmd in (["translate", "ein mann"], ["eval"]):
+                    p = run(*cmd, "--checkpoint", path, "--threads", "1", limit_as=1 << 30)
+                    self.assertFails(p, rf"checkpoint {path}: .*config field model\.{field} = {value}\b")
+                self.assertLess(time.monotonic() - start, 20)
+
+    def test_config_errors_name_the_checkpoint(self):
+        path = crafted("embed_zero", set_model_field("embed_size", 0))
+        self.assertFails(translate(path), rf"checkpoint {path}: bad metadata: seq2seq: embed_size 0, .* must be positive")
+
+        def duplicate_token(header, data):
+            vocab = json.loads(header["__metadata__"]["src_vocab"])
+            vocab["tokens"][5] = vocab["tokens"][4]
+            header["__metadata__"]["src_vocab"] = json.dumps(vocab)
+        path = crafted("duplicate_token", duplicate_token)
+        self.assertFails(translate(path), rf"checkpoint {path}: bad metadata: vocab: token .* appears twice")
+        path = crafted("float_size", set_model_field("hidden_size", 1e300))
+        self.assertFails(translate(path), r"config field model\.hidden_size = 1e\+300 is not an integer")
+
+    def test_non_finite_weights_are_refused(self):
+        def nan_weight(header, data):
+            begin, end = header["model.decoder.out.weight"]["data_offsets"]
+            data[begin:end] = struct.pack("<f", float("nan")) * ((end - begin) // 4)
+            return data
+        path = crafted("nan_weight", nan_weight)
+        for cmd in (["translate", "ein mann"], ["eval"]):
+            p = run(*cmd, "--checkpoint", path, "--threads", "1")
+            self.assertFails(p, rf"checkpoint {path}: tensor 'decoder\.out\.weight' \(\d+, \d+\) holds \d+ non-finite")
+
+    def test_a_renamed_checksum_key_never_loads(self):
+        # one flipped bit: seqgrad.crc32 -> seqgrad.crc33, with altered weights behind it
+        def flip(header, data):
+            meta = header["__metadata__"]
+            meta["seqgrad.crc33"] = meta.pop("seqgrad.crc32")
+            data[len(data) // 2] ^= 0x01
+            return data
+        path = crafted("flipped_key", flip, resign=False)
+        for extra in ([], ["--allow-missing-checksum"]):
+            self.assertFails(translate(path, *extra), r"unknown metadata key 'seqgrad\.crc33'")
+
+    def test_a_missing_checksum_needs_the_flag(self):
+        def drop(*keys):
+            def edit(header, data):
+                for key in keys:
+                    del header["__metadata__"][key]
+            return edit
+        # written by this version (format_version 2 always stores a checksum): altered, loud warning
+        path = crafted("no_checksum", drop("seqgrad.crc32"), resign=False)
+        self.assertFails(translate(path), r"has no checksum .*always stores one.*--allow-missing-checksum")
+        p = translate(path, "--allow-missing-checksum")
+        self.assertOk(p)
+        self.assertIn("WARNING: checkpoint", p.stderr)
+        # as written before checksums (no format_version either)
+        path = crafted("old_format", drop("seqgrad.crc32", "format_version"), resign=False)
+        self.assertFails(translate(path), r"written before seqgrad stored one")
+        p = translate(path, "--allow-missing-checksum")
+        self.assertOk(p)
+        self.assertIn("loaded unverified", p.stderr)
+
+    def test_files_that_are_not_files(self):
+        fifo = os.path.join(TMP, "fifo.safetensors")
+        os.mkfifo(fifo)
+        self.assertFails(translate(fifo, timeout=30), r"is a FIFO \(named pipe\), expected a regular file")
+        loop = os.path.join(TMP, "loop.safetensors")
+        os.symlink(loop, loop)
+        self.assertFails(translate(loop), rf"{loop}.*Too many levels of symbolic links")
+        self.assertFails(translate(TMP), r"is a directory, expected a regular file")
+
+    def test_a_device_read_as_a_text_file(self):
+        # /dev/zero never ends: reading it runs out of memory, reported with the file's name
+        p = run("eval", "--hyp", "/dev/zero", "--ref", "/dev/null", limit_as=1 << 30, timeout=60)
+        self.assertFails(p, r"read_file: '/dev/zero' does not fit in memory")
+
+    def test_heatmaps_path_that_is_a_file(self):
+        target = os.path.join(TMP, "heatmaps_file")
+        with open(target, "w") as f:
+            f.write("not a folder\n")
+        p = translate(tiny_checkpoint(), "--heatmaps", target)
+        self.assertFails(p, rf"error: .*{target}")
+
+
+class Corpora(Base):
+    def train(self, data, out, **kw):
+        return run("train", "--preset", "default", "--embed", "8", "--hidden", "8", "--threads", "1", "--quiet",
+                   "--epochs", "1", "--data-dir", data, "--out", os.path.join(TMP, out), **kw)
+
+    def test_a_directory_read_as_a_corpus(self):
+        data = small_data_dir("data_dir_file", train_de=None)
+        self.assertFails(self.train(data, "run_dir"), rf"{data}/multi30k/train\.de.*Is a directory")
+
+    def test_empty_or_blank_splits_are_caught_before_training(self):
+        for name, files, split in [("empty_train", {"train_de": b"", "train_en": b""}, "train"),
+                                   ("tab_test", {"test2016_de": b"\t\t\n" * 40, "test2016_en": b"\t\n" * 40},
+                                    "test2016")]:
+            with self.subTest(name=name):
+                data = small_data_dir(name, **files)
+                p = self.train(data, "run_" + name)
+                self.assertFails(p, rf"split {split} has no usable sentence pair in {data}/multi30k/{split}\.de")
+                self.assertFalse(os.path.exists(os.path.join(TMP, "run_" + name, "last.safetensors")))
+
+    def test_cr_only_line_endings(self):
+        with open(os.path.join(DATA, "multi30k", "train.de"), "rb") as f:
+            lines = b"".join(f.readline() for _ in range(300))
+        data = small_data_dir("cr_only", train_de=lines.replace(b"\n", b"\r"))
+        self.assertFails(self.train(data, "run_cr"), rf"{data}/multi30k/train\.de' ends its lines with CR alone")
+
+
+class Threads(Base):
+    def test_thread_creation_failure_falls_back(self):
+        # 1000 threads under a 4 GiB address space: their stacks do not fit. The pool keeps the
+        # threads it could start (warning on stderr) instead of aborting (exit 134).
+        p = run("eval", "--checkpoint", tiny_checkpoint(), "--data-dir", small_data_dir("data_ok"), "--threads",
+                "1000", limit_as=4 << 30, timeout=300)
+        self.assertOk(p)
+        self.assertRegex(p.stderr, r"warning: threads: could only start \d+ of 1000 threads")
+
+
+def main():
+    global SEQGRAD, DATA, TMP
+    argv = sys.argv[1:]
+    if not argv or argv[0].startswith("-"):
+        sys.exit("usage: test_tools_hostile.py PATH/TO/seqgrad [DATA_DIR] [unittest options]")
+    SEQGRAD = os.path.abspath(argv.pop(0))
+    here = os.path.dirname(os.path.abspath(__file__))
+    DATA = os.path.abspath(argv.pop(0)) if argv and not argv[0].startswith("-") else os.path.join(here, "..", "data")
+    TMP = tempfile.mkdtemp(prefix="seqgrad_hostile_")
+    try:
+        unittest.main(argv=[sys.argv[0], *argv])
+    finally:
+        if os.environ.get("SEQGRAD_KEEP_TMP") != "1":
+            for d in (TMP, Base.tmp):  # Base.tmp: made by test_tools_cli's Base, unused here
+                if d:
+                    shutil.rmtree(d, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

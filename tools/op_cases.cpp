@@ -302,14 +302,14 @@ std::vector<OpCase> build_op_cases() {
       {.op = "cross_entropy", .variant = "sum", .inputs = {in({3, 4}), ids({3, 0, 1}, {3})},
        .fn = [](X x) { return nn::cross_entropy(x[0], x[1], {.reduction = nn::Reduction::sum}); }},
       {.op = "additive_scores", .variant = "", .inputs = {in({2, 3, 4}), in({2, 5, 4}), in({1, 4})},
-       .fn = [](X x) { return nn::additive_scores(x[0], x[1], x[2]); }},
+       .fn = [](X x) { return additive_scores(x[0], x[1], x[2]); }},
       {.op = "chunked_additive_attention", .variant = "masked", .inputs = {in({2, 3, 4}), in({2, 5, 4}), in({1, 4}), in({2, 5, 3}), mask({0, 0, 0, 1, 1, 0, 0, 0, 0, 0}, {2, 1, 5})},
        .fn = [](X x) { return nn::chunked_additive_attention(x[0], x[1], x[2], x[3], x[4], 2); },
        .flags = kNoGradgrad},  // its double backward throws (use AdditiveAttention for second order)
       {.op = "gru_layer", .variant = "forward_padded", .inputs = {in({3, 2, 6}), in({2, 2}), in({6, 2}), in({6}), mask({1, 1, 1, 1, 1, 0}, {3, 2})},
-       .fn = [](X x) { return nn::gru_layer(x[0], x[1], x[2], x[3], x[4], nn::Direction::forward); }},
+       .fn = [](X x) { return gru_layer(x[0], x[1], x[2], x[3], x[4], nn::Direction::forward); }},
       {.op = "gru_layer", .variant = "reverse_no_bias", .inputs = {in({3, 2, 6}), in({2, 2}), in({6, 2})},
-       .fn = [](X x) { return nn::gru_layer(x[0], x[1], x[2], {}, {}, nn::Direction::reverse); }},
+       .fn = [](X x) { return gru_layer(x[0], x[1], x[2], {}, {}, nn::Direction::reverse); }},
   };
   return rows;
 }
@@ -468,13 +468,13 @@ std::vector<ErrorCase> build_error_cases() {
        [] { nn::cross_entropy(zeros({4, 7}, {.dtype = DType::f64}), zeros({3}, {.dtype = DType::i64})); },
        "cross_entropy", K::shape},
       {"additive_scores", "hidden_mismatch",
-       [] { nn::additive_scores(zeros({2, 3, 4}), zeros({2, 5, 3}), zeros({1, 4})); },
+       [] { additive_scores(zeros({2, 3, 4}), zeros({2, 5, 3}), zeros({1, 4})); },
        "additive_scores: expected projected queries (B, Q, A), keys (B, K, A) and w_v (1, A)", K::shape},
       {"chunked_additive_attention", "bad_chunk",
        [] { nn::chunked_additive_attention(zeros({2, 3, 4}), zeros({2, 5, 4}), zeros({1, 4}), zeros({2, 5, 3}), {}, 0); },
        "chunked_additive_attention: chunk_size = 0 must be positive", K::value},
       {"gru_layer", "hidden_mismatch",
-       [] { nn::gru_layer(zeros({3, 2, 6}), zeros({2, 3}), zeros({6, 2}), {}, {}, nn::Direction::forward); },
+       [] { gru_layer(zeros({3, 2, 6}), zeros({2, 3}), zeros({6, 2}), {}, {}, nn::Direction::forward); },
        "gru_layer", K::shape},
   };
 }

@@ -164,6 +164,13 @@ std::string read_regular_file(const std::string& path) {
   return read_rest(fd, info, path);
 }
 
+void check_regular_file(const std::string& path) {
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0) throw_errno("cannot stat", path, errno);
+  if (!S_ISREG(info.st_mode))
+    throw IOError(fmt::format("'{}' is {}, expected a regular file", path, file_kind(info.st_mode)));
+}
+
 void append_line(const std::string& path, std::string_view line) {
   SG_CHECK_VALUE(line.find('\n') == std::string_view::npos,
                  "append_line: a record for '{}' contains a newline; JSON-lines records are one "

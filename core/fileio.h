@@ -18,6 +18,8 @@ std::string read_file(const std::string& path);
 // read_file() for formats that only come in files (checkpoints): a FIFO, device, socket or
 // directory is an IOError naming what it is, and a FIFO without a writer never blocks the reader.
 std::string read_regular_file(const std::string& path);
+// The same check without reading: IOError naming what `path` is unless it is a regular file.
+void check_regular_file(const std::string& path);
 
 // Appends `line` and a '\n' to `path` (created if missing) with a single write(2) on an O_APPEND
 // descriptor, so concurrent writers never interleave within a line (JSON-lines metrics logs).

@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 build=${1:-build}
 shift || true
 
-debian_packages=(g++ meson ninja-build pkg-config libopenblas-dev libopenblas0-openmp libfmt-dev
+debian_packages=(g++ ccache meson ninja-build pkg-config libopenblas-dev libopenblas0-openmp libfmt-dev
                  doctest-dev nlohmann-json3-dev libcairo2-dev python3-torch python3-numpy python3-pip
                  libonnx-dev libprotobuf-dev libdnnl-dev)
 debian_packages+=(libopenmpi-dev openmpi-bin)  # dist/: the MPI communicator and `mpirun -np N seqgrad train`

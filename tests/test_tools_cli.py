@@ -815,14 +815,16 @@ class Inspect(Base):
         ckpt = self.out("relative/best.safetensors")
         os.makedirs(os.path.dirname(ckpt), exist_ok=True)
         write_safetensors(ckpt, header, data)
-        p = subprocess.run([SEQGRAD, "eval", "--checkpoint", ckpt, "--threads", "1"], cwd=Base.tmp,
+        p = subprocess.run([SEQGRAD, "eval", "--checkpoint", ckpt, "--threads", "1", "--allow-missing-checksum"],
+                           cwd=Base.tmp,
                            capture_output=True, text=True, timeout=300)
         self.assertFails(p, r"the data folder 'mydata' that .* was trained on does not exist here.*--data-dir")
         test_only = self.out("test_only")
         os.makedirs(os.path.join(test_only, "multi30k"), exist_ok=True)
         for lang in ["de", "en"]:
             shutil.copy(os.path.join(DATA, "multi30k", f"test2016.{lang}"), os.path.join(test_only, "multi30k"))
-        p = subprocess.run([SEQGRAD, "eval", "--checkpoint", ckpt, "--threads", "1", "--data-dir", test_only],
+        p = subprocess.run([SEQGRAD, "eval", "--checkpoint", ckpt, "--threads", "1", "--data-dir", test_only,
+                            "--allow-missing-checksum"],
                            cwd=Base.tmp, capture_output=True, text=True, timeout=300)
         self.assertOk(p)
         self.assertRegex(p.stdout, r"test: loss [\d.]+")

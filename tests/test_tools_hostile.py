@@ -32,11 +32,14 @@ TMP = None
 DTYPE_NAMES = {"F32": "float32", "F64": "float64", "I64": "int64", "BOOL": "bool"}
 
 
-def run(*args, timeout=120, limit_as=None):
-    """Runs seqgrad; limit_as caps its address space (bytes), as `ulimit -v` does."""
+def run(*args, timeout=120, limit_as=None, limit_stack=None):
+    """Runs seqgrad; limit_as caps its address space (bytes), as `ulimit -v` does, limit_stack the
+    stack size (which glibc also gives each new thread), as `ulimit -s`."""
     def preexec():
         if limit_as:
             resource.setrlimit(resource.RLIMIT_AS, (limit_as, limit_as))
+        if limit_stack:
+            resource.setrlimit(resource.RLIMIT_STACK, (limit_stack, limit_stack))
     return subprocess.run([SEQGRAD, *args], capture_output=True, text=True, timeout=timeout, preexec_fn=preexec)
 
 
@@ -240,12 +243,14 @@ class Corpora(Base):
 
 class Threads(Base):
     def test_thread_creation_failure_falls_back(self):
-        # 1000 threads under a 4 GiB address space: their stacks do not fit. The pool keeps the
-        # threads it could start (warning on stderr) instead of aborting (exit 134).
+        # The most threads --threads allows (4 x the cores), each with a 1 GiB stack, under a 3 GiB
+        # address space: most stacks do not fit. The pool keeps some of the threads it could start
+        # (warning on stderr) instead of aborting (exit 134).
+        threads = 4 * (os.cpu_count() or 1)
         p = run("eval", "--checkpoint", tiny_checkpoint(), "--data-dir", small_data_dir("data_ok"), "--threads",
-                "1000", limit_as=4 << 30, timeout=300)
+                str(threads), limit_as=3 << 30, limit_stack=1 << 30, timeout=300)
         self.assertOk(p)
-        self.assertRegex(p.stderr, r"warning: threads: could only start \d+ of 1000 threads")
+        self.assertRegex(p.stderr, rf"warning: threads: could only start \d+ of {threads} threads")
 
 
 def main():

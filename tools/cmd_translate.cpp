@@ -11,6 +11,7 @@
 
 #include <fmt/core.h>
 
+#include "core/fileio.h"
 #include "core/threads.h"
 #include "models/text/bleu.h"
 #include "models/text/tokenizer.h"
@@ -241,8 +242,7 @@ void print_translation(const Translation& t, size_t number, int64_t nbest) {
 }  // namespace
 
 void check_safetensors_file(const std::string& path) {
-  SG_CHECK_IO(std::filesystem::is_regular_file(path), "{} is not a regular file (a checkpoint is a .safetensors file)",
-              path);
+  check_regular_file(path);  // a FIFO would block the fopen below
   std::FILE* f = std::fopen(path.c_str(), "rb");
   SG_CHECK_IO(f, "cannot open {}: {}", path, std::strerror(errno));
   unsigned char head[9] = {};

@@ -117,8 +117,11 @@ Corpora load_corpora(const TrainConfig& c, Splits splits) {
   } else {
     throw ValueError(fmt::format("data: unknown corpus '{}' (multi30k or fra-eng)", c.corpus));
   }
+  // Every split read is checked before training starts (an empty test set found only after the
+  // last epoch would waste the run); test_only reads, and so checks, the test split alone.
   for (const auto& [split, pairs] : {std::pair{"train", &train}, {"valid", &valid}, {"test", &test}})
-    SG_CHECK_IO(!pairs->empty(), "data: the {} split of {} is empty ({})", split, c.corpus, out.report);
+    SG_CHECK_IO(!pairs->empty() || (splits == Splits::test_only && std::string(split) != "test"),
+                "data: the {} split of {} is empty ({})", split, c.corpus, out.report);
   if (c.train_subset > 0 && c.train_subset < static_cast<int64_t>(train.size())) train.resize(c.train_subset);
   for (const auto& p : test) {
     out.test_sources.push_back(p.src);
@@ -256,7 +259,9 @@ void check_config_sizes(const LoadedCheckpoint& ckpt, const std::string& path) {
   check_size(m.hidden_size, "hidden_size", sized_shape(ckpt, hh0, "hidden_size", path), hh0, 0, path,
              3 * m.hidden_size);  // (3H, H): the GRU's three gates; H already matched a dimension, so 3H fits
   int64_t layers = 0;  // the encoder's layers present: weight_hh_l0, _l1, ...
-  while (ckpt.tensors.count(fmt::format("model.encoder.rnn.weight_hh_l{}", layers))) ++layers;
+  for (std::string name; name = fmt::format("model.encoder.rnn.weight_hh_l{}", layers),
+                         ckpt.tensors.count(name) || ckpt.quantized.count(name);)
+    ++layers;
   SG_CHECK_IO(m.num_layers == layers, "checkpoint {}: its weights do not fit the model its config describes: config "
               "field model.num_layers = {}, but the encoder has {} layer(s) of weights", path, m.num_layers, layers);
   if (m.attention != AttentionKind::scaled_dot) {

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 # safetensors dtype name <-> numpy type
-NUMPY_OF = {"F32": np.float32, "F64": np.float64, "I64": np.int64, "BOOL": np.bool_}
+NUMPY_OF = {"F32": np.float32, "F64": np.float64, "I64": np.int64, "I32": np.int32, "I8": np.int8, "BOOL": np.bool_}
 NAME_OF = {np.dtype(t): name for name, t in NUMPY_OF.items()}
 
 

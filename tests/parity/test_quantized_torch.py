@@ -29,7 +29,7 @@ from torch import nn
 from torch.ao.quantization import default_dynamic_qconfig, per_channel_dynamic_qconfig, quantize_dynamic
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_nn_torch import load_safetensors, save_safetensors  # noqa: E402  (the parity scripts' helper)
+from safetensors_io import load_safetensors, save_safetensors  # noqa: E402  (the parity scripts' helper)
 
 TOL_GRU = {"qnnpack": 1e-5, "onednn": 0.02}
 QCONFIG = {"per_tensor": default_dynamic_qconfig, "per_channel": per_channel_dynamic_qconfig}
@@ -140,7 +140,7 @@ def main():
             if run.returncode != 0:
                 print(run.stdout, run.stderr)
                 sys.exit(1)
-            got, meta = load_safetensors(path_out)
+            got, meta = load_safetensors(path_out, as_numpy=True)
             errors = {e["name"]: e["error"] for e in json.loads(meta.get("errors", "[]"))}
             for case in cases:
                 name = case["name"]

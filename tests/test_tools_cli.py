@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 import unittest
+import zlib
 
 try:
     import sacrebleu
@@ -65,6 +66,30 @@ def write_safetensors(path, header, data):
     raw += b" " * (-len(raw) % 8)
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(raw)) + raw + data)
+
+
+DTYPE_NAMES = {"F32": "float32", "F64": "float64", "I64": "int64", "I8": "int8", "BOOL": "bool"}
+
+
+def shape_str(shape):
+    return "(" + ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"
+
+
+def checksum(header, data):
+    """seqgrad.crc32 of a file (nn/checkpoint.cpp's checkpoint_checksum): CRC-32 over each tensor's
+    name, dtype, shape and bytes (names sorted), then each metadata entry but the checksum itself;
+    strings end with a NUL."""
+    crc = 0
+    for name in sorted(k for k in header if k != "__metadata__"):
+        t = header[name]
+        begin, end = t["data_offsets"]
+        for s in (name, DTYPE_NAMES[t["dtype"]], shape_str(t["shape"])):
+            crc = zlib.crc32(s.encode() + b"\0", crc)
+        crc = zlib.crc32(data[begin:end], crc)
+    for key, value in sorted(header.get("__metadata__", {}).items()):
+        if key != "seqgrad.crc32":
+            crc = zlib.crc32(key.encode() + b"\0" + value.encode() + b"\0", crc)
+    return f"{crc:08x}"
 
 
 class Base(unittest.TestCase):

@@ -20,18 +20,14 @@ import sys
 import tempfile
 import time
 import unittest
-import zlib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # the same file helpers and assertions (assertFails: exit 1, the pattern, no "internal error")
-from test_tools_cli import Base, read_safetensors, write_safetensors  # noqa: E402
+from test_tools_cli import Base, checksum, read_safetensors, shape_str, write_safetensors  # noqa: E402
 
 SEQGRAD = None
 DATA = None
 TMP = None
-DTYPE_NAMES = {"F32": "float32", "F64": "float64", "I64": "int64", "BOOL": "bool"}
-
-
 def run(*args, timeout=120, limit_as=None, limit_stack=None):
     """Runs seqgrad; limit_as caps its address space (bytes), as `ulimit -v` does, limit_stack the
     stack size (which glibc also gives each new thread), as `ulimit -s`."""
@@ -41,26 +37,6 @@ def run(*args, timeout=120, limit_as=None, limit_stack=None):
         if limit_stack:
             resource.setrlimit(resource.RLIMIT_STACK, (limit_stack, limit_stack))
     return subprocess.run([SEQGRAD, *args], capture_output=True, text=True, timeout=timeout, preexec_fn=preexec)
-
-
-def shape_str(shape):
-    return "(" + ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"
-
-
-def checksum(header, data):
-    """seqgrad.crc32 of a file: CRC-32 over each tensor's name, dtype, shape and bytes (names sorted),
-    then each metadata entry but the checksum itself; strings end with a NUL."""
-    crc = 0
-    for name in sorted(k for k in header if k != "__metadata__"):
-        t = header[name]
-        begin, end = t["data_offsets"]
-        for s in (name, DTYPE_NAMES[t["dtype"]], shape_str(t["shape"])):
-            crc = zlib.crc32(s.encode() + b"\0", crc)
-        crc = zlib.crc32(data[begin:end], crc)
-    for key, value in sorted(header.get("__metadata__", {}).items()):
-        if key != "seqgrad.crc32":
-            crc = zlib.crc32(key.encode() + b"\0" + value.encode() + b"\0", crc)
-    return f"{crc:08x}"
 
 
 def small_data_dir(name, **files):

@@ -15,12 +15,13 @@ import json
 import os
 import shutil
 import signal
-import struct
 import subprocess
 import sys
 import tempfile
 import unittest
-import zlib
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_tools_cli import checksum, read_safetensors, write_safetensors  # noqa: E402  (the CLI tests' helpers)
 
 SEQGRAD = None
 DATA = None
@@ -38,47 +39,12 @@ def read_metrics(path):
         return [json.loads(line) for line in f if line.strip()]
 
 
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        blob = f.read()
-    (n,) = struct.unpack("<Q", blob[:8])
-    return json.loads(blob[8:8 + n]), blob[8 + n:]
-
-
-DTYPES = {"F32": "float32", "F64": "float64", "I64": "int64", "BOOL": "bool"}
-
-
-def checksum(header, data):
-    """nn/checkpoint.cpp's checkpoint_checksum: CRC-32 over each tensor's name, dtype, shape and bytes
-    (in name order), then each metadata key and value but the checksum's own; strings end in NUL."""
-    crc = 0
-    def text(s):
-        nonlocal crc
-        crc = zlib.crc32(s.encode() + b"\0", crc)
-    for name in sorted(k for k in header if k != "__metadata__"):
-        t = header[name]
-        shape = t["shape"]
-        text(name)
-        text(DTYPES[t["dtype"]])
-        text("(" + ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")")
-        begin, end = t["data_offsets"]
-        crc = zlib.crc32(data[begin:end], crc)
-    for key in sorted(header["__metadata__"]):
-        if key != "seqgrad.crc32":
-            text(key)
-            text(header["__metadata__"][key])
-    return "%08x" % crc
-
-
 def write_with_train_state(path, state):
     """Rewrites the checkpoint at path with another train_state (and a matching checksum)."""
     header, data = read_safetensors(path)
     header["__metadata__"]["train_state"] = json.dumps(state)
     header["__metadata__"]["seqgrad.crc32"] = checksum(header, data)
-    raw = json.dumps(header).encode()
-    raw += b" " * (-len(raw) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(raw)) + raw + data)
+    write_safetensors(path, header, data)
 
 
 class Base(unittest.TestCase):

@@ -55,6 +55,16 @@ size_t checked_bytes(const Shape& shape, DType dtype) {
   return bytes;
 }
 
+// numel, or a ShapeError naming `op` when it overflows int64 (Shape::numel would wrap).
+int64_t checked_numel(const Shape& shape, const char* op) {
+  if (std::find(shape.begin(), shape.end(), int64_t{0}) != shape.end()) return 0;
+  int64_t n = 1;
+  for (int64_t d : shape)
+    SG_CHECK_SHAPE(!__builtin_mul_overflow(n, d, &n), "{}: shape {} has more elements than int64 can count", op,
+                   shape);
+  return n;
+}
+
 // The storage of a new tensor; an allocation failure names the tensor's shape and dtype.
 std::shared_ptr<Storage> allocate_storage(const Shape& shape, TensorOptions options) {
   const size_t bytes = checked_bytes(shape, options.dtype);
@@ -325,9 +335,9 @@ Tensor randn(const Shape& shape, TensorOptions options) {
 
 template <class T>
 Tensor from_vector(const std::vector<T>& values, const Shape& shape, TensorOptions options) {
-  SG_CHECK_SHAPE(static_cast<int64_t>(values.size()) == shape.numel(),
-                 "from_vector: {} values cannot fill shape {} ({} elements)", values.size(), shape,
-                 shape.numel());
+  const int64_t count = checked_numel(shape, "from_vector");
+  SG_CHECK_SHAPE(static_cast<int64_t>(values.size()) == count, "from_vector: {} values cannot fill shape {} ({} elements)", values.size(),
+                 shape, count);
   Tensor t = Tensor::empty(shape, {.dtype = options.dtype});
   dispatch_all(options.dtype, [&]<class D>() {
     D* p = t.data<D>();

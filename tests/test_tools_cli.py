@@ -855,14 +855,21 @@ class Inspect(Base):
         self.assertRegex(p.stdout, r"test: loss [\d.]+")
 
 
-def main():
-    global SEQGRAD, DATA
+def program_and_data(script):
+    """(the seqgrad program, the data folder, unittest's arguments) from a CLI suite's command line:
+    SCRIPT PATH/TO/seqgrad [DATA_DIR] [unittest options]."""
     argv = sys.argv[1:]
     if not argv or argv[0].startswith("-"):
-        sys.exit("usage: test_tools_cli.py PATH/TO/seqgrad [DATA_DIR] [unittest options]")
-    SEQGRAD = os.path.abspath(argv.pop(0))
+        sys.exit(f"usage: {script} PATH/TO/seqgrad [DATA_DIR] [unittest options]")
+    program = os.path.abspath(argv.pop(0))
     here = os.path.dirname(os.path.abspath(__file__))
-    DATA = os.path.abspath(argv.pop(0)) if argv and not argv[0].startswith("-") else os.path.join(here, "..", "data")
+    data = os.path.abspath(argv.pop(0)) if argv and not argv[0].startswith("-") else os.path.join(here, "..", "data")
+    return program, data, argv
+
+
+def main():
+    global SEQGRAD, DATA
+    SEQGRAD, DATA, argv = program_and_data("test_tools_cli.py")
     try:
         unittest.main(argv=[sys.argv[0], *argv])
     finally:

@@ -23,7 +23,8 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # the same file helpers and assertions (assertFails: exit 1, the pattern, no "internal error")
-from test_tools_cli import Base, checksum, read_safetensors, shape_str, write_safetensors  # noqa: E402
+from test_tools_cli import (Base, checksum, program_and_data, read_safetensors, shape_str,  # noqa: E402
+                            write_safetensors)
 
 SEQGRAD = None
 DATA = None
@@ -231,12 +232,7 @@ class Threads(Base):
 
 def main():
     global SEQGRAD, DATA, TMP
-    argv = sys.argv[1:]
-    if not argv or argv[0].startswith("-"):
-        sys.exit("usage: test_tools_hostile.py PATH/TO/seqgrad [DATA_DIR] [unittest options]")
-    SEQGRAD = os.path.abspath(argv.pop(0))
-    here = os.path.dirname(os.path.abspath(__file__))
-    DATA = os.path.abspath(argv.pop(0)) if argv and not argv[0].startswith("-") else os.path.join(here, "..", "data")
+    SEQGRAD, DATA, argv = program_and_data("test_tools_hostile.py")
     TMP = tempfile.mkdtemp(prefix="seqgrad_hostile_")
     try:
         unittest.main(argv=[sys.argv[0], *argv])

@@ -21,7 +21,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_tools_cli import checksum, read_safetensors, write_safetensors  # noqa: E402  (the CLI tests' helpers)
+from test_tools_cli import checksum, program_and_data, read_safetensors, write_safetensors  # noqa: E402
 
 SEQGRAD = None
 DATA = None
@@ -289,12 +289,7 @@ class Bench(Base):
 
 def main():
     global SEQGRAD, DATA
-    argv = sys.argv[1:]
-    if not argv or argv[0].startswith("-"):
-        sys.exit("usage: test_tools_train.py PATH/TO/seqgrad [DATA_DIR] [unittest options]")
-    SEQGRAD = os.path.abspath(argv.pop(0))
-    here = os.path.dirname(os.path.abspath(__file__))
-    DATA = os.path.abspath(argv.pop(0)) if argv and not argv[0].startswith("-") else os.path.join(here, "..", "data")
+    SEQGRAD, DATA, argv = program_and_data("test_tools_train.py")
     try:
         unittest.main(argv=[sys.argv[0], *argv])
     finally:

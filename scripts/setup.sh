@@ -11,6 +11,7 @@ debian_packages=(g++ ccache meson ninja-build pkg-config libopenblas-dev libopen
                  libonnx-dev libprotobuf-dev libdnnl-dev)
 debian_packages+=(libopenmpi-dev openmpi-bin)  # dist/: the MPI communicator and `mpirun -np N seqgrad train`
 debian_packages+=(clang libclang-rt-14-dev libomp-14-dev)  # tests/fuzz: libFuzzer targets (clang, OpenMP)
+debian_packages+=(libsentencepiece-dev)  # subword vocabularies: seqgrad train --vocab unigram:N | bpe:N
 missing=()
 for p in "${debian_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -175,8 +175,9 @@ PresetData load_preset(const std::string& name, const std::string& data_dir) {
   d.config = models::preset(name);
   d.config.data_dir = data_dir;
   models::Corpora corpora = models::load_corpora(d.config);
-  d.src_vocab = text::Vocab::build(text::source_side(corpora.train), {.min_freq = d.config.min_freq});
-  d.tgt_vocab = text::Vocab::build(text::target_side(corpora.train), {.min_freq = d.config.min_freq});
+  models::Vocabularies vocabs = models::build_vocabularies(d.config, corpora.train_text);
+  d.src_vocab = vocabs.src, d.tgt_vocab = vocabs.tgt;
+  models::tokenize_corpora(corpora, d.src_vocab, d.tgt_vocab);
   d.config.model.src_vocab = d.src_vocab.size();
   d.config.model.tgt_vocab = d.tgt_vocab.size();
   text::EncodeOptions truncate{.max_src_tokens = d.config.max_tokens, .max_tgt_tokens = d.config.max_tokens};

@@ -145,30 +145,32 @@ std::string pairs_label(int64_t n) { return n % 1000 == 0 ? fmt::format("{}k", n
 // from those training pairs (as `seqgrad train --subset` does).
 struct Prepared {
   text::Vocab src_vocab, tgt_vocab;
+  std::vector<text::TokenizedPair> valid_tokens;  // the validation pairs in the vocabularies' tokens
   text::EncodedCorpus train, valid;
 };
 
 Prepared prepare(TrainConfig& c, const models::Corpora& data, int64_t train_pairs,
-                 const std::vector<text::TokenizedPair>& valid_pairs) {
-  std::span<const text::TokenizedPair> train_text(data.train.data(), static_cast<size_t>(train_pairs));
+                 const std::vector<text::SentencePair>& valid_pairs) {
+  std::span<const text::SentencePair> train_text(data.train_text.data(), static_cast<size_t>(train_pairs));
   Prepared p;
-  p.src_vocab = text::Vocab::build(text::source_side(train_text), {.min_freq = c.min_freq});
-  p.tgt_vocab = text::Vocab::build(text::target_side(train_text), {.min_freq = c.min_freq});
+  models::Vocabularies vocabs = models::build_vocabularies(c, train_text);
+  p.src_vocab = std::move(vocabs.src), p.tgt_vocab = std::move(vocabs.tgt);
   SG_CHECK_VALUE(p.src_vocab.size() > text::Vocab::kNumSpecial && p.tgt_vocab.size() > text::Vocab::kNumSpecial,
                  "{} training pairs give no word seen at least {} times (vocabularies {} and {}); use a "
                  "larger subset", train_pairs, c.min_freq, p.src_vocab.size(), p.tgt_vocab.size());
   c.model.src_vocab = p.src_vocab.size();
   c.model.tgt_vocab = p.tgt_vocab.size();
   c.train_subset = train_pairs;
+  p.valid_tokens = models::tokenize_text(valid_pairs, p.src_vocab, p.tgt_vocab);
   text::EncodeOptions truncate{.max_src_tokens = c.max_tokens, .max_tgt_tokens = c.max_tokens};
-  p.train = text::encode_pairs(train_text, p.src_vocab, p.tgt_vocab, truncate);
-  p.valid = text::encode_pairs(valid_pairs, p.src_vocab, p.tgt_vocab, truncate);
+  p.train = text::encode_pairs(models::tokenize_text(train_text, p.src_vocab, p.tgt_vocab), p.src_vocab, p.tgt_vocab, truncate);
+  p.valid = text::encode_pairs(p.valid_tokens, p.src_vocab, p.tgt_vocab, truncate);
   return p;
 }
 
 // Trains one attention kind on the first `train_pairs` pairs and evaluates it after every epoch.
 Run run_one(TrainConfig c, AttentionKind kind, const models::Corpora& data, int64_t train_pairs,
-            const std::vector<text::TokenizedPair>& valid_pairs, bool quiet) {
+            const std::vector<text::SentencePair>& valid_pairs, bool quiet) {
   c.model.attention = kind;
   Prepared d = prepare(c, data, train_pairs, valid_pairs);
   Run run;
@@ -199,7 +201,7 @@ Run run_one(TrainConfig c, AttentionKind kind, const models::Corpora& data, int6
     e.epoch = trainer.state().epoch;
     e.seconds = result.seconds;
     e.train_loss = result.loss;
-    models::Evaluation val = trainer.evaluate(d.valid, valid_pairs, {.max_len = 2 * c.max_tokens + 10, .beam_size = 1});
+    models::Evaluation val = trainer.evaluate(d.valid, d.valid_tokens, {.max_len = 2 * c.max_tokens + 10, .beam_size = 1});
     e.valid_loss = val.loss;
     e.valid_bleu = val.bleu;
     e.sharpness = attention_sharpness(trainer.model(), d.valid);
@@ -212,7 +214,7 @@ Run run_one(TrainConfig c, AttentionKind kind, const models::Corpora& data, int6
   }
   for (size_t i = 0; i < std::min(kSampleSentences, samples.size()); ++i)
     run.sample_heatmaps.push_back(plot::heatmap_svg(attention_heatmap(
-        marked_unknown(valid_pairs[i].src, d.src_vocab), d.tgt_vocab.decode(samples[i].tokens), samples[i].attention,
+        marked_unknown(d.valid_tokens[i].src, d.src_vocab), d.tgt_vocab.decode(samples[i].tokens), samples[i].attention,
         fmt::format("{} ({} pairs)", run.kind, pairs_label(train_pairs)), false)));
   if (timed_steps > 0) run.ms_per_step = 1000 * timed_seconds / timed_steps;
   if (!run.stopped.empty()) fmt::print(stderr, "[{} {} pairs] stopped: {}\n", run.kind, train_pairs, run.stopped);
@@ -229,7 +231,7 @@ struct Timing {
 };
 
 std::vector<Timing> time_steps(TrainConfig c, const std::vector<AttentionKind>& kinds, const models::Corpora& data,
-                               int64_t train_pairs, const std::vector<text::TokenizedPair>& valid_pairs,
+                               int64_t train_pairs, const std::vector<text::SentencePair>& valid_pairs,
                                int64_t steps) {
   Prepared d = prepare(c, data, train_pairs, valid_pairs);
   std::vector<text::Batch> batches = text::make_batches(d.train.pairs, {.batch_size = c.batch_size, .seed = c.seed});
@@ -342,7 +344,7 @@ int compare_main(int argc, char** argv) {
   SG_CHECK_USAGE(timing_steps >= 0, "--timing-steps must be >= 0, got {}", timing_steps);
 
   models::Corpora data = models::load_corpora(config);
-  const auto available = static_cast<int64_t>(data.train.size());
+  const auto available = static_cast<int64_t>(data.train_text.size());
   std::vector<int64_t> subsets;
   for (const std::string& s : split_list(args.get("subsets"))) {
     int64_t n = 0;
@@ -361,7 +363,7 @@ int compare_main(int argc, char** argv) {
   }
   SG_CHECK_USAGE(!subsets.empty(), "--subsets is empty");
   std::sort(subsets.begin(), subsets.end());
-  std::vector<text::TokenizedPair> valid_pairs = data.valid;
+  std::vector<text::SentencePair> valid_pairs = data.valid_text;
   if (valid_limit > 0 && valid_limit < static_cast<int64_t>(valid_pairs.size())) valid_pairs.resize(valid_limit);
 
   std::string out_dir = args.get("out");
@@ -497,7 +499,7 @@ int compare_main(int argc, char** argv) {
                                             pairs_label(subsets.back())), "", ""};
     for (const Run& r : runs)
       if (r.train_pairs == subsets.back() && i < r.sample_heatmaps.size()) section.svg += r.sample_heatmaps[i];
-    if (i < valid_pairs.size()) section.html_text = text::detokenize(valid_pairs[i].src);
+    if (i < valid_pairs.size()) section.html_text = valid_pairs[i].src;
     if (!section.svg.empty()) sections.push_back(section);
   }
   std::string report_path = out_dir + "/report.html";

@@ -321,11 +321,11 @@ int train(int argc, char** argv) {
   }
   models::Corpora data = models::load_corpora(config);
   fmt::print("data: {} {}->{}: {} train, {} valid, {} test pairs\n{}\n", config.corpus, config.src_lang,
-             config.tgt_lang, data.train.size(), data.valid.size(), data.test.size(), data.report);
-  text::Vocab src_vocab = resumed ? resumed->info.src_vocab
-                                  : text::Vocab::build(text::source_side(data.train), {.min_freq = config.min_freq});
-  text::Vocab tgt_vocab = resumed ? resumed->info.tgt_vocab
-                                  : text::Vocab::build(text::target_side(data.train), {.min_freq = config.min_freq});
+             config.tgt_lang, data.train_text.size(), data.valid_text.size(), data.test_text.size(), data.report);
+  models::Vocabularies vocabs = resumed ? models::Vocabularies{resumed->info.src_vocab, resumed->info.tgt_vocab}
+                                        : models::build_vocabularies(config, data.train_text);
+  const text::Vocab &src_vocab = vocabs.src, &tgt_vocab = vocabs.tgt;
+  models::tokenize_corpora(data, src_vocab, tgt_vocab);
   SG_CHECK_VALUE(src_vocab.size() > text::Vocab::kNumSpecial && tgt_vocab.size() > text::Vocab::kNumSpecial,
                  "no word of the {} training pairs occurs {} times or more, so the vocabularies hold only "
                  "the special tokens ({} and {}); train on more pairs (--subset)", data.train.size(), config.min_freq,

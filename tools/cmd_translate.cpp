@@ -342,6 +342,7 @@ int eval_main(int argc, char** argv) {
               "current folder); give the folder holding multi30k/ and fra-eng/ with --data-dir", c.data_dir,
               a.get("checkpoint"));
   models::Corpora data = models::load_corpora(c, models::Splits::test_only);
+  models::tokenize_corpora(data, l.checkpoint.info.src_vocab, l.checkpoint.info.tgt_vocab);
   std::string dir = std::filesystem::path(a.get("checkpoint")).parent_path().string();
   report_test(*l.model, l.checkpoint.info.src_vocab, l.checkpoint.info.tgt_vocab, data, c, dir.empty() ? "." : dir,
               options);

@@ -8,6 +8,7 @@
 #include "core/serialize.h"
 #include "models/seq2seq/quantized_checkpoint.h"
 #include "nn/checkpoint.h"
+#include "models/text/subword.h"
 #include "models/text/tokenizer.h"
 
 namespace seqgrad::models {
@@ -18,7 +19,8 @@ nlohmann::json TrainConfig::to_json() const {
           {"max_tokens", max_tokens}, {"min_freq", min_freq},   {"batch_size", batch_size},
           {"epochs", epochs},       {"lr", lr},                 {"step_size", step_size},
           {"gamma", gamma},         {"label_smoothing", label_smoothing}, {"clip", clip},
-          {"seed", seed},           {"amp", amp},               {"model", model.to_json()}};
+          {"seed", seed},           {"amp", amp},               {"model", model.to_json()},
+          {"vocab", vocab},         {"joint_vocab", joint_vocab}};
 }
 
 TrainConfig TrainConfig::from_json(const nlohmann::json& j) {
@@ -41,9 +43,12 @@ TrainConfig TrainConfig::from_json(const nlohmann::json& j) {
     c.clip = j.at("clip");
     c.seed = j.at("seed");
     c.amp = j.value("amp", std::string("off"));  // checkpoints from before --amp trained in float32
+    c.vocab = j.value("vocab", std::string("word"));  // checkpoints from before --vocab are word-level
+    c.joint_vocab = j.value("joint_vocab", false);
   } catch (const nlohmann::json::exception& e) {
     throw ValueError(fmt::format("train config: {}", e.what()));
   }
+  if (c.vocab != "word") text::parse_subword_spec(c.vocab, "train config: vocab");  // validates it
   c.model = Seq2SeqConfig::from_json(j.at("model"));
   return c;
 }
@@ -127,10 +132,57 @@ Corpora load_corpora(const TrainConfig& c, Splits splits) {
     out.test_sources.push_back(p.src);
     out.test_references.push_back(p.tgt);
   }
-  out.train = text::tokenize_pairs(train);
-  out.valid = text::tokenize_pairs(valid);
-  out.test = text::tokenize_pairs(test);
+  out.train_text = std::move(train), out.valid_text = std::move(valid), out.test_text = std::move(test);
   return out;
+}
+
+namespace {
+
+// One side (or, joint, both sides) of the training text, one sentence per call, for SentencePiece.
+text::SentenceSource sentences_of(std::span<const text::SentencePair> pairs, bool src, bool tgt) {
+  const std::size_t per_pair = std::size_t{src} + std::size_t{tgt};  // joint: src, tgt of each pair in turn
+  return [pairs, src, tgt, per_pair, next = std::size_t{0}](std::string& sentence) mutable {
+    if (next >= pairs.size() * per_pair) return false;
+    const text::SentencePair& pair = pairs[next / per_pair];
+    sentence = src && (!tgt || next % 2 == 0) ? pair.src : pair.tgt;
+    ++next;
+    return true;
+  };
+}
+
+}  // namespace
+
+Vocabularies build_vocabularies(const TrainConfig& c, std::span<const text::SentencePair> train_text) {
+  if (c.vocab == "word") {
+    std::vector<text::TokenizedPair> words = text::tokenize_pairs(train_text);
+    return {text::Vocab::build(text::source_side(words), {.min_freq = c.min_freq}),
+            text::Vocab::build(text::target_side(words), {.min_freq = c.min_freq})};
+  }
+  text::SubwordOptions options = text::parse_subword_spec(c.vocab, "--vocab");
+  options.max_sentences = kSubwordSampleSentences;
+  options.seed = c.seed;
+  auto train = [&](bool src, bool tgt) {
+    return text::Vocab::from_subword(text::SubwordModel::train(sentences_of(train_text, src, tgt), options));
+  };
+  if (c.joint_vocab) {
+    text::Vocab joint = train(true, true);
+    return {joint, joint};
+  }
+  return {train(true, false), train(false, true)};
+}
+
+std::vector<text::TokenizedPair> tokenize_text(std::span<const text::SentencePair> pairs, const text::Vocab& src_vocab,
+                                               const text::Vocab& tgt_vocab) {
+  std::vector<text::TokenizedPair> out;
+  out.reserve(pairs.size());
+  for (const text::SentencePair& p : pairs) out.push_back({src_vocab.tokenize(p.src), tgt_vocab.tokenize(p.tgt)});
+  return out;
+}
+
+void tokenize_corpora(Corpora& data, const text::Vocab& src_vocab, const text::Vocab& tgt_vocab) {
+  data.train = tokenize_text(data.train_text, src_vocab, tgt_vocab);
+  data.valid = tokenize_text(data.valid_text, src_vocab, tgt_vocab);
+  data.test = tokenize_text(data.test_text, src_vocab, tgt_vocab);
 }
 
 TensorBatch to_tensors(const text::Batch& b, Device device) {

@@ -32,6 +32,10 @@ struct TrainConfig {
   double clip = 1.0;
   uint64_t seed = 0;
   std::string amp = "off";           // mixed precision of the GEMMs: off | bf16 | fp16 (core/autocast.h)
+  // word (lower-cased words, min_freq) | unigram:N | bpe:N (SentencePiece pieces, cased); a
+  // subword vocabulary is trained on the training text at the start of a run.
+  std::string vocab = "word";
+  bool joint_vocab = false;          // subword: one model for both languages
   Seq2SeqConfig model;
 
   nlohmann::json to_json() const;
@@ -44,14 +48,29 @@ TrainConfig preset(const std::string& name);
 std::vector<std::string> preset_names();
 
 struct Corpora {
-  std::vector<text::TokenizedPair> train, valid, test;
+  std::vector<text::SentencePair> train_text, valid_text, test_text;  // as read (spaces normalised)
+  std::vector<text::TokenizedPair> train, valid, test;  // the vocabularies' tokens: tokenize_corpora()
   std::vector<std::string> test_references;  // raw target sentences, for sacreBLEU
   std::vector<std::string> test_sources;
   std::string report;                        // what reading skipped and normalised
 };
 enum class Splits { all, test_only };  // test_only: eval reads neither train nor val (they may be absent)
-// Reads and tokenizes the configured corpus (Multi30k splits, or a held-out tail of fra-eng).
+// Reads the configured corpus (Multi30k splits, or a held-out tail of fra-eng) as text.
 Corpora load_corpora(const TrainConfig& config, Splits splits = Splits::all);
+
+struct Vocabularies {
+  text::Vocab src, tgt;
+};
+// The vocabularies config.vocab asks for, from the training text: words counted (min_freq), or
+// SentencePiece models trained (one for both sides with joint_vocab) on a sample of at most
+// kSubwordSampleSentences sentences per model. ValueError when a size is more than the text supports.
+inline constexpr int64_t kSubwordSampleSentences = 1'000'000;
+Vocabularies build_vocabularies(const TrainConfig& config, std::span<const text::SentencePair> train_text);
+// Each side in its vocabulary's tokens (Vocab::tokenize: words or pieces).
+std::vector<text::TokenizedPair> tokenize_text(std::span<const text::SentencePair> pairs, const text::Vocab& src_vocab,
+                                               const text::Vocab& tgt_vocab);
+// Fills data.train/valid/test with tokenize_text of data.train_text/valid_text/test_text.
+void tokenize_corpora(Corpora& data, const text::Vocab& src_vocab, const text::Vocab& tgt_vocab);
 
 struct TensorBatch {
   Tensor src, src_lengths, tgt_in, tgt_out;  // (B, S), (B,), (B, T), (B, T)

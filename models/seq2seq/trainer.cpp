@@ -118,8 +118,8 @@ Evaluation evaluate(Seq2Seq& model, const text::EncodedCorpus& corpus, const tex
   out.loss = tokens ? loss_sum / tokens : 0;
   std::vector<std::vector<std::string>> hyp_tokens, ref_tokens;
   for (size_t i = 0; i < corpus.pairs.size(); ++i) {
-    hyp_tokens.push_back(tgt_vocab.decode(out.hypotheses[i].tokens));
-    ref_tokens.push_back(references[i].tgt);
+    hyp_tokens.push_back(tgt_vocab.words(tgt_vocab.decode(out.hypotheses[i].tokens)));
+    ref_tokens.push_back(tgt_vocab.words(references[i].tgt));  // subword pieces: compared as words
   }
   out.bleu = text::corpus_bleu_tokens(hyp_tokens, ref_tokens).score;
   return out;

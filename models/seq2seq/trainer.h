@@ -66,7 +66,7 @@ struct EpochResult {
 
 struct Evaluation {
   double loss = 0;  // mean per-token cross-entropy (no label smoothing), teacher forced
-  double bleu = 0;  // tokenised lower-cased corpus BLEU of the decoded outputs
+  double bleu = 0;  // tokenised lower-cased corpus BLEU of the decoded outputs (as words, Vocab::words)
   std::vector<Hypothesis> hypotheses;  // in corpus order
 };
 // Runs on the model's device, under the caller's Autocast scope if any; the model is left in the

@@ -1,4 +1,5 @@
-// Vocab construction (frequency count, deterministic order), encoding/decoding and JSON round trip.
+// Vocab construction (frequency count, deterministic order, or a SentencePiece model's pieces),
+// text <-> tokens, encoding/decoding and JSON round trip (base64 for the model proto).
 #include "models/text/vocab.h"
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "models/text/tokenizer.h"
 
 namespace seqgrad::text {
 
@@ -16,7 +18,46 @@ namespace {
 constexpr std::array<std::string_view, Vocab::kNumSpecial> kSpecials = {"<pad>", "<bos>", "<eos>",
                                                                         "<unk>"};
 constexpr std::string_view kFormat = "seqgrad.vocab";
-constexpr int kVersion = 1;
+constexpr int kVersion = 1;         // word-level tokens
+constexpr int kSubwordVersion = 2;  // a SentencePiece model
+constexpr std::string_view kBase64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+// RFC 4648 base64 with '=' padding: the model proto is binary, JSON strings are UTF-8.
+std::string base64_encode(std::string_view bytes) {
+  std::string out;
+  out.reserve((bytes.size() + 2) / 3 * 4);
+  for (std::size_t i = 0; i < bytes.size(); i += 3) {
+    const std::size_t n = std::min<std::size_t>(3, bytes.size() - i);
+    uint32_t group = 0;
+    for (std::size_t k = 0; k < 3; ++k)
+      group = group << 8 | (k < n ? static_cast<unsigned char>(bytes[i + k]) : 0u);
+    for (std::size_t k = 0; k < 4; ++k) out += k <= n ? kBase64[group >> (18 - 6 * k) & 63] : '=';
+  }
+  return out;
+}
+
+std::string base64_decode(std::string_view text) {
+  SG_CHECK_VALUE(text.size() % 4 == 0, "vocab: \"model\" is not base64 (length {} is not a multiple of 4)",
+                 text.size());
+  std::string out;
+  out.reserve(text.size() / 4 * 3);
+  for (std::size_t i = 0; i < text.size(); i += 4) {
+    uint32_t group = 0;
+    std::size_t padding = 0;
+    for (std::size_t k = 0; k < 4; ++k) {
+      const char c = text[i + k];
+      const std::size_t value = kBase64.find(c);
+      // '=' only as the last one or two characters of the text
+      const bool pad = c == '=' && i + 4 == text.size() && k >= 2 && (k == 3 || text[i + 3] == '=');
+      SG_CHECK_VALUE(value != std::string_view::npos || pad, "vocab: \"model\" is not base64 (character {} at {})",
+                     c == '=' ? std::string("'='") : fmt::format("{:#04x}", static_cast<unsigned char>(c)), i + k);
+      padding += pad;
+      group = group << 6 | (pad ? 0u : static_cast<uint32_t>(value));
+    }
+    for (std::size_t k = 0; k < 3 - padding; ++k) out += static_cast<char>(group >> (16 - 8 * k) & 0xFF);
+  }
+  return out;
+}
 
 bool is_special(std::string_view token) {
   return std::find(kSpecials.begin(), kSpecials.end(), token) != kSpecials.end();
@@ -70,6 +111,25 @@ Vocab Vocab::build(std::span<const std::vector<std::string>> sentences,
 
 Vocab Vocab::from_tokens(std::vector<std::string> tokens) { return Vocab(std::move(tokens)); }
 
+Vocab Vocab::from_subword(SubwordModel model) {
+  Vocab vocab(model.pieces());  // checks that ids 0..3 are the special tokens
+  vocab.subword_ = std::move(model);
+  return vocab;
+}
+
+std::vector<std::string> Vocab::tokenize(std::string_view text) const {
+  return subword_ ? subword_->encode(text) : text::tokenize(text);
+}
+
+std::string Vocab::detokenize(std::span<const std::string> tokens) const {
+  return subword_ ? subword_->decode(tokens) : text::detokenize(tokens);
+}
+
+std::vector<std::string> Vocab::words(std::span<const std::string> tokens) const {
+  if (!subword_) return {tokens.begin(), tokens.end()};
+  return text::tokenize(subword_->decode(tokens));
+}
+
 int64_t Vocab::id(std::string_view token) const {
   const auto it = ids_.find(std::string(token));
   return it == ids_.end() ? kUnk : it->second;
@@ -101,15 +161,24 @@ std::vector<std::string> Vocab::decode(std::span<const int64_t> ids,
 }
 
 nlohmann::json Vocab::to_json() const {
+  if (subword_)
+    return {{"format", kFormat}, {"version", kSubwordVersion}, {"kind", "sentencepiece"},
+            {"model", base64_encode(subword_->serialized())}};
   return {{"format", kFormat}, {"version", kVersion}, {"tokens", tokens_}};
 }
 
 Vocab Vocab::from_json(const nlohmann::json& j) {
   SG_CHECK_VALUE(j.is_object() && j.contains("format") && j["format"] == kFormat,
                  "vocab: JSON is not a seqgrad vocab (expected \"format\": \"{}\")", kFormat);
-  SG_CHECK_VALUE(j.contains("version") && j["version"] == kVersion,
-                 "vocab: unsupported \"version\" {} (expected {})",
-                 j.contains("version") ? j["version"].dump() : "missing", kVersion);
+  SG_CHECK_VALUE(j.contains("version") && (j["version"] == kVersion || j["version"] == kSubwordVersion),
+                 "vocab: unsupported \"version\" {} (expected {} for words or {} for a subword model)",
+                 j.contains("version") ? j["version"].dump() : "missing", kVersion, kSubwordVersion);
+  if (j["version"] == kSubwordVersion) {
+    SG_CHECK_VALUE(j.contains("kind") && j["kind"] == "sentencepiece", "vocab: version {} needs \"kind\": "
+                   "\"sentencepiece\", got {}", kSubwordVersion, j.contains("kind") ? j["kind"].dump() : "none");
+    SG_CHECK_VALUE(j.contains("model") && j["model"].is_string(), "vocab: \"model\" must be a base64 string");
+    return from_subword(SubwordModel::from_serialized(base64_decode(j["model"].get<std::string>())));
+  }
   SG_CHECK_VALUE(j.contains("tokens") && j["tokens"].is_array(),
                  "vocab: \"tokens\" must be an array of strings");
   std::vector<std::string> tokens;

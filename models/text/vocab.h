@@ -1,7 +1,10 @@
-// Vocab: token <-> id mapping with the special tokens <pad> <bos> <eos> <unk> at ids 0..3, built
-// deterministically from tokenized sentences and saved as JSON next to a model checkpoint.
+// Vocab: token <-> id mapping with the special tokens <pad> <bos> <eos> <unk> at ids 0..3, and the
+// way text becomes tokens and back: lower-cased words (built deterministically from tokenized
+// sentences) or SentencePiece subword pieces (cased, detokenised output). Saved as JSON inside
+// checkpoints; a subword vocabulary carries its serialized SentencePiece model.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -9,6 +12,8 @@
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
+
+#include "models/text/subword.h"
 
 namespace seqgrad::text {
 
@@ -35,6 +40,22 @@ class Vocab {
                      const VocabOptions& options = {});
   // Throws ValueError if the list does not start with the four special tokens or has duplicates.
   static Vocab from_tokens(std::vector<std::string> tokens);
+  // The pieces of a SentencePiece model as tokens (ids equal the model's); the model's pieces 0..3
+  // must be the special tokens (SubwordModel::train makes them so), else ValueError.
+  static Vocab from_subword(SubwordModel model);
+
+  bool is_subword() const { return subword_.has_value(); }
+  // "word" or "subword": how text is split and joined.
+  std::string kind() const { return is_subword() ? "subword" : "word"; }
+
+  // Text -> tokens: lower-cased words and punctuation (text::tokenize), or the model's pieces
+  // (cased). Text -> ids without <eos>: encode(tokenize(text)).
+  std::vector<std::string> tokenize(std::string_view text) const;
+  // Tokens -> readable text: text::detokenize for words, the model's decoding for pieces.
+  std::string detokenize(std::span<const std::string> tokens) const;
+  // Tokens -> the lower-cased words tokenised BLEU compares: words as they are; pieces detokenised
+  // and split by text::tokenize, so that the figure compares with a word-level model's.
+  std::vector<std::string> words(std::span<const std::string> tokens) const;
 
   int64_t size() const { return static_cast<int64_t>(tokens_.size()); }
   int64_t id(std::string_view token) const;    // kUnk when unknown
@@ -46,8 +67,9 @@ class Vocab {
   std::vector<std::string> decode(std::span<const int64_t> ids,
                                   const DecodeOptions& options = {}) const;
 
-  // {"format": "seqgrad.vocab", "version": 1, "tokens": [...]}; from_json validates all of it and
-  // throws ValueError naming the offending field.
+  // Words: {"format": "seqgrad.vocab", "version": 1, "tokens": [...]}; subword: {"format":
+  // "seqgrad.vocab", "version": 2, "kind": "sentencepiece", "model": base64 of the model proto}.
+  // from_json validates all of it and throws ValueError naming the offending field.
   nlohmann::json to_json() const;
   static Vocab from_json(const nlohmann::json& j);
 
@@ -56,6 +78,7 @@ class Vocab {
 
   std::vector<std::string> tokens_;
   std::unordered_map<std::string, int64_t> ids_;
+  std::optional<SubwordModel> subword_;  // set: tokens are this model's pieces
 };
 
 }  // namespace seqgrad::text

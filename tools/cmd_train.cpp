@@ -56,6 +56,11 @@ Args train_args() {
       .option("hidden", "n", "GRU hidden size H").option("layers", "n", "GRU layers L")
       .option("dropout", "p", "dropout probability").option("attention", "kind", "additive | scaled_dot | hybrid")
       .option("max-tokens", "n", "truncate sentences to n tokens").option("subset", "n", "use the first n training pairs")
+      .option("vocab", "kind",
+              "word | unigram:N | bpe:N: lower-cased words, or N SentencePiece subword\n"
+              "                             pieces (cased, detokenised output) trained on the training text\n"
+              "                             and stored in the checkpoint (default: the preset's)")
+      .option("joint-vocab", "", "one subword model for both languages (else one each)")
       .option("label-smoothing", "x", "label smoothing").option("clip", "x", "gradient-norm clip")
       .option("beam", "n", "beam size for the final test BLEU", "1")
       .option("seed", "n", "random seed", "0").option("threads", "n", "threads (default: all cores)")
@@ -108,6 +113,8 @@ const ConfigFlag kConfigFlags[] = {
     {"clip", [](const TrainConfig& c) { return fmt::format("{}", c.clip); }},
     {"seed", [](const TrainConfig& c) { return fmt::format("{}", c.seed); }},
     {"amp", [](const TrainConfig& c) { return c.amp; }},
+    {"vocab", [](const TrainConfig& c) { return c.vocab; }},
+    {"joint-vocab", [](const TrainConfig& c) { return std::string(c.joint_vocab ? "on" : "off"); }},
 };
 
 // A resumed run keeps its checkpoint's settings: a flag that asks for something else is an error

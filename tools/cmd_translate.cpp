@@ -102,7 +102,7 @@ std::vector<Translation> translate_batch(Loaded& l, const std::vector<std::strin
   for (size_t i = 0; i < sentences.size(); ++i) {
     Translation& t = out[i];
     try {
-      t.src_tokens = text::tokenize(sentences[i]);
+      t.src_tokens = info.src_vocab.tokenize(sentences[i]);
     } catch (const Error& e) {
       t.error = e.what();
       continue;
@@ -159,6 +159,8 @@ void common_options(Args& a) {
       .option("length-penalty", "alpha", "beam score = log p / length^alpha", "1.0")
       .option("max-len", "n", "longest output in tokens", "50")
       .option("threads", "n", fmt::format("threads, at most {} (default: all cores)", max_threads()))
+      .option("merge-pieces", "", "heatmaps: label rows and columns with words, a subword model's pieces merged "
+              "(source columns summed, output rows averaged; energies stay per piece)")
       .option("allow-missing-checksum", "", "load a checkpoint that has no checksum (written before seqgrad stored "
               "one), unverified");
 }
@@ -166,6 +168,8 @@ void common_options(Args& a) {
 void apply_threads(const Args& a) {
   if (a.has("threads")) set_num_threads(a.get_threads());
 }
+
+HeatmapLabels heatmap_labels(const Args& a) { return a.flag("merge-pieces") ? HeatmapLabels::words : HeatmapLabels::tokens; }
 
 std::string language_name(const std::string& code) {
   if (code == "de") return "German";
@@ -230,13 +234,13 @@ std::string energies_explanation(const models::Seq2SeqConfig& m) {
 
 // Prints one input's result: its translation (an empty line when it failed), or with --nbest its
 // hypotheses as "<input number>\t<score>\t<translation>" lines.
-void print_translation(const Translation& t, size_t number, int64_t nbest) {
+void print_translation(const Translation& t, const text::Vocab& tgt_vocab, size_t number, int64_t nbest) {
   if (nbest <= 1) {
-    fmt::print("{}\n", t.error.empty() ? text::detokenize(t.out_tokens[0]) : "");
+    fmt::print("{}\n", t.error.empty() ? tgt_vocab.detokenize(t.out_tokens[0]) : "");
     return;
   }
   for (size_t n = 0; n < t.hyps.size(); ++n)
-    fmt::print("{}\t{:.4f}\t{}\n", number, t.hyps[n].score, text::detokenize(t.out_tokens[n]));
+    fmt::print("{}\t{:.4f}\t{}\n", number, t.hyps[n].score, tgt_vocab.detokenize(t.out_tokens[n]));
 }
 
 }  // namespace
@@ -304,9 +308,9 @@ int translate_main(int argc, char** argv) {
         if (a.has("heatmaps"))
           write_attention_heatmap((std::filesystem::path(a.get("heatmaps")) / fmt::format("sentence{}", number)).string(),
                                   marked_unknown(t.src_tokens, l.checkpoint.info.src_vocab), t.out_tokens[0], t.hyps[0],
-                                  sentences[i]);
+                                  sentences[i], heatmap_labels(a));
       }
-      print_translation(t, number, options.nbest);
+      print_translation(t, l.checkpoint.info.tgt_vocab, number, options.nbest);
     }
     std::fflush(stdout);
     if (!from_stdin) break;
@@ -345,7 +349,7 @@ int eval_main(int argc, char** argv) {
   models::tokenize_corpora(data, l.checkpoint.info.src_vocab, l.checkpoint.info.tgt_vocab);
   std::string dir = std::filesystem::path(a.get("checkpoint")).parent_path().string();
   report_test(*l.model, l.checkpoint.info.src_vocab, l.checkpoint.info.tgt_vocab, data, c, dir.empty() ? "." : dir,
-              options);
+              options, heatmap_labels(a));
   return 0;
 }
 
@@ -377,11 +381,11 @@ int attention_main(int argc, char** argv) {
     SG_CHECK_VALUE(!t.hyps[0].attention.empty(), "attention: sentence {} produced no attention weights", i + 1);
     std::string stem = (std::filesystem::path(out) / fmt::format("sentence{}", i + 1)).string();
     std::vector<std::string> labels = marked_unknown(t.src_tokens, l.checkpoint.info.src_vocab);
-    write_attention_heatmap(stem, labels, t.out_tokens[0], t.hyps[0], sentences[i]);
-    std::string translation = text::detokenize(t.out_tokens[0]);
-    sections.push_back({.heading = sentences[i], .html_text = "→ " + translation,
-                        .svg = plot::heatmap_svg(attention_heatmap(labels, t.out_tokens[0], t.hyps[0].attention,
-                                                                   sentences[i], false))});
+    write_attention_heatmap(stem, labels, t.out_tokens[0], t.hyps[0], sentences[i], heatmap_labels(a));
+    std::string translation = l.checkpoint.info.tgt_vocab.detokenize(t.out_tokens[0]);
+    plot::Heatmap weights = attention_heatmap(labels, t.out_tokens[0], t.hyps[0].attention, sentences[i], false);
+    if (heatmap_labels(a) == HeatmapLabels::words) weights = merged_into_words(weights);
+    sections.push_back({.heading = sentences[i], .html_text = "→ " + translation, .svg = plot::heatmap_svg(weights)});
     if (!t.hyps[0].energies.empty())
       sections.push_back({.heading = sentences[i] + " (energies)",
                           .html_text = energies_explanation(l.checkpoint.info.config.model),

@@ -6,8 +6,25 @@
 
 #include "core/threads.h"
 #include "models/seq2seq/trainer.h"
+#include "models/text/subword.h"
 
 namespace seqgrad::tools {
+
+namespace {
+
+// --vocab word | unigram:N | bpe:N and --joint-vocab, checked where they enter.
+void check_vocab_flags(const models::TrainConfig& c) {
+  if (c.vocab == "word") {
+    SG_CHECK_USAGE(!c.joint_vocab, "--joint-vocab shares one subword model between the languages; it needs --vocab "
+                   "unigram:N or bpe:N, not word");
+    return;
+  }
+  text::parse_subword_spec(c.vocab, "--vocab");
+  SG_CHECK_USAGE(text::subword_supported(), "--vocab {}: this build has no SentencePiece support (install "
+                 "libsentencepiece-dev and reconfigure with -Dsentencepiece=enabled), or use --vocab word", c.vocab);
+}
+
+}  // namespace
 
 models::TrainConfig apply_config_flags(models::TrainConfig c, const Args& a) {
   if (a.has("src")) c.src_lang = a.get("src");
@@ -31,11 +48,14 @@ models::TrainConfig apply_config_flags(models::TrainConfig c, const Args& a) {
   if (a.has("label-smoothing")) c.label_smoothing = a.get_double("label-smoothing");
   if (a.has("clip")) c.clip = a.get_double("clip");
   if (a.has("amp")) c.amp = a.get("amp");
+  if (a.has("vocab")) c.vocab = a.get("vocab");
+  if (a.flag("joint-vocab")) c.joint_vocab = true;
   if (a.has("seed")) {
     SG_CHECK_VALUE(a.get_int("seed") >= 0, "--seed must be >= 0, got {}", a.get_int("seed"));
     c.seed = static_cast<uint64_t>(a.get_int("seed"));
   }
   models::amp_precision(c.amp);
+  check_vocab_flags(c);
   // absolute, so that eval and resume find the data from any folder
   c.data_dir = std::filesystem::absolute(c.data_dir).lexically_normal().string();
   SG_CHECK_VALUE(c.epochs >= 1, "--epochs must be >= 1, got {}", c.epochs);

@@ -6,6 +6,7 @@
 #include <fmt/core.h>
 
 #include "models/text/bleu.h"
+#include "models/text/subword.h"
 #include "models/text/tokenizer.h"
 #include "tools/plot/plot.h"
 
@@ -39,10 +40,32 @@ std::vector<std::string> marked_unknown(const std::vector<std::string>& src_toke
   return labels;
 }
 
+plot::Heatmap merged_into_words(const plot::Heatmap& pieces) {
+  const text::MergedPieces cols = text::merge_pieces(pieces.col_labels);
+  const text::MergedPieces rows = text::merge_pieces(pieces.row_labels);
+  plot::Heatmap words = pieces;
+  words.cols = static_cast<int>(cols.words.size());
+  words.rows = static_cast<int>(rows.words.size());
+  words.col_labels = cols.words;
+  words.row_labels = rows.words;
+  words.title = pieces.title + " (pieces merged into words)";
+  std::vector<int> pieces_per_row(rows.words.size(), 0);
+  for (int64_t word : rows.word_of_piece) ++pieces_per_row[word];
+  words.values.assign(static_cast<size_t>(words.rows) * words.cols, 0.0f);
+  for (int r = 0; r < pieces.rows; ++r) {
+    const int64_t row = rows.word_of_piece[r];
+    for (int c = 0; c < pieces.cols; ++c)  // sum over the word's columns, mean over its rows
+      words.values[row * words.cols + cols.word_of_piece[c]] +=
+          pieces.values[static_cast<size_t>(r) * pieces.cols + c] / static_cast<float>(pieces_per_row[row]);
+  }
+  return words;
+}
+
 void write_attention_heatmap(const std::string& stem, const std::vector<std::string>& src_tokens,
                              const std::vector<std::string>& tgt_tokens, const models::Hypothesis& hyp,
-                             const std::string& title) {
+                             const std::string& title, HeatmapLabels labels) {
   plot::Heatmap weights = attention_heatmap(src_tokens, tgt_tokens, hyp.attention, title, false);
+  if (labels == HeatmapLabels::words) weights = merged_into_words(weights);
   plot::write_heatmap_png(stem + ".png", weights);
   plot::write_heatmap_svg(stem + ".svg", weights);
   if (hyp.energies.empty()) return;
@@ -53,12 +76,12 @@ void write_attention_heatmap(const std::string& stem, const std::vector<std::str
 
 void report_test(models::Seq2Seq& model, const text::Vocab& src_vocab, const text::Vocab& tgt_vocab,
                  const models::Corpora& data, const models::TrainConfig& config, const std::string& out_dir,
-                 const models::DecodeOptions& decoding) {
+                 const models::DecodeOptions& decoding, HeatmapLabels labels) {
   text::EncodeOptions truncate{.max_src_tokens = config.max_tokens, .max_tgt_tokens = config.max_tokens};
   text::EncodedCorpus test = text::encode_pairs(data.test, src_vocab, tgt_vocab, truncate);
   Evaluation ev = evaluate(model, test, tgt_vocab, data.test, decoding);
   std::vector<std::string> detok;
-  for (const auto& h : ev.hypotheses) detok.push_back(text::detokenize(tgt_vocab.decode(h.tokens)));
+  for (const auto& h : ev.hypotheses) detok.push_back(tgt_vocab.detokenize(tgt_vocab.decode(h.tokens)));
   text::BleuScore sacre = text::corpus_bleu(detok, data.test_references);
   fmt::print("test: loss {:.3f}, ppl {:.2f}, BLEU {:.2f} (tokenised, lower-cased), sacreBLEU {:.2f} ({})\n", ev.loss,
              std::exp(ev.loss), ev.bleu, sacre.score,
@@ -67,7 +90,7 @@ void report_test(models::Seq2Seq& model, const text::Vocab& src_vocab, const tex
     fmt::print("  src: {}\n  ref: {}\n  out: {}\n", data.test_sources[i], data.test_references[i], detok[i]);
     std::string stem = (std::filesystem::path(out_dir) / fmt::format("attention_test{}", i)).string();
     write_attention_heatmap(stem, marked_unknown(data.test[i].src, src_vocab), tgt_vocab.decode(ev.hypotheses[i].tokens), ev.hypotheses[i],
-                            data.test_sources[i]);  // titled with the sentence itself
+                            data.test_sources[i], labels);  // titled with the sentence itself
   }
   fmt::print("heatmaps: {}\n", (std::filesystem::path(out_dir) /
                                  fmt::format("attention_test0..{}.png", std::min<size_t>(5, detok.size()) - 1)).string());

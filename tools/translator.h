@@ -15,10 +15,14 @@ namespace seqgrad::tools {
 using models::Evaluation;
 using models::evaluate;
 
+// How heatmaps label their rows and columns: with the vocabulary's tokens (subword pieces such as
+// "▁Hund" "e"), or with words, the pieces merged (merged_into_words).
+enum class HeatmapLabels { tokens, words };
+
 // Test BLEU (tokenised lower-cased and sacreBLEU 13a), sample translations and heatmaps in out_dir.
 void report_test(models::Seq2Seq& model, const text::Vocab& src_vocab, const text::Vocab& tgt_vocab,
                  const models::Corpora& data, const models::TrainConfig& config, const std::string& out_dir,
-                 const models::DecodeOptions& decoding);
+                 const models::DecodeOptions& decoding, HeatmapLabels labels = HeatmapLabels::tokens);
 
 // The heatmap of one translation's attention weights (or, with energies, its pre-softmax scores):
 // source tokens across, target tokens down.
@@ -27,11 +31,16 @@ plot::Heatmap attention_heatmap(const std::vector<std::string>& src_tokens, cons
 // The source tokens as heatmap labels: a word the vocabulary lacks (the model saw <unk>) is
 // labelled "word (<unk>)".
 std::vector<std::string> marked_unknown(const std::vector<std::string>& src_tokens, const text::Vocab& src_vocab);
+// Subword pieces merged back into words for display (text::merge_pieces: a word starts at a piece
+// beginning with "▁"): a word's source columns are summed, so a cell is the attention the output
+// piece paid to the whole word, and its output rows averaged, so each row still sums to one.
+// Word-level labels come back unchanged. Only for weights: a sum of pre-softmax energies means nothing.
+plot::Heatmap merged_into_words(const plot::Heatmap& pieces);
 // Writes the attention heatmap (PNG and SVG) of one translation, and <stem>_energies.{png,svg}
-// with the pre-softmax scores when the attention kind has them.
+// with the pre-softmax scores when the attention kind has them (always labelled with tokens).
 void write_attention_heatmap(const std::string& path_stem, const std::vector<std::string>& src_tokens,
                              const std::vector<std::string>& tgt_tokens, const models::Hypothesis& hyp,
-                             const std::string& title);
+                             const std::string& title, HeatmapLabels labels = HeatmapLabels::tokens);
 
 // Checks that `path` is a regular file that starts like a safetensors file (an 8-byte header length
 // that fits the file, then '{'), so that any other file is "not a safetensors checkpoint".

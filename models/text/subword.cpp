@@ -1,17 +1,18 @@
-// SentencePiece behind SubwordModel (its headers stay out of ours), the vocabulary spec parser and
-// merge_pieces. Built without SG_SENTENCEPIECE, the model's entry points throw a clear error.
+// SubwordModel over the SentencePiece plugin (loaded on first use, subword_engine.h), the
+// vocabulary spec parser and merge_pieces. Without the plugin the model's entry points throw a
+// clear error.
 #include "models/text/subword.h"
 
+#include <dlfcn.h>
+
 #include <charconv>
+#include <cstdlib>
 #include <regex>
 
 #include "core/error.h"
+#include "models/text/subword_engine.h"
 #include "models/text/tokenizer.h"
 
-#ifdef SG_SENTENCEPIECE
-#include <sentencepiece_processor.h>
-#include <sentencepiece_trainer.h>
-#endif
 
 namespace seqgrad::text {
 
@@ -50,35 +51,51 @@ MergedPieces merge_pieces(std::span<const std::string> pieces) {
   return out;
 }
 
-#ifdef SG_SENTENCEPIECE
-
-bool subword_supported() { return true; }
-
-struct SubwordModel::Impl {
-  sentencepiece::SentencePieceProcessor processor;
-  std::string proto;
-};
-
 namespace {
 
-// Feeds SentencePiece's trainer from a SentenceSource, one sentence at a time.
-class SourceIterator : public sentencepiece::SentenceIterator {
- public:
-  explicit SourceIterator(const SentenceSource& next) : next_(next) { Next(); }
-  bool done() const override { return done_; }
-  void Next() override { done_ = !next_(sentence_); }
-  const std::string& value() const override { return sentence_; }
-  sentencepiece::util::Status status() const override { return {}; }
-
- private:
-  const SentenceSource& next_;
-  std::string sentence_;
-  bool done_ = false;
+// The SentencePiece plugin, loaded once: $SEQGRAD_SENTENCEPIECE_PLUGIN, else the build tree's,
+// else the installed one (paths from meson). Null when none loads (a build without SentencePiece).
+struct Plugin {
+  SubwordEngine* engine = nullptr;
+  std::string error;  // why none loaded
 };
 
+const Plugin& plugin() {
+  static const Plugin loaded = [] {
+    Plugin p;
+    std::vector<std::string> candidates;
+    if (const char* env = std::getenv("SEQGRAD_SENTENCEPIECE_PLUGIN")) candidates.emplace_back(env);
+#ifdef SG_SUBWORD_PLUGIN_BUILD
+    candidates.emplace_back(SG_SUBWORD_PLUGIN_BUILD);
+    candidates.emplace_back(SG_SUBWORD_PLUGIN_INSTALL);
+#endif
+    for (const std::string& path : candidates) {
+      // RTLD_DEEPBIND: SentencePiece binds to its own protobuf, not the ONNX export's (subword_engine.h)
+      void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+      if (!handle) {
+        p.error += fmt::format("{}{}", p.error.empty() ? "" : "; ", dlerror());
+        continue;
+      }
+      auto entry = reinterpret_cast<SubwordEngine* (*)()>(dlsym(handle, "seqgrad_subword_engine"));
+      if (entry) return p.engine = entry(), p;
+      p.error += fmt::format("{}{}: no seqgrad_subword_engine", p.error.empty() ? "" : "; ", path);
+    }
+    return p;
+  }();
+  return loaded;
+}
+
+SubwordEngine& engine() {
+  const Plugin& p = plugin();
+  if (!p.engine)
+    throw ValueError(fmt::format("subword vocabularies: this build has no SentencePiece support (install "
+                                 "libsentencepiece-dev and reconfigure with -Dsentencepiece=enabled; --vocab word "
+                                 "works without it){}", p.error.empty() ? "" : " (" + p.error + ")"));
+  return *p.engine;
+}
+
 // SentencePiece refuses a vocabulary larger than the text supports with "Vocabulary size is too
-// high (8000). Please set it to a value <= 1234." (unigram) or "Vocabulary size is smaller than
-// required_chars. 40 vs 52." (too small for the characters): say it in our terms.
+// high (8000). Please set it to a value <= 1234." (unigram): say it in our terms.
 [[noreturn]] void throw_training_error(const std::string& message, const SubwordOptions& options) {
   std::smatch most;
   if (std::regex_search(message, most, std::regex(R"(value <= (\d+))")))
@@ -90,11 +107,18 @@ class SourceIterator : public sentencepiece::SentenceIterator {
 
 }  // namespace
 
+bool subword_supported() { return plugin().engine != nullptr; }
+
+struct SubwordModel::Impl {
+  std::unique_ptr<SubwordProcessor> processor;
+  std::string proto;
+};
+
 SubwordModel::SubwordModel(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
 
 SubwordModel SubwordModel::train(const SentenceSource& next, const SubwordOptions& options) {
-  SourceIterator sentences(next);
-  SG_CHECK_VALUE(!sentences.done(), "subword vocabulary {}: no training sentence", subword_spec(options));
+  bool any = false;  // the trainer sees the sentences through this check
+  SentenceSource counted = [&](std::string& sentence) { return next(sentence) && (any = true); };
   const std::unordered_map<std::string, std::string> spec = {
       {"model_type", options.kind == SubwordKind::bpe ? "bpe" : "unigram"},
       {"vocab_size", std::to_string(options.vocab_size)},
@@ -104,69 +128,43 @@ SubwordModel SubwordModel::train(const SentenceSource& next, const SubwordOption
       {"pad_id", "0"}, {"bos_id", "1"}, {"eos_id", "2"}, {"unk_id", "3"},  // Vocab's special ids
       {"pad_piece", "<pad>"}, {"bos_piece", "<bos>"}, {"eos_piece", "<eos>"}, {"unk_piece", "<unk>"},
       {"num_threads", "2"},
-      {"minloglevel", "2"},  // errors only: they come back as the status below
+      {"minloglevel", "2"},  // errors only: they come back as the status
   };
-  sentencepiece::SetRandomGeneratorSeed(static_cast<unsigned>(options.seed));
-  std::string proto;
-  const auto status = sentencepiece::SentencePieceTrainer::Train(spec, &sentences, &proto);
-  if (!status.ok()) throw_training_error(status.message(), options);
+  std::string proto, error;
+  const bool trained = engine().train(counted, spec, static_cast<unsigned>(options.seed), proto, error);
+  SG_CHECK_VALUE(any, "subword vocabulary {}: no training sentence", subword_spec(options));
+  if (!trained) throw_training_error(error, options);
   return from_serialized(std::move(proto));
 }
 
 SubwordModel SubwordModel::from_serialized(std::string proto) {
   auto impl = std::make_shared<Impl>();
-  const auto status = impl->processor.LoadFromSerializedProto(proto);
-  SG_CHECK_VALUE(status.ok(), "subword model: the serialized SentencePiece model ({} bytes) does not load: {}",
-                 proto.size(), status.message());
+  std::string error;
+  impl->processor = engine().load(proto, error);
+  SG_CHECK_VALUE(impl->processor, "subword model: the serialized SentencePiece model ({} bytes) does not load: {}",
+                 proto.size(), error);
   impl->proto = std::move(proto);
   return SubwordModel(std::move(impl));
 }
 
 const std::string& SubwordModel::serialized() const { return impl_->proto; }
 
-std::vector<std::string> SubwordModel::pieces() const {
-  std::vector<std::string> out;
-  for (int id = 0; id < impl_->processor.GetPieceSize(); ++id) out.push_back(impl_->processor.IdToPiece(id));
-  return out;
-}
+std::vector<std::string> SubwordModel::pieces() const { return impl_->processor->pieces(); }
 
 std::vector<std::string> SubwordModel::encode(std::string_view text) const {
   if (auto bad = find_invalid_utf8(text))
     throw ValueError(fmt::format("subword model: invalid UTF-8 at byte {} of the text to encode", *bad));
   std::vector<std::string> pieces;
-  const auto status = impl_->processor.Encode(text, &pieces);
-  SG_CHECK_VALUE(status.ok(), "subword model: encoding failed: {}", status.message());
+  std::string error;
+  SG_CHECK_VALUE(impl_->processor->encode(text, pieces, error), "subword model: encoding failed: {}", error);
   return pieces;
 }
 
 std::string SubwordModel::decode(std::span<const std::string> pieces) const {
-  std::string text;
-  const auto status = impl_->processor.Decode(std::vector<std::string>(pieces.begin(), pieces.end()), &text);
-  SG_CHECK_VALUE(status.ok(), "subword model: decoding failed: {}", status.message());
+  std::string text, error;
+  SG_CHECK_VALUE(impl_->processor->decode({pieces.begin(), pieces.end()}, text, error),
+                 "subword model: decoding failed: {}", error);
   return text;
 }
-
-#else  // no SentencePiece in this build
-
-bool subword_supported() { return false; }
-
-struct SubwordModel::Impl {};
-
-namespace {
-[[noreturn]] void no_support() {
-  throw ValueError("subword vocabularies: this build has no SentencePiece support (install libsentencepiece-dev "
-                   "and reconfigure with -Dsentencepiece=enabled); --vocab word works without it");
-}
-}  // namespace
-
-SubwordModel::SubwordModel(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
-SubwordModel SubwordModel::train(const SentenceSource&, const SubwordOptions&) { no_support(); }
-SubwordModel SubwordModel::from_serialized(std::string) { no_support(); }
-const std::string& SubwordModel::serialized() const { no_support(); }
-std::vector<std::string> SubwordModel::pieces() const { no_support(); }
-std::vector<std::string> SubwordModel::encode(std::string_view) const { no_support(); }
-std::string SubwordModel::decode(std::span<const std::string>) const { no_support(); }
-
-#endif
 
 }  // namespace seqgrad::text

@@ -23,9 +23,10 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 # Python packages the parity tests compare against (not packaged by Debian 12); onnxruntime and
-# onnx check `seqgrad export`. "numpy<2": Debian's torch 1.13 cannot exchange arrays with numpy 2,
+# onnx check `seqgrad export`, sentencepiece reads a subword export's models (examples/onnx/
+# translate.py). "numpy<2": Debian's torch 1.13 cannot exchange arrays with numpy 2,
 # which the newest onnx would pull in (through ml_dtypes).
-for mod in safetensors sacrebleu onnxruntime onnx; do
+for mod in safetensors sacrebleu onnxruntime onnx sentencepiece; do
   /usr/bin/python3 -c "import $mod" 2>/dev/null ||
     /usr/bin/python3 -m pip install -q --break-system-packages "$mod" "numpy<2" >/dev/null
 done

@@ -40,7 +40,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "examples", "onnx"))
 import translate as onnx_translate  # noqa: E402  (examples/onnx/translate.py)
 
 TINY = ["--subset", "64", "--epochs", "1", "--embed", "12", "--hidden", "16", "--threads", "1",
-        "--quiet"]
+        "--quiet", "--vocab", "word"]
 RTOL = 1e-5
 
 
@@ -193,7 +193,7 @@ class Greedy(Base):
 
     def test_first_200_test2016_sentences(self):
         out = self.path("train_multi30k")
-        self.assertOk(run("train", "--preset", "default", "--subset", "6000", "--epochs", "2", "--embed", "64",
+        self.assertOk(run("train", "--preset", "default", "--vocab", "word", "--subset", "6000", "--epochs", "2", "--embed", "64",
                           "--hidden", "64", "--lr", "0.01", "--threads", "2", "--quiet", "--data-dir", DATA,
                           "--out", out))
         ckpt = os.path.join(out, "best.safetensors")

@@ -40,7 +40,8 @@ except ImportError:  # the BLEU comparison is skipped (pip install sacrebleu)
 SEQGRAD = None
 DATA = None
 # The tiny model every training test uses (one thread: the machine is shared).
-TINY = ["--preset", "default", "--embed", "16", "--hidden", "16", "--batch-size", "32", "--threads", "1", "--quiet"]
+TINY = ["--preset", "default", "--vocab", "word", "--embed", "16", "--hidden", "16", "--batch-size", "32", "--threads", "1",
+        "--quiet"]
 
 
 def run(*args, stdin=None, timeout=300):  # generous: the machine may be shared
@@ -621,7 +622,7 @@ class EvalBleu(Base):
 class Compare(Base):
     def test_tiny_comparison(self):
         out = self.out("compare")
-        p = run("compare", "--embed", "8", "--hidden", "8", "--subsets", "128,256", "--epochs", "1", "--valid", "40",
+        p = run("compare", "--vocab", "word", "--embed", "8", "--hidden", "8", "--subsets", "128,256", "--epochs", "1", "--valid", "40",
                 "--kinds", "additive,scaled_dot", "--timing-steps", "2", "--threads", "1", "--quiet",
                 "--data-dir", DATA, "--out", out)
         self.assertOk(p)
@@ -875,6 +876,58 @@ def main():
     finally:
         if Base.tmp and os.environ.get("SEQGRAD_KEEP_TMP") != "1":
             shutil.rmtree(Base.tmp, ignore_errors=True)
+
+
+# ---- subword vocabularies ----------------------------------------------------------------------
+
+class Subword(Base):
+    """--vocab unigram:N end to end: the SentencePiece model travels inside the checkpoint; output is
+    cased, detokenised text; heatmaps label pieces or, with --merge-pieces, words."""
+
+    def trained(self):
+        if not hasattr(Subword, "dir"):
+            d = self.out("subword")
+            p = run("train", "--preset", "default", "--vocab", "unigram:300", "--embed", "16", "--hidden", "16",
+                    "--batch-size", "32", "--threads", "1", "--quiet", "--subset", "256", "--epochs", "1",
+                    "--data-dir", DATA, "--out", d, timeout=600)
+            if "no SentencePiece support" in p.stderr:
+                self.skipTest("this build has no SentencePiece support")
+            self.assertOk(p)
+            Subword.dir = d
+        return Subword.dir
+
+    def test_translate_eval_attention_inspect(self):
+        ckpt = os.path.join(self.trained(), "best.safetensors")
+        p = run("translate", "--checkpoint", ckpt, "--threads", "1", "Ein Hund läuft im Schnee.")
+        self.assertOk(p)
+        self.assertNotIn("\u2581", p.stdout)  # detokenised: no "▁" word marks
+        p = run("inspect", ckpt)
+        self.assertOk(p)
+        self.assertRegex(p.stdout, r"vocabularies: SentencePiece unigram:300 \(one model per language\): 300 source "
+                                   r"pieces, 300 target pieces")
+        for merge in ([], ["--merge-pieces"]):
+            out = self.out("subword_attention" + "".join(merge))
+            p = run("attention", "--checkpoint", ckpt, "--threads", "1", "--out", out, *merge, "Ein Hund läuft.")
+            self.assertOk(p)
+            with open(os.path.join(out, "sentence1.svg"), encoding="utf-8") as f:
+                svg = f.read()
+            # pieces: "▁Ein" labels; merged: "Ein" and the title says so
+            self.assertEqual("pieces merged into words" in svg, bool(merge))
+            self.assertEqual("\u2581Ein" in svg, not merge)
+
+    def test_a_vocabulary_larger_than_the_text_is_refused_before_training(self):
+        p = run("train", "--preset", "default", "--vocab", "unigram:8000", "--subset", "64", "--threads", "1",
+                "--quiet", "--data-dir", DATA, "--out", self.out("subword_too_big"))
+        if "no SentencePiece support" in p.stderr:
+            self.skipTest("this build has no SentencePiece support")
+        self.assertFails(p, r"subword vocabulary unigram:8000: the training text supports at most \d+ pieces")
+        self.assertFalse(os.path.exists(os.path.join(self.out("subword_too_big"), "last.safetensors")))
+
+    def test_bad_vocab_flags(self):
+        common = ["train", "--preset", "default", "--subset", "64", "--data-dir", DATA, "--out", self.out("bad")]
+        self.assertFails(run(*common, "--vocab", "wordpiece:100"), r"--vocab 'wordpiece:100': expected unigram:SIZE",
+                         status=2)
+        self.assertFails(run(*common, "--vocab", "word", "--joint-vocab"), r"--joint-vocab .* needs --vocab", status=2)
 
 
 if __name__ == "__main__":

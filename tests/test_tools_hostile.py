@@ -66,7 +66,7 @@ def tiny_checkpoint():
     """best.safetensors of a tiny run (E = H = 8, 300 pairs, one epoch), trained once."""
     if not hasattr(tiny_checkpoint, "path"):
         out = os.path.join(TMP, "tiny_run")
-        p = run("train", "--preset", "default", "--embed", "8", "--hidden", "8", "--batch-size", "32", "--threads",
+        p = run("train", "--preset", "default", "--vocab", "word", "--embed", "8", "--hidden", "8", "--batch-size", "32", "--threads",
                 "1", "--quiet", "--epochs", "1", "--data-dir", small_data_dir("data_ok"), "--out", out)
         if p.returncode != 0:
             raise AssertionError(f"tiny training failed:\n{p.stdout}\n{p.stderr}")
@@ -194,7 +194,7 @@ class Checkpoints(Base):
 
 class Corpora(Base):
     def train(self, data, out, **kw):
-        return run("train", "--preset", "default", "--embed", "8", "--hidden", "8", "--threads", "1", "--quiet",
+        return run("train", "--preset", "default", "--vocab", "word", "--embed", "8", "--hidden", "8", "--threads", "1", "--quiet",
                    "--epochs", "1", "--data-dir", data, "--out", os.path.join(TMP, out), **kw)
 
     def test_a_directory_read_as_a_corpus(self):

@@ -23,7 +23,8 @@ from test_tools_cli import read_safetensors, write_safetensors  # noqa: E402  (t
 
 SEQGRAD = None
 DATA = None
-TINY = ["--preset", "default", "--embed", "16", "--hidden", "16", "--batch-size", "32", "--threads", "1", "--quiet"]
+TINY = ["--preset", "default", "--vocab", "word", "--embed", "16", "--hidden", "16", "--batch-size", "32", "--threads", "1",
+        "--quiet"]
 TMP = tempfile.mkdtemp(prefix="seqgrad_quantize_")
 
 

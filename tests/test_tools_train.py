@@ -25,7 +25,7 @@ from test_tools_cli import checksum, program_and_data, read_safetensors, write_s
 
 SEQGRAD = None
 DATA = None
-TINY = ["--preset", "default", "--embed", "16", "--hidden", "16", "--batch-size", "32", "--threads", "1",
+TINY = ["--preset", "default", "--vocab", "word", "--embed", "16", "--hidden", "16", "--batch-size", "32", "--threads", "1",
         "--subset", "256"]
 LOSS_KEYS = ["epoch", "step", "train_loss", "valid_loss", "valid_bleu"]
 

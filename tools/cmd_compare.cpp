@@ -50,6 +50,8 @@ Args compare_args() {
       .option("embed", "n", "embedding size E").option("hidden", "n", "GRU hidden size H")
       .option("layers", "n", "GRU layers L").option("dropout", "p", "dropout probability")
       .option("max-tokens", "n", "truncate sentences to n tokens")
+      .option("vocab", "kind", "word | unigram:N | bpe:N (default: the preset's; see seqgrad train --help)")
+      .option("joint-vocab", "", "one subword model for both languages")
       .option("timing-steps", "n", "steps per kind in the interleaved time-per-step measurement (0 = skip)", "12")
       .option("seed", "n", "random seed (the same for every run)", "0")
       .option("threads", "n", "threads (default: all cores)")

@@ -51,9 +51,12 @@ Exportable load_bench_model(const std::string& prefix) {
   return e;
 }
 
+// A subword checkpoint's SentencePiece models, as files any SentencePiece library loads.
+constexpr const char* kSubwordModelFiles[2] = {"src.spm.model", "tgt.spm.model"};
+
 // What a runtime needs besides the graphs: the special ids, the tokenizer's settings (the rules
-// are models/text/tokenizer.h's; examples/onnx/translate.py implements them), both vocabularies
-// and the graphs' inputs and outputs.
+// are models/text/tokenizer.h's, or SentencePiece models; examples/onnx/translate.py implements
+// both), both vocabularies and the graphs' inputs and outputs.
 nlohmann::json translator_json(const models::Seq2Seq& model, const models::CheckpointInfo* info, int64_t opset) {
   nlohmann::json j = {{"format", "seqgrad.onnx_translator"}, {"version", 1}, {"opset", opset},
                       {"model", model.config().to_json()},
@@ -68,9 +71,14 @@ nlohmann::json translator_json(const models::Seq2Seq& model, const models::Check
                                               "tgt_vocab), new_state (layers, batch, H), weights (batch, src_seq)"}}}};
   if (!info) return j;
   j["languages"] = {{"source", info->config.src_lang}, {"target", info->config.tgt_lang}};
-  j["tokenizer"] = {{"kind", "seqgrad.words"}, {"lowercase", true}, {"apostrophe", "attach_left"},
-                    {"max_source_tokens", info->config.max_tokens > 0 ? 2 * info->config.max_tokens : 0},
-                    {"append_eos", true}};
+  const int64_t max_source_tokens = info->config.max_tokens > 0 ? 2 * info->config.max_tokens : 0;
+  if (info->src_vocab.is_subword())  // the SentencePiece models are written beside (write_export)
+    j["tokenizer"] = {{"kind", "sentencepiece"}, {"src_model", kSubwordModelFiles[0]},
+                      {"tgt_model", kSubwordModelFiles[1]}, {"max_source_tokens", max_source_tokens},
+                      {"append_eos", true}};
+  else
+    j["tokenizer"] = {{"kind", "seqgrad.words"}, {"lowercase", true}, {"apostrophe", "attach_left"},
+                      {"max_source_tokens", max_source_tokens}, {"append_eos", true}};
   j["src_vocab"] = info->src_vocab.tokens();
   j["tgt_vocab"] = info->tgt_vocab.tokens();
   return j;
@@ -103,7 +111,8 @@ void write_reference(const models::Seq2Seq& model, const std::string& inputs, co
                          {"weights", step.weights}});
 }
 
-void write_export(const std::string& dir, const onnx::Graphs& graphs, const nlohmann::json& translator) {
+void write_export(const std::string& dir, const onnx::Graphs& graphs, const nlohmann::json& translator,
+                  const models::CheckpointInfo* info) {
   std::error_code error;
   fs::create_directories(dir, error);
   SG_CHECK_IO(!error && fs::is_directory(dir), "cannot create the output folder {}: {}", dir,
@@ -113,6 +122,10 @@ void write_export(const std::string& dir, const onnx::Graphs& graphs, const nloh
   write_file_atomic(dir + "/model.onnx", graphs.model);
   write_file_atomic(dir + "/encoder.onnx", graphs.encoder);
   write_file_atomic(dir + "/decoder_step.onnx", graphs.decoder_step);
+  if (info && info->src_vocab.is_subword()) {
+    write_file_atomic(dir + "/" + kSubwordModelFiles[0], info->src_vocab.subword()->serialized());
+    write_file_atomic(dir + "/" + kSubwordModelFiles[1], info->tgt_vocab.subword()->serialized());
+  }
   write_file_atomic(dir + "/translator.json", translator.dump(1) + "\n");
 }
 
@@ -121,7 +134,8 @@ void write_export(const std::string& dir, const onnx::Graphs& graphs, const nloh
 int export_main(int argc, char** argv) {
   Args a("export", "Export a trained checkpoint to ONNX: model.onnx (teacher-forced logits), encoder.onnx and\n"
                    "decoder_step.onnx (for greedy or beam search in any ONNX runtime) and translator.json\n"
-                   "(vocabularies, tokenizer settings, special ids). Every graph passes the ONNX checker.\n"
+                   "(vocabularies, tokenizer settings, special ids), with a subword checkpoint also\n"
+                   "src.spm.model and tgt.spm.model (SentencePiece). Every graph passes the ONNX checker.\n"
                    "examples/onnx/translate.py translates with them in onnxruntime.");
   a.option("checkpoint", "file", "checkpoint to export", "runs/default/best.safetensors")
       .option("out", "dir", "output folder (created if missing; existing files are replaced)")
@@ -141,7 +155,8 @@ int export_main(int argc, char** argv) {
   SG_CHECK(onnx::onnx_available(), "{}", onnx::kNoOnnxSupport);
   Exportable e = a.has("bench-data") ? load_bench_model(a.get("bench-data")) : load_checkpoint_model(a.get("checkpoint"));
   onnx::Graphs graphs = onnx::export_graphs(*e.model, {.opset = opset});
-  write_export(a.get("out"), graphs, translator_json(*e.model, e.info ? &*e.info : nullptr, opset));
+  const models::CheckpointInfo* info = e.info ? &*e.info : nullptr;
+  write_export(a.get("out"), graphs, translator_json(*e.model, info, opset), info);
   fmt::print("exported {} attention, {} layer(s), opset {} to {}: model.onnx ({:.1f} MB), encoder.onnx, "
              "decoder_step.onnx, translator.json\n",
              models::attention_kind_name(e.model->config().attention), e.model->config().num_layers, opset,

@@ -72,8 +72,13 @@ int inspect_main(int argc, char** argv) {
   fmt::print("checkpoint: {} ({:.1f} MB)\n", path, std::filesystem::file_size(path) / 1e6);
   fmt::print("preset: {}\n", t.preset);
   fmt::print("languages: {} -> {} ({} corpus)\n", t.src_lang, t.tgt_lang, t.corpus);
-  fmt::print("vocabularies: {} source tokens, {} target tokens (words seen at least {} times, and {} special tokens)\n",
-             c.info.src_vocab.size(), c.info.tgt_vocab.size(), t.min_freq, text::Vocab::kNumSpecial);
+  if (t.vocab == "word")
+    fmt::print("vocabularies: {} source tokens, {} target tokens (words seen at least {} times, and {} special tokens)\n",
+               c.info.src_vocab.size(), c.info.tgt_vocab.size(), t.min_freq, text::Vocab::kNumSpecial);
+  else
+    fmt::print("vocabularies: SentencePiece {} ({}): {} source pieces, {} target pieces ({} special tokens included), "
+               "cased\n", t.vocab, t.joint_vocab ? "one model for both languages" : "one model per language",
+               c.info.src_vocab.size(), c.info.tgt_vocab.size(), text::Vocab::kNumSpecial);
   fmt::print("model: {} attention, embed {}, hidden {}, layers {}, attention size {}, dropout {}, deep output {}; "
              "{} parameters\n", models::attention_kind_name(m.attention), m.embed_size, m.hidden_size, m.num_layers,
              m.attention_size ? m.attention_size : m.hidden_size, m.dropout, m.deep_output ? "yes" : "no", parameters);

@@ -6,9 +6,11 @@
     python3 examples/onnx/translate.py exported < sentences.txt     # one sentence per line
 
 Greedy search, as `seqgrad translate --beam 1`: encoder.onnx once per sentence, then
-decoder_step.onnx once per output token until <eos> (or --max-len tokens). The tokenizer below
-follows models/text/tokenizer.h (translator.json names its settings), so the ids match seqgrad's.
-Needs numpy and onnxruntime (pip install onnxruntime).
+decoder_step.onnx once per output token until <eos> (or --max-len tokens). The word tokenizer below
+follows models/text/tokenizer.h (translator.json names its settings), so the ids match seqgrad's; a
+subword checkpoint's export carries its SentencePiece models (src.spm.model, tgt.spm.model), read
+with the sentencepiece package. Needs numpy and onnxruntime (pip install onnxruntime), and for
+subword exports sentencepiece (pip install sentencepiece).
 """
 import argparse
 import json
@@ -146,9 +148,25 @@ class Translator:
         self.tgt_tokens = self.info["tgt_vocab"]
         self.special = self.info["special_ids"]
         self.tokenizer = self.info["tokenizer"]
+        self.pieces = None  # (source, target) SentencePiece processors of a subword export
+        if self.tokenizer["kind"] == "sentencepiece":
+            try:
+                import sentencepiece
+            except ImportError:
+                raise ValueError(f"{folder} holds a subword (SentencePiece) translator: pip install sentencepiece")
+            self.pieces = [sentencepiece.SentencePieceProcessor(model_file=os.path.join(folder, self.tokenizer[side]))
+                           for side in ("src_model", "tgt_model")]
+
+    def split(self, sentence):
+        if self.pieces:
+            return self.pieces[0].encode(sentence, out_type=str)
+        return tokenize(sentence, self.tokenizer["lowercase"], self.tokenizer["apostrophe"])
+
+    def join(self, tokens):
+        return self.pieces[1].decode_pieces(tokens) if self.pieces else detokenize(tokens)
 
     def encode(self, sentence):
-        tokens = tokenize(sentence, self.tokenizer["lowercase"], self.tokenizer["apostrophe"])
+        tokens = self.split(sentence)
         if not tokens:
             raise ValueError(f"the input sentence '{sentence}' is empty (nothing to translate)")
         limit = self.tokenizer["max_source_tokens"]
@@ -178,7 +196,7 @@ class Translator:
     def translate(self, sentence, max_len=50):
         ids, _ = self.greedy(self.encode(sentence), max_len)
         skip = {self.special["pad"], self.special["bos"], self.special["eos"]}
-        return detokenize([self.tgt_tokens[i] for i in ids if i not in skip])
+        return self.join([self.tgt_tokens[i] for i in ids if i not in skip])
 
 
 def main():

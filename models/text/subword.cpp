@@ -5,6 +5,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 #include <regex>
@@ -39,11 +40,15 @@ std::string subword_spec(const SubwordOptions& options) {
 
 MergedPieces merge_pieces(std::span<const std::string> pieces) {
   MergedPieces out;
+  // words (no piece marks a word start): each token is a word already
+  const bool subword = std::any_of(pieces.begin(), pieces.end(), [](const std::string& p) {
+    return p.starts_with(kWordStart);
+  });
   bool special_before = false;  // a special token is a word of its own: what follows starts a new one
   for (const std::string& piece : pieces) {
     const bool starts = piece.starts_with(kWordStart);
     const bool special = piece.size() > 2 && piece.front() == '<' && piece.back() == '>';
-    if (out.words.empty() || starts || special || special_before) out.words.emplace_back();
+    if (out.words.empty() || starts || special || special_before || !subword) out.words.emplace_back();
     out.words.back() += starts ? piece.substr(kWordStart.size()) : piece;
     out.word_of_piece.push_back(static_cast<int64_t>(out.words.size()) - 1);
     special_before = special;
@@ -95,12 +100,17 @@ SubwordEngine& engine() {
 }
 
 // SentencePiece refuses a vocabulary larger than the text supports with "Vocabulary size is too
-// high (8000). Please set it to a value <= 1234." (unigram): say it in our terms.
+// high (8000). Please set it to a value <= 1234." (unigram), and one smaller than the characters
+// need with "Vocabulary size is smaller than required_chars. 30 vs 34.": say it in our terms.
 [[noreturn]] void throw_training_error(const std::string& message, const SubwordOptions& options) {
   std::smatch most;
   if (std::regex_search(message, most, std::regex(R"(value <= (\d+))")))
     throw ValueError(fmt::format("subword vocabulary {}: the training text supports at most {} pieces; choose a "
                                  "smaller size (SentencePiece: {})", subword_spec(options), most[1].str(), message));
+  if (std::regex_search(message, most, std::regex(R"(required_chars\. (\d+) vs (\d+))")))
+    throw ValueError(fmt::format("subword vocabulary {}: the training text has {} distinct characters, each a piece "
+                                 "of its own with the 4 special tokens: choose a size of at least {} (SentencePiece: "
+                                 "{})", subword_spec(options), std::stoll(most[2].str()) - 4, most[2].str(), message));
   throw ValueError(fmt::format("subword vocabulary {}: SentencePiece could not train a model: {}",
                                subword_spec(options), message));
 }

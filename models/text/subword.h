@@ -63,7 +63,8 @@ inline constexpr std::string_view kWordStart = "\u2581";
 
 // Pieces grouped into words for display: a word starts at a piece beginning with "▁" (or at the
 // first piece, or at a special token such as <eos>, which stays a word of its own); its label is
-// its pieces joined without the "▁". word_of_piece[i] is the word piece i belongs to.
+// its pieces joined without the "▁". word_of_piece[i] is the word piece i belongs to. Tokens of
+// which none starts with "▁" (a word-level vocabulary) are each a word already.
 struct MergedPieces {
   std::vector<std::string> words;
   std::vector<int64_t> word_of_piece;

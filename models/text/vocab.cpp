@@ -50,7 +50,8 @@ std::string base64_decode(std::string_view text) {
       // '=' only as the last one or two characters of the text
       const bool pad = c == '=' && i + 4 == text.size() && k >= 2 && (k == 3 || text[i + 3] == '=');
       SG_CHECK_VALUE(value != std::string_view::npos || pad, "vocab: \"model\" is not base64 (character {} at {})",
-                     c == '=' ? std::string("'='") : fmt::format("{:#04x}", static_cast<unsigned char>(c)), i + k);
+                     c > ' ' && c <= '~' ? fmt::format("'{}'", c) : fmt::format("{:#04x}", static_cast<unsigned char>(c)),
+                     i + k);
       padding += pad;
       group = group << 6 | (pad ? 0u : static_cast<uint32_t>(value));
     }

@@ -45,6 +45,7 @@ class Vocab {
   static Vocab from_subword(SubwordModel model);
 
   bool is_subword() const { return subword_.has_value(); }
+  const SubwordModel* subword() const { return subword_ ? &*subword_ : nullptr; }
   // "word" or "subword": how text is split and joined.
   std::string kind() const { return is_subword() ? "subword" : "word"; }
 

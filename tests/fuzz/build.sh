@@ -8,7 +8,7 @@ cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build-fuzz}
 if [ ! -f "$BUILD/build.ninja" ]; then
   CC=clang CXX=clang++ meson setup "$BUILD" --buildtype=plain -Dcuda=disabled -Dfuzz=enabled \
-    -Donednn=disabled -Donnx=disabled -Dmpi=disabled \
+    -Donednn=disabled -Donnx=disabled -Dmpi=disabled -Dsentencepiece=disabled \
     -Db_sanitize=address,undefined -Db_lundef=false \
     -Dcpp_args="-O1 -gline-tables-only -fsanitize=fuzzer-no-link" >/dev/null
 fi

@@ -209,6 +209,30 @@ class Greedy(Base):
         self.assertEqual(mismatches, [], "sentences translated differently (index, source, seqgrad, onnxruntime)")
         self.assertGreater(len(set(got)), 100, "a degenerate model: too few distinct translations")
 
+    def test_subword_checkpoint(self):
+        """A SentencePiece checkpoint: the export carries src.spm.model and tgt.spm.model, and
+        translate.py (with the sentencepiece package) gives seqgrad's cased, detokenised output."""
+        try:
+            import sentencepiece  # noqa: F401
+        except ImportError:
+            self.skipTest("the sentencepiece package is not installed (pip install sentencepiece)")
+        out = self.path("train_subword")
+        p = run("train", "--preset", "default", "--vocab", "unigram:500", "--subset", "2000", "--epochs", "1",
+                "--embed", "32", "--hidden", "32", "--lr", "0.01", "--threads", "2", "--quiet", "--data-dir", DATA,
+                "--out", out)
+        if "no SentencePiece support" in p.stderr:
+            self.skipTest("this build has no SentencePiece support")
+        self.assertOk(p)
+        ckpt = os.path.join(out, "best.safetensors")
+        folder = self.export(ckpt, self.path("export_subword"))
+        self.assertTrue(os.path.exists(os.path.join(folder, "src.spm.model")))
+        with open(os.path.join(DATA, "multi30k", "test2016.de"), encoding="utf-8") as f:
+            sentences = [next(f).rstrip("\n") for _ in range(40)]
+        want = run("translate", "--checkpoint", ckpt, "--threads", "2", stdin="\n".join(sentences) + "\n")
+        self.assertOk(want)
+        translator = onnx_translate.Translator(folder, threads=2)
+        self.assertEqual([translator.translate(s) for s in sentences], want.stdout.split("\n")[:40])
+
 
 class Tokenizer(unittest.TestCase):
     """examples/onnx/translate.py tokenizes as models/text/tokenizer.cpp: the expected tokens are

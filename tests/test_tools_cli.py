@@ -377,7 +377,7 @@ class Translate(Base):
     def test_over_long_input(self):
         p = self.translate(" ".join(["mann"] * 500))
         self.assertOk(p)
-        self.assertRegex(p.stderr, r"warning: sentence 1 truncated to 40 tokens")
+        self.assertRegex(p.stderr, r"warning: sentence 1 truncated to 64 tokens")  # 2 x the preset's max_tokens 32
         self.assertEqual(len(p.stdout.splitlines()), 1)
 
     def test_bad_decoding_options(self):

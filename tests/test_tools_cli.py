@@ -622,7 +622,7 @@ class EvalBleu(Base):
 class Compare(Base):
     def test_tiny_comparison(self):
         out = self.out("compare")
-        p = run("compare", "--vocab", "word", "--embed", "8", "--hidden", "8", "--subsets", "128,256", "--epochs", "1", "--valid", "40",
+        p = run("compare", "--embed", "8", "--hidden", "8", "--subsets", "128,256", "--epochs", "1", "--valid", "40",
                 "--kinds", "additive,scaled_dot", "--timing-steps", "2", "--threads", "1", "--quiet",
                 "--data-dir", DATA, "--out", out)
         self.assertOk(p)

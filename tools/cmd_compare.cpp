@@ -50,7 +50,8 @@ Args compare_args() {
       .option("embed", "n", "embedding size E").option("hidden", "n", "GRU hidden size H")
       .option("layers", "n", "GRU layers L").option("dropout", "p", "dropout probability")
       .option("max-tokens", "n", "truncate sentences to n tokens")
-      .option("vocab", "kind", "word | unigram:N | bpe:N (default: the preset's; see seqgrad train --help)")
+      .option("vocab", "kind", "word | unigram:N | bpe:N (default: word, at most 20 tokens, as the word-level "
+              "presets; every subset must support N pieces)")
       .option("joint-vocab", "", "one subword model for both languages")
       .option("timing-steps", "n", "steps per kind in the interleaved time-per-step measurement (0 = skip)", "12")
       .option("seed", "n", "random seed (the same for every run)", "0")
@@ -74,6 +75,9 @@ int kind_color(const std::string& kind) { return static_cast<int>(models::parse_
 TrainConfig base_config(const Args& a) {
   TrainConfig c = models::preset(a.get("preset"));
   c.epochs = a.get_int("epochs");  // compare's own default (2), not the preset's
+  // compare's own default vocabulary: words, at most 20 (as the word-level presets), since a
+  // subset of 1000 pairs supports no 4000-piece subword model
+  if (!a.has("vocab")) c.vocab = "word", c.max_tokens = 20;
   c = apply_config_flags(c, a);
   c.train_subset = 0;
   return c;

@@ -272,8 +272,9 @@ std::string create_output_folder(const std::string& path, const std::string& fla
 int translate_main(int argc, char** argv) {
   Args a("translate", "Translate sentences (arguments, or one per line on stdin) with a trained checkpoint.\n"
                       "Prints one line per input sentence as soon as it is translated (lines waiting on stdin are\n"
-                      "decoded together). Words not seen in training become <unk> (noted on stderr, with a warning\n"
-                      "when most words are unknown: the wrong language?); sentences longer than twice the training\n"
+                      "decoded together). With a word-level vocabulary, words not seen in training become <unk>\n"
+                      "(noted on stderr, with a warning when most words are unknown: the wrong language?); a subword\n"
+                      "vocabulary (SentencePiece) gives cased, detokenised text. Sentences longer than twice the training\n"
                       "length are truncated with a warning. A line that cannot be translated (empty, not UTF-8)\n"
                       "gives an error naming it on stderr and an empty output line; the others go on, and the exit\n"
                       "status is 1. With --nbest N each sentence gives N lines: number<TAB>score<TAB>translation.");

@@ -6,7 +6,7 @@
 //   decoder: per step, query = state (B, H) (a 2-D query) over the encoder outputs with padding
 //            masked (a bool keep mask, src != pad); GRUCell input = concat(embedding, context);
 //            output Linear(H -> V). The keys are projected once per batch (attention.prepare).
-// Training: teacher forcing, cross-entropy ignoring padding, Adam, gradient clipping at 1.
+// Training: teacher forcing, cross-entropy ignoring padding, Adam with StepLR, gradient clipping at 1.
 // Checked: greedy decoding reverses at least 90% of 200 unseen sequences, and the attention has
 // learned the alignment a reversal needs: output step t looks at source position len - 1 - t (± 1).
 #include <fmt/core.h>
@@ -142,18 +142,23 @@ int main() {
   manual_seed(0);
   std::mt19937 gen(0);
   Seq2Seq model;
-  optim::Adam opt(model.parameters(), {.lr = 0.01});
+  std::vector<Tensor> parameters = model.parameters();
+  optim::Adam opt(parameters, {.lr = 0.01});
+  optim::StepLR sched(opt, {.step_size = 3, .gamma = 0.3});  // per epoch: 0.01 for 3 epochs, then 0.003
   double loss_value = 0;
-  for (int step = 1; step <= 250; ++step) {
-    Batch b = make_batch(gen, 64);
-    Tensor logits = model(b);
-    Tensor loss = nn::cross_entropy(logits.reshape({-1, kVocab}), b.tgt_out.reshape({-1}), {.ignore_index = kPad});
-    opt.zero_grad();
-    loss.backward();
-    optim::clip_grad_norm_(model.parameters(), 1.0);
-    opt.step();
-    loss_value = loss.item();
-    if (step % 50 == 0) fmt::print("step {:3}  loss {:.4f}\n", step, loss_value);
+  for (int epoch = 1; epoch <= 5; ++epoch) {
+    for (int batch = 0; batch < 50; ++batch) {
+      Batch b = make_batch(gen, 64);
+      Tensor logits = model(b);  // (B, T, V)
+      Tensor loss = nn::cross_entropy(logits.reshape({-1, kVocab}), b.tgt_out.reshape({-1}), {.ignore_index = kPad});
+      opt.zero_grad();
+      loss.backward();
+      optim::clip_grad_norm_(parameters, 1.0);
+      opt.step();
+      loss_value = loss.item();
+    }
+    sched.step();
+    fmt::print("epoch {}  loss {:.4f}  next lr {:.4f}\n", epoch, loss_value, opt.lr());
   }
 
   model.eval();

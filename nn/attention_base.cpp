@@ -222,7 +222,7 @@ void Attention::check_queries(const Tensor& queries, const AttentionMemory& memo
   check_queries_against(op_, queries, memory.keys, memory.values);
   const Tensor& mask = memory.mask;
   SG_CHECK_SHAPE(!mask.defined() || mask.size(1) == 1 || mask.size(1) == queries.size(1),
-                 "{}: the memory's valid_lengths were per query for {} queries, got queries {}", op_, mask.size(1),
+                 "{}: the memory's valid_lengths or keep mask were per query for {} queries, got queries {}", op_, mask.size(1),
                  queries.shape());
 }
 

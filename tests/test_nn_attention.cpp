@@ -552,7 +552,13 @@ TEST_CASE("AttentionMemory: expand repeats a batch of one (beam search); a memor
   CHECK_THROWS_WITH_AS(three.expand(2), doctest::Contains("needs a batch of 1"), ShapeError);
   nn::AttentionMemory per_query = dot.prepare(randn({3, kK, 5}), randn({3, kK, 4}), lengths2({1, 2, 3, 4, 1, 2}, 3, 2));
   CHECK_THROWS_WITH_AS(dot.attend(randn({3, 1, 3}), per_query),
-                       doctest::Contains("valid_lengths were per query for 2 queries, got queries (3, 1, 3)"),
+                       doctest::Contains("valid_lengths or keep mask were per query for 2 queries, got queries (3, 1, 3)"),
+                       ShapeError);
+  nn::AttentionMemory per_query_keep =
+      dot.prepare(randn({3, kK, 5}), randn({3, kK, 4}), ones({3, 2, kK}, {.dtype = DType::b8}));  // (B, Q, K)
+  CHECK(per_query_keep.mask.shape() == Shape{3, 2, kK});
+  CHECK_THROWS_WITH_AS(dot.attend(randn({3, 3}), per_query_keep),
+                       doctest::Contains("valid_lengths or keep mask were per query for 2 queries, got queries (3, 1, 3)"),
                        ShapeError);
 }
 

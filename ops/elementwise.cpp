@@ -45,6 +45,21 @@ Tensor winner_share(const Tensor& dy, const Tensor& mine, const Tensor& other, c
   return masked_fill(shared, loses, 0.0);
 }
 
+// maximum (op = BinaryOp::maximum) or minimum of a and b, recorded with winner_share's gradient.
+Tensor elementwise_extreme(const char* name, BinaryOp op, const Tensor& a, const Tensor& b) {
+  check_same(name, a, b);
+  Tensor y = binary_kernel(op, a, b, name);
+  const bool larger_wins = op == BinaryOp::maximum;
+  return record(name, y, {a, b}, [a = save(a), b = save(b), larger_wins](const Tensor& dy, Grads& g) {
+    const Tensor &av = a.get(), &bv = b.get();
+    auto loses = [larger_wins](const Tensor& mine, const Tensor& other) {
+      return larger_wins ? lt(mine, other) : gt(mine, other);
+    };
+    if (g.needs(0)) g.add(0, sum_to(winner_share(dy, av, bv, loses(av, bv)), av.shape()));
+    if (g.needs(1)) g.add(1, sum_to(winner_share(dy, bv, av, loses(bv, av)), bv.shape()));
+  });
+}
+
 }  // namespace
 
 namespace detail {
@@ -117,29 +132,10 @@ Tensor pow(const Tensor& a, const Tensor& b) {
   });
 }
 
-// maximum  y = max(a, b), NaN if either is NaN
-//   da = sum_to(dy, a) where a > b, half of it where a == b, 0 where a < b; db likewise
-Tensor maximum(const Tensor& a, const Tensor& b) {
-  check_same("maximum", a, b);
-  Tensor y = binary_kernel(BinaryOp::maximum, a, b, "maximum");
-  return record("maximum", y, {a, b}, [a = save(a), b = save(b)](const Tensor& dy, Grads& g) {
-    const Tensor &av = a.get(), &bv = b.get();
-    if (g.needs(0)) g.add(0, sum_to(winner_share(dy, av, bv, lt(av, bv)), av.shape()));
-    if (g.needs(1)) g.add(1, sum_to(winner_share(dy, bv, av, lt(bv, av)), bv.shape()));
-  });
-}
-
-// minimum  y = min(a, b), NaN if either is NaN
-//   da = sum_to(dy, a) where a < b, half of it where a == b, 0 where a > b; db likewise
-Tensor minimum(const Tensor& a, const Tensor& b) {
-  check_same("minimum", a, b);
-  Tensor y = binary_kernel(BinaryOp::minimum, a, b, "minimum");
-  return record("minimum", y, {a, b}, [a = save(a), b = save(b)](const Tensor& dy, Grads& g) {
-    const Tensor &av = a.get(), &bv = b.get();
-    if (g.needs(0)) g.add(0, sum_to(winner_share(dy, av, bv, gt(av, bv)), av.shape()));
-    if (g.needs(1)) g.add(1, sum_to(winner_share(dy, bv, av, gt(bv, av)), bv.shape()));
-  });
-}
+// maximum  y = max(a, b)    minimum  y = min(a, b)    (NaN if either is NaN)
+//   da = sum_to(dy, a) where a wins, half of it where a == b, 0 where b wins; db likewise
+Tensor maximum(const Tensor& a, const Tensor& b) { return elementwise_extreme("maximum", BinaryOp::maximum, a, b); }
+Tensor minimum(const Tensor& a, const Tensor& b) { return elementwise_extreme("minimum", BinaryOp::minimum, a, b); }
 
 // add_scalar  y = a + s     da = dy
 Tensor add(const Tensor& a, double s) {

@@ -127,7 +127,9 @@ ValuesIndices min(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor amax(const Tensor& x, const Shape& dims, bool keepdim = false);
 Tensor amin(const Tensor& x, const Shape& dims, bool keepdim = false);
 // x sorted along dim, ascending (or descending), and where each value came from (ties keep their
-// order); the gradient of values goes back to the indices (torch.sort).
+// order); the gradient of values goes back to the indices (torch.sort). It runs the topk kernel
+// with k = the dimension's size: O(n log n) per row on the CPU, a selection loop (O(n²) per row)
+// on CUDA, which suits the short rows of decoding rather than sorting long rows on the GPU.
 ValuesIndices sort(const Tensor& x, int64_t dim = -1, bool descending = false);
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor argmin(const Tensor& x, int64_t dim, bool keepdim = false);

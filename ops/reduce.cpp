@@ -81,14 +81,21 @@ Tensor mean(const Tensor& x, const Shape& dims_in, bool keepdim) {
 
 namespace {
 
-// The values and indices of the max (argop = argmax) or min along d. The values are gathered
-// from x, so their gradient is dy scattered to the indices (gather's backward).
+// values = x at `indices` along d (recorded as `op`: max, min, sort)   dx = dy scattered to the indices
+Tensor values_at(const char* op, const Tensor& x, int d, const Tensor& indices) {
+  Tensor values = gather(x.detach(), d, indices);
+  return record(op, values, {x}, [indices, d, in_shape = x.shape()](const Tensor& dy, Grads& g) {
+    g.add(0, scatter_add(zeros(in_shape, {.dtype = dy.dtype(), .device = dy.device()}), d, indices, dy));
+  });
+}
+
+// The values and indices of the max (argop = argmax) or min along dim (the first on ties).
 ValuesIndices extreme_along(const char* op, ReduceOp argop, const Tensor& x, int64_t dim, bool keepdim) {
   detail::check_defined(op, x);
   int d = wrap_dim(dim, x.ndim(), op);
   if (x.ndim() == 0) return extreme_along(op, argop, x.reshape({1}), 0, false);  // (x, 0), as torch
   Tensor idx = reduce_kernel(op, argop, x, {d}, DType::i64);  // keepdim shape
-  Tensor values = gather(x, d, idx);
+  Tensor values = values_at(op, x, d, idx);
   if (keepdim) return {values, idx};
   return {values.squeeze(d), idx.squeeze(d)};
 }
@@ -203,7 +210,7 @@ ValuesIndices sort(const Tensor& x, int64_t dim, bool descending) {
   const int64_t n = x.shape()[d];
   SG_CHECK_DTYPE(x.dtype() != DType::b8, "sort: cannot sort a bool tensor {}", x.shape());
   Tensor indices = topk(x.detach(), n, d, descending).second;
-  return {gather(x, d, indices), indices};
+  return {values_at("sort", x, d, indices), indices};
 }
 
 // ---- Tensor member shortcuts

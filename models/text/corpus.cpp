@@ -186,8 +186,7 @@ bool CorpusFiles::selects(int64_t k) const {
 }
 
 std::string CorpusFiles::describe() const {
-  return is_tsv() ? fmt::format("'{}' (columns {} and {})", tsv, src_col, tgt_col)
-                  : fmt::format("'{}' and '{}'", src, tgt);
+  return is_tsv() ? fmt::format("{} (columns {} and {})", tsv, src_col, tgt_col) : fmt::format("{} and {}", src, tgt);
 }
 
 struct PairReader::Impl {

@@ -72,7 +72,7 @@ struct CorpusFiles {
 
   bool is_tsv() const { return !tsv.empty(); }
   bool selects(int64_t k) const;
-  std::string describe() const;  // "'train.de' and 'train.en'" or "'pairs.tsv' (columns 0 and 1)"
+  std::string describe() const;  // "train.de and train.en" or "pairs.tsv (columns 0 and 1)"
 };
 
 // Reads a corpus one pair at a time, holding one line of each file, with the cleaning and skip

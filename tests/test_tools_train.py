@@ -308,7 +308,7 @@ class Logs(Base):
         for line in progress:
             self.assertRegex(line, r"^epoch 1/2 batch \d/8 loss [\d.]+ \d+ tok/s ETA \d+m\d\ds \(run \d+m\d\ds\)$")
         self.assertIn("epoch 1/2: validating on 1014 pairs...", lines)
-        self.assertTrue(any(l.startswith("saved new best (BLEU ") for l in lines), p.stderr)
+        self.assertTrue(any(l.startswith("saved new best (sacreBLEU ") for l in lines), p.stderr)
 
     def test_epoch_lines_are_flushed(self):
         # Read stdout while the run goes on: the first epoch's line must arrive before the run ends

@@ -171,6 +171,11 @@ std::pair<std::string, std::string> Args::get_pair(const std::string& name) cons
   return {get(name), second->second};
 }
 
+bool Args::is_pair_option(const std::string& name) const {
+  auto o = options_.find(name);
+  return o != options_.end() && !o->second.second_value_name.empty();
+}
+
 std::string Args::help() const {
   std::string out = fmt::format("usage: seqgrad {} [options]{}\n\n{}\n\noptions:\n", command_,
                                 positional_name_.empty() ? "" : fmt::format(" [{}...]", positional_name_), summary_);

@@ -73,6 +73,7 @@ class Args {
   int get_threads(const std::string& name = "threads") const;
   double get_double(const std::string& name) const;
   std::pair<std::string, std::string> get_pair(const std::string& name) const;  // a given pair_option
+  bool is_pair_option(const std::string& name) const;  // declared with pair_option
   bool flag(const std::string& name) const { return has(name); }
   const std::vector<std::string>& positionals() const { return positionals_; }
   std::string help() const;

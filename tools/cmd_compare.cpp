@@ -35,21 +35,17 @@ using Clock = std::chrono::steady_clock;
 Args compare_args() {
   Args a("compare", "Compare attention kinds (additive, scaled dot, hybrid) on the same data and seed: loss and\n"
                     "validation sacreBLEU, chrF and tokenised BLEU per epoch, time per step, small training\n"
-                    "subsets and attention sharpness. Trains on a bundled corpus or your own files (--train, --valid:\n"
-                    "see `seqgrad train --help`); the largest subset is held in memory.\n"
+                    "subsets and attention sharpness. Trains on a bundled corpus or your own files (--train SRC TGT\n"
+                    "--valid-files SRC TGT, or the -tsv forms); the largest subset is held in memory.\n"
                     "Writes <out>/report.html (plots and a table) and <out>/compare.json.");
   a.option("preset", "name", "hyper-parameter preset: default | seed | d2l", "default")
       .option("kinds", "list", "comma-separated attention kinds", "additive,scaled_dot,hybrid")
       .option("subsets", "list", "comma-separated training-set sizes (first N pairs; 'all' = every pair)",
               "1000,5000")
       .option("epochs", "n", "training epochs per run", "2")
-      .option("valid", "n", "first n validation pairs, used for loss, BLEU and entropy (0 = all)", "500")
-      .option("corpus", "name", "bundled corpus under --data-dir: multi30k | fra-eng (default: the preset's)")
-      .pair_option("train", "src_file", "tgt_file", "your training corpus: two files aligned by line")
-      .option("train-tsv", "file", "your training corpus as one file of source<TAB>target lines")
-      .pair_option("valid", "src_file", "tgt_file", "your validation corpus (needed with --train)")
-      .option("valid-tsv", "file", "your validation corpus, tab-separated")
-      .option("src", "lang", "source language (multi30k: de en fr cs; fra-eng: en fr)")
+      .option("valid", "n", "first n validation pairs, used for loss, BLEU and entropy (0 = all)", "500");
+  add_data_options(a, {.valid_flag = "valid-files", .test = false});
+  a.option("src", "lang", "source language (multi30k: de en fr cs; fra-eng: en fr)")
       .option("tgt", "lang", "target language")
       .option("data-dir", "dir", "folder holding multi30k/ and fra-eng/", "data")
       .option("out", "dir", "folder for report.html and compare.json", "runs/compare")

@@ -52,15 +52,9 @@ Args train_args() {
                   "Under `mpirun -np N` the N processes train one model data-parallel: each takes its share of\n"
                   "every batch (--batch-size stays the global size), gradients are averaged, rank 0 writes;\n"
                   "--resume works with any N. SEQGRAD_DIST_TIMEOUT (s, default 300) bounds a wait for a rank.");
-  a.option("preset", "name", "hyper-parameter preset: default | seed | d2l", "default")
-      .option("corpus", "name", "bundled corpus under --data-dir: multi30k | fra-eng (default: the preset's)")
-      .pair_option("train", "src_file", "tgt_file", "your training corpus: two files aligned by line")
-      .option("train-tsv", "file", "your training corpus as one file of source<TAB>target lines")
-      .pair_option("valid", "src_file", "tgt_file", "your validation corpus (needed with --train)")
-      .option("valid-tsv", "file", "your validation corpus, tab-separated")
-      .pair_option("test", "src_file", "tgt_file", "your test corpus (optional; scored after training)")
-      .option("test-tsv", "file", "your test corpus, tab-separated")
-      .option("shuffle-buffer", "n", "training pairs held, shuffled and bucketed at once", "200000")
+  a.option("preset", "name", "hyper-parameter preset: default | seed | d2l", "default");
+  add_data_options(a);
+  a.option("shuffle-buffer", "n", "training pairs held, shuffled and bucketed at once", "200000")
       .option("src", "lang", "source language (multi30k: de en fr cs; fra-eng: en fr; your files: a name)")
       .option("tgt", "lang", "target language")
       .option("data-dir", "dir", "folder holding multi30k/ and fra-eng/", "data")

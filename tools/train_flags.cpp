@@ -14,16 +14,16 @@ namespace {
 
 std::string absolute(const std::string& path) { return std::filesystem::absolute(path).lexically_normal().string(); }
 
-// A split's files from --NAME SRC TGT or --NAME-tsv FILE (absolute, so that eval and resume find
+// A split's files from `name` SRC TGT or `tsv_name` FILE (absolute, so that eval and resume find
 // them from any folder); nullopt when neither is given.
-std::optional<text::CorpusFiles> split_flag(const Args& a, const std::string& name) {
-  const bool aligned = a.has(name), tsv = a.has(name + "-tsv");
-  SG_CHECK_USAGE(!(aligned && tsv), "--{} and --{}-tsv exclude each other (two aligned files, or one tab-separated "
-                 "file)", name, name);
+std::optional<text::CorpusFiles> split_flag(const Args& a, const std::string& name, const std::string& tsv_name) {
+  const bool aligned = a.is_pair_option(name) && a.has(name), tsv = a.has(tsv_name);
+  SG_CHECK_USAGE(!(aligned && tsv), "--{} and --{} exclude each other (two aligned files, or one tab-separated "
+                 "file)", name, tsv_name);
   if (!aligned && !tsv) return std::nullopt;
   text::CorpusFiles f;
   if (tsv) {
-    f.tsv = absolute(a.get(name + "-tsv"));
+    f.tsv = absolute(a.get(tsv_name));
   } else {
     auto [src, tgt] = a.get_pair(name);
     f.src = absolute(src), f.tgt = absolute(tgt);
@@ -34,8 +34,10 @@ std::optional<text::CorpusFiles> split_flag(const Args& a, const std::string& na
 // --corpus NAME (a bundled corpus), or the user's files: --train and --valid (or their -tsv
 // forms), --test optional.
 void apply_data_flags(models::TrainConfig& c, const Args& a) {
-  std::optional<text::CorpusFiles> train = split_flag(a, "train"), valid = split_flag(a, "valid"),
-                                   test = split_flag(a, "test");
+  const std::string valid_flag = a.is_pair_option("valid") ? "valid" : "valid-files";
+  std::optional<text::CorpusFiles> train = split_flag(a, "train", "train-tsv"),
+                                   valid = split_flag(a, valid_flag, "valid-tsv"),
+                                   test = split_flag(a, "test", "test-tsv");
   if (a.has("corpus")) {
     SG_CHECK_USAGE(!train && !valid && !test, "--corpus {} names a bundled corpus; --train, --valid and --test give "
                    "your own files instead: use one or the other", a.get("corpus"));
@@ -51,10 +53,10 @@ void apply_data_flags(models::TrainConfig& c, const Args& a) {
     return;
   }
   if (!train && !valid && !test) return;
-  SG_CHECK_USAGE(train.has_value() || c.corpus == "files", "--valid and --test go with --train: your own corpus "
-                 "needs --train SRC_FILE TGT_FILE (or --train-tsv FILE)");
-  SG_CHECK_USAGE(valid.has_value() || c.corpus == "files", "--train needs --valid SRC_FILE TGT_FILE (or --valid-tsv "
-                 "FILE): a validation split picks the best checkpoint");
+  SG_CHECK_USAGE(train.has_value() || c.corpus == "files", "--{} and --test go with --train: your own corpus "
+                 "needs --train SRC_FILE TGT_FILE (or --train-tsv FILE)", valid_flag);
+  SG_CHECK_USAGE(valid.has_value() || c.corpus == "files", "--train needs --{} SRC_FILE TGT_FILE (or --valid-tsv "
+                 "FILE): a validation split picks the best checkpoint", valid_flag);
   if (c.corpus != "files" && !a.has("src") && !a.has("tgt")) c.src_lang = "src", c.tgt_lang = "tgt";
   c.corpus = "files";
   if (train) c.train_files = *train;
@@ -63,6 +65,17 @@ void apply_data_flags(models::TrainConfig& c, const Args& a) {
 }
 
 }  // namespace
+
+void add_data_options(Args& a, const DataOptions& o) {
+  a.option("corpus", "name", "bundled corpus under --data-dir: multi30k | fra-eng (default: the preset's)")
+      .pair_option("train", "src_file", "tgt_file", "your training corpus: two files aligned by line")
+      .option("train-tsv", "file", "your training corpus as one file of source<TAB>target lines")
+      .pair_option(o.valid_flag, "src_file", "tgt_file", "your validation corpus (needed with --train)")
+      .option("valid-tsv", "file", "your validation corpus, tab-separated");
+  if (o.test)
+    a.pair_option("test", "src_file", "tgt_file", "your test corpus (optional; scored after training)")
+        .option("test-tsv", "file", "your test corpus, tab-separated");
+}
 
 models::TrainConfig apply_config_flags(models::TrainConfig c, const Args& a) {
   apply_data_flags(c, a);

@@ -505,3 +505,27 @@ TEST_CASE("StreamingBatches: one buffer batches exactly as make_batches; more bu
   CHECK_THROWS_WITH_AS(chunked.start_epoch(7, 66), doctest::Contains("cannot start at batch 66 of an epoch of 65"),
                        seqgrad::ValueError);
 }
+
+TEST_CASE("PairSample: a bounded, deterministic, roughly uniform sample in stream order") {
+  auto sample_of = [](int64_t n, int64_t capacity, uint64_t seed) {
+    PairSample sample(capacity, seed);
+    for (int64_t i = 0; i < n; ++i) sample.add({std::to_string(i), "x"});
+    std::vector<int64_t> out;
+    for (const SentencePair& p : sample.pairs()) out.push_back(std::stoll(p.src));
+    return out;
+  };
+  CHECK(sample_of(5, 10, 1) == std::vector<int64_t>{0, 1, 2, 3, 4});  // fewer than the capacity: all
+  const std::vector<int64_t> a = sample_of(10000, 100, 7);
+  CHECK(a.size() == 100u);
+  CHECK(std::is_sorted(a.begin(), a.end()));
+  CHECK(std::set<int64_t>(a.begin(), a.end()).size() == 100u);
+  CHECK(a == sample_of(10000, 100, 7));
+  CHECK(a != sample_of(10000, 100, 8));
+  // Uniform: each of 10 blocks of 1000 holds 10 of the 100 on average; over 200 seeds every block
+  // gets 2000 +- a few percent (the binomial's standard deviation is about 42).
+  std::vector<int64_t> per_block(10, 0);
+  for (uint64_t seed = 0; seed < 200; ++seed)
+    for (int64_t i : sample_of(10000, 100, seed)) ++per_block[static_cast<std::size_t>(i / 1000)];
+  for (int64_t count : per_block) CHECK((count > 1800 && count < 2200));
+  CHECK_THROWS_WITH_AS(PairSample(0, 1), doctest::Contains("capacity = 0"), seqgrad::ValueError);
+}

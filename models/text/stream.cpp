@@ -29,6 +29,33 @@ CorpusIndex index_corpus(const CorpusFiles& files, const IndexOptions& options, 
   return index;
 }
 
+// ---- PairSample ---------------------------------------------------------------------------------
+
+PairSample::PairSample(int64_t capacity, uint64_t seed) : capacity_(capacity), rng_(seed) {
+  SG_CHECK_VALUE(capacity >= 1, "PairSample: capacity = {} must be >= 1", capacity);
+}
+
+void PairSample::add(const SentencePair& pair) {
+  const int64_t position = seen_++;
+  if (position < capacity_) {
+    kept_.emplace_back(position, pair);
+    return;
+  }
+  // Algorithm R: the n-th item (n = position + 1) replaces a random kept one with probability
+  // capacity / n, which keeps every item seen so far in the sample with that same probability.
+  const auto slot = static_cast<int64_t>(rng_.below(static_cast<uint64_t>(position) + 1));
+  if (slot < capacity_) kept_[static_cast<std::size_t>(slot)] = {position, pair};
+}
+
+std::vector<SentencePair> PairSample::pairs() const {
+  std::vector<std::pair<int64_t, SentencePair>> ordered = kept_;
+  std::sort(ordered.begin(), ordered.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<SentencePair> out;
+  out.reserve(ordered.size());
+  for (auto& [position, pair] : ordered) out.push_back(std::move(pair));
+  return out;
+}
+
 // ---- MemoryBatches ------------------------------------------------------------------------------
 
 MemoryBatches::MemoryBatches(std::span<const EncodedPair> pairs, BatchOptions options)

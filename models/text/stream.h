@@ -45,6 +45,24 @@ using PairVisitor = std::function<void(const SentencePair&)>;
 CorpusIndex index_corpus(const CorpusFiles& files, const IndexOptions& options, const PairVisitor& visit = {},
                          const ReadOptions& read_options = {});
 
+// A uniform random sample of at most `capacity` pairs of a stream of unknown length, in stream
+// order (reservoir sampling, Algorithm R, with ShuffleRng: the same seed and stream give the same
+// sample everywhere). For a trainer that needs a bounded sample of a large corpus (SentencePiece):
+// pass [&](const SentencePair& p) { sample.add(p); } as index_corpus's visitor.
+class PairSample {
+ public:
+  PairSample(int64_t capacity, uint64_t seed);
+  void add(const SentencePair& pair);
+  // The sampled pairs in the order the stream gave them.
+  std::vector<SentencePair> pairs() const;
+  int64_t seen() const { return seen_; }
+
+ private:
+  int64_t capacity_, seen_ = 0;
+  ShuffleRng rng_;
+  std::vector<std::pair<int64_t, SentencePair>> kept_;  // (position in the stream, pair)
+};
+
 // ---- batch sources ------------------------------------------------------------------------------
 
 // The batches of one training epoch, produced one at a time. The order depends only on the seed

@@ -503,7 +503,7 @@ class MixedPrecision(Base):
             p = self.train(out, "--subset", "128", "--epochs", "1", "--amp", amp)
             self.assertOk(p)
             self.assertIn(f"amp {amp}", p.stdout)
-            self.assertRegex(p.stdout, r"test: loss [\d.]+, ppl [\d.]+, BLEU")
+            self.assertRegex(p.stdout, r"test: loss [\d.]+, ppl [\d.]+, sacreBLEU [\d.]+, chrF [\d.]+, BLEU")
             (m,) = read_metrics(os.path.join(out, "metrics.jsonl"))
             for key in ["train_loss", "valid_loss"]:
                 self.assertTrue(m[key] == m[key] and 0 < m[key] < 100, (amp, m))  # finite, not NaN

@@ -19,7 +19,7 @@ using models::evaluate;
 // "▁Hund" "e"), or with words, the pieces merged (merged_into_words).
 enum class HeatmapLabels { tokens, words };
 
-// Test BLEU (tokenised lower-cased and sacreBLEU 13a), sample translations and heatmaps in out_dir.
+// Test sacreBLEU (13a, cased), chrF and tokenised lower-cased BLEU, sample translations and heatmaps in out_dir.
 void report_test(models::Seq2Seq& model, const text::Vocab& src_vocab, const text::Vocab& tgt_vocab,
                  const models::Corpora& data, const models::TrainConfig& config, const std::string& out_dir,
                  const models::DecodeOptions& decoding, HeatmapLabels labels = HeatmapLabels::tokens);

@@ -39,14 +39,15 @@ void set_ramp(nn::Module& m) {
   }
 }
 
-// The new style: every member declared and registered in one statement.
+// The new style: every member declared and registered in one statement (README's example).
 struct DeclaredNet : nn::Module {
   DeclaredNet() : Module("DeclaredNet") {}
   nn::Linear fc1 = register_module<nn::Linear>("fc1", {.in_features = 3, .out_features = 4});
   nn::Dropout drop = register_module<nn::Dropout>("drop");
-  nn::Linear fc2 = register_module<nn::Linear>("fc2", {.in_features = 4, .out_features = 2, .bias = false});
+  nn::Sequential head = register_module<nn::Sequential>("head",
+      std::make_unique<nn::Linear>(nn::Linear::Options{.in_features = 4, .out_features = 2, .bias = false}));
   Tensor scale = register_parameter("scale", ones({2}));
-  Tensor operator()(const Tensor& x) const { return fc2(tanh(fc1(drop(x)))) * scale; }
+  Tensor operator()(const Tensor& x) const { return head(tanh(fc1(drop(x)))) * scale; }
 };
 
 // The old style with a member forgotten: fc2 is built but never registered.
@@ -158,13 +159,13 @@ TEST_CASE("Module::to(dtype) between Adam steps: gradients convert and the momen
 
 TEST_CASE("registration by declaration: members registered in order, with PyTorch-style names") {
   DeclaredNet net;
-  CHECK(names_of(net) == std::vector<std::string>{"scale", "fc1.weight", "fc1.bias", "fc2.weight"});
-  CHECK(keys_of(net.state_dict()) == std::vector<std::string>{"fc1.bias", "fc1.weight", "fc2.weight", "scale"});
+  CHECK(names_of(net) == std::vector<std::string>{"scale", "fc1.weight", "fc1.bias", "head.0.weight"});
+  CHECK(keys_of(net.state_dict()) == std::vector<std::string>{"fc1.bias", "fc1.weight", "head.0.weight", "scale"});
   CHECK(net.scale.requires_grad());
   CHECK(net.named_parameters()[0].second.impl() == net.scale.impl());  // the member is the parameter
   std::vector<std::string> visited;
   net.apply([&](nn::Module& m) { visited.push_back(m.type_name()); });
-  CHECK(visited == std::vector<std::string>{"Linear", "Dropout", "Linear", "DeclaredNet"});
+  CHECK(visited == std::vector<std::string>{"Linear", "Dropout", "Linear", "Sequential", "DeclaredNet"});
   net.to(DType::f64);
   CHECK(net.scale.dtype() == DType::f64);  // the member handle follows to() too
   CHECK(net.fc1.weight.dtype() == DType::f64);

@@ -155,6 +155,19 @@ TEST_CASE("Module::to(dtype) between Adam steps: gradients convert and the momen
   CHECK(m[1] == doctest::Approx(-0.58).epsilon(1e-6));
 }
 
+TEST_CASE("Module::to(dtype) between SGD steps: the momentum buffer follows the parameter") {
+  nn::Linear fc({.in_features = 2, .out_features = 1, .bias = false});
+  optim::SGD opt(fc.parameters(), {.lr = 0.1, .momentum = 0.9});
+  Tensor x = tensor({1, -2}, {1, 2});
+  fc(x).sum().backward();
+  opt.step();  // b = g = [1, -2] (float32)
+  fc.to(DType::f64);
+  opt.step();  // the same gradient again, now float64: b = 0.9 · b + g = [1.9, -3.8]
+  const Tensor b = opt.state_dict().tensors.at("state.0.momentum_buffer");
+  CHECK(b.dtype() == DType::f64);
+  CHECK(b.to_vector<double>() == std::vector<double>{1.9, -3.8});
+}
+
 // ---- registration
 
 TEST_CASE("registration by declaration: members registered in order, with PyTorch-style names") {
@@ -222,6 +235,22 @@ TEST_CASE("registration: names are checked, and a destroyed child leaves its par
     Tensor w = register_parameter("w.x", ones({1}));
   };
   CHECK_THROWS_WITH_AS(BadName(), "BadName: parameter name 'w.x' must be non-empty and contain no '.'", ValueError);
+
+  // A member whose constructor throws leaves nothing registered behind; the error is the member's.
+  struct BadMember : nn::Module {
+    BadMember() : Module("BadMember") {}
+    nn::Dropout drop = register_module<nn::Dropout>("drop");
+    nn::Linear fc = register_module<nn::Linear>("fc", {.in_features = 0, .out_features = 1});
+  };
+  CHECK_THROWS_WITH_AS(BadMember(), "linear: in_features = 0 must be positive", ValueError);
+  struct BadChildName : nn::Module {
+    BadChildName() : Module("BadChildName") {}
+    nn::Dropout drop = register_module<nn::Dropout>("a.b");
+  };
+  CHECK_THROWS_WITH_AS(BadChildName(), "BadChildName: submodule name 'a.b' must be non-empty and contain no '.'",
+                       ValueError);
+  DeclaredNet after;  // registration still works after those failures
+  CHECK(after.parameters().size() == 4);
 
   nn::Linear kept({.in_features = 1, .out_features = 1});
   struct Holder3 : nn::Module {
@@ -304,6 +333,12 @@ TEST_CASE("ModuleList and ModuleDict: names, apply, to and train reach every chi
   net.to(DType::f64);
   CHECK(held.dtype() == DType::f64);
   CHECK(net.layers.modules().size() == 2);
+  nn::ModuleList list(std::make_unique<nn::Linear>(nn::Linear::Options{.in_features = 1, .out_features = 1}),
+                      std::make_unique<nn::Dropout>());
+  CHECK(list.size() == 2);
+  CHECK(names_of(list) == std::vector<std::string>{"0.weight", "0.bias"});
+  CHECK(list.emplace_back<nn::Dropout>(nn::Dropout::Options{.p = 0.2}).options().p == 0.2);
+  CHECK_THROWS_WITH_AS(list.at<nn::Linear>(1), "ModuleList[1]: the module is a Dropout, not the type asked for", Error);
   // load_state_dict by PyTorch's names
   std::map<std::string, Tensor> state = net.state_dict();
   state["layers.1.bias"] = tensor({7, 8}, {.dtype = DType::f64});

@@ -1,10 +1,10 @@
+// Module: registration (and the check for unregistered members), traversal, to(), state_dict.
 #include "nn/module.h"
 
 #include <algorithm>
 #include <exception>
 #include <functional>
 #include <mutex>
-#include <set>
 #include <thread>
 #include <unordered_set>
 
@@ -45,7 +45,6 @@ Module::ChildUnderConstruction::~ChildUnderConstruction() {
   // The child's constructor has returned: everything built since it started is part of it, and
   // the parent's members built by registration end here too.
   child_->construction_end_ = constructions_on_thread;
-  child_->end_is_exact_ = true;
   parent_->members_end_ = constructions_on_thread;
 }
 

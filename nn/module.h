@@ -158,9 +158,8 @@ class Module {
   // thread, and the last number that belongs to its construction (0 while unknown).
   std::thread::id thread_;
   uint64_t construction_ = 0;
-  uint64_t construction_end_ = 0;   // from register_module<M> (exact) or the first register_* call
-  uint64_t members_end_ = 0;        // after the last member built by register_module<M>
-  bool end_is_exact_ = false;       // built by register_module<M>: its whole constructor is known
+  uint64_t construction_end_ = 0;  // the end of its constructor (register_module<M>), or its first register_* call
+  uint64_t members_end_ = 0;       // after the last member built by register_module<M>
 };
 
 }  // namespace seqgrad::nn

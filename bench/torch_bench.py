@@ -335,7 +335,8 @@ def beam_search(model, src, lengths, max_len, beam_size, length_penalty=1.0):
         last = torch.tensor([b[3] for b in beams], dtype=torch.int64)
         logits, new_state, weights = model.decoder.step(last, state, memory)
         log_probs = torch.log_softmax(logits, -1).double()
-        top_lp, top_id = log_probs.topk(min(beam_size, log_probs.size(1)), -1)
+        # 2 * beam_size continuations per row, as seqgrad: at most one is <eos>, so beam_size open ones remain
+        top_lp, top_id = log_probs.topk(min(2 * beam_size, log_probs.size(1)), -1)
         lp, ids = top_lp.tolist(), top_id.tolist()
         cands = sorted(((beams[b][2] + lp[b][j], b, ids[b][j]) for b in range(n) for j in range(len(lp[b]))),
                        key=lambda c: -c[0])
@@ -352,9 +353,11 @@ def beam_search(model, src, lengths, max_len, beam_size, length_penalty=1.0):
             nxt.append((beams[b][0] + [token], attention, log_prob, token))
             parents.append(b)
         if len(finished) >= beam_size or not nxt:
+            beams = []  # done: the open hypotheses lose, as in seqgrad (models/seq2seq/decode.cpp)
             break
         state = new_state.index_select(1, torch.tensor(parents, dtype=torch.int64))
         beams = nxt
+    # Only when max_len cut the search do the open hypotheses compete with the finished ones.
     for tokens, _, log_prob, _ in beams:
         finished.append((normalized(tokens, log_prob), tokens))
     return max(finished, key=lambda f: f[0])[1]

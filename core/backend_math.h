@@ -39,6 +39,17 @@ SG_HOST_DEVICE inline T unary_value(T v, T a, T b) {
   else if constexpr (Op == UnaryOp::sigmoid) return sigmoid(v);
   else if constexpr (Op == UnaryOp::reciprocal) return T(1) / v;
   else if constexpr (Op == UnaryOp::pow_scalar) return a == T(2) ? v * v : std::pow(v, a);
+  else if constexpr (Op == UnaryOp::log1p) return std::log1p(v);
+  else if constexpr (Op == UnaryOp::expm1) return std::expm1(v);
+  else if constexpr (Op == UnaryOp::erf) return std::erf(v);
+  else if constexpr (Op == UnaryOp::softplus) return a * v > b ? v : std::log1p(std::exp(a * v)) / a;
+  else if constexpr (Op == UnaryOp::gelu) return T(0.5) * v * (T(1) + std::erf(v * T(0.70710678118654752440)));
+  else if constexpr (Op == UnaryOp::gelu_tanh) {
+    T inner = T(0.79788456080286535588) * (v + T(0.044715) * v * v * v);  // √(2/π) (x + 0.044715 x³)
+    return T(0.5) * v * (T(1) + std::tanh(inner));
+  } else if constexpr (Op == UnaryOp::log_sigmoid) {  // min(x, 0) - log(1 + e^-|x|): no overflow
+    return (v < 0 ? v : T(0)) - std::log1p(std::exp(v < 0 ? v : -v));
+  } else if constexpr (Op == UnaryOp::silu) return v * sigmoid(v);
   else return v;  // logical_not is not a value op
 }
 
@@ -59,6 +70,8 @@ SG_HOST_DEVICE inline T unary_value(UnaryOp op, T v, T a, T b) {
     SG_UNARY_CASE(neg) SG_UNARY_CASE(exp) SG_UNARY_CASE(log) SG_UNARY_CASE(sqrt) SG_UNARY_CASE(tanh)
     SG_UNARY_CASE(sigmoid) SG_UNARY_CASE(relu) SG_UNARY_CASE(abs) SG_UNARY_CASE(sign)
     SG_UNARY_CASE(reciprocal) SG_UNARY_CASE(clamp) SG_UNARY_CASE(pow_scalar) SG_UNARY_CASE(affine)
+    SG_UNARY_CASE(log1p) SG_UNARY_CASE(expm1) SG_UNARY_CASE(erf) SG_UNARY_CASE(softplus) SG_UNARY_CASE(gelu)
+    SG_UNARY_CASE(gelu_tanh) SG_UNARY_CASE(log_sigmoid) SG_UNARY_CASE(silu)
 #undef SG_UNARY_CASE
     default: break;
   }
@@ -75,6 +88,8 @@ decltype(auto) with_unary_op(UnaryOp op, F&& f) {
     SG_UNARY_CASE(neg) SG_UNARY_CASE(exp) SG_UNARY_CASE(log) SG_UNARY_CASE(sqrt) SG_UNARY_CASE(tanh)
     SG_UNARY_CASE(sigmoid) SG_UNARY_CASE(relu) SG_UNARY_CASE(abs) SG_UNARY_CASE(sign)
     SG_UNARY_CASE(reciprocal) SG_UNARY_CASE(clamp) SG_UNARY_CASE(pow_scalar) SG_UNARY_CASE(affine)
+    SG_UNARY_CASE(log1p) SG_UNARY_CASE(expm1) SG_UNARY_CASE(erf) SG_UNARY_CASE(softplus) SG_UNARY_CASE(gelu)
+    SG_UNARY_CASE(gelu_tanh) SG_UNARY_CASE(log_sigmoid) SG_UNARY_CASE(silu)
 #undef SG_UNARY_CASE
     default: return f.template operator()<UnaryOp::logical_not>();
   }
@@ -93,8 +108,8 @@ SG_HOST_DEVICE inline T binary_value(T x, T y) {
   else if constexpr (Op == BinaryOp::sub) return x - y;
   else if constexpr (Op == BinaryOp::mul) return x * y;
   else if constexpr (Op == BinaryOp::div) return x / y;
-  else if constexpr (Op == BinaryOp::maximum) return x > y ? x : y;
-  else if constexpr (Op == BinaryOp::minimum) return x < y ? x : y;
+  else if constexpr (Op == BinaryOp::maximum) return x > y || x != x ? x : y;  // NaN propagates, as torch
+  else if constexpr (Op == BinaryOp::minimum) return x < y || x != x ? x : y;
   else if constexpr (Op == BinaryOp::pow) {
     if constexpr (std::is_floating_point_v<T>) return std::pow(x, y);
     else return static_cast<T>(std::pow(static_cast<double>(x), static_cast<double>(y)));

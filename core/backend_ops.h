@@ -11,12 +11,19 @@ enum class UnaryOp : uint8_t {
   pow_scalar,  // x ^ p.a
   affine,      // p.a * x + p.b
   logical_not,
+  // activations and special functions (floating types only)
+  log1p, expm1, erf,
+  softplus,  // x where p.a * x > p.b, else log(1 + exp(p.a * x)) / p.a  (p.a = beta, p.b = threshold)
+  gelu,      // x Φ(x) = x (1 + erf(x / √2)) / 2
+  gelu_tanh, // x (1 + tanh(√(2/π) (x + 0.044715 x³))) / 2
+  log_sigmoid, silu,
 };
 
 constexpr const char* unary_op_name(UnaryOp op) {
   constexpr const char* kNames[] = {"neg",  "exp",        "log",   "sqrt",       "tanh",  "sigmoid",    "relu",
                                     "abs",  "sign",       "reciprocal", "clamp", "pow_scalar", "affine",
-                                    "logical_not"};
+                                    "logical_not", "log1p", "expm1", "erf", "softplus", "gelu", "gelu_tanh",
+                                    "log_sigmoid", "silu"};
   return kNames[static_cast<int>(op)];
 }
 

@@ -19,6 +19,7 @@
 namespace seqgrad {
 
 struct Node;
+struct ValuesIndices;
 
 // A block of memory on one device. `version` counts in-place writes to any view of it, so that
 // backward can tell when a tensor it saved was modified after being saved (as PyTorch does).
@@ -154,7 +155,8 @@ class Tensor {
   Tensor sum(const Shape& dims, bool keepdim = false) const;
   Tensor mean() const;
   Tensor mean(const Shape& dims, bool keepdim = false) const;
-  Tensor max(int64_t dim, bool keepdim = false) const;
+  ValuesIndices max(int64_t dim, bool keepdim = false) const;  // values and argmax (ops/ops.h's max)
+  ValuesIndices min(int64_t dim, bool keepdim = false) const;
   Tensor argmax(int64_t dim, bool keepdim = false) const;
   Tensor exp() const;
   Tensor log() const;
@@ -195,6 +197,13 @@ class Tensor {
 
   std::shared_ptr<TensorImpl> impl_;
   const char* why_undefined_;  // a static string; null: default-constructed
+};
+
+// What max(dim), min(dim) and sort return, as torch's (values, indices) named tuples:
+//   auto [values, indices] = max(x, 1);
+struct ValuesIndices {
+  Tensor values;   // differentiable
+  Tensor indices;  // int64
 };
 
 // Values printed with shape and dtype, eliding the middle of long dimensions:

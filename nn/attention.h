@@ -1,6 +1,7 @@
-// The attention family in one include. Every kind takes queries (B, Q, Dq), keys (B, K, Dk),
-// values (B, K, Dv) and optional int64 valid lengths (B,) or (B, Q), returns the context
-// (B, Q, Dv) and keeps its last weights (B, Q, K) for plots. Start reading at attention_base.h;
+// The attention family in one include. Every kind takes queries (B, Q, Dq) or (B, Dq), keys
+// (B, K, Dk), values (B, K, Dv) and optionally int64 valid lengths (B,) / (B, Q) or a bool keep
+// mask (B, K) / (B, 1 | Q, K) (true = attend), returns the context (B, Q, Dv) or (B, Dv) and keeps
+// its last weights (B, Q, K) or (B, K) for plots. Start reading at attention_base.h;
 // the derivations (formula, shapes, cost, gradient per kind) are in docs/attention.md, and
 // `seqgrad attention demo --kind KIND` prints energies, weights and contexts for a toy input.
 //   attention_base.h        masked_softmax, the Attention base class, argument checks

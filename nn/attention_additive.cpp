@@ -56,7 +56,7 @@ void AdditiveAttention::prepare_keys(AttentionMemory& memory) const {
   memory.projected = {project_keys(memory.keys)};  // (B, K, A)
 }
 
-Tensor AdditiveAttention::attend(const Tensor& queries, const AttentionMemory& memory) const {
+Tensor AdditiveAttention::attend_queries(const Tensor& queries, const AttentionMemory& memory) const {
   check_queries(queries, memory, 1);
   check_feature_size(op_, "queries", queries, options_.query_size, "query_size");
   return attend_keys(queries, memory.projected[0], memory.values, memory.mask);

@@ -27,7 +27,7 @@ class AdditiveAttention : public Attention {
   //   scores = vᵀ tanh(W_q q + W_k k)   weights = masked_softmax(scores)   context = dropout(weights) · values
   // forward(q, k, v, lengths) = attend(q, prepare(k, v, lengths)); prepare() projects the keys once:
   // memory.projected = {W_k keys (B, K, A)}, so each attend() saves one (B·K·Dk·A) product.
-  Tensor attend(const Tensor& queries, const AttentionMemory& memory) const override;
+  Tensor attend_queries(const Tensor& queries, const AttentionMemory& memory) const override;
 
   // W_k keys: (B, K, Dk) -> (B, K, A), the projection prepare() stores.
   Tensor project_keys(const Tensor& keys) const;

@@ -30,6 +30,30 @@ Tensor length_mask(const Tensor& valid_lengths, int64_t batch, int64_t queries, 
   return ge(positions, lengths3);  // (B, 1, K) or (B, Q, K): true where j >= length
 }
 
+Tensor keep_mask_to_mask(const Tensor& keep, int64_t batch, int64_t queries, int64_t keys, const char* op) {
+  SG_CHECK(keep.defined(), "{}: the keep mask is undefined", op);
+  SG_CHECK_DTYPE(keep.dtype() == DType::b8, "{}: a mask must be bool (true = keep), got {} {}", op, keep.dtype(),
+                 keep.shape());
+  bool per_batch = keep.ndim() == 2 && keep.size(0) == batch && keep.size(1) == keys;
+  bool per_query = keep.ndim() == 3 && keep.size(0) == batch && (keep.size(1) == 1 || keep.size(1) == queries) &&
+                   keep.size(2) == keys;
+  SG_CHECK_SHAPE(per_batch || per_query,
+                 "{}: a keep mask must have shape (B, K) = ({}, {}), (B, 1, K) or (B, Q, K) = ({}, {}, {}), got {}",
+                 op, batch, keys, batch, queries, keys, keep.shape());
+  Tensor masked = logical_not(keep);  // true = masked, as softmax_with_mask takes it
+  return per_batch ? masked.view({batch, 1, keys}) : masked;  // (B, 1 | Q, K)
+}
+
+Tensor key_mask(const Tensor& lengths_or_mask, int64_t batch, int64_t queries, int64_t keys, const char* op) {
+  if (!lengths_or_mask.defined()) return {};
+  DType dtype = lengths_or_mask.dtype();
+  SG_CHECK_DTYPE(dtype == DType::i64 || dtype == DType::b8,
+                 "{}: the mask must be int64 valid lengths or a bool keep mask (true = keep), got {} {}", op, dtype,
+                 lengths_or_mask.shape());
+  if (dtype == DType::b8) return keep_mask_to_mask(lengths_or_mask, batch, queries, keys, op);
+  return length_mask(lengths_or_mask, batch, queries, keys, op);
+}
+
 Tensor softmax_with_mask(const Tensor& scores, const Tensor& mask) {
   SG_CHECK(scores.defined(), "masked_softmax: scores are undefined");
   SG_CHECK_DTYPE(is_floating(scores.dtype()), "masked_softmax: scores must be floating, got {} {}", scores.dtype(),
@@ -52,6 +76,7 @@ Tensor softmax_with_mask(const Tensor& scores, const Tensor& mask) {
 
 Tensor masked_softmax(const Tensor& scores, const Tensor& valid_lengths) {
   if (!valid_lengths.defined()) return softmax_with_mask(scores, {});
+  if (valid_lengths.dtype() == DType::b8) return softmax_with_mask(scores, logical_not(valid_lengths));  // keep mask
   SG_CHECK_SHAPE(scores.defined() && scores.ndim() >= 2,
                  "masked_softmax: scores must be (B, ..., Q, K) when valid_lengths are given, got {}",
                  scores.defined() ? scores.shape() : Shape{});
@@ -95,7 +120,7 @@ void check_keys_values(const char* op, const Tensor& keys, const Tensor& values)
 // queries (B, Q, Dq) against checked keys and values: 3-D, their batch, dtype and device.
 void check_queries_against(const char* op, const Tensor& queries, const Tensor& keys, const Tensor& values) {
   SG_CHECK(queries.defined(), "{}: queries must be defined", op);
-  SG_CHECK_SHAPE(queries.ndim() == 3, "{}: queries must be 3-D (B, Q, Dq), got {}", op, queries.shape());
+  SG_CHECK_SHAPE(queries.ndim() == 3, "{}: queries must be (B, Q, Dq) or (B, Dq), got {}", op, queries.shape());
   SG_CHECK_SHAPE(queries.size(0) == keys.size(0),
                  "{}: batch sizes differ: queries {}, keys {}, values {} (dimension 0 is the batch B)", op,
                  queries.shape(), keys.shape(), values.shape());
@@ -109,21 +134,23 @@ void check_queries_against(const char* op, const Tensor& queries, const Tensor& 
 }  // namespace
 
 Tensor check_attention_args(const char* op, const Tensor& queries, const Tensor& keys, const Tensor& values,
-                            const Tensor& valid_lengths) {
+                            const Tensor& lengths_or_mask) {
   SG_CHECK(queries.defined() && keys.defined() && values.defined(), "{}: queries, keys and values must be defined",
            op);
-  SG_CHECK_SHAPE(queries.ndim() == 3, "{}: queries must be 3-D (B, Q, Dq), got {}", op, queries.shape());
+  SG_CHECK_SHAPE(queries.ndim() == 3, "{}: queries must be (B, Q, Dq) or (B, Dq), got {}", op, queries.shape());
   check_keys_values(op, keys, values);
   check_queries_against(op, queries, keys, values);
-  if (!valid_lengths.defined()) return {};
-  return length_mask(valid_lengths, queries.size(0), queries.size(1), keys.size(1), op);
+  return key_mask(lengths_or_mask, queries.size(0), queries.size(1), keys.size(1), op);
 }
 
-Tensor check_memory_args(const char* op, const Tensor& keys, const Tensor& values, const Tensor& valid_lengths) {
+Tensor check_memory_args(const char* op, const Tensor& keys, const Tensor& values, const Tensor& lengths_or_mask) {
   check_keys_values(op, keys, values);
-  if (!valid_lengths.defined()) return {};
-  int64_t queries = valid_lengths.ndim() == 2 ? valid_lengths.size(1) : 1;
-  return length_mask(valid_lengths, keys.size(0), queries, keys.size(1), op);
+  if (!lengths_or_mask.defined()) return {};
+  // Per-query lengths (B, Q) and keep masks (B, Q, K) fix Q; anything else applies to every query.
+  bool is_mask = lengths_or_mask.dtype() == DType::b8;
+  int per_query_ndim = is_mask ? 3 : 2;
+  int64_t queries = lengths_or_mask.ndim() == per_query_ndim ? lengths_or_mask.size(1) : 1;
+  return key_mask(lengths_or_mask, keys.size(0), queries, keys.size(1), op);
 }
 
 void check_feature_size(const char* op, const char* what, const Tensor& t, int64_t expected, const char* option) {
@@ -152,15 +179,32 @@ AttentionMemory AttentionMemory::select_rows(const Tensor& index) const {
   return map([&index](const Tensor& t) { return index_select(t, 0, index); });
 }
 
+namespace {
+
+// A 2-D query (B, Dq) is one query per batch row: (B, 1, Dq).
+bool is_single_query(const Tensor& queries) { return queries.defined() && queries.ndim() == 2; }
+
+}  // namespace
+
 Tensor Attention::forward(const Tensor& queries, const Tensor& keys, const Tensor& values,
-                          const Tensor& valid_lengths) const {
-  AttentionMemory memory{keys, values, check_attention_args(op_, queries, keys, values, valid_lengths), {}, {}};
+                          const Tensor& lengths_or_mask) const {
+  Tensor queries3 = is_single_query(queries) ? queries.unsqueeze(1) : queries;  // (B, Q, Dq)
+  AttentionMemory memory{keys, values, check_attention_args(op_, queries3, keys, values, lengths_or_mask), {}, {}};
   prepare_keys(memory);
   return attend(queries, memory);
 }
 
-AttentionMemory Attention::prepare(const Tensor& keys, const Tensor& values, const Tensor& valid_lengths) const {
-  AttentionMemory memory{keys, values, check_memory_args(op_, keys, values, valid_lengths), {}, {}};
+Tensor Attention::attend(const Tensor& queries, const AttentionMemory& memory) const {
+  if (!is_single_query(queries)) return attend_queries(queries, memory);
+  Tensor context = attend_queries(queries.unsqueeze(1), memory);  // (B, 1, Dv)
+  // The kept weights and scores follow the query's shape: (B, 1, K) -> (B, K).
+  keep(last_scores_.defined() ? last_scores_.squeeze(1) : Tensor(),
+       last_weights_.defined() ? last_weights_.squeeze(1) : Tensor());
+  return context.squeeze(1);  // (B, Dv)
+}
+
+AttentionMemory Attention::prepare(const Tensor& keys, const Tensor& values, const Tensor& lengths_or_mask) const {
+  AttentionMemory memory{keys, values, check_memory_args(op_, keys, values, lengths_or_mask), {}, {}};
   prepare_keys(memory);
   return memory;
 }
@@ -178,7 +222,7 @@ void Attention::check_queries(const Tensor& queries, const AttentionMemory& memo
   check_queries_against(op_, queries, memory.keys, memory.values);
   const Tensor& mask = memory.mask;
   SG_CHECK_SHAPE(!mask.defined() || mask.size(1) == 1 || mask.size(1) == queries.size(1),
-                 "{}: the memory's valid_lengths were per query for {} queries, got queries {}", op_, mask.size(1),
+                 "{}: the memory's valid_lengths or keep mask were per query for {} queries, got queries {}", op_, mask.size(1),
                  queries.shape());
 }
 

@@ -3,9 +3,13 @@
 // scores kept for plots. The derivations are in docs/attention.md.
 //
 // Shapes (README legend; the attention family uses Q query positions and K key positions):
-//   queries (B, Q, Dq)   keys (B, K, Dk)   values (B, K, Dv)   context (B, Q, Dv)
-//   valid_lengths: int64 (B,) (one length per batch row) or (B, Q) (one per query), each in [0, K];
-//   key positions j >= valid length are masked.
+//   queries (B, Q, Dq) or (B, Dq) (one query per row)   keys (B, K, Dk)   values (B, K, Dv)
+//   context (B, Q, Dv), or (B, Dv) for 2-D queries
+//   the mask argument is either of
+//     valid lengths: int64 (B,) (one length per batch row) or (B, Q) (one per query), each in [0, K];
+//                    key positions j >= valid length are masked;
+//     a keep mask:   bool (B, K), (B, 1, K) or (B, Q, K), true = attend to that key (the seeds'
+//                    convention, `scores.masked_fill(mask == 0, -inf)`), false = masked.
 #pragma once
 #include <functional>
 #include <cstdint>
@@ -19,6 +23,7 @@ namespace seqgrad::nn {
 // softmax over the last dimension of scores (B, ..., Q, K) with keys j >= valid_lengths masked:
 //   w_ij = exp(s_ij) / Σ_{j' < len_i} exp(s_ij')   for j < len_i,   0 otherwise.
 // valid_lengths: int64 (B,) or (B, Q) (Q = scores.size(-2)), values in [0, K]; undefined = no mask.
+// Or a bool keep mask (true = keep) that broadcasts to scores' shape: softmax_with_mask(scores, !keep).
 // A row with no valid key (length 0) gives all zeros and a zero gradient.
 //   ds_ij = w_ij (dw_ij - Σ_j' w_ij' dw_ij')   (zero on masked keys and on fully masked rows)
 Tensor masked_softmax(const Tensor& scores, const Tensor& valid_lengths);
@@ -34,14 +39,23 @@ Tensor softmax_with_mask(const Tensor& scores, const Tensor& mask);
 Tensor length_mask(const Tensor& valid_lengths, int64_t batch, int64_t queries, int64_t keys,
                    const char* op = "masked_softmax");
 
+// The bool mask (true = masked) for a keep mask (true = keep): (B, K) -> (B, 1, K); (B, 1 | Q, K)
+// as given. The shape is checked; `op` names the caller in error messages.
+Tensor keep_mask_to_mask(const Tensor& keep, int64_t batch, int64_t queries, int64_t keys, const char* op);
+
+// The bool mask (true = masked) (B, 1 | Q, K) for the family's mask argument: int64 valid lengths
+// (length_mask) or a bool keep mask (keep_mask_to_mask); undefined stays undefined.
+Tensor key_mask(const Tensor& lengths_or_mask, int64_t batch, int64_t queries, int64_t keys, const char* op);
+
 // Argument checks shared by the family; each error names `op` and prints the shapes:
 //   queries, keys, values are defined, 3-D, floating, of one dtype and device; one batch size;
-//   keys and values have the same number of positions K; valid_lengths as above.
-// Returns length_mask(valid_lengths) (B, 1 | Q, K), or an undefined tensor when there are none.
+//   keys and values have the same number of positions K; lengths_or_mask as above.
+// Returns key_mask(lengths_or_mask) (B, 1 | Q, K), or an undefined tensor when there is none.
 Tensor check_attention_args(const char* op, const Tensor& queries, const Tensor& keys, const Tensor& values,
-                            const Tensor& valid_lengths);
-// The keys and values half of check_attention_args; valid_lengths (B, Q) fix Q to their size(1).
-Tensor check_memory_args(const char* op, const Tensor& keys, const Tensor& values, const Tensor& valid_lengths);
+                            const Tensor& lengths_or_mask);
+// The keys and values half of check_attention_args; per-query lengths (B, Q) or a keep mask
+// (B, Q, K) fix Q to their size(1).
+Tensor check_memory_args(const char* op, const Tensor& keys, const Tensor& values, const Tensor& lengths_or_mask);
 // The feature size `what` of `t` (its last dimension) must equal `expected` (an option).
 void check_feature_size(const char* op, const char* what, const Tensor& t, int64_t expected,
                         const char* option);
@@ -65,31 +79,37 @@ struct AttentionMemory {
   AttentionMemory map(const std::function<Tensor(const Tensor&)>& f) const;
 };
 
-// The base of every attention kind: context = forward(queries, keys, values, valid_lengths), or,
-// for many queries over the same keys, memory = prepare(keys, values, valid_lengths) once and
-// context = attend(queries, memory) per call; both give the same numbers.
+// The base of every attention kind: context = forward(queries, keys, values, lengths_or_mask), or,
+// for many queries over the same keys, memory = prepare(keys, values, lengths_or_mask) once and
+// context = attend(queries, memory) per call; both give the same numbers. lengths_or_mask is int64
+// valid lengths or a bool keep mask (true = keep), as above. Queries may be 3-D (B, Q, Dq) or 2-D
+// (B, Dq) (a decoder's state): a 2-D query is attended as Q = 1 and gives a 2-D context (B, Dv)
+// and 2-D last weights and scores (B, K).
 // After each call the kind keeps, detached, for visualisation (docs/attention.md says what each
 // kind stores; the weights are taken before dropout):
 //   last_weights()  (B, Q, K) the attention distribution over keys (rows sum to 1, or 0 when
-//                   fully masked);
+//                   fully masked); (B, K) after a 2-D query;
 //   last_scores()   (B, Q, K) the pre-softmax energies before masking (undefined for kinds that
-//                   have no single score, e.g. hybrid).
+//                   have no single score, e.g. hybrid); (B, K) after a 2-D query.
 class Attention : public Module {
  public:
-  // queries (B, Q, Dq), keys (B, K, Dk), values (B, K, Dv), valid_lengths int64 (B,) / (B, Q)
-  // or undefined -> context (B, Q, Dv) (MultiLevelAttention: the levels' contexts concatenated).
-  virtual Tensor forward(const Tensor& queries, const Tensor& keys, const Tensor& values,
-                         const Tensor& valid_lengths = {}) const;
+  // queries (B, Q, Dq) or (B, Dq), keys (B, K, Dk), values (B, K, Dv), lengths_or_mask: valid
+  // lengths int64 (B,) / (B, Q), a keep mask bool (B, K) / (B, 1 | Q, K), or undefined
+  //   -> context (B, Q, Dv) or (B, Dv) (MultiLevelAttention: the levels' contexts concatenated).
+  Tensor forward(const Tensor& queries, const Tensor& keys, const Tensor& values,
+                 const Tensor& lengths_or_mask = {}) const;
   Tensor operator()(const Tensor& queries, const Tensor& keys, const Tensor& values,
-                    const Tensor& valid_lengths = {}) const {
-    return forward(queries, keys, values, valid_lengths);
+                    const Tensor& lengths_or_mask = {}) const {
+    return forward(queries, keys, values, lengths_or_mask);
   }
 
-  // Checks keys (B, K, Dk), values (B, K, Dv) and valid_lengths ((B,), or (B, Q) for exactly Q
-  // queries per call), builds the mask and applies the kind's key projection.
-  AttentionMemory prepare(const Tensor& keys, const Tensor& values, const Tensor& valid_lengths = {}) const;
-  // queries (B, Q, Dq) over a memory from this module's prepare() -> context (B, Q, Dv).
-  virtual Tensor attend(const Tensor& queries, const AttentionMemory& memory) const = 0;
+  // Checks keys (B, K, Dk), values (B, K, Dv) and lengths_or_mask ((B,) lengths or a (B, K) /
+  // (B, 1, K) keep mask; (B, Q) lengths or a (B, Q, K) keep mask for exactly Q queries per call),
+  // builds the mask and applies the kind's key projection.
+  AttentionMemory prepare(const Tensor& keys, const Tensor& values, const Tensor& lengths_or_mask = {}) const;
+  // queries (B, Q, Dq) or (B, Dq) over a memory from this module's prepare() -> context (B, Q, Dv)
+  // or (B, Dv).
+  Tensor attend(const Tensor& queries, const AttentionMemory& memory) const;
   // A composite kind prepares its parts with this: `checked`'s keys, values and mask (already
   // checked and built) with this kind's projections added.
   AttentionMemory prepare_part(const AttentionMemory& checked) const;
@@ -101,6 +121,9 @@ class Attention : public Module {
   // `op` names the kind in error messages (e.g. "additive_attention").
   Attention(std::string type_name, const char* op) : Module(std::move(type_name)), op_(op) {}
 
+  // What each kind computes: queries (B, Q, Dq) (3-D; attend() handles 2-D) over a prepared
+  // memory -> context (B, Q, Dv), keeping its weights and scores.
+  virtual Tensor attend_queries(const Tensor& queries, const AttentionMemory& memory) const = 0;
   // Fills memory.projected / memory.parts from memory.keys and memory.values (already checked).
   virtual void prepare_keys(AttentionMemory& memory) const { (void)memory; }
   // queries against a prepared memory: 3-D, floating, one batch, dtype and device, and a mask

@@ -96,8 +96,6 @@ ChunkGrads chunk_backward(const Tensor& qp, const Tensor& kc, const Tensor& w_v,
   return {probs, sg.dqp, sg.dkc, sg.dw_v};
 }
 
-Tensor maximum(const Tensor& a, const Tensor& b) { return where(gt(a, b), a, b); }
-
 // Forward pass without recording: context (B, Q, Dv) and log-normaliser L (B, Q, 1).
 struct Forward {
   Tensor context, log_normalizer;

@@ -73,7 +73,7 @@ Tensor DotProductAttention::score(const Tensor& queries, const AttentionMemory& 
   return scores_of(queries, memory.keys);  // (B, Q, K)
 }
 
-Tensor DotProductAttention::attend(const Tensor& queries, const AttentionMemory& memory) const {
+Tensor DotProductAttention::attend_queries(const Tensor& queries, const AttentionMemory& memory) const {
   Tensor scores = score(queries, memory);                       // (B, Q, K)
   Tensor weights = softmax_with_mask(scores, memory.mask);      // (B, Q, K)
   keep(scores, weights);

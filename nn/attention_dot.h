@@ -27,7 +27,7 @@ class DotProductAttention : public Attention {
   //   scores = q kᵀ (· 1/√D when scaled)   weights = masked_softmax(scores)   context = dropout(weights) · values
   // forward(q, k, v, lengths) = attend(q, prepare(k, v, lengths)); the keys need no projection
   // (w_q maps queries), so prepare() only builds the mask: memory.projected is empty.
-  Tensor attend(const Tensor& queries, const AttentionMemory& memory) const override;
+  Tensor attend_queries(const Tensor& queries, const AttentionMemory& memory) const override;
 
   // The unmasked energies: queries (B, Q, Dq), keys (B, K, Dk) -> (B, Q, K).
   Tensor score(const Tensor& queries, const Tensor& keys) const;

@@ -20,7 +20,7 @@ void HybridAttention::prepare_keys(AttentionMemory& memory) const {
   memory.parts = {additive.prepare_part(memory), scaled_dot.prepare_part(memory)};
 }
 
-Tensor HybridAttention::attend(const Tensor& queries, const AttentionMemory& memory) const {
+Tensor HybridAttention::attend_queries(const Tensor& queries, const AttentionMemory& memory) const {
   check_queries(queries, memory, 0, 2);
   Tensor c_add = additive.attend(queries, memory.parts[0]);    // (B, Q, Dv)
   Tensor c_dot = scaled_dot.attend(queries, memory.parts[1]);  // (B, Q, Dv)

@@ -25,7 +25,7 @@ class HybridAttention : public Attention {
   // queries (B, Q, Dq), keys (B, K, Dk), values (B, K, Dv), valid_lengths -> (B, Q, Dv)
   // prepare(): memory.parts = {the additive half's memory (keys projected once), the scaled-dot
   // half's}, one mask for both.
-  Tensor attend(const Tensor& queries, const AttentionMemory& memory) const override;
+  Tensor attend_queries(const Tensor& queries, const AttentionMemory& memory) const override;
 
   const Options& options() const { return options_; }
 

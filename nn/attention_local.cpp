@@ -51,7 +51,7 @@ void LocalAttention::prepare_keys(AttentionMemory& memory) const {
   memory.parts = {additive ? additive->prepare_part(memory) : scaled_dot->prepare_part(memory)};
 }
 
-Tensor LocalAttention::attend(const Tensor& queries, const AttentionMemory& memory) const {
+Tensor LocalAttention::attend_queries(const Tensor& queries, const AttentionMemory& memory) const {
   check_queries(queries, memory, 0, 1);
   int64_t batch = queries.size(0), n_queries = queries.size(1), n_keys = memory.keys.size(1);
   TensorOptions opts{.dtype = queries.dtype(), .device = queries.device()};

@@ -35,7 +35,7 @@ class LocalAttention : public Attention {
 
   // queries (B, Q, Dq), keys (B, K, Dk), values (B, K, Dv), valid_lengths (B,) / (B, Q) -> (B, Q, Dv)
   // prepare(): memory.parts = {the scorer's memory} (the additive scorer projects its keys once).
-  Tensor attend(const Tensor& queries, const AttentionMemory& memory) const override;
+  Tensor attend_queries(const Tensor& queries, const AttentionMemory& memory) const override;
   // Monotonic attention around given centres: positions (B, Q) (int64 or floating).
   Tensor attend_at(const Tensor& queries, const Tensor& keys, const Tensor& values, const Tensor& valid_lengths,
                    const Tensor& positions) const;

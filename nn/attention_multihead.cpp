@@ -83,7 +83,7 @@ void MultiHeadAttention::prepare_keys(AttentionMemory& memory) const {
   memory.projected = {project_heads(memory.keys, 1), project_heads(memory.values, 2)};  // (B, h, K, d) each
 }
 
-Tensor MultiHeadAttention::attend(const Tensor& queries, const AttentionMemory& memory) const {
+Tensor MultiHeadAttention::attend_queries(const Tensor& queries, const AttentionMemory& memory) const {
   check_queries(queries, memory, 2);
   int64_t e = options_.embed_dim, heads = options_.num_heads;
   check_feature_size(kOp, "queries", queries, e, "embed_dim");

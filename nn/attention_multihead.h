@@ -32,7 +32,7 @@ class MultiHeadAttention : public Attention {
   // queries (B, Q, E), keys (B, K, kdim), values (B, K, vdim), valid_lengths (B,) (torch's
   // key_padding_mask) or (B, Q) -> (B, Q, E)
   // prepare(): memory.projected = {keys' heads, values' heads} (B, h, K, d), projected once.
-  Tensor attend(const Tensor& queries, const AttentionMemory& memory) const override;
+  Tensor attend_queries(const Tensor& queries, const AttentionMemory& memory) const override;
 
   // torch's init: xavier_uniform on the input projections, zero biases, out_proj.weight as Linear.
   void reset_parameters();

@@ -27,7 +27,7 @@ void MultiLevelAttention::prepare_keys(AttentionMemory& memory) const {
   for (const auto& level : levels_) memory.parts.push_back(level->prepare_part(memory));
 }
 
-Tensor MultiLevelAttention::attend(const Tensor& queries, const AttentionMemory& memory) const {
+Tensor MultiLevelAttention::attend_queries(const Tensor& queries, const AttentionMemory& memory) const {
   check_queries(queries, memory, 0, levels_.size());
   std::vector<Tensor> contexts;  // (B, Q, D_l) each
   Tensor weights;                // (B, Q, K) running sum

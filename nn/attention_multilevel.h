@@ -21,7 +21,7 @@ class MultiLevelAttention : public Attention {
   // last_weights(): the mean of the levels' weights (B, Q, K) (as nn.MultiheadAttention averages
   // heads); last_scores() is undefined. Per level: level(l).last_weights(), .last_scores().
   // prepare(): memory.parts holds each level's memory (each level projects its keys once).
-  Tensor attend(const Tensor& queries, const AttentionMemory& memory) const override;
+  Tensor attend_queries(const Tensor& queries, const AttentionMemory& memory) const override;
 
   size_t num_levels() const { return levels_.size(); }
   const Attention& level(size_t l) const;

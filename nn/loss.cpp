@@ -26,20 +26,53 @@ Tensor reduce_loss(const Tensor& loss, const Tensor& targets, int64_t ignore_ind
   return loss;
 }
 
+// Scores with the classes moved from class_dim to the last dimension, where the per-target losses
+// read them: PyTorch's (N, C, d1, ...) becomes (N, d1, ..., C), a view. Classes already last
+// (the (N, C) case included) come back untouched, so the fused loss sees the same tensor.
+Tensor classes_last(const char* op, const Tensor& scores, const Tensor& targets, int64_t class_dim) {
+  SG_CHECK(scores.defined() && targets.defined(), "{}: input or targets is an undefined tensor", op);
+  if (scores.ndim() == 0) return scores;  // the per-target loss names the missing class dimension
+  const int c = wrap_dim(class_dim, scores.ndim(), op);
+  if (c == scores.ndim() - 1) {
+    // The mistake worth a hint: PyTorch's layout passed without class_dim = 1.
+    Shape last_batch = scores.shape(), pytorch_batch = scores.shape();
+    last_batch.erase(scores.ndim() - 1);
+    pytorch_batch.erase(1);
+    bool pytorch_layout = scores.ndim() >= 3 && targets.shape() == pytorch_batch && targets.shape() != last_batch;
+    SG_CHECK_SHAPE(!pytorch_layout,
+                   "{}: targets {} match PyTorch's (N, C, d1, ...) layout of logits {}; pass class_dim = 1 (the "
+                   "classes are on the last dimension by default)",
+                   op, targets.shape(), scores.shape());
+    return scores;
+  }
+  Shape batch = scores.shape();
+  batch.erase(c);
+  SG_CHECK_SHAPE(targets.shape() == batch, "{}: targets {} must match logits {} without their class dimension {}: {}",
+                 op, targets.shape(), scores.shape(), c, batch);
+  Shape order;
+  for (int d = 0; d < scores.ndim(); ++d)
+    if (d != c) order.push_back(d);
+  order.push_back(c);
+  return permute(scores, order);
+}
+
 }  // namespace
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, CrossEntropyOptions options) {
-  Tensor loss = cross_entropy_rows(logits, targets, options.label_smoothing, options.ignore_index);  // (...)
+  Tensor x = classes_last("cross_entropy", logits, targets, options.class_dim);               // (..., C)
+  Tensor loss = cross_entropy_rows(x, targets, options.label_smoothing, options.ignore_index);  // (...)
   return reduce_loss(loss, targets, options.ignore_index, options.reduction);
 }
 
 Tensor cross_entropy_composed(const Tensor& logits, const Tensor& targets, CrossEntropyOptions options) {
-  Tensor loss = cross_entropy_rows_composed(logits, targets, options.label_smoothing, options.ignore_index);
+  Tensor x = classes_last("cross_entropy", logits, targets, options.class_dim);  // (..., C)
+  Tensor loss = cross_entropy_rows_composed(x, targets, options.label_smoothing, options.ignore_index);
   return reduce_loss(loss, targets, options.ignore_index, options.reduction);
 }
 
 Tensor nll_loss(const Tensor& log_probs, const Tensor& targets, NLLLossOptions options) {
-  Tensor loss = nll_rows(log_probs, targets, options.ignore_index);  // (...)
+  Tensor x = classes_last("nll_loss", log_probs, targets, options.class_dim);  // (..., C)
+  Tensor loss = nll_rows(x, targets, options.ignore_index);                    // (...)
   return reduce_loss(loss, targets, options.ignore_index, options.reduction);
 }
 

@@ -2,9 +2,9 @@
 // mse_loss. Composed from differentiable ops, so their gradients come from autograd; cross_entropy
 // also has a fused form (the default) next to its composed twin.
 //
-// Layout: classes are on the LAST dimension. logits (..., C) pair with targets (...): (N, C) with
-// (N,), (B, T, C) with (B, T), (C,) with a 0-d target. PyTorch puts classes on dimension 1 for
-// inputs of more than two dimensions ((N, C, d...)); permuting dimension 1 to the end converts that layout.
+// Layout: classes are on the LAST dimension by default. logits (..., C) pair with targets (...):
+// (N, C) with (N,), (B, T, C) with (B, T), (C,) with a 0-d target. PyTorch puts classes on
+// dimension 1 ((N, C, d1, ...) with targets (N, d1, ...)): pass class_dim = 1 for that layout.
 #pragma once
 #include <cstdint>
 
@@ -18,14 +18,17 @@ struct CrossEntropyOptions {
   double label_smoothing = 0.0;  // in [0, 1]
   int64_t ignore_index = -100;   // targets equal to it add nothing, not even to the mean's count
   Reduction reduction = Reduction::mean;
+  int64_t class_dim = -1;  // the dimension of logits holding the classes; 1 is PyTorch's layout
 };
 
 struct NLLLossOptions {
   int64_t ignore_index = -100;
   Reduction reduction = Reduction::mean;
+  int64_t class_dim = -1;  // as in CrossEntropyOptions
 };
 
 // cross_entropy  logits (..., C), targets (...) int64 -> () for mean/sum, (...) for none
+//   (or, with class_dim = 1, logits (N, C, d1, ...), targets (N, d1, ...) -> (N, d1, ...) for none)
 //   logp     = log_softmax(logits, -1)
 //   loss_i   = (1 - ε) · (-logp[i, y_i]) + (ε / C) · Σ_c (-logp[i, c])     (ε = label_smoothing)
 //   loss_i   = 0 where y_i == ignore_index

@@ -12,6 +12,9 @@ inline Tensor empty_like_shape(const Shape& shape, const Tensor& like) {
   return Tensor::empty(shape, {.dtype = like.dtype(), .device = like.device()});
 }
 
+// y = op(x) in a new tensor of x's shape, dtype and device (ops/elementwise.cpp).
+Tensor unary_kernel(UnaryOp op, const Tensor& x, UnaryParams p = {});
+
 inline void check_defined(const char* op, const Tensor& t, const char* name = "input") {
   SG_CHECK(t.defined(), "{}: {} is an undefined tensor ({})", op, name, t.why_undefined());
 }

@@ -10,12 +10,7 @@ namespace {
 
 using detail::check_floating;
 using detail::check_same;
-
-Tensor unary_kernel(UnaryOp op, const Tensor& x, UnaryParams p = {}) {
-  Tensor y = detail::empty_like_shape(x.shape(), x);
-  backend_for(x).unary(op, x, y, p);
-  return y;
-}
+using detail::unary_kernel;
 
 Tensor binary_kernel(BinaryOp op, const Tensor& a, const Tensor& b, const char* name, DType out_dtype) {
   Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
@@ -43,7 +38,37 @@ const bool ops_hooks_registered = [] {
   return true;
 }();
 
+// The gradient maximum and minimum send to one operand: all of dy where it wins, half where the
+// two tie, none where it loses (PyTorch's rule; `loses` marks where the other operand wins).
+Tensor winner_share(const Tensor& dy, const Tensor& mine, const Tensor& other, const Tensor& loses) {
+  Tensor shared = where(eq(mine, other), mul(dy, 0.5), dy);  // broadcast shape
+  return masked_fill(shared, loses, 0.0);
+}
+
+// maximum (op = BinaryOp::maximum) or minimum of a and b, recorded with winner_share's gradient.
+Tensor elementwise_extreme(const char* name, BinaryOp op, const Tensor& a, const Tensor& b) {
+  check_same(name, a, b);
+  Tensor y = binary_kernel(op, a, b, name);
+  const bool larger_wins = op == BinaryOp::maximum;
+  return record(name, y, {a, b}, [a = save(a), b = save(b), larger_wins](const Tensor& dy, Grads& g) {
+    const Tensor &av = a.get(), &bv = b.get();
+    auto loses = [larger_wins](const Tensor& mine, const Tensor& other) {
+      return larger_wins ? lt(mine, other) : gt(mine, other);
+    };
+    if (g.needs(0)) g.add(0, sum_to(winner_share(dy, av, bv, loses(av, bv)), av.shape()));
+    if (g.needs(1)) g.add(1, sum_to(winner_share(dy, bv, av, loses(bv, av)), bv.shape()));
+  });
+}
+
 }  // namespace
+
+namespace detail {
+Tensor unary_kernel(UnaryOp op, const Tensor& x, UnaryParams p) {
+  Tensor y = empty_like_shape(x.shape(), x);
+  backend_for(x).unary(op, x, y, p);
+  return y;
+}
+}  // namespace detail
 
 // add  y = a + b            da = sum_to(dy, a)         db = sum_to(dy, b)
 Tensor add(const Tensor& a, const Tensor& b) {
@@ -107,6 +132,11 @@ Tensor pow(const Tensor& a, const Tensor& b) {
   });
 }
 
+// maximum  y = max(a, b)    minimum  y = min(a, b)    (NaN if either is NaN)
+//   da = sum_to(dy, a) where a wins, half of it where a == b, 0 where b wins; db likewise
+Tensor maximum(const Tensor& a, const Tensor& b) { return elementwise_extreme("maximum", BinaryOp::maximum, a, b); }
+Tensor minimum(const Tensor& a, const Tensor& b) { return elementwise_extreme("minimum", BinaryOp::minimum, a, b); }
+
 // add_scalar  y = a + s     da = dy
 Tensor add(const Tensor& a, double s) {
   detail::check_defined("add", a);
@@ -159,6 +189,31 @@ Tensor sqrt(const Tensor& x) {
   Tensor y = unary_kernel(UnaryOp::sqrt, x);
   return record("sqrt", y, {x}, [](const Tensor& dy, Grads& g) { g.add(0, div(mul(dy, 0.5), g.output())); },
                 SaveOutput::yes);
+}
+
+// log1p  y = ln(1 + x)      dx = dy / (1 + x)     (exact for tiny x, where log(1 + x) rounds to 0)
+Tensor log1p(const Tensor& x) {
+  check_floating("log1p", x);
+  Tensor y = unary_kernel(UnaryOp::log1p, x);
+  return record("log1p", y, {x}, [x = save(x)](const Tensor& dy, Grads& g) { g.add(0, div(dy, add(x.get(), 1.0))); });
+}
+
+// expm1  y = e^x - 1        dx = dy * (y + 1)
+Tensor expm1(const Tensor& x) {
+  check_floating("expm1", x);
+  Tensor y = unary_kernel(UnaryOp::expm1, x);
+  return record("expm1", y, {x}, [](const Tensor& dy, Grads& g) { g.add(0, mul(dy, add(g.output(), 1.0))); },
+                SaveOutput::yes);
+}
+
+// erf  y = 2/√π ∫₀ˣ e^(-t²) dt     dx = dy * 2/√π e^(-x²)
+Tensor erf(const Tensor& x) {
+  check_floating("erf", x);
+  Tensor y = unary_kernel(UnaryOp::erf, x);
+  return record("erf", y, {x}, [x = save(x)](const Tensor& dy, Grads& g) {
+    const Tensor& xv = x.get();
+    g.add(0, mul(dy, mul(exp(neg(mul(xv, xv))), 2.0 / std::sqrt(M_PI))));
+  });
 }
 
 // tanh  y = tanh x          dx = dy * (1 - y²)
@@ -235,6 +290,9 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   });
 }
 
+Tensor where(const Tensor& cond, const Tensor& a, double b) { return where(cond, a, scalar_like(b, a)); }
+Tensor where(const Tensor& cond, double a, const Tensor& b) { return where(cond, scalar_like(a, b), b); }
+
 // masked_fill  y = mask ? value : x     dx = mask ? 0 : dy
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
   detail::check_defined("masked_fill", x);
@@ -276,6 +334,7 @@ SG_COMPARISON(ge, ge)
 #undef SG_COMPARISON
 
 Tensor logical_not(const Tensor& x) {
+  detail::check_defined("logical_not", x);
   SG_CHECK_DTYPE(x.dtype() == DType::b8, "logical_not: expected bool, got {} {}", x.dtype(), x.shape());
   Tensor y = detail::empty_like_shape(x.shape(), x);
   backend_for(x).unary(UnaryOp::logical_not, x, y, {});
@@ -293,6 +352,37 @@ Tensor logical_or(const Tensor& a, const Tensor& b) {
   SG_CHECK_DTYPE(a.dtype() == DType::b8, "logical_or: expected bool, got {}", a.dtype());
   return binary_kernel(BinaryOp::logical_or, a, b, "logical_or");
 }
+
+// a ^ b on bools is a != b.
+Tensor logical_xor(const Tensor& a, const Tensor& b) {
+  check_same("logical_xor", a, b);
+  SG_CHECK_DTYPE(a.dtype() == DType::b8, "logical_xor: expected bool, got {}", a.dtype());
+  return binary_kernel(BinaryOp::ne, a, b, "logical_xor", DType::b8);
+}
+
+// ---- comparison and logical operators (bool results, like torch's)
+Tensor operator==(const Tensor& a, const Tensor& b) { return eq(a, b); }
+Tensor operator!=(const Tensor& a, const Tensor& b) { return ne(a, b); }
+Tensor operator<(const Tensor& a, const Tensor& b) { return lt(a, b); }
+Tensor operator<=(const Tensor& a, const Tensor& b) { return le(a, b); }
+Tensor operator>(const Tensor& a, const Tensor& b) { return gt(a, b); }
+Tensor operator>=(const Tensor& a, const Tensor& b) { return ge(a, b); }
+Tensor operator==(const Tensor& a, double b) { return eq(a, b); }
+Tensor operator!=(const Tensor& a, double b) { return ne(a, b); }
+Tensor operator<(const Tensor& a, double b) { return lt(a, b); }
+Tensor operator<=(const Tensor& a, double b) { return le(a, b); }
+Tensor operator>(const Tensor& a, double b) { return gt(a, b); }
+Tensor operator>=(const Tensor& a, double b) { return ge(a, b); }
+Tensor operator==(double a, const Tensor& b) { return eq(b, a); }
+Tensor operator!=(double a, const Tensor& b) { return ne(b, a); }
+Tensor operator<(double a, const Tensor& b) { return gt(b, a); }
+Tensor operator<=(double a, const Tensor& b) { return ge(b, a); }
+Tensor operator>(double a, const Tensor& b) { return lt(b, a); }
+Tensor operator>=(double a, const Tensor& b) { return le(b, a); }
+Tensor operator~(const Tensor& x) { return logical_not(x); }
+Tensor operator&(const Tensor& a, const Tensor& b) { return logical_and(a, b); }
+Tensor operator|(const Tensor& a, const Tensor& b) { return logical_or(a, b); }
+Tensor operator^(const Tensor& a, const Tensor& b) { return logical_xor(a, b); }
 
 // x - x is 0 for finite x and NaN for inf or NaN.
 Tensor isfinite(const Tensor& x) {

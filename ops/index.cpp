@@ -17,7 +17,50 @@ void check_range(const char* op, const Tensor& index, int64_t size, const char* 
     SG_CHECK_INDEX(p[i] >= 0 && p[i] < size, "{}: index {} is out of range for {} of size {}", op, p[i], what, size);
 }
 
+// repeat_interleave's index along a dimension of size n: i repeated counts[i] times (counts
+// holds n values, or one value for every i).
+Tensor repeat_index(const std::vector<int64_t>& counts, int64_t n, Device device) {
+  std::vector<int64_t> index;
+  for (int64_t i = 0; i < n; ++i) index.insert(index.end(), counts[counts.size() == 1 ? 0 : i], i);
+  const int64_t total = static_cast<int64_t>(index.size());
+  return from_vector(index, {total}, {.dtype = DType::i64}).to(device);
+}
+
+// The repeats as host values, checked: int64, 0-D or 1-D with one value or one per element of the
+// dimension, none negative.
+std::vector<int64_t> checked_repeats(const Tensor& repeats, int64_t n, const Shape& x_shape, int d) {
+  detail::check_defined("repeat_interleave", repeats, "repeats");
+  SG_CHECK_DTYPE(repeats.dtype() == DType::i64, "repeat_interleave: repeats must be int64, got {} {}",
+                 repeats.dtype(), repeats.shape());
+  SG_CHECK_SHAPE(repeats.ndim() <= 1 && (repeats.numel() == 1 || repeats.numel() == n),
+                 "repeat_interleave: repeats {} must hold one count or one per element of dimension {} (size {}) of "
+                 "the input {}",
+                 repeats.shape(), d, n, x_shape);
+  std::vector<int64_t> counts = host_indices(repeats).to_vector<int64_t>();
+  for (int64_t c : counts)
+    SG_CHECK_VALUE(c >= 0, "repeat_interleave: repeats must not be negative, got {}", c);
+  return counts;
+}
+
 }  // namespace
+
+// repeat_interleave  y = x with element i along dim repeated repeats[i] times, in place order
+//   (torch.repeat_interleave; without dim, x is flattened first)
+//   dx_i = Σ of dy over the copies of i (it is index_select with the index [0, 0, 1, 2, 2, ...])
+Tensor repeat_interleave(const Tensor& x, const Tensor& repeats, std::optional<int64_t> dim) {
+  detail::check_defined("repeat_interleave", x);
+  if (!dim) return repeat_interleave(x.reshape({-1}), repeats, 0);
+  int d = wrap_dim(*dim, x.ndim(), "repeat_interleave");
+  if (x.ndim() == 0) return repeat_interleave(x.reshape({1}), repeats, 0);
+  const int64_t n = x.shape()[d];
+  std::vector<int64_t> counts = checked_repeats(repeats, n, x.shape(), d);
+  return index_select(x, d, repeat_index(counts, n, x.device()));
+}
+
+Tensor repeat_interleave(const Tensor& x, int64_t repeats, std::optional<int64_t> dim) {
+  SG_CHECK_VALUE(repeats >= 0, "repeat_interleave: repeats must not be negative, got {}", repeats);
+  return repeat_interleave(x, from_vector<int64_t>({repeats}, {}, {.dtype = DType::i64}).to(x.device()), dim);
+}
 
 // index_select  y = x[..., index, ...] along dim     dx = index_add(zeros, dim, index, dy)
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index_in) {

@@ -3,6 +3,7 @@
 // the same dtype and device (a double operand takes the tensor's dtype).
 #pragma once
 #include <functional>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -30,7 +31,16 @@ Tensor sigmoid(const Tensor& x);
 Tensor relu(const Tensor& x);
 Tensor abs(const Tensor& x);
 Tensor clamp(const Tensor& x, double min, double max);
+// Element-wise max/min with broadcasting; NaN if either operand is NaN. The gradient goes to the
+// larger (smaller) operand, half to each on ties (torch.maximum's rule).
+Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor minimum(const Tensor& a, const Tensor& b);
+Tensor log1p(const Tensor& x);  // log(1 + x), accurate for small x
+Tensor expm1(const Tensor& x);  // exp(x) - 1, accurate for small x
+Tensor erf(const Tensor& x);
 Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b);
+Tensor where(const Tensor& condition, const Tensor& a, double b);
+Tensor where(const Tensor& condition, double a, const Tensor& b);
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);
 // Fused backward helpers with composed twins (used when the backward is itself recorded).
 Tensor tanh_backward(const Tensor& dy, const Tensor& y);
@@ -50,6 +60,15 @@ Tensor operator*(double a, const Tensor& b);
 Tensor operator/(const Tensor& a, double b);
 Tensor operator/(double a, const Tensor& b);
 
+// ---- activations (ops/activation.cpp), with torch.nn.functional's names and defaults
+Tensor log_sigmoid(const Tensor& x);  // log σ(x), finite for large |x| (F.logsigmoid)
+Tensor silu(const Tensor& x);         // x σ(x)
+Tensor hardsigmoid(const Tensor& x);  // clamp(x / 6 + 1/2, 0, 1)
+// log(1 + exp(βx)) / β, and x itself where βx > threshold (F.softplus); beta > 0
+Tensor softplus(const Tensor& x, double beta = 1.0, double threshold = 20.0);
+enum class GeluApproximate { none, tanh };  // F.gelu's approximate="none" / "tanh"
+Tensor gelu(const Tensor& x, GeluApproximate approximate = GeluApproximate::none);
+
 // ---- comparisons and logic: bool results, not differentiable
 Tensor eq(const Tensor& a, const Tensor& b);
 Tensor ne(const Tensor& a, const Tensor& b);
@@ -66,7 +85,32 @@ Tensor ge(const Tensor& a, double b);
 Tensor logical_not(const Tensor& x);
 Tensor logical_and(const Tensor& a, const Tensor& b);
 Tensor logical_or(const Tensor& a, const Tensor& b);
+Tensor logical_xor(const Tensor& a, const Tensor& b);
 Tensor isfinite(const Tensor& x);
+// Operators for the above, as in PyTorch: x > 0, a == b, 0.5 <= x (bool tensors, broadcasting);
+// ~mask, mask & other, mask | other, mask ^ other on bool tensors.
+Tensor operator==(const Tensor& a, const Tensor& b);
+Tensor operator!=(const Tensor& a, const Tensor& b);
+Tensor operator<(const Tensor& a, const Tensor& b);
+Tensor operator<=(const Tensor& a, const Tensor& b);
+Tensor operator>(const Tensor& a, const Tensor& b);
+Tensor operator>=(const Tensor& a, const Tensor& b);
+Tensor operator==(const Tensor& a, double b);
+Tensor operator!=(const Tensor& a, double b);
+Tensor operator<(const Tensor& a, double b);
+Tensor operator<=(const Tensor& a, double b);
+Tensor operator>(const Tensor& a, double b);
+Tensor operator>=(const Tensor& a, double b);
+Tensor operator==(double a, const Tensor& b);
+Tensor operator!=(double a, const Tensor& b);
+Tensor operator<(double a, const Tensor& b);
+Tensor operator<=(double a, const Tensor& b);
+Tensor operator>(double a, const Tensor& b);
+Tensor operator>=(double a, const Tensor& b);
+Tensor operator~(const Tensor& x);
+Tensor operator&(const Tensor& a, const Tensor& b);
+Tensor operator|(const Tensor& a, const Tensor& b);
+Tensor operator^(const Tensor& a, const Tensor& b);
 
 // ---- reductions (ops/reduce.cpp); empty dims = all dims
 Tensor sum(const Tensor& x, const Shape& dims = {}, bool keepdim = false);
@@ -74,9 +118,19 @@ Tensor mean(const Tensor& x, const Shape& dims = {}, bool keepdim = false);
 // Over all elements. Its gradient goes to the first maximal element (row-major), like max over a
 // dim; PyTorch's torch.max(x) instead splits it evenly between tied maxima.
 Tensor max(const Tensor& x);
-Tensor max(const Tensor& x, int64_t dim, bool keepdim = false);  // values; gradient to the argmax
-Tensor min(const Tensor& x, int64_t dim, bool keepdim = false);
-Tensor amax(const Tensor& x, const Shape& dims, bool keepdim = false);  // not differentiable (torch.amax is)
+// Along dim: the values and their int64 indices (the first on ties), as torch.max(x, dim):
+//   auto [values, indices] = max(x, 1);   the gradient of values goes to the indices.
+ValuesIndices max(const Tensor& x, int64_t dim, bool keepdim = false);
+ValuesIndices min(const Tensor& x, int64_t dim, bool keepdim = false);
+// The largest (smallest) value over dims; the gradient is split evenly among tied extremes
+// (torch.amax / torch.amin).
+Tensor amax(const Tensor& x, const Shape& dims, bool keepdim = false);
+Tensor amin(const Tensor& x, const Shape& dims, bool keepdim = false);
+// x sorted along dim, ascending (or descending), and where each value came from (ties keep their
+// order); the gradient of values goes back to the indices (torch.sort). It runs the topk kernel
+// with k = the dimension's size: O(n log n) per row on the CPU, a selection loop (O(n²) per row)
+// on CUDA, which suits the short rows of decoding rather than sorting long rows on the GPU.
+ValuesIndices sort(const Tensor& x, int64_t dim = -1, bool descending = false);
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor argmin(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor logsumexp(const Tensor& x, const Shape& dims, bool keepdim = false);
@@ -134,6 +188,11 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
 // Rows of weight (V, E) for ids of any shape -> (ids..., E); rows equal to padding_idx get no
 // gradient (pass -1 for none).
 Tensor embedding(const Tensor& weight, const Tensor& ids, int64_t padding_idx = -1);
+// Each element repeated `repeats` times along dim (or repeats[i] times for element i, repeats
+// int64 with one count or one per element), in order: [a, b] -> [a, a, b, b]. Without dim, x is
+// flattened first (torch.repeat_interleave). The gradient sums over each element's copies.
+Tensor repeat_interleave(const Tensor& x, int64_t repeats, std::optional<int64_t> dim = std::nullopt);
+Tensor repeat_interleave(const Tensor& x, const Tensor& repeats, std::optional<int64_t> dim = std::nullopt);
 
 // ---- randomness (ops/random.cpp), drawn from the seeded default generator
 // dropout  y = x * mask, mask_i = 1/(1-p) with probability 1 - p, else 0;  dx = dy * mask

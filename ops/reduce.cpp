@@ -79,34 +79,66 @@ Tensor mean(const Tensor& x, const Shape& dims_in, bool keepdim) {
   return mul(sum(x, dims, keepdim), 1.0 / static_cast<double>(std::max<int64_t>(n, 1)));
 }
 
-// max over dim  y = x[argmax]   dx = dy scattered to the (first) argmax positions
-Tensor max(const Tensor& x, int64_t dim, bool keepdim) {
-  detail::check_defined("max", x);
-  int d = wrap_dim(dim, x.ndim(), "max");
-  Tensor idx = reduce_kernel("max", ReduceOp::argmax, x, {d}, DType::i64);
-  Tensor y = gather(x.detach(), d, idx);
-  if (!keepdim && x.ndim() > 0) {
-    y = y.squeeze(d);
-    idx = idx.squeeze(d);
-  }
-  return record("max", y, {x}, [idx, d, keepdim, in_shape = x.shape()](const Tensor& dy, Grads& g) {
-    Tensor dyk = keepdim || in_shape.empty() ? dy : dy.unsqueeze(d);
-    Tensor ik = keepdim || in_shape.empty() ? idx : idx.unsqueeze(d);
-    g.add(0, scatter_add(zeros(in_shape, {.dtype = dy.dtype(), .device = dy.device()}), d, ik, dyk));
+namespace {
+
+// values = x at `indices` along d (recorded as `op`: max, min, sort)   dx = dy scattered to the indices
+Tensor values_at(const char* op, const Tensor& x, int d, const Tensor& indices) {
+  Tensor values = gather(x.detach(), d, indices);
+  return record(op, values, {x}, [indices, d, in_shape = x.shape()](const Tensor& dy, Grads& g) {
+    g.add(0, scatter_add(zeros(in_shape, {.dtype = dy.dtype(), .device = dy.device()}), d, indices, dy));
   });
 }
 
-Tensor min(const Tensor& x, int64_t dim, bool keepdim) { return neg(max(neg(x), dim, keepdim)); }
-
-Tensor max(const Tensor& x) {
-  detail::check_defined("max", x);
-  return max(x.reshape({-1}), 0);
+// The values and indices of the max (argop = argmax) or min along dim (the first on ties).
+ValuesIndices extreme_along(const char* op, ReduceOp argop, const Tensor& x, int64_t dim, bool keepdim) {
+  detail::check_defined(op, x);
+  int d = wrap_dim(dim, x.ndim(), op);
+  if (x.ndim() == 0) return extreme_along(op, argop, x.reshape({1}), 0, false);  // (x, 0), as torch
+  Tensor idx = reduce_kernel(op, argop, x, {d}, DType::i64);  // keepdim shape
+  Tensor values = values_at(op, x, d, idx);
+  if (keepdim) return {values, idx};
+  return {values.squeeze(d), idx.squeeze(d)};
 }
 
-Tensor amax(const Tensor& x, const Shape& dims_in, bool keepdim) {
-  Shape dims = normalize_dims(dims_in, x.ndim(), "amax");
-  Tensor y = reduce_kernel("amax", ReduceOp::max, x, dims, x.dtype());
-  return keepdim ? y : y.view(dropped_shape(x.shape(), dims));
+// amax/amin  y = the extreme over dims     dx = dy * [x == y] / #{x == y}: dy shared evenly
+// among the elements that attain the extreme (torch.amax's rule)
+Tensor extreme_over(const char* op, ReduceOp reduce, const Tensor& x, const Shape& dims_in, bool keepdim) {
+  detail::check_defined(op, x);
+  SG_CHECK_DTYPE(x.dtype() != DType::b8, "{}: expected a numeric tensor, got bool {}", op, x.shape());
+  Shape dims = normalize_dims(dims_in, x.ndim(), op);
+  Tensor y = reduce_kernel(op, reduce, x, dims, x.dtype());  // keepdim shape
+  if (!keepdim) y = y.view(dropped_shape(x.shape(), dims));
+  return record(op, y, {x}, [x = save(x), dims](const Tensor& dy, Grads& g) {
+    const Tensor& xv = x.get();
+    Tensor extreme = g.output().reshape(keepdim_shape(xv.shape(), dims));
+    Tensor hit = to_dtype(eq(xv, extreme), dy.dtype());  // x's shape, 1 where x attains the extreme
+    Tensor ties = sum(hit, dims, true);                    // keepdim shape, >= 1
+    g.add(0, div(mul(expand_back(dy, xv.shape(), dims), hit), ties));
+  }, SaveOutput::yes);
+}
+
+}  // namespace
+
+ValuesIndices max(const Tensor& x, int64_t dim, bool keepdim) {
+  return extreme_along("max", ReduceOp::argmax, x, dim, keepdim);
+}
+
+ValuesIndices min(const Tensor& x, int64_t dim, bool keepdim) {
+  return extreme_along("min", ReduceOp::argmin, x, dim, keepdim);
+}
+
+// max over all elements  y = x[argmax of the flattened x]   dx = dy at that element
+Tensor max(const Tensor& x) {
+  detail::check_defined("max", x);
+  return max(x.reshape({-1}), 0).values;
+}
+
+Tensor amax(const Tensor& x, const Shape& dims, bool keepdim) {
+  return extreme_over("amax", ReduceOp::max, x, dims, keepdim);
+}
+
+Tensor amin(const Tensor& x, const Shape& dims, bool keepdim) {
+  return extreme_over("amin", ReduceOp::min, x, dims, keepdim);
 }
 
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
@@ -169,12 +201,25 @@ std::pair<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim, bool lar
   return {values.transpose(d, -1).contiguous(), indices.transpose(d, -1).contiguous()};
 }
 
+// sort  values = x ordered along dim, indices = where each came from (ties in input order)
+//   dx = dy scattered back to the indices (values are gathered from x)
+ValuesIndices sort(const Tensor& x, int64_t dim, bool descending) {
+  detail::check_defined("sort", x);
+  int d = wrap_dim(dim, x.ndim(), "sort");
+  if (x.ndim() == 0) return {x.reshape({1}).reshape({}), zeros({}, {.dtype = DType::i64, .device = x.device()})};
+  const int64_t n = x.shape()[d];
+  SG_CHECK_DTYPE(x.dtype() != DType::b8, "sort: cannot sort a bool tensor {}", x.shape());
+  Tensor indices = topk(x.detach(), n, d, descending).second;
+  return {values_at("sort", x, d, indices), indices};
+}
+
 // ---- Tensor member shortcuts
 Tensor Tensor::sum() const { return seqgrad::sum(*this); }
 Tensor Tensor::sum(const Shape& dims, bool keepdim) const { return seqgrad::sum(*this, dims, keepdim); }
 Tensor Tensor::mean() const { return seqgrad::mean(*this); }
 Tensor Tensor::mean(const Shape& dims, bool keepdim) const { return seqgrad::mean(*this, dims, keepdim); }
-Tensor Tensor::max(int64_t dim, bool keepdim) const { return seqgrad::max(*this, dim, keepdim); }
+ValuesIndices Tensor::max(int64_t dim, bool keepdim) const { return seqgrad::max(*this, dim, keepdim); }
+ValuesIndices Tensor::min(int64_t dim, bool keepdim) const { return seqgrad::min(*this, dim, keepdim); }
 Tensor Tensor::argmax(int64_t dim, bool keepdim) const { return seqgrad::argmax(*this, dim, keepdim); }
 
 }  // namespace seqgrad

@@ -146,17 +146,21 @@ TEST_CASE("cuda fill: every dtype, into a strided view") {
 TEST_CASE("cuda unary: every op and dtype, broadcast and transposed inputs") {
   const UnaryOp ops[] = {UnaryOp::neg, UnaryOp::exp, UnaryOp::log, UnaryOp::sqrt, UnaryOp::tanh, UnaryOp::sigmoid,
                          UnaryOp::relu, UnaryOp::abs, UnaryOp::sign, UnaryOp::reciprocal, UnaryOp::clamp,
-                         UnaryOp::pow_scalar, UnaryOp::affine};
+                         UnaryOp::pow_scalar, UnaryOp::affine, UnaryOp::log1p, UnaryOp::expm1, UnaryOp::erf,
+                         UnaryOp::softplus, UnaryOp::gelu, UnaryOp::gelu_tanh, UnaryOp::log_sigmoid, UnaryOp::silu};
   for (UnaryOp op : ops)
     for (DType t : {DType::f32, DType::f64, DType::i64}) {
       if (t == DType::i64 && !math::unary_works_on_integers(op)) continue;
-      bool positive = op == UnaryOp::log || op == UnaryOp::sqrt || op == UnaryOp::pow_scalar;
+      bool positive = op == UnaryOp::log || op == UnaryOp::sqrt || op == UnaryOp::pow_scalar ||
+                      op == UnaryOp::log1p;
       Tensor x = sample({4, 5}, t, 3);
       if (positive) x = add(abs(x), 0.5).to(t);
       for (double exponent : {2.0, 0.5}) {
         if (op != UnaryOp::pow_scalar && exponent != 2.0) continue;
         UnaryParams p = op == UnaryOp::clamp ? UnaryParams{-0.5, 0.7} : op == UnaryOp::pow_scalar ? UnaryParams{exponent, 0}
-                        : op == UnaryOp::affine ? UnaryParams{1.5, -0.25} : UnaryParams{};
+                        : op == UnaryOp::affine ? UnaryParams{1.5, -0.25}
+                        : op == UnaryOp::softplus ? UnaryParams{2.0, 1.0}  // beta, threshold: both branches
+                                                  : UnaryParams{};
         std::string name = fmt::format("{} {} ^{}", unary_op_name(op), dtype_name(t), exponent);
         check_primitive(name + " transposed", {x.t(), zeros({5, 4}, {.dtype = t})}, {1},
                         [&](Backend& b, const std::vector<Tensor>& a) { b.unary(op, a[0], a[1], p); });

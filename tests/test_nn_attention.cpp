@@ -257,7 +257,15 @@ TEST_CASE("attention kinds: argument errors name the kind and the shapes") {
     CHECK_THROWS_WITH_AS((*a)(q, k, v, lengths2({1, 1, 1, 1}, kB, 2)),
                          doctest::Contains("valid_lengths must have shape (B,) = (2,) or (B, Q) = (2, 3), got (2, 2)"),
                          ShapeError);
-    CHECK_THROWS_WITH_AS((*a)(randn({kB, kQ}), k, v), doctest::Contains("queries must be 3-D (B, Q, Dq), got (2, 3)"),
+    CHECK_THROWS_WITH_AS((*a)(randn({kB, 1, kQ, kind.dq}), k, v),
+                         doctest::Contains("queries must be (B, Q, Dq) or (B, Dq), got (2, 1, 3,"), ShapeError);
+    CHECK_THROWS_WITH_AS((*a)(q, k, v, ones({kB, kQ})),
+                         doctest::Contains("the mask must be int64 valid lengths or a bool keep mask (true = keep), "
+                                           "got float32 (2, 3)"),
+                         DTypeError);
+    CHECK_THROWS_WITH_AS((*a)(q, k, v, ones({kB, kK + 1}, {.dtype = DType::b8})),
+                         doctest::Contains("a keep mask must have shape (B, K) = (2, 4), (B, 1, K) or (B, Q, K) = "
+                                           "(2, 3, 4), got (2, 5)"),
                          ShapeError);
     CHECK_THROWS_AS((*a)(randn({kB, kQ, kind.dq + 2}), k, v), ShapeError);  // wrong query feature size
   }
@@ -544,6 +552,131 @@ TEST_CASE("AttentionMemory: expand repeats a batch of one (beam search); a memor
   CHECK_THROWS_WITH_AS(three.expand(2), doctest::Contains("needs a batch of 1"), ShapeError);
   nn::AttentionMemory per_query = dot.prepare(randn({3, kK, 5}), randn({3, kK, 4}), lengths2({1, 2, 3, 4, 1, 2}, 3, 2));
   CHECK_THROWS_WITH_AS(dot.attend(randn({3, 1, 3}), per_query),
-                       doctest::Contains("valid_lengths were per query for 2 queries, got queries (3, 1, 3)"),
+                       doctest::Contains("valid_lengths or keep mask were per query for 2 queries, got queries (3, 1, 3)"),
                        ShapeError);
+  nn::AttentionMemory per_query_keep =
+      dot.prepare(randn({3, kK, 5}), randn({3, kK, 4}), ones({3, 2, kK}, {.dtype = DType::b8}));  // (B, Q, K)
+  CHECK(per_query_keep.mask.shape() == Shape{3, 2, kK});
+  CHECK_THROWS_WITH_AS(dot.attend(randn({3, 3}), per_query_keep),
+                       doctest::Contains("valid_lengths or keep mask were per query for 2 queries, got queries (3, 1, 3)"),
+                       ShapeError);
+}
+
+// ---- the seeds' conventions: bool keep masks and 2-D queries
+
+namespace {
+
+// The keep mask (true = keep) equivalent to valid lengths: (B,) -> (B, K), (B, Q) -> (B, Q, K).
+Tensor keep_mask_of(const Tensor& lengths) {
+  Tensor positions = arange(0, static_cast<double>(kK), 1.0, {.dtype = DType::i64});  // (K,)
+  Tensor lengths_k = lengths.unsqueeze(lengths.ndim());                                // (B, 1) or (B, Q, 1)
+  return lt(positions, lengths_k);
+}
+
+// forward's context and its gradients w.r.t. queries (q_leaf, of which q may be a view), keys,
+// values and parameters, for `dy`.
+struct Run {
+  Tensor y, weights;
+  std::vector<Tensor> grads;
+};
+Run run(const nn::Attention& a, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+        const Tensor& dy, const Tensor& q_leaf = {}) {
+  Tensor y = a.forward(q, k, v, mask);
+  std::vector<Tensor> inputs = with_parameters({q_leaf.defined() ? q_leaf : q, k, v}, a);
+  std::vector<Tensor> g = autograd::grad({y}, inputs, {dy}, {.allow_unused = true});
+  return {y, a.last_weights(), g};
+}
+
+void check_same_run(const Run& got, const Run& expected, double tolerance) {
+  CHECK(got.y.shape() == expected.y.shape());
+  CHECK(max_abs_diff(got.y, expected.y) <= tolerance);
+  CHECK(max_abs_diff(got.weights, expected.weights) <= tolerance);
+  REQUIRE(got.grads.size() == expected.grads.size());
+  for (size_t i = 0; i < got.grads.size(); ++i) {
+    CAPTURE(i);
+    REQUIRE(got.grads[i].defined() == expected.grads[i].defined());
+    if (got.grads[i].defined()) CHECK(max_abs_diff(got.grads[i], expected.grads[i]) <= tolerance);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("Every kind: a bool keep mask (true = keep) gives what the same valid lengths give, values and gradients") {
+  std::vector<std::pair<const char*, Tensor>> cases = {{"per batch (B,) as (B, K)", lengths1({4, 2})},
+                                                       {"per query (B, Q) as (B, Q, K)",
+                                                        lengths2({4, 3, 1, 2, 0, 4}, kB, kQ)}};
+  for (const Kind& kind : kinds()) {
+    for (const auto& [name, lengths] : cases) {
+      CAPTURE(kind.name);
+      CAPTURE(name);
+      manual_seed(8);
+      std::unique_ptr<nn::Attention> a = kind.make();
+      a->to(f64);
+      Tensor q = randn64({kB, kQ, kind.dq}), k = randn64({kB, kK, kind.dk}), v = randn64({kB, kK, kind.dv});
+      Tensor dy = randn({kB, kQ, a->forward(q, k, v).size(2)}, {.dtype = f64});
+      Tensor keep = keep_mask_of(lengths);
+      Run with_lengths = run(*a, q, k, v, lengths, dy);
+      check_same_run(run(*a, q, k, v, keep, dy), with_lengths, 0.0);
+      if (keep.ndim() == 2) check_same_run(run(*a, q, k, v, keep.unsqueeze(1), dy), with_lengths, 0.0);  // (B, 1, K)
+      CHECK(max_abs_diff(a->attend(q, a->prepare(k, v, keep)), with_lengths.y) == 0.0);
+    }
+  }
+}
+
+TEST_CASE("A keep mask need not be a prefix: masked keys get zero weight and no gradient") {
+  manual_seed(9);
+  nn::AdditiveAttention a({.query_size = 3, .key_size = 5, .hidden_size = 4});
+  a.to(f64);
+  Tensor q = randn64({kB, kQ, 3}), k = randn64({kB, kK, 5}), v = randn64({kB, kK, 4});
+  // batch 0 keeps keys 0 and 2, batch 1 keeps key 3 only
+  Tensor keep = from_vector<bool>({true, false, true, false, false, false, false, true}, {kB, kK},
+                                  {.dtype = DType::b8});
+  Tensor y = a(q, k, v, keep);
+  Tensor w = a.last_weights();  // (B, Q, K)
+  for (int64_t qi = 0; qi < kQ; ++qi) {
+    CAPTURE(qi);
+    std::vector<double> w0 = w.select(0, 0).select(0, qi).to_vector<double>();
+    std::vector<double> w1 = w.select(0, 1).select(0, qi).to_vector<double>();
+    CHECK(w0[1] == 0.0);
+    CHECK(w0[3] == 0.0);
+    CHECK(w0[0] + w0[2] == doctest::Approx(1.0).epsilon(1e-12));
+    CHECK(w1 == std::vector<double>{0, 0, 0, 1});
+  }
+  Tensor dv = autograd::grad({y.sum()}, {v})[0];  // (B, K, Dv): rows of masked keys are zero
+  CHECK(max_abs_diff(dv.select(0, 0).select(0, 1), zeros({4}, {.dtype = f64})) == 0.0);
+  CHECK(max_abs_diff(dv.select(0, 1).narrow(0, 0, 3), zeros({3, 4}, {.dtype = f64})) == 0.0);
+  // masked_softmax takes the same keep mask (broadcast over the queries)
+  Tensor scores = randn64({kB, kQ, kK});
+  CHECK(max_abs_diff(nn::masked_softmax(scores, keep.unsqueeze(1)),
+                     nn::softmax_with_mask(scores, logical_not(keep).unsqueeze(1))) == 0.0);
+  CHECK(max_abs_diff(nn::masked_softmax(scores, keep_mask_of(lengths1({4, 2})).unsqueeze(1)),
+                     nn::masked_softmax(scores, lengths1({4, 2}))) == 0.0);
+}
+
+TEST_CASE("Every kind: 2-D queries (B, Dq) give a (B, Dv) context and (B, K) weights, as (B, 1, Dq) does") {
+  std::vector<std::pair<const char*, Tensor>> masks = {{"no mask", {}},
+                                                       {"lengths (B,)", lengths1({4, 2})},
+                                                       {"keep mask (B, K)", keep_mask_of(lengths1({3, 1}))}};
+  for (const Kind& kind : kinds()) {
+    for (const auto& [name, mask] : masks) {
+      CAPTURE(kind.name);
+      CAPTURE(name);
+      manual_seed(10);
+      std::unique_ptr<nn::Attention> a = kind.make();
+      a->to(f64);
+      Tensor q = randn64({kB, kind.dq}), k = randn64({kB, kK, kind.dk}), v = randn64({kB, kK, kind.dv});
+      Tensor y3 = a->forward(q.unsqueeze(1), k, v, mask);  // (B, 1, D)
+      Tensor dy = randn({kB, y3.size(2)}, {.dtype = f64});
+      Run as_3d = run(*a, q.unsqueeze(1), k, v, mask, dy.unsqueeze(1), q);
+      Run as_2d = run(*a, q, k, v, mask, dy);
+      CHECK(as_2d.y.shape() == Shape{kB, y3.size(2)});
+      CHECK(as_2d.weights.shape() == Shape{kB, kK});
+      if (a->last_scores().defined()) CHECK(a->last_scores().shape() == Shape{kB, kK});
+      as_3d.y = as_3d.y.squeeze(1);
+      as_3d.weights = as_3d.weights.squeeze(1);
+      check_same_run(as_2d, as_3d, 0.0);
+      CHECK(max_abs_diff(a->attend(q, a->prepare(k, v, mask)), as_2d.y) == 0.0);  // prepared memory, 2-D query
+      CHECK(a->last_weights().shape() == Shape{kB, kK});
+    }
+  }
 }

@@ -101,12 +101,12 @@ TEST_CASE("reductions by hand") {
   check_values(sum(x, {0}), {5, 7, 9});
   check_values(mean(x, {1}), {2, 5});
   CHECK(sum(x, {1}, true).shape() == Shape{2, 1});
-  check_values(max(x, 1), {3, 6});
-  check_values(min(x, 0), {1, 2, 3});
+  check_values(max(x, 1).values, {3, 6});
+  check_values(min(x, 0).values, {1, 2, 3});
   check_values(sum_to(x, {1, 3}), {5, 7, 9});
   // the gradient of max goes to the first maximum only: max([1, 3, 3]) -> dx = [0, 1, 0]
   Tensor t = f64({1, 3, 3}).requires_grad_();
-  max(t, 0).backward();
+  max(t, 0).values.backward();
   check_values(t.grad(), {0, 1, 0});
   // mean's gradient is 1/n everywhere
   Tensor m = f64({1, 2, 3, 4}).requires_grad_();
@@ -259,4 +259,62 @@ TEST_CASE("fused vs composed: softmax and log_softmax backward, fused path vs cr
       check_same_values(fused, by_composition, 1e-12);
     }
   }
+}
+
+TEST_CASE("ties: amax/amin and maximum/minimum split the gradient evenly, max(dim) sends it to the first") {
+  // amax([[1, 3, 3, 3], [2, 5, 0, 5]], dim 1) = [3, 5]: three tied 3s share dy = 1 (1/3 each), two
+  // tied 5s share dy = 2 (1 each). max(dim) instead sends all of dy to the first maximum.
+  Tensor x = f64({1, 3, 3, 3, 2, 5, 0, 5}, {2, 4}).requires_grad_();
+  Tensor dy = f64({1, 2});
+  amax(x, {1}).backward(dy);
+  check_values(x.grad(), {0, 1.0 / 3, 1.0 / 3, 1.0 / 3, 0, 1, 0, 1});
+  Tensor x2 = f64({1, 3, 3, 3, 2, 5, 0, 5}, {2, 4}).requires_grad_();
+  max(x2, 1).values.backward(dy);
+  check_values(x2.grad(), {0, 1, 0, 0, 0, 2, 0, 0});
+  // amin over everything of [[2, 1], [1, 4]]: the two 1s get 1/2 each
+  Tensor x3 = f64({2, 1, 1, 4}, {2, 2}).requires_grad_();
+  amin(x3, {}).backward();
+  check_values(x3.grad(), {0, 0.5, 0.5, 0});
+  // maximum([1, 2, 3], [3, 2, 1]): a wins at 2, ties at 1 (½ each), b wins at 0
+  Tensor a = f64({1, 2, 3}).requires_grad_(), b = f64({3, 2, 1}).requires_grad_();
+  maximum(a, b).backward(f64({1, 1, 1}));
+  check_values(a.grad(), {0, 0.5, 1});
+  check_values(b.grad(), {1, 0.5, 0});
+  Tensor c = f64({1, 2, 3}).requires_grad_(), d = f64({3, 2, 1}).requires_grad_();
+  minimum(c, d).backward(f64({1, 1, 1}));
+  check_values(c.grad(), {1, 0.5, 0});
+  check_values(d.grad(), {0, 0.5, 1});
+}
+
+TEST_CASE("activations by hand: log1p, expm1, erf, softplus, gelu, log_sigmoid, silu, hardsigmoid") {
+  // log1p(1e-17) = 1e-17 where log(1 + 1e-17) rounds to 0; expm1 likewise
+  check_values(log1p(f64({1e-17, std::exp(1.0) - 1})), {1e-17, 1}, 1e-30);
+  check_values(expm1(f64({1e-17, std::log(3.0)})), {1e-17, 2}, 1e-15);
+  check_values(erf(f64({0, 1e9, -1e9})), {0, 1, -1});
+  // softplus(0) = log 2; above the threshold it is x itself; beta 2: log(1 + e^2) / 2 at x = 1
+  check_values(softplus(f64({0, 30})), {std::log(2.0), 30});
+  check_values(softplus(f64({1}), 2.0), {std::log1p(std::exp(2.0)) / 2});
+  // gelu(x) = x Φ(x): gelu(0) = 0, gelu(1) = Φ(1) = (1 + erf(1/√2)) / 2
+  check_values(gelu(f64({0, 1})), {0, 0.5 * (1 + std::erf(1 / std::sqrt(2.0)))});
+  check_values(gelu(f64({1}), GeluApproximate::tanh), {0.5 * (1 + std::tanh(std::sqrt(2 / M_PI) * 1.044715))});
+  // log σ(0) = -log 2; log σ(-800) = -800 (no overflow of e^800); silu(0) = 0, silu(x) → x
+  check_values(log_sigmoid(f64({0, -800, 800})), {-std::log(2.0), -800, 0});
+  check_values(silu(f64({0, 50})), {0, 50});
+  check_values(hardsigmoid(f64({-4, 0, 1.5, 3})), {0, 0.5, 0.75, 1});
+}
+
+TEST_CASE("structured bindings, sort and repeat_interleave keep the gradient path") {
+  // sort([3, 1, 2]) = [1, 2, 3] from [1, 2, 0]: dy = [10, 20, 30] goes back as [30, 10, 20]
+  Tensor x = f64({3, 1, 2}).requires_grad_();
+  auto [values, indices] = sort(x);
+  check_values(values, {1, 2, 3});
+  CHECK(indices.dtype() == DType::i64);
+  values.backward(f64({10, 20, 30}));
+  check_values(x.grad(), {30, 10, 20});
+  // repeat_interleave([a, b], [2, 3]) = [a, a, b, b, b]: the gradient sums over the copies
+  Tensor y = f64({1, 2}).requires_grad_();
+  Tensor r = repeat_interleave(y, tensor({2, 3}, {.dtype = DType::i64}), 0);
+  check_values(r, {1, 1, 2, 2, 2});
+  r.backward(f64({1, 2, 3, 4, 5}));
+  check_values(y.grad(), {3, 12});
 }

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Installs the build into a private prefix and builds users' programs against it with pkg-config,
-# as someone writing their own program would: train_xor.cpp (a training program) and
-# custom_op.cpp (a differentiable function of their own, gradchecked). Also checks seqgrad.pc:
-# one -I (<prefix>/include, so includes read <seqgrad/nn/nn.h>) and no repeated flags.
+# as someone writing their own program would: train_xor.cpp (a training program),
+# custom_op.cpp (a differentiable function of their own, gradchecked) and every examples/*.cpp
+# (the seeds' snippets, each asserting what it shows; run in a scratch folder, where
+# 06_visual_attention writes its SVG). Also checks seqgrad.pc: one -I (<prefix>/include, so
+# includes read <seqgrad/nn/nn.h>) and no repeated flags.
 set -euo pipefail
 build=$(realpath "${1:-build}")
 src=$(dirname "$(realpath "$0")")
@@ -22,11 +24,23 @@ fail() { echo "install: $*" >&2; exit 1; }
 ! grep -rEn '#\s*include\s+"(core|ops|nn|optim|models|tools)/' "$root/include/seqgrad" ||
   fail "installed headers still include by folder (\"core/...\"): they need <seqgrad/...>"
 rpath="-Wl,-rpath,$(dirname "$(find "$root" -name 'libseqgrad.so' | head -n 1)")"
-passed=0
-for program in train_xor custom_op; do
+examples=$(realpath "$src/../../examples")
+programs=("$src/train_xor.cpp" "$src/custom_op.cpp" "$examples"/*.cpp)
+# Compile two at a time (the compiles take longer than the programs run), then run them in order.
+compile() {
   # shellcheck disable=SC2086
-  c++ -std=c++20 -O1 "$src/$program.cpp" -o "$prefix/$program" $cflags $libs "$rpath"
-  "$prefix/$program" || fail "$program failed"
+  c++ -std=c++20 -O1 "$1" -o "$prefix/bin_$(basename "$1" .cpp)" $cflags $libs "$rpath" ||
+    { echo "install: $1 does not compile against the installed headers" >&2; return 1; }
+}
+export -f compile
+export prefix cflags libs rpath
+printf '%s\0' "${programs[@]}" | xargs -0 -n 1 -P 2 bash -c 'compile "$0"' || fail "a program failed to compile"
+mkdir "$prefix/run"
+passed=0
+for program in "${programs[@]}"; do
+  name=$(basename "$program" .cpp)
+  echo "== $name"
+  (cd "$prefix/run" && "$prefix/bin_$name") || fail "$name failed (its FAIL lines above say which claim)"
   passed=$((passed + 1))
 done
 echo "install: $passed passed, 0 failed"

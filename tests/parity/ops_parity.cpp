@@ -89,6 +89,23 @@ std::map<std::string, OpFn> make_ops() {
   ops["masked_softmax_inf"] = [](const Tensors& x, const json& a) -> Tensors {
     return {softmax(masked_fill(x[0], x[1], -INFINITY), int_arg(a, "dim"))};
   };
+  binary("maximum", [](const Tensor& a, const Tensor& b) { return maximum(a, b); });
+  binary("minimum", [](const Tensor& a, const Tensor& b) { return minimum(a, b); });
+  unary("log1p", [](const Tensor& x) { return log1p(x); });
+  unary("expm1", [](const Tensor& x) { return expm1(x); });
+  unary("erf", [](const Tensor& x) { return erf(x); });
+  unary("log_sigmoid", [](const Tensor& x) { return log_sigmoid(x); });
+  unary("silu", [](const Tensor& x) { return silu(x); });
+  unary("hardsigmoid", [](const Tensor& x) { return hardsigmoid(x); });
+  ops["softplus"] = [](const Tensors& x, const json& a) -> Tensors {
+    return {softplus(x[0], num_arg(a, "beta"), num_arg(a, "threshold"))};
+  };
+  ops["gelu"] = [](const Tensors& x, const json& a) -> Tensors {
+    return {gelu(x[0], a.value("approximate", "none") == "tanh" ? GeluApproximate::tanh : GeluApproximate::none)};
+  };
+  ops["where_scalar"] = [](const Tensors& x, const json& a) -> Tensors {
+    return {where(x[0], x[1], num_arg(a, "s")), where(x[0], num_arg(a, "s"), x[1])};
+  };
   binary("tanh_backward", [](const Tensor& dy, const Tensor& y) { return tanh_backward(dy, y); });
   binary("sigmoid_backward", [](const Tensor& dy, const Tensor& y) { return sigmoid_backward(dy, y); });
 
@@ -107,18 +124,35 @@ std::map<std::string, OpFn> make_ops() {
   binary("logical_and", [](const Tensor& a, const Tensor& b) { return logical_and(a, b); });
   binary("logical_or", [](const Tensor& a, const Tensor& b) { return logical_or(a, b); });
   unary("isfinite", [](const Tensor& x) { return isfinite(x); });
+  binary("logical_xor", [](const Tensor& a, const Tensor& b) { return logical_xor(a, b); });
+  // the operators: every comparison of two tensors and with a scalar on either side, then logic
+  ops["compare_operators"] = [](const Tensors& x, const json& a) -> Tensors {
+    const Tensor &p = x[0], &q = x[1];
+    double s = num_arg(a, "s");
+    return {p == q, p != q, p < q, p <= q, p > q, p >= q, p == s, s != p, p < s, s <= p, p > s, s >= p};
+  };
+  ops["logic_operators"] = [](const Tensors& x, const json&) -> Tensors {
+    return {~x[0], x[0] & x[1], x[0] | x[1], x[0] ^ x[1]};
+  };
 
   // reductions
   ops["sum"] = [](const Tensors& x, const json& a) -> Tensors { return {sum(x[0], dims_arg(a), flag_arg(a, "keepdim"))}; };
   ops["mean"] = [](const Tensors& x, const json& a) -> Tensors { return {mean(x[0], dims_arg(a), flag_arg(a, "keepdim"))}; };
   ops["max_all"] = [](const Tensors& x, const json&) -> Tensors { return {max(x[0])}; };
   ops["max_dim"] = [](const Tensors& x, const json& a) -> Tensors {
-    return {max(x[0], int_arg(a, "dim"), flag_arg(a, "keepdim"))};
+    auto [values, indices] = max(x[0], int_arg(a, "dim"), flag_arg(a, "keepdim"));
+    return {values, indices};
   };
   ops["min_dim"] = [](const Tensors& x, const json& a) -> Tensors {
-    return {min(x[0], int_arg(a, "dim"), flag_arg(a, "keepdim"))};
+    auto [values, indices] = min(x[0], int_arg(a, "dim"), flag_arg(a, "keepdim"));
+    return {values, indices};
+  };
+  ops["sort"] = [](const Tensors& x, const json& a) -> Tensors {
+    auto [values, indices] = sort(x[0], int_arg(a, "dim"), flag_arg(a, "descending"));
+    return {values, indices};
   };
   ops["amax"] = [](const Tensors& x, const json& a) -> Tensors { return {amax(x[0], dims_arg(a), flag_arg(a, "keepdim"))}; };
+  ops["amin"] = [](const Tensors& x, const json& a) -> Tensors { return {amin(x[0], dims_arg(a), flag_arg(a, "keepdim"))}; };
   ops["argmax"] = [](const Tensors& x, const json& a) -> Tensors {
     return {argmax(x[0], int_arg(a, "dim"), flag_arg(a, "keepdim"))};
   };
@@ -191,6 +225,12 @@ std::map<std::string, OpFn> make_ops() {
   ops["gather"] = [](const Tensors& x, const json& a) -> Tensors { return {gather(x[0], int_arg(a, "dim"), x[1])}; };
   ops["scatter_add"] = [](const Tensors& x, const json& a) -> Tensors {
     return {scatter_add(x[0], int_arg(a, "dim"), x[1], x[2])};
+  };
+  ops["repeat_interleave"] = [](const Tensors& x, const json& a) -> Tensors {
+    std::optional<int64_t> dim;
+    if (a.contains("dim")) dim = int_arg(a, "dim");
+    if (x.size() > 1) return {repeat_interleave(x[0], x[1], dim)};
+    return {repeat_interleave(x[0], int_arg(a, "repeats"), dim)};
   };
   ops["embedding"] = [](const Tensors& x, const json& a) -> Tensors {
     return {embedding(x[0], x[1], a.contains("padding_idx") ? int_arg(a, "padding_idx") : -1)};

@@ -3,7 +3,7 @@
 // IN (written by the Python script) holds the cases' tensors and, in its metadata "cases", a JSON
 // list of case specs, each {"name": ..., "kind": "loss" | "optimizer" | "clip" | "scheduler", ...}:
 //   loss:      "loss" (cross_entropy | nll_loss | mse_loss), "args" {label_smoothing,
-//              ignore_index, reduction}; tensors <name>/input, <name>/target, <name>/dy.
+//              ignore_index, reduction, class_dim}; tensors <name>/input, <name>/target, <name>/dy.
 //              OUT: <name>/out, <name>/grad (of the input).
 //   optimizer: "optimizer" (SGD | Adam | AdamW), "groups" [{"params": [k...], "options": {...}}],
 //              "steps"; tensors <name>/p<k> (initial values) and <name>/g<step>/<k> (the gradient
@@ -60,9 +60,11 @@ void run_loss(const json& c, const std::string& name, const Tensors& in, Tensors
   if (loss == "cross_entropy") {
     y = nn::cross_entropy(input, target, {.label_smoothing = a.value("label_smoothing", 0.0),
                                           .ignore_index = a.value("ignore_index", int64_t{-100}),
-                                          .reduction = reduction});
+                                          .reduction = reduction,
+                                          .class_dim = a.value("class_dim", int64_t{-1})});
   } else if (loss == "nll_loss") {
-    y = nn::nll_loss(input, target, {.ignore_index = a.value("ignore_index", int64_t{-100}), .reduction = reduction});
+    y = nn::nll_loss(input, target, {.ignore_index = a.value("ignore_index", int64_t{-100}), .reduction = reduction,
+                                     .class_dim = a.value("class_dim", int64_t{-1})});
   } else if (loss == "mse_loss") {
     y = nn::mse_loss(input, target, reduction);
   } else {

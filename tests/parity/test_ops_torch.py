@@ -151,6 +151,17 @@ TORCH_OPS = {
     "where": lambda x, a: [torch.where(x[0], x[1], x[2])],
     "masked_fill": lambda x, a: [x[0].masked_fill(x[1], a["value"])],
     "masked_softmax_inf": lambda x, a: [torch.softmax(x[0].masked_fill(x[1], -math.inf), a["dim"])],
+    "maximum": lambda x, a: [torch.maximum(x[0], x[1])],
+    "minimum": lambda x, a: [torch.minimum(x[0], x[1])],
+    "log1p": lambda x, a: [torch.log1p(x[0])],
+    "expm1": lambda x, a: [torch.expm1(x[0])],
+    "erf": lambda x, a: [torch.erf(x[0])],
+    "log_sigmoid": lambda x, a: [F.logsigmoid(x[0])],
+    "silu": lambda x, a: [F.silu(x[0])],
+    "hardsigmoid": lambda x, a: [F.hardsigmoid(x[0])],
+    "softplus": lambda x, a: [F.softplus(x[0], a["beta"], a["threshold"])],
+    "gelu": lambda x, a: [F.gelu(x[0], approximate=a.get("approximate", "none"))],
+    "where_scalar": lambda x, a: [torch.where(x[0], x[1], a["s"]), torch.where(x[0], a["s"], x[1])],
     "tanh_backward": lambda x, a: [torch.ops.aten.tanh_backward(x[0], x[1])],
     "sigmoid_backward": lambda x, a: [torch.ops.aten.sigmoid_backward(x[0], x[1])],
     "eq": lambda x, a: [torch.eq(x[0], x[1])],
@@ -165,12 +176,19 @@ TORCH_OPS = {
     "logical_and": lambda x, a: [torch.logical_and(x[0], x[1])],
     "logical_or": lambda x, a: [torch.logical_or(x[0], x[1])],
     "isfinite": lambda x, a: [torch.isfinite(x[0])],
+    "logical_xor": lambda x, a: [torch.logical_xor(x[0], x[1])],
+    "compare_operators": lambda x, a: [x[0] == x[1], x[0] != x[1], x[0] < x[1], x[0] <= x[1], x[0] > x[1],
+                                       x[0] >= x[1], x[0] == a["s"], a["s"] != x[0], x[0] < a["s"],
+                                       a["s"] <= x[0], x[0] > a["s"], a["s"] >= x[0]],
+    "logic_operators": lambda x, a: [~x[0], x[0] & x[1], x[0] | x[1], x[0] ^ x[1]],
     "sum": lambda x, a: [reduce_all_or(torch.sum, x[0], a)],
     "mean": lambda x, a: [reduce_all_or(torch.mean, x[0], a)],
     "max_all": lambda x, a: [torch.max(x[0])],
-    "max_dim": lambda x, a: [torch.max(x[0], a["dim"], a.get("keepdim", False)).values],
-    "min_dim": lambda x, a: [torch.min(x[0], a["dim"], a.get("keepdim", False)).values],
+    "max_dim": lambda x, a: list(torch.max(x[0], a["dim"], a.get("keepdim", False))),
+    "min_dim": lambda x, a: list(torch.min(x[0], a["dim"], a.get("keepdim", False))),
+    "sort": lambda x, a: list(torch.sort(x[0], a["dim"], a.get("descending", False))),
     "amax": lambda x, a: [torch.amax(x[0], dims_of(x[0], a), a.get("keepdim", False))],
+    "amin": lambda x, a: [torch.amin(x[0], dims_of(x[0], a), a.get("keepdim", False))],
     "argmax": lambda x, a: [torch.argmax(x[0], a["dim"], a.get("keepdim", False))],
     "argmin": lambda x, a: [torch.argmin(x[0], a["dim"], a.get("keepdim", False))],
     "logsumexp": lambda x, a: [torch.logsumexp(x[0], dims_of(x[0], a), a.get("keepdim", False))],
@@ -207,6 +225,8 @@ TORCH_OPS = {
     "index_add": lambda x, a: [torch.index_add(x[0], a["dim"], x[1], x[2])],
     "gather": lambda x, a: [torch.gather(x[0], a["dim"], x[1])],
     "scatter_add": lambda x, a: [torch.scatter_add(x[0], a["dim"], x[1], x[2])],
+    "repeat_interleave": lambda x, a: [torch.repeat_interleave(
+        x[0], x[1] if len(x) > 1 else a["repeats"], dim=a.get("dim"))],
     "embedding": lambda x, a: [F.embedding(x[1], x[0], padding_idx=a.get("padding_idx"))],
     "dropout": lambda x, a: [F.dropout(x[0], a["p"], a.get("training", False))],
     "inplace_chain": lambda x, a: inplace_chain(x),
@@ -322,6 +342,31 @@ def build_cases():
     case("fused", "tanh_backward", [randn(3, 4), y])
     case("fused", "sigmoid_backward", [randn(3, 4), uniform(0.05, 0.95, 3, 4)])
 
+    # ---- element-wise max/min (ties on a grid: the gradient splits evenly) and the activations
+    for op in ("maximum", "minimum"):
+        case("bcast", op, [randn(3, 4), randn(4)])
+        case("outer_view", op, [In(randn(4, 3), view=T(["transpose", 0, 1])), randn(3, 1)])
+        case("ties", op, [grid(3, 4, lo=-2, hi=2), grid(3, 4, lo=-2, hi=2)])
+        case("nan", op, [torch.tensor([math.nan, 1.0, 2.0]), torch.tensor([0.0, math.nan, 1.0])], diff=False)
+    for op, draw in (("log1p", lambda *s: uniform(-0.9, 3.0, *s)), ("expm1", randn), ("erf", randn),
+                     ("log_sigmoid", randn), ("silu", randn), ("hardsigmoid", lambda *s: uniform(-5, 5, *s)),
+                     ("gelu", randn)):
+        case("2d", op, [draw(3, 5)])
+        case("strided", op, [In(draw(4, 6), view=T(["transpose", 0, 1], ["slice", 0, 0, 6, 2]))])
+    case("tiny", "log1p", [torch.tensor([1e-10, -1e-12, 3e-8])])
+    case("tiny", "expm1", [torch.tensor([1e-10, -1e-12, 3e-8])])
+    case("saturated", "log_sigmoid", [torch.tensor([-60.0, -20.0, 20.0, 60.0])])
+    case("kinks", "hardsigmoid", [torch.tensor([-4.0, -3.0, 0.0, 3.0, 4.0])])
+    case("default", "softplus", [randn(3, 5) * 5], {"beta": 1.0, "threshold": 20.0})
+    case("beta_threshold", "softplus", [randn(3, 5) * 3], {"beta": 2.0, "threshold": 1.5})
+    case("tanh", "gelu", [randn(3, 5) * 2], {"approximate": "tanh"})
+    case("o2", "gelu", [randn(3, 4)], order=2, dtypes=("float64",))
+    case("o2_tanh", "gelu", [randn(3, 4)], {"approximate": "tanh"}, order=2, dtypes=("float64",))
+    case("o2", "silu", [randn(3, 4)], order=2, dtypes=("float64",))
+    case("o2", "softplus", [randn(3, 4)], {"beta": 1.5, "threshold": 20.0}, order=2, dtypes=("float64",))
+    case("o2", "log_sigmoid", [randn(3, 4)], order=2, dtypes=("float64",))
+    case("s", "where_scalar", [mask(3, 4), randn(3, 4)], {"s": -0.5})
+
     # ---- comparisons and logic (forward only)
     for op in ("eq", "ne", "lt", "le", "gt", "ge"):
         case("bcast", op, [grid(3, 4, lo=-3, hi=3), grid(4, lo=-3, hi=3)], diff=False)
@@ -329,6 +374,9 @@ def build_cases():
     case("m", "logical_not", [mask(3, 4)], diff=False, dtypes=("float64",))
     case("m", "logical_and", [mask(3, 4), mask(4)], diff=False, dtypes=("float64",))
     case("m", "logical_or", [mask(3, 4), mask(3, 1)], diff=False, dtypes=("float64",))
+    case("m", "logical_xor", [mask(3, 4), mask(4)], diff=False, dtypes=("float64",))
+    case("bcast", "compare_operators", [grid(3, 4, lo=-3, hi=3), grid(4, lo=-3, hi=3)], {"s": 0.25}, diff=False)
+    case("m", "logic_operators", [mask(3, 4), mask(3, 1)], diff=False, dtypes=("float64",))
     case("m", "isfinite", [torch.tensor([1.0, math.inf, -math.inf, math.nan, -0.0, 1e300])], diff=False)
 
     # ---- reductions
@@ -348,7 +396,17 @@ def build_cases():
         case("last_view", op, [In(distinct(5, 3), view=T(["transpose", 0, 1]))], {"dim": -1})
         case("1d", op, [distinct(7)], {"dim": 0})
     case("kink_ties", "max_dim", [torch.tensor([[1.0, 3.0, 3.0, 0.0], [2.0, 2.0, 1.0, 2.0]])], {"dim": 1})
-    case("dims", "amax", [In(distinct(3, 4, 5), grad=False)], {"dims": [0, 2], "keepdim": True}, diff=False)
+    case("dims", "amax", [distinct(3, 4, 5)], {"dims": [0, 2], "keepdim": True})
+    for op in ("amax", "amin"):
+        case("dim1", op, [distinct(3, 4, 5)], {"dims": [1]})
+        case("all", op, [In(distinct(5, 3), view=T(["transpose", 0, 1]))])
+        case("ties", op, [torch.tensor([[1.0, 3.0, 3.0, 0.0], [2.0, 2.0, 1.0, 2.0], [0.0, 0.0, 0.0, 0.0]])],
+             {"dims": [1]})
+    for desc in (False, True):
+        case(f"dim1_desc{desc}", "sort", [distinct(3, 6)], {"dim": 1, "descending": desc})
+        case(f"dim0_desc{desc}", "sort", [In(distinct(4, 5), view=T(["transpose", 0, 1]))],
+             {"dim": 0, "descending": desc})
+    case("ties_stable", "sort", [torch.tensor([[2.0, 1.0, 2.0, 1.0, 0.0]])], {"dim": 1})
     for op in ("argmax", "argmin"):
         case("dim1", op, [distinct(3, 4, 5)], {"dim": 1}, diff=False)
         case("keep", op, [distinct(3, 4)], {"dim": 0, "keepdim": True}, diff=False)
@@ -447,6 +505,10 @@ def build_cases():
     case("dim0", "slice_scatter", [randn(2, 4)], {"shape": [6, 4], "dim": 0, "start": 3, "step": 1})
 
     # ---- indexing (duplicate indices: gradients accumulate)
+    case("int_dim1", "repeat_interleave", [randn(2, 3)], {"repeats": 2, "dim": 1})
+    case("flat", "repeat_interleave", [In(randn(3, 2), view=T(["transpose", 0, 1]))], {"repeats": 3})
+    case("tensor_dim0", "repeat_interleave", [randn(4, 2), torch.tensor([1, 0, 3, 2])], {"dim": 0})
+    case("tensor_one", "repeat_interleave", [randn(2, 3), torch.tensor([2])], {"dim": -1})
     case("dim0_dup", "index_select", [randn(5, 3), torch.tensor([4, 0, 4, 2])], {"dim": 0})
     case("dim1", "index_select", [In(randn(4, 3), view=T(["transpose", 0, 1])), torch.tensor([1, 3])],
          {"dim": 1})

@@ -105,9 +105,10 @@ def torch_loss(loss, x, target, args, torch_layout):
 
 
 def add_loss_case(name, loss, x64, target, args):
-    # seqgrad puts classes last; torch wants (N, C) or (N, C, d...): move the class dim to 1.
+    # seqgrad puts classes last unless class_dim says otherwise; torch wants (N, C) or (N, C, d...):
+    # move the class dim to 1.
     def torch_layout(x):
-        return x if x.dim() <= 2 else x.movedim(-1, 1)
+        return x if x.dim() <= 2 or args.get("class_dim") == 1 else x.movedim(-1, 1)
 
     for dtype in DTYPES:
         full = f"loss/{name}/{DNAME[dtype]}"
@@ -147,6 +148,15 @@ def build_loss_cases():
         x, t = randn(2, 3, 4), targets(4, 2, 3, ignore=2)
         add_loss_case(f"nll/BTC+ignore2/{red}", "nll_loss", torch.log_softmax(x, -1), t,
                       {"reduction": red, "ignore_index": 2})
+        # PyTorch's layout, given as is with class_dim = 1: (N, C, d1) and (N, C, d1, d2)
+        x, t = randn(3, 5, 4), targets(5, 3, 4, ignore=1)
+        add_loss_case(f"ce/NCd/smooth0.1+ignore1/{red}", "cross_entropy", x, t,
+                      {"reduction": red, "label_smoothing": 0.1, "ignore_index": 1, "class_dim": 1})
+        x, t = randn(2, 4, 3, 2), targets(4, 2, 3, 2)
+        add_loss_case(f"ce/NCdd/{red}", "cross_entropy", x, t, {"reduction": red, "class_dim": 1})
+        x, t = randn(2, 3, 5), targets(3, 2, 5, ignore=0)
+        add_loss_case(f"nll/NCd+ignore0/{red}", "nll_loss", torch.log_softmax(x, 1), t,
+                      {"reduction": red, "ignore_index": 0, "class_dim": 1})
         add_loss_case(f"mse/{red}", "mse_loss", randn(3, 4), randn(3, 4), {"reduction": red})
     add_loss_case("ce/smooth1.0/mean", "cross_entropy", randn(4, 3), targets(3, 4), {"label_smoothing": 1.0})
     add_loss_case("ce/all_ignored/mean(NaN)", "cross_entropy", randn(3, 4), torch.full((3,), -100),

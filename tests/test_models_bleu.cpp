@@ -1,4 +1,4 @@
-// Corpus BLEU against golden numbers from the real sacreBLEU.
+// Corpus BLEU and chrF against golden numbers from the real sacreBLEU.
 //
 // Every expected number below was produced with sacrebleu 2.6.0 on Python 3.11
 // (pip install --break-system-packages sacrebleu) as
@@ -17,6 +17,7 @@
 
 #include "core/error.h"
 #include "models/text/bleu.h"
+#include "models/text/chrf.h"
 #include "models/text/corpus.h"
 
 using namespace seqgrad::text;
@@ -235,4 +236,35 @@ TEST_CASE("corpus_bleu_tokens: tokenized BLEU on our tokenizer's output") {
   CHECK(s.sys_len == 7);
   CHECK(s.ref_len == 9);
   CHECK(bleu_signature(kLowerNone) == "nrefs:1|case:lc|eff:no|tok:none|smooth:exp");
+}
+
+// ---- chrF ---------------------------------------------------------------------------------------
+
+TEST_CASE("corpus_chrf: hand-derived and sacreBLEU golden scores") {
+  // "abc" vs "abd": 1-grams match 2 of 3 each way, 2-grams 1 of 2 (ab), 3-grams 0 of 1; orders 4..6
+  // have no n-grams and do not count. Precision = recall = (2/3 + 1/2 + 0) / 3 = 7/18, so
+  // F2 = 5 P R / (4 P + R) = P = 38.89 (sacrebleu 2.6.0: 38.888888888888886).
+  const ChrfScore s = corpus_chrf(Lines{"abc"}, Lines{"abd"});
+  CHECK(s.score == doctest::Approx(100.0 * 7 / 18).epsilon(1e-15));
+  CHECK(s.hyp_ngrams == std::vector<int64_t>{3, 2, 1, 0, 0, 0});
+  CHECK(s.matches == std::vector<int64_t>{2, 1, 0, 0, 0, 0});
+  CHECK(s.format() == "chrF2 = 38.89");
+  // Whitespace is dropped and characters are code points (ä, ß are one each); an empty hypothesis
+  // still adds its reference's n-grams. sacrebleu 2.6.0: 54.400086187046895.
+  const Lines hyp = {"Ein Mädchen läuft über die Straße!", "The cat sat.", ""};
+  const Lines ref = {"Ein Mädchen geht über die Straße.", "The cat is sitting.", "Nothing"};
+  CHECK(corpus_chrf(hyp, ref).score == doctest::Approx(54.400086187046895).epsilon(1e-14));
+  CHECK(corpus_chrf(Lines{"THE Cat"}, Lines{"the cat"}, {.lowercase = true}).score == 100.0);
+  CHECK(corpus_chrf(Lines{"x"}, Lines{"y"}).score == 0.0);
+  CHECK(chrf_signature() == "nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no");
+}
+
+TEST_CASE("corpus_chrf: bad input is a ValueError") {
+  CHECK_THROWS_WITH_AS(corpus_chrf(Lines{"a"}, Lines{}), doctest::Contains("1 hypotheses but 0 references"),
+                       seqgrad::ValueError);
+  CHECK_THROWS_WITH_AS(corpus_chrf(Lines{}, Lines{}), doctest::Contains("no sentences"), seqgrad::ValueError);
+  CHECK_THROWS_WITH_AS(corpus_chrf(Lines{"ok", "bad \xff"}, Lines{"a", "b"}),
+                       doctest::Contains("hypothesis 1 is not valid UTF-8 (byte 4)"), seqgrad::ValueError);
+  CHECK_THROWS_WITH_AS(corpus_chrf(Lines{"a"}, Lines{"a"}, {.char_order = 0}), doctest::Contains("char_order = 0"),
+                       seqgrad::ValueError);
 }

@@ -1,11 +1,13 @@
 // Text pipeline: UTF-8 helpers, tokenizer on real Multi30k / Tatoeba lines, vocab, corpus reading
-// and its report, encoding, subsets, and deterministic bucketed batching.
+// and its report, encoding, subsets, deterministic bucketed batching, and the streamed reading of
+// training corpora (PairReader, index_corpus, StreamingBatches) with its bad-input errors.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -14,6 +16,7 @@
 
 #include "core/error.h"
 #include "models/text/corpus.h"
+#include "models/text/stream.h"
 #include "models/text/tokenizer.h"
 #include "models/text/vocab.h"
 
@@ -355,4 +358,174 @@ TEST_CASE("pipeline: Multi30k val en-de from text to batches") {
   const int64_t row = b.index[0];
   CHECK(src.decode(std::vector<int64_t>(b.src.begin(), b.src.begin() + b.src_len_max)) ==
         src.decode(enc.pairs[static_cast<std::size_t>(row)].src));
+}
+
+// ---- streaming ----------------------------------------------------------------------------------
+
+namespace {
+
+CorpusFiles aligned(const std::string& src, const std::string& tgt) {
+  CorpusFiles f;
+  f.src = src, f.tgt = tgt;
+  return f;
+}
+
+// A stand-in for the word encoder: ids from the sentence's characters, so that lengths vary.
+EncodedPair char_ids(const SentencePair& p) {
+  EncodedPair e;
+  for (unsigned char c : p.src) e.src.push_back(4 + c % 50);
+  for (unsigned char c : p.tgt) e.tgt.push_back(4 + c % 50);
+  e.src.push_back(Vocab::kEos);
+  e.tgt.push_back(Vocab::kEos);
+  return e;
+}
+
+// Every batch of one epoch, each as the list of its rows' source ids.
+std::vector<std::vector<std::vector<int64_t>>> epoch_rows(BatchSource& source, uint64_t seed, int64_t skip = 0) {
+  source.start_epoch(seed, skip);
+  std::vector<std::vector<std::vector<int64_t>>> out;
+  while (std::optional<Batch> b = source.next()) {
+    std::vector<std::vector<int64_t>> rows;
+    for (int64_t r = 0; r < b->batch; ++r) {
+      const auto first = b->src.begin() + r * b->src_len_max;
+      rows.emplace_back(first, first + b->src_lengths[static_cast<std::size_t>(r)]);
+    }
+    out.push_back(rows);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("PairReader: streams what read_parallel reads, and seeks back") {
+  const std::string de = data_path("multi30k/train.de"), en = data_path("multi30k/train.en");
+  const ParallelCorpus whole = read_parallel(de, en);
+  PairReader reader(aligned(de, en));
+  std::vector<PairReader::Position> at;
+  int64_t n = 0;
+  for (std::optional<SentencePair> p; at.push_back(reader.position()), (p = reader.next()); ++n) {
+    REQUIRE(n < static_cast<int64_t>(whole.pairs.size()));
+    CHECK(p->src == whole.pairs[static_cast<std::size_t>(n)].src);
+    CHECK(p->tgt == whole.pairs[static_cast<std::size_t>(n)].tgt);
+  }
+  CHECK(n == 28998);
+  CHECK(reader.report().summary() == whole.report.summary());
+  reader.seek(at[16508]);  // the position before pair 16508; line 16510 (a placeholder) is skipped after it
+  CHECK(reader.next()->src == whole.pairs[16508].src);
+  CHECK(reader.next()->src == whole.pairs[16509].src);
+}
+
+TEST_CASE("PairReader: bad input names the file, the line and what was expected") {
+  const TempFile ok("ok.txt", "one\ntwo\nthree\n");
+  SUBCASE("invalid UTF-8: line, byte in the line and offset in the file") {
+    const TempFile bad("bad_utf8.txt", "fine\nalso fine\nnot \xC3( fine\n");
+    CHECK_THROWS_WITH_AS(read_corpus(aligned(ok.path, bad.path)),
+                         doctest::Contains("bad_utf8.txt:3: invalid UTF-8 at byte 4 of the line (byte offset 19 in "
+                                           "the file)"),
+                         seqgrad::IOError);
+  }
+  SUBCASE("different line counts: both counts, whichever file is longer") {
+    const TempFile longer("longer.txt", "a\nb\nc\nd\ne\n");
+    CHECK_THROWS_WITH_AS(read_corpus(aligned(ok.path, longer.path)),
+                         doctest::Contains(("ok.txt' has 3 lines but '" + longer.path + "' has 5").c_str()), seqgrad::IOError);
+    CHECK_THROWS_WITH_AS(read_corpus(aligned(longer.path, ok.path)),
+                         doctest::Contains(("longer.txt' has 5 lines but '" + ok.path + "' has 3").c_str()), seqgrad::IOError);
+  }
+  SUBCASE("a TSV line without a tab: file:line") {
+    const TempFile tsv("notab.tsv", "a\tb\n\nno tab here\n");
+    CorpusFiles f;
+    f.tsv = tsv.path;
+    CHECK_THROWS_WITH_AS(read_corpus(f), doctest::Contains("notab.tsv:3: no tab in the line"), seqgrad::IOError);
+    const ParallelCorpus skipped = read_corpus(f, {.on_bad_line = OnBadLine::skip});
+    CHECK(skipped.report.skipped_bad_columns == 1);
+    CHECK(skipped.report.skipped_empty == 1);
+    CHECK(skipped.pairs.size() == 1u);
+  }
+  SUBCASE("a missing file, a directory") {
+    CHECK_THROWS_WITH_AS(read_corpus(aligned(ok.path, "/nonexistent/seqgrad.de")),
+                         doctest::Contains("cannot open '/nonexistent/seqgrad.de': no such file"), seqgrad::IOError);
+    const std::string dir = std::filesystem::temp_directory_path().string();
+    CHECK_THROWS_WITH_AS(read_corpus(aligned(dir, ok.path)), doctest::Contains("is a directory, expected a regular file"),
+                         seqgrad::IOError);
+  }
+  SUBCASE("empty lines are skipped and counted; a corpus of nothing else is empty") {
+    const TempFile src("blank_src.txt", "\n  \n\t\n"), tgt("blank_tgt.txt", "x\ny\n\n");
+    const CorpusIndex index = index_corpus(aligned(src.path, tgt.path), {});
+    CHECK(index.pairs == 0);
+    CHECK(index.report.skipped_empty == 3);
+    CHECK(index.chunks.empty());
+  }
+}
+
+TEST_CASE("index_corpus: chunks of buffer_pairs pairs, the visitor sees every pair, max_pairs stops") {
+  const TempFile src("ix_src.txt", "a\nb\n\nc\nd\ne\nf\n"), tgt("ix_tgt.txt", "1\n2\n3\n4\n5\n6\n7\n");
+  std::vector<std::string> seen;
+  const CorpusIndex index =
+      index_corpus(aligned(src.path, tgt.path), {.buffer_pairs = 2}, [&](const SentencePair& p) { seen.push_back(p.src); });
+  CHECK(index.pairs == 6);  // line 3 is empty on the source side
+  CHECK(seen == std::vector<std::string>{"a", "b", "c", "d", "e", "f"});
+  REQUIRE(index.chunks.size() == 3u);
+  CHECK(index.chunks[1].pairs == 2);
+  CHECK(index.chunks[1].start.line == 2);  // after line 2: line 3 (skipped) is read again with the chunk
+  PairReader reader(index.files);
+  reader.seek(index.chunks[2].start);
+  CHECK(reader.next()->src == "e");
+  const CorpusIndex first = index_corpus(aligned(src.path, tgt.path), {.buffer_pairs = 4, .max_pairs = 5});
+  CHECK(first.pairs == 5);
+  CHECK(first.chunks.back().pairs == 1);
+  CHECK_THROWS_WITH_AS(index_corpus(index.files, {.buffer_pairs = 0}), doctest::Contains("buffer_pairs = 0"),
+                       seqgrad::ValueError);
+}
+
+TEST_CASE("StreamingBatches: one buffer batches exactly as make_batches; more buffers cover every pair once") {
+  const std::string de = data_path("multi30k/val.de"), en = data_path("multi30k/val.en");
+  const CorpusFiles files = aligned(de, en);
+  const ParallelCorpus whole = read_corpus(files);
+  std::vector<EncodedPair> encoded;
+  for (const SentencePair& p : whole.pairs) encoded.push_back(char_ids(p));
+  MemoryBatches memory(encoded, {.batch_size = 16});
+
+  StreamingBatches one(index_corpus(files, {.buffer_pairs = 5000}), char_ids, {.batch_size = 16});
+  CHECK(one.batches_per_epoch() == memory.batches_per_epoch());
+  CHECK(epoch_rows(one, 7) == epoch_rows(memory, 7));  // a corpus in one buffer: today's batches exactly
+
+  StreamingBatches chunked(index_corpus(files, {.buffer_pairs = 300}), char_ids, {.batch_size = 16});
+  CHECK(chunked.batches_per_epoch() == 19 + 19 + 19 + 8);  // 300, 300, 300 and 114 pairs, 16 a batch
+  const auto a = epoch_rows(chunked, 7), b = epoch_rows(chunked, 7), c = epoch_rows(chunked, 8);
+  CHECK(a == b);  // deterministic for a seed
+  CHECK(a != c);  // another epoch, another order
+  std::multiset<std::vector<int64_t>> rows, expected;
+  for (const auto& batch : a) rows.insert(batch.begin(), batch.end());
+  for (const EncodedPair& p : encoded) expected.insert(p.src);
+  CHECK(rows == expected);
+  // Resuming at batch 25 (inside the second chunk visited) continues with the same batches.
+  const auto resumed = epoch_rows(chunked, 7, 25);
+  CHECK(resumed == std::vector(a.begin() + 25, a.end()));
+  CHECK(epoch_rows(chunked, 7, chunked.batches_per_epoch()).empty());
+  CHECK_THROWS_WITH_AS(chunked.start_epoch(7, 66), doctest::Contains("cannot start at batch 66 of an epoch of 65"),
+                       seqgrad::ValueError);
+}
+
+TEST_CASE("PairSample: a bounded, deterministic, roughly uniform sample in stream order") {
+  auto sample_of = [](int64_t n, int64_t capacity, uint64_t seed) {
+    PairSample sample(capacity, seed);
+    for (int64_t i = 0; i < n; ++i) sample.add({std::to_string(i), "x"});
+    std::vector<int64_t> out;
+    for (const SentencePair& p : sample.pairs()) out.push_back(std::stoll(p.src));
+    return out;
+  };
+  CHECK(sample_of(5, 10, 1) == std::vector<int64_t>{0, 1, 2, 3, 4});  // fewer than the capacity: all
+  const std::vector<int64_t> a = sample_of(10000, 100, 7);
+  CHECK(a.size() == 100u);
+  CHECK(std::is_sorted(a.begin(), a.end()));
+  CHECK(std::set<int64_t>(a.begin(), a.end()).size() == 100u);
+  CHECK(a == sample_of(10000, 100, 7));
+  CHECK(a != sample_of(10000, 100, 8));
+  // Uniform: each of 10 blocks of 1000 holds 10 of the 100 on average; over 200 seeds every block
+  // gets 2000 +- a few percent (the binomial's standard deviation is about 42).
+  std::vector<int64_t> per_block(10, 0);
+  for (uint64_t seed = 0; seed < 200; ++seed)
+    for (int64_t i : sample_of(10000, 100, seed)) ++per_block[static_cast<std::size_t>(i / 1000)];
+  for (int64_t count : per_block) CHECK((count > 1800 && count < 2200));
+  CHECK_THROWS_WITH_AS(PairSample(0, 1), doctest::Contains("capacity = 0"), seqgrad::ValueError);
 }

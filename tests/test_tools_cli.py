@@ -399,7 +399,8 @@ class Translate(Base):
 
 # ---- resume and interruption --------------------------------------------------------------------
 
-LOSS_KEYS = ["epoch", "step", "train_loss", "valid_loss", "valid_ppl", "valid_bleu", "lr"]
+LOSS_KEYS = ["epoch", "step", "train_loss", "valid_loss", "valid_ppl", "valid_sacrebleu", "valid_chrf",
+             "valid_bleu_tokenized", "lr"]
 
 
 class Resume(Base):
@@ -502,7 +503,7 @@ class MixedPrecision(Base):
             p = self.train(out, "--subset", "128", "--epochs", "1", "--amp", amp)
             self.assertOk(p)
             self.assertIn(f"amp {amp}", p.stdout)
-            self.assertRegex(p.stdout, r"test: loss [\d.]+, ppl [\d.]+, BLEU")
+            self.assertRegex(p.stdout, r"test: loss [\d.]+, ppl [\d.]+, sacreBLEU [\d.]+, chrF [\d.]+, BLEU")
             (m,) = read_metrics(os.path.join(out, "metrics.jsonl"))
             for key in ["train_loss", "valid_loss"]:
                 self.assertTrue(m[key] == m[key] and 0 < m[key] < 100, (amp, m))  # finite, not NaN
@@ -562,7 +563,8 @@ class EvalBleu(Base):
         def read(path):
             with open(path, encoding="utf-8", newline="\n") as f:
                 return [line.rstrip() for line in f]
-        return str(sacrebleu.corpus_bleu(read(hyp_path), [read(ref_path)]))
+        hyps, refs = read(hyp_path), [read(ref_path)]
+        return f"{sacrebleu.corpus_bleu(hyps, refs)}\n{sacrebleu.corpus_chrf(hyps, refs)}"
 
     def check(self, name, hyps, refs, newline="\n"):
         hyp, ref = self.out(f"{name}.hyp"), self.out(f"{name}.ref")
@@ -596,8 +598,8 @@ class EvalBleu(Base):
         shutil.copytree(trained_checkpoint(), d)
         p = run("eval", "--checkpoint", os.path.join(d, "best.safetensors"), "--data-dir", DATA, "--threads", "1")
         self.assertOk(p)
-        self.assertRegex(p.stdout, r"test: loss [\d.]+, ppl [\d.]+, BLEU [\d.]+ \(tokenised, lower-cased\), "
-                                   r"sacreBLEU [\d.]+ \(greedy\)")
+        self.assertRegex(p.stdout, r"test: loss [\d.]+, ppl [\d.]+, sacreBLEU [\d.]+, chrF [\d.]+, BLEU [\d.]+ "
+                                   r"\(tokenised, lower-cased\) \(greedy\)")
         self.assertTrue(os.path.exists(os.path.join(d, "attention_test0.png")))
         p = run("eval", "--checkpoint", os.path.join(d, "best.safetensors"), "--data-dir", self.out("nowhere"))
         self.assertFails(p, r"data folder '.*nowhere' does not exist")

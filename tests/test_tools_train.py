@@ -2,7 +2,9 @@
 """End-to-end tests of `seqgrad train`'s run folder and training loop (models/seq2seq/trainer.h):
 run protection (--resume / --force), the folder lock, stale temporary files, progress and logs
 without a terminal, the validation of a resumed train state, a loss that explodes while staying
-finite, and `bench --json` into a missing folder.
+finite, `bench --json` into a missing folder, and training on the user's own files (--train,
+--valid, --test and their -tsv forms, streamed through --shuffle-buffer) with every bad-input error
+raised before training starts.
 
     /usr/bin/python3 tests/test_tools_train.py BUILD/tools/seqgrad [DATA_DIR] [-v] [-k PATTERN]
 
@@ -27,7 +29,7 @@ SEQGRAD = None
 DATA = None
 TINY = ["--preset", "default", "--embed", "16", "--hidden", "16", "--batch-size", "32", "--threads", "1",
         "--subset", "256"]
-LOSS_KEYS = ["epoch", "step", "train_loss", "valid_loss", "valid_bleu"]
+LOSS_KEYS = ["epoch", "step", "train_loss", "valid_loss", "valid_sacrebleu", "valid_chrf", "valid_bleu_tokenized"]
 
 
 def run(*args, timeout=180):
@@ -170,6 +172,127 @@ class Flags(Base):
                     self.assertFails(p, rf"seqgrad {command}: error: " + pattern, status=2)  # a usage error
 
 
+# ---- the user's own corpus: --train / --valid / --test ------------------------------------------
+
+MY = ["--preset", "default", "--embed", "16", "--hidden", "16", "--batch-size", "32", "--threads", "1", "--quiet"]
+
+
+def open_lines(path):
+    with open(path, encoding="utf-8") as f:
+        return f.readlines()
+
+
+def write(path, text, mode="w"):
+    with open(path, mode) as f:
+        f.write(text)
+    return path
+
+
+class OwnCorpus(Base):
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        d = os.path.join(Base.tmp, "own")
+        os.makedirs(d, exist_ok=True)
+        m30k = os.path.join(DATA, "multi30k")
+        cls.files = {}
+        for split, name, n in [("train", "train", 600), ("valid", "val", 100), ("test", "test2016", 50)]:
+            for lang in ["de", "en"]:
+                with open(os.path.join(m30k, f"{name}.{lang}"), encoding="utf-8") as f:
+                    lines = [next(f) for _ in range(n)]
+                cls.files[split, lang] = write(os.path.join(d, f"{split}.{lang}"), "".join(lines))
+        src, tgt = ([line.rstrip("\n") for line in open_lines(cls.files["train", lang])] for lang in ["de", "en"])
+        cls.files["train", "tsv"] = write(os.path.join(d, "train.tsv"), "".join(f"{a}\t{b}\n" for a, b in zip(src, tgt)))
+
+    def split(self, split):
+        return [f"--{split}", self.files[split, "de"], self.files[split, "en"]]
+
+    def test_train_eval_inspect_and_resume_on_files(self):
+        out = self.out("own_run")
+        p = run("train", *MY, *self.split("train"), *self.split("valid"), *self.split("test"), "--src", "de",
+                "--tgt", "en", "--epochs", "2", "--shuffle-buffer", "256", "--out", out)
+        self.assertOk(p)
+        self.assertIn("600 train, 100 valid, 50 test pairs", p.stdout)
+        self.assertRegex(p.stdout, r"epoch 2: .*sacreBLEU [\d.]+, chrF [\d.]+, BLEU [\d.]+ \(tokenised, lower-cased\)")
+        self.assertRegex(p.stdout, r"test: loss [\d.]+, ppl [\d.]+, sacreBLEU [\d.]+, chrF [\d.]+, BLEU [\d.]+")
+        metrics = read_metrics(os.path.join(out, "metrics.jsonl"))
+        self.assertEqual([m["epoch"] for m in metrics], [1, 2])
+        best = os.path.join(out, "best.safetensors")
+        # the checkpoint says what it was trained on, with absolute paths
+        p = run("inspect", best)
+        self.assertOk(p)
+        self.assertIn(f"train {self.files['train', 'de']} and {self.files['train', 'en']}", p.stdout)
+        self.assertIn("shuffle buffer 256 pairs", p.stdout)
+        # eval finds its test split from any folder, or takes another with --test
+        p = subprocess.run([SEQGRAD, "eval", "--checkpoint", best, "--threads", "1"], capture_output=True, text=True,
+                           timeout=120, cwd="/")
+        self.assertOk(p)
+        self.assertIn(f"test: 50 pairs from {self.files['test', 'de']}", p.stdout)
+        p = run("eval", "--checkpoint", best, "--threads", "1", "--test", *self.split("valid")[1:])
+        self.assertOk(p)
+        self.assertIn("test: 100 pairs from", p.stdout)
+        # 600 pairs in buffers of 256 (chunks of 8, 8 and 3 batches, 19 an epoch): stopped past the first chunk of
+        # epoch 2 and resumed, the run ends with the same metrics
+        cut = self.out("own_cut")
+        base = [*MY, *self.split("train"), *self.split("valid"), *self.split("test"), "--src", "de", "--tgt", "en",
+                "--epochs", "2", "--shuffle-buffer", "256", "--out", cut]
+        self.assertFails(run("train", *base, "--stop-after-steps", "31"), r"interrupted at epoch 2, batch 12", status=130)
+        self.assertOk(run("train", "--resume", "--out", cut, "--threads", "1", "--quiet"))
+        resumed = read_metrics(os.path.join(cut, "metrics.jsonl"))
+        self.assertEqual([{k: m[k] for k in LOSS_KEYS} for m in resumed], [{k: m[k] for k in LOSS_KEYS} for m in metrics])
+
+    def test_tsv_form_trains_as_the_aligned_files(self):
+        a, b = self.out("own_aligned"), self.out("own_tsv")
+        p = run("train", *MY, *self.split("train"), *self.split("valid"), "--epochs", "1", "--out", a)
+        self.assertOk(p)
+        self.assertIn("test: no test split", p.stdout)
+        self.assertIn("src->tgt", p.stdout)  # no --src/--tgt: neutral names
+        p = run("train", *MY, "--train-tsv", self.files["train", "tsv"], *self.split("valid"), "--epochs", "1",
+                "--out", b)
+        self.assertOk(p)
+        self.assertEqual([{k: m[k] for k in LOSS_KEYS} for m in read_metrics(os.path.join(a, "metrics.jsonl"))],
+                         [{k: m[k] for k in LOSS_KEYS} for m in read_metrics(os.path.join(b, "metrics.jsonl"))])
+
+    def test_bad_input_is_an_error_before_training(self):
+        d = self.out("own_bad")
+        os.makedirs(d, exist_ok=True)
+        good = self.split("train")[1:]
+        latin1 = write(os.path.join(d, "latin1.de"), "ok\nein Mädchen\n".encode("latin-1"), mode="wb")
+        two = write(os.path.join(d, "two.en"), "ok\na girl\n")
+        two_de = write(os.path.join(d, "two.de"), "ok\nein Mädchen\n")
+        three = write(os.path.join(d, "three.en"), "ok\na girl\nmore\n")
+        notab = write(os.path.join(d, "notab.tsv"), "a\tb\nno tab here\n")
+        blank_de = write(os.path.join(d, "blank.de"), "\n \n")
+        blank_en = write(os.path.join(d, "blank.en"), "x\n\n")
+        for name, data, pattern in [
+                ("not UTF-8", ["--train", latin1, two],
+                 r"latin1\.de:2: invalid UTF-8 at byte 5 of the line \(byte offset 8 in the file\)"),
+                ("line counts", ["--train", two_de, three], r"two\.de' has 2 lines but '.*three\.en' has 3"),
+                ("no tab", ["--train-tsv", notab], r"notab\.tsv:2: no tab in the line"),
+                ("missing file", ["--train", os.path.join(d, "nope.de"), good[1]],
+                 r"data: missing file .*nope\.de \(--train source file\)"),
+                ("empty corpus", ["--train", blank_de, blank_en],
+                 r"data: split train has no usable sentence pair in .*blank\.de and .*blank\.en \(read 2 pairs, "
+                 r"kept 0; skipped 0 placeholder, 2 empty"),
+                ("bad valid split", ["--train", *good, "--valid", two_de, three], r"two\.de' has 2 lines but")]:
+            with self.subTest(name):
+                args = data if "--valid" in data else [*data, *self.split("valid")]
+                p = run("train", *MY, *args, "--out", os.path.join(d, "run"), "--force")
+                self.assertFails(p, pattern)
+                self.assertNotIn("epoch 1", p.stdout)
+                self.assertFalse(os.path.exists(os.path.join(d, "run", "metrics.jsonl")))
+        for data, pattern in [(["--train", *good], r"--train needs --valid"),
+                              (["--valid", *good], r"--valid and --test go with --train"),
+                              (["--train", good[0]], r"option --train needs two values"),
+                              (["--corpus", "multi30k", "--train", *good], r"--corpus multi30k names a bundled corpus"),
+                              (["--train", *good, "--train-tsv", notab], r"--train and --train-tsv exclude each other"),
+                              (["--corpus", "wmt14"], r"--corpus expects multi30k or fra-eng, got 'wmt14'"),
+                              (["--shuffle-buffer", "0"], r"--shuffle-buffer must be >= 1")]:
+            with self.subTest(data=data):
+                p = run("train", *MY, *data, "--data-dir", DATA, "--out", os.path.join(d, "run"), "--force")
+                self.assertFails(p, pattern, status=2)
+
+
 # ---- logs and progress without a terminal ------------------------------------------------------
 
 class Logs(Base):
@@ -185,7 +308,7 @@ class Logs(Base):
         for line in progress:
             self.assertRegex(line, r"^epoch 1/2 batch \d/8 loss [\d.]+ \d+ tok/s ETA \d+m\d\ds \(run \d+m\d\ds\)$")
         self.assertIn("epoch 1/2: validating on 1014 pairs...", lines)
-        self.assertTrue(any(l.startswith("saved new best (BLEU ") for l in lines), p.stderr)
+        self.assertTrue(any(l.startswith("saved new best (sacreBLEU ") for l in lines), p.stderr)
 
     def test_epoch_lines_are_flushed(self):
         # Read stdout while the run goes on: the first epoch's line must arrive before the run ends

@@ -57,6 +57,13 @@ Args& Args::hidden_option(const std::string& name, const std::string& value_name
   return *this;
 }
 
+Args& Args::pair_option(const std::string& name, const std::string& first_name, const std::string& second_name,
+                        const std::string& help) {
+  option(name, first_name, help);
+  options_[name].second_value_name = second_name;
+  return *this;
+}
+
 Args& Args::positional(const std::string& name, const std::string& help) {
   positional_name_ = name;
   positional_help_ = help;
@@ -107,6 +114,12 @@ bool Args::parse(int argc, char** argv) {
     SG_CHECK_USAGE(!value.empty(), "option --{} needs a value <{}>, got an empty one", name,
                    it->second.value_name);
     values_[name] = value;
+    if (const std::string& second = it->second.second_value_name; !second.empty()) {
+      SG_CHECK_USAGE(!inline_value && i + 1 < argc && std::string_view(argv[i + 1]).rfind("--", 0) != 0 &&
+                         argv[i + 1][0] != '\0',
+                     "option --{} needs two values: --{} <{}> <{}>", name, name, it->second.value_name, second);
+      second_values_[name] = argv[++i];
+    }
   }
   return true;
 }
@@ -152,6 +165,17 @@ double Args::get_double(const std::string& name) const {
   return v;
 }
 
+std::pair<std::string, std::string> Args::get_pair(const std::string& name) const {
+  auto second = second_values_.find(name);
+  SG_CHECK(has(name) && second != second_values_.end(), "{}: --{} is not a given pair option", command_, name);
+  return {get(name), second->second};
+}
+
+bool Args::is_pair_option(const std::string& name) const {
+  auto o = options_.find(name);
+  return o != options_.end() && !o->second.second_value_name.empty();
+}
+
 std::string Args::help() const {
   std::string out = fmt::format("usage: seqgrad {} [options]{}\n\n{}\n\noptions:\n", command_,
                                 positional_name_.empty() ? "" : fmt::format(" [{}...]", positional_name_), summary_);
@@ -160,6 +184,7 @@ std::string Args::help() const {
     const Option& o = options_.at(name);
     if (o.hidden) continue;
     std::string left = o.value_name.empty() ? "--" + name : fmt::format("--{} <{}>", name, o.value_name);
+    if (!o.second_value_name.empty()) left += fmt::format(" <{}>", o.second_value_name);
     out += fmt::format("  {:<26} {}{}\n", left, o.help,
                        o.default_value.empty() ? "" : fmt::format(" (default: {})", o.default_value));
   }

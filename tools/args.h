@@ -5,6 +5,7 @@
 #include <limits>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -52,6 +53,9 @@ class Args {
   // An option left out of --help: test hooks such as train's --stop-after-steps. `help` documents
   // it in the source.
   Args& hidden_option(const std::string& name, const std::string& value_name, const std::string& help);
+  // An option followed by two values, e.g. --train <src_file> <tgt_file>; read with get_pair().
+  Args& pair_option(const std::string& name, const std::string& first_name, const std::string& second_name,
+                    const std::string& help);
   Args& positional(const std::string& name, const std::string& help);  // zero or more
 
   // Returns false when --help was given (the help text is printed); throws UsageError otherwise.
@@ -68,6 +72,8 @@ class Args {
   // --threads in [1, max_threads()].
   int get_threads(const std::string& name = "threads") const;
   double get_double(const std::string& name) const;
+  std::pair<std::string, std::string> get_pair(const std::string& name) const;  // a given pair_option
+  bool is_pair_option(const std::string& name) const;  // declared with pair_option
   bool flag(const std::string& name) const { return has(name); }
   const std::vector<std::string>& positionals() const { return positionals_; }
   std::string help() const;
@@ -76,11 +82,13 @@ class Args {
   struct Option {
     std::string value_name, help, default_value;
     bool hidden = false;
+    std::string second_value_name;  // a pair_option's second value
   };
   std::string command_, summary_;
   std::vector<std::string> order_;
   std::map<std::string, Option> options_;
   std::map<std::string, std::string> values_;
+  std::map<std::string, std::string> second_values_;  // of pair options
   std::string positional_name_, positional_help_;
   std::vector<std::string> positionals_;
 };

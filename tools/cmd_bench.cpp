@@ -175,12 +175,13 @@ PresetData load_preset(const std::string& name, const std::string& data_dir) {
   d.config = models::preset(name);
   d.config.data_dir = data_dir;
   models::Corpora corpora = models::load_corpora(d.config);
-  d.src_vocab = text::Vocab::build(text::source_side(corpora.train), {.min_freq = d.config.min_freq});
-  d.tgt_vocab = text::Vocab::build(text::target_side(corpora.train), {.min_freq = d.config.min_freq});
+  const std::vector<text::TokenizedPair> train_pairs = models::read_train_pairs(corpora);
+  d.src_vocab = text::Vocab::build(text::source_side(train_pairs), {.min_freq = d.config.min_freq});
+  d.tgt_vocab = text::Vocab::build(text::target_side(train_pairs), {.min_freq = d.config.min_freq});
   d.config.model.src_vocab = d.src_vocab.size();
   d.config.model.tgt_vocab = d.tgt_vocab.size();
   text::EncodeOptions truncate{.max_src_tokens = d.config.max_tokens, .max_tgt_tokens = d.config.max_tokens};
-  text::EncodedCorpus train = text::encode_pairs(corpora.train, d.src_vocab, d.tgt_vocab, truncate);
+  text::EncodedCorpus train = text::encode_pairs(train_pairs, d.src_vocab, d.tgt_vocab, truncate);
   std::vector<text::Batch> batches =
       text::make_batches(train.pairs, {.batch_size = d.config.batch_size, .seed = d.config.seed, .drop_last = true});
   SG_CHECK(static_cast<int>(batches.size()) >= kBatches, "bench: preset {} gives only {} batches", name, batches.size());

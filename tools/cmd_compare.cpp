@@ -34,15 +34,18 @@ using Clock = std::chrono::steady_clock;
 
 Args compare_args() {
   Args a("compare", "Compare attention kinds (additive, scaled dot, hybrid) on the same data and seed: loss and\n"
-                    "validation BLEU per epoch, time per step, small training subsets and attention sharpness.\n"
+                    "validation sacreBLEU, chrF and tokenised BLEU per epoch, time per step, small training\n"
+                    "subsets and attention sharpness. Trains on a bundled corpus or your own files (--train SRC TGT\n"
+                    "--valid-files SRC TGT, or the -tsv forms); the largest subset is held in memory.\n"
                     "Writes <out>/report.html (plots and a table) and <out>/compare.json.");
   a.option("preset", "name", "hyper-parameter preset: default | seed | d2l", "default")
       .option("kinds", "list", "comma-separated attention kinds", "additive,scaled_dot,hybrid")
       .option("subsets", "list", "comma-separated training-set sizes (first N pairs; 'all' = every pair)",
               "1000,5000")
       .option("epochs", "n", "training epochs per run", "2")
-      .option("valid", "n", "first n validation pairs, used for loss, BLEU and entropy (0 = all)", "500")
-      .option("src", "lang", "source language (multi30k: de en fr cs; fra-eng: en fr)")
+      .option("valid", "n", "first n validation pairs, used for loss, BLEU and entropy (0 = all)", "500");
+  add_data_options(a, {.valid_flag = "valid-files", .test = false});
+  a.option("src", "lang", "source language (multi30k: de en fr cs; fra-eng: en fr)")
       .option("tgt", "lang", "target language")
       .option("data-dir", "dir", "folder holding multi30k/ and fra-eng/", "data")
       .option("out", "dir", "folder for report.html and compare.json", "runs/compare")
@@ -121,7 +124,8 @@ Sharpness attention_sharpness(models::Seq2Seq& model, const text::EncodedCorpus&
 
 struct EpochResult {
   int64_t epoch = 0;
-  double train_loss = 0, valid_loss = 0, valid_bleu = 0, seconds = 0;
+  double train_loss = 0, valid_loss = 0, seconds = 0;
+  double valid_sacrebleu = 0, valid_chrf = 0, valid_bleu_tokenized = 0;
   Sharpness sharpness;
 };
 
@@ -143,13 +147,19 @@ std::string pairs_label(int64_t n) { return n % 1000 == 0 ? fmt::format("{}k", n
 
 // The first `train_pairs` training pairs and the validation pairs, encoded with vocabularies built
 // from those training pairs (as `seqgrad train --subset` does).
+struct Data {
+  std::vector<text::TokenizedPair> train;  // the first pairs of the training split, as many as the largest subset
+  std::vector<text::TokenizedPair> valid;
+  std::vector<std::string> valid_references;  // raw, for sacreBLEU and chrF
+};
+
 struct Prepared {
   text::Vocab src_vocab, tgt_vocab;
   text::EncodedCorpus train, valid;
 };
 
-Prepared prepare(TrainConfig& c, const models::Corpora& data, int64_t train_pairs,
-                 const std::vector<text::TokenizedPair>& valid_pairs) {
+Prepared prepare(TrainConfig& c, const Data& data, int64_t train_pairs) {
+  const std::vector<text::TokenizedPair>& valid_pairs = data.valid;
   std::span<const text::TokenizedPair> train_text(data.train.data(), static_cast<size_t>(train_pairs));
   Prepared p;
   p.src_vocab = text::Vocab::build(text::source_side(train_text), {.min_freq = c.min_freq});
@@ -167,10 +177,10 @@ Prepared prepare(TrainConfig& c, const models::Corpora& data, int64_t train_pair
 }
 
 // Trains one attention kind on the first `train_pairs` pairs and evaluates it after every epoch.
-Run run_one(TrainConfig c, AttentionKind kind, const models::Corpora& data, int64_t train_pairs,
-            const std::vector<text::TokenizedPair>& valid_pairs, bool quiet) {
+Run run_one(TrainConfig c, AttentionKind kind, const Data& data, int64_t train_pairs, bool quiet) {
   c.model.attention = kind;
-  Prepared d = prepare(c, data, train_pairs, valid_pairs);
+  const std::vector<text::TokenizedPair>& valid_pairs = data.valid;
+  Prepared d = prepare(c, data, train_pairs);
   Run run;
   run.kind = models::attention_kind_name(kind);
   run.train_pairs = train_pairs;
@@ -199,16 +209,20 @@ Run run_one(TrainConfig c, AttentionKind kind, const models::Corpora& data, int6
     e.epoch = trainer.state().epoch;
     e.seconds = result.seconds;
     e.train_loss = result.loss;
-    models::Evaluation val = trainer.evaluate(d.valid, valid_pairs, {.max_len = 2 * c.max_tokens + 10, .beam_size = 1});
+    models::Evaluation val = trainer.evaluate(d.valid, valid_pairs, data.valid_references,
+                                              {.max_len = 2 * c.max_tokens + 10, .beam_size = 1});
     e.valid_loss = val.loss;
-    e.valid_bleu = val.bleu;
+    e.valid_sacrebleu = val.sacrebleu;
+    e.valid_chrf = val.chrf;
+    e.valid_bleu_tokenized = val.bleu_tokenized;
     e.sharpness = attention_sharpness(trainer.model(), d.valid);
     run.epochs.push_back(e);
     samples = std::move(val.hypotheses);
     if (!quiet)
-      fmt::print(stderr, "[{} {} pairs] epoch {}/{}: train loss {:.3f}, valid loss {:.3f}, BLEU {:.2f}, entropy {:.3f} "
-                 "({:.2f} of uniform), {:.0f} s\n", run.kind, train_pairs, e.epoch, c.epochs, e.train_loss,
-                 e.valid_loss, e.valid_bleu, e.sharpness.entropy, e.sharpness.normalized, e.seconds);
+      fmt::print(stderr, "[{} {} pairs] epoch {}/{}: train loss {:.3f}, valid loss {:.3f}, sacreBLEU {:.2f}, chrF "
+                 "{:.2f}, BLEU {:.2f} (tokenised), entropy {:.3f} ({:.2f} of uniform), {:.0f} s\n", run.kind,
+                 train_pairs, e.epoch, c.epochs, e.train_loss, e.valid_loss, e.valid_sacrebleu, e.valid_chrf,
+                 e.valid_bleu_tokenized, e.sharpness.entropy, e.sharpness.normalized, e.seconds);
   }
   for (size_t i = 0; i < std::min(kSampleSentences, samples.size()); ++i)
     run.sample_heatmaps.push_back(plot::heatmap_svg(attention_heatmap(
@@ -228,10 +242,9 @@ struct Timing {
   double tokens_per_s = 0;  // target tokens per second over the timed steps
 };
 
-std::vector<Timing> time_steps(TrainConfig c, const std::vector<AttentionKind>& kinds, const models::Corpora& data,
-                               int64_t train_pairs, const std::vector<text::TokenizedPair>& valid_pairs,
-                               int64_t steps) {
-  Prepared d = prepare(c, data, train_pairs, valid_pairs);
+std::vector<Timing> time_steps(TrainConfig c, const std::vector<AttentionKind>& kinds, const Data& data,
+                               int64_t train_pairs, int64_t steps) {
+  Prepared d = prepare(c, data, train_pairs);
   std::vector<text::Batch> batches = text::make_batches(d.train.pairs, {.batch_size = c.batch_size, .seed = c.seed});
   struct Timed {
     std::unique_ptr<models::Trainer> trainer;
@@ -277,7 +290,8 @@ nlohmann::json to_json(const Run& r) {
   nlohmann::json epochs = nlohmann::json::array();
   for (const EpochResult& e : r.epochs)
     epochs.push_back({{"epoch", e.epoch}, {"train_loss", e.train_loss}, {"valid_loss", e.valid_loss},
-                      {"valid_ppl", std::exp(e.valid_loss)}, {"valid_bleu", e.valid_bleu},
+                      {"valid_ppl", std::exp(e.valid_loss)}, {"valid_sacrebleu", e.valid_sacrebleu},
+                      {"valid_chrf", e.valid_chrf}, {"valid_bleu_tokenized", e.valid_bleu_tokenized},
                       {"attention_entropy", e.sharpness.entropy},
                       {"attention_entropy_normalized", e.sharpness.normalized},
                       {"attention_entropy_uniform", e.sharpness.uniform}, {"seconds", e.seconds}});
@@ -289,17 +303,18 @@ nlohmann::json to_json(const Run& r) {
 }
 
 std::vector<std::string> table_header() {
-  return {"kind", "pairs", "params", "train loss", "valid loss", "valid BLEU", "entropy", "H/log S"};
+  return {"kind", "pairs", "params", "train loss", "valid loss", "sacreBLEU", "chrF", "BLEU tok", "entropy", "H/log S"};
 }
 
 std::vector<std::string> table_row(const Run& r) {
   std::vector<std::string> row{r.kind, fmt::format("{}", r.train_pairs), fmt::format("{}", r.parameters)};
   if (r.epochs.empty()) {
-    row.insert(row.end(), {"-", "-", "-", "-", "-"});
+    row.insert(row.end(), {"-", "-", "-", "-", "-", "-", "-"});
   } else {
     const EpochResult& e = r.last();
     row.insert(row.end(), {fmt::format("{:.3f}", e.train_loss), fmt::format("{:.3f}", e.valid_loss),
-                           fmt::format("{:.2f}", e.valid_bleu), fmt::format("{:.3f}", e.sharpness.entropy),
+                           fmt::format("{:.2f}", e.valid_sacrebleu), fmt::format("{:.2f}", e.valid_chrf),
+                           fmt::format("{:.2f}", e.valid_bleu_tokenized), fmt::format("{:.3f}", e.sharpness.entropy),
                            fmt::format("{:.3f}", e.sharpness.normalized)});
   }
   if (!r.stopped.empty()) row[0] += " (stopped)";
@@ -341,8 +356,8 @@ int compare_main(int argc, char** argv) {
   int64_t timing_steps = args.get_int("timing-steps");
   SG_CHECK_USAGE(timing_steps >= 0, "--timing-steps must be >= 0, got {}", timing_steps);
 
-  models::Corpora data = models::load_corpora(config);
-  const auto available = static_cast<int64_t>(data.train.size());
+  models::Corpora corpora = models::load_corpora(config);
+  const int64_t available = corpora.train.pairs;
   std::vector<int64_t> subsets;
   for (const std::string& s : split_list(args.get("subsets"))) {
     int64_t n = 0;
@@ -361,14 +376,18 @@ int compare_main(int argc, char** argv) {
   }
   SG_CHECK_USAGE(!subsets.empty(), "--subsets is empty");
   std::sort(subsets.begin(), subsets.end());
-  std::vector<text::TokenizedPair> valid_pairs = data.valid;
-  if (valid_limit > 0 && valid_limit < static_cast<int64_t>(valid_pairs.size())) valid_pairs.resize(valid_limit);
+  Data data{models::read_train_pairs(corpora, subsets.back()), corpora.valid, corpora.valid_references};
+  if (valid_limit > 0 && valid_limit < static_cast<int64_t>(data.valid.size())) {
+    data.valid.resize(valid_limit);
+    data.valid_references.resize(valid_limit);
+  }
+  const std::vector<text::TokenizedPair>& valid_pairs = data.valid;
 
   std::string out_dir = args.get("out");
   std::filesystem::create_directories(out_dir);
   fmt::print("compare: {} {}->{}, preset {} (E={} H={} L={}), {} epoch(s), seed {}, {} validation pairs, "
              "{} thread(s)\n",
-             config.corpus, config.src_lang, config.tgt_lang, config.preset, config.model.embed_size,
+             models::describe_corpus(config), config.src_lang, config.tgt_lang, config.preset, config.model.embed_size,
              config.model.hidden_size, config.model.num_layers, config.epochs, config.seed, valid_pairs.size(),
              get_num_threads());
   std::fflush(stdout);  // before the per-epoch progress on stderr
@@ -376,12 +395,12 @@ int compare_main(int argc, char** argv) {
   auto start = Clock::now();
   std::vector<Run> runs;
   for (int64_t n : subsets)
-    for (AttentionKind kind : kinds) runs.push_back(run_one(config, kind, data, n, valid_pairs, args.flag("quiet")));
+    for (AttentionKind kind : kinds) runs.push_back(run_one(config, kind, data, n, args.flag("quiet")));
   std::vector<Timing> timing;
   if (timing_steps > 0) {
     if (!args.flag("quiet"))
       fmt::print(stderr, "timing: {} interleaved steps per kind on {} pairs\n", timing_steps, subsets.back());
-    timing = time_steps(config, kinds, data, subsets.back(), valid_pairs, timing_steps);
+    timing = time_steps(config, kinds, data, subsets.back(), timing_steps);
   }
   double total_seconds = std::chrono::duration<double>(Clock::now() - start).count();
 
@@ -389,8 +408,9 @@ int compare_main(int argc, char** argv) {
   std::vector<std::vector<std::string>> table{table_header()};
   for (const Run& r : runs) table.push_back(table_row(r));
   fmt::print("\n{}", format_table(table));
-  fmt::print("(last epoch; BLEU is tokenised lower-cased on {} validation pairs, greedy; entropy in nats of the\n"
-             " teacher-forced attention weights, H/log S = 1 for uniform attention)\n",
+  fmt::print("(last epoch, {} validation pairs, greedy; sacreBLEU is 13a cased on the detokenised output, chrF is\n"
+             " chrF2, BLEU tok the tokenised lower-cased BLEU of tutorials; entropy in nats of the teacher-forced\n"
+             " attention weights, H/log S = 1 for uniform attention)\n",
              valid_pairs.size());
   std::vector<std::vector<std::string>> timing_table{{"kind", "ms/step (median)", "ms/step (mean)", "target tok/s"}};
   for (const Timing& t : timing)
@@ -420,14 +440,15 @@ int compare_main(int argc, char** argv) {
       {"Setup",
        fmt::format("Each attention kind is trained from the same seed ({}) on the first N training pairs of {} {}->{}, "
                    "with the same batches and hyper-parameters (preset {}: E={}, H={}, L={}, batch {}, Adam lr {}, "
-                   "label smoothing {}), for {} epoch(s). Validation: {} pairs, greedy decoding; BLEU is tokenised "
-                   "and lower-cased. Attention entropy is the mean entropy (nats) of the teacher-forced attention "
+                   "label smoothing {}), for {} epoch(s). Validation: {} pairs, greedy decoding; sacreBLEU (13a, "
+                   "cased, on the detokenised output) is the headline, then chrF2, then the tokenised lower-cased BLEU "
+                   "that tutorials report. Attention entropy is the mean entropy (nats) of the teacher-forced attention "
                    "weights per target token on the validation set; H/log S divides each row by the entropy of "
                    "uniform attention over its source (1 = uniform, 0 = one-hot). Time per step is forward, "
                    "backward, clipping and the Adam update, measured apart from training with the kinds taking turns "
                    "step by step on the same batches (so changing machine load affects them alike), {} thread(s). "
                    "Total time {:.0f} s.",
-                   config.seed, config.corpus, config.src_lang, config.tgt_lang, config.preset,
+                   config.seed, models::describe_corpus(config), config.src_lang, config.tgt_lang, config.preset,
                    config.model.embed_size, config.model.hidden_size, config.model.num_layers, config.batch_size,
                    config.lr, config.label_smoothing, config.epochs, valid_pairs.size(), get_num_threads(),
                    total_seconds),
@@ -438,14 +459,14 @@ int compare_main(int argc, char** argv) {
 
   for (int64_t n : subsets) {
     plot::LinePlot loss{fmt::format("Training loss, {} pairs", n), "epoch", "loss (label-smoothed)", {}};
-    plot::LinePlot bleu{fmt::format("Validation BLEU, {} pairs", n), "epoch", "BLEU", {}};
+    plot::LinePlot bleu{fmt::format("Validation sacreBLEU, {} pairs", n), "epoch", "sacreBLEU", {}};
     loss.integer_x = bleu.integer_x = true;  // epochs: whole-number ticks (one epoch: a point at 1)
     for (const Run& r : runs) {
       if (r.train_pairs != n || r.epochs.empty()) continue;
       plot::Series l{r.kind, {}, {}, kind_color(r.kind)}, b{r.kind, {}, {}, kind_color(r.kind)};
       for (const EpochResult& e : r.epochs) {
         l.x.push_back(e.epoch), l.y.push_back(e.train_loss);
-        b.x.push_back(e.epoch), b.y.push_back(e.valid_bleu);
+        b.x.push_back(e.epoch), b.y.push_back(e.valid_sacrebleu);
       }
       loss.series.push_back(l), bleu.series.push_back(b);
     }
@@ -454,12 +475,13 @@ int compare_main(int argc, char** argv) {
     sections.push_back({bleu.title, "", plot::line_plot_svg(bleu)});
   }
   if (subsets.size() > 1) {
-    plot::LinePlot by_size{"Validation BLEU after the last epoch vs training pairs", "training pairs", "BLEU", {}};
+    plot::LinePlot by_size{"Validation sacreBLEU after the last epoch vs training pairs", "training pairs",
+                           "sacreBLEU", {}};
     for (AttentionKind kind : kinds) {
       plot::Series s{models::attention_kind_name(kind), {}, {}, kind_color(models::attention_kind_name(kind))};
       for (const Run& r : runs)
         if (r.kind == s.name && !r.epochs.empty())
-          s.x.push_back(double(r.train_pairs)), s.y.push_back(r.last().valid_bleu);
+          s.x.push_back(double(r.train_pairs)), s.y.push_back(r.last().valid_sacrebleu);
       if (!s.x.empty()) by_size.series.push_back(s);
     }
     if (!by_size.series.empty()) sections.push_back({"Small training subsets", "", plot::line_plot_svg(by_size)});

@@ -37,16 +37,19 @@ void print_metrics(const std::filesystem::path& run_dir) {
   std::filesystem::path path = run_dir / "metrics.jsonl";
   std::ifstream in(path);
   if (!in) return;
-  fmt::print("epochs ({}):\n  {:>5} {:>10} {:>10} {:>9} {:>10} {:>8}\n", path.string(), "epoch", "train loss",
-             "valid loss", "valid ppl", "valid BLEU", "seconds");
+  fmt::print("epochs ({}):\n  {:>5} {:>10} {:>10} {:>9} {:>9} {:>6} {:>8} {:>8}\n", path.string(), "epoch",
+             "train loss", "valid loss", "valid ppl", "sacreBLEU", "chrF", "BLEU tok", "seconds");
   for (std::string line; std::getline(in, line);) {
     nlohmann::json m = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (!m.is_object() || !m.contains("epoch")) continue;  // a torn last line of a killed run
     auto number = [&](const char* key) {
       return m.contains(key) && m[key].is_number() ? m[key].get<double>() : NAN;  // null when not finite
     };
-    fmt::print("  {:>5} {:>10.3f} {:>10.3f} {:>9.2f} {:>10.2f} {:>8.0f}\n", m["epoch"].dump(), number("train_loss"),
-               number("valid_loss"), number("valid_ppl"), number("valid_bleu"), number("seconds"));
+    // runs from before sacreBLEU was the headline logged only the tokenised BLEU, as valid_bleu
+    const double tokenized = m.contains("valid_bleu_tokenized") ? number("valid_bleu_tokenized") : number("valid_bleu");
+    fmt::print("  {:>5} {:>10.3f} {:>10.3f} {:>9.2f} {:>9.2f} {:>6.2f} {:>8.2f} {:>8.0f}\n", m["epoch"].dump(),
+               number("train_loss"), number("valid_loss"), number("valid_ppl"), number("valid_sacrebleu"),
+               number("valid_chrf"), tokenized, number("seconds"));
   }
 }
 
@@ -55,7 +58,7 @@ void print_metrics(const std::filesystem::path& run_dir) {
 int inspect_main(int argc, char** argv) {
   Args a("inspect", "What a translator checkpoint holds: preset, language pair, vocabularies, model size, training\n"
                     "progress and settings, the weights' dtypes (quantization) and the data it was trained on;\n"
-                    "with the run's metrics.jsonl beside it, the per-epoch losses and BLEU.");
+                    "with the run's metrics.jsonl beside it, the per-epoch losses, sacreBLEU, chrF and tokenised BLEU.");
   a.positional("checkpoint", "the .safetensors file to describe");
   if (!a.parse(argc, argv)) return 0;
   SG_CHECK_USAGE(a.positionals().size() == 1, "inspect: give one checkpoint file, got {} arguments",
@@ -78,10 +81,11 @@ int inspect_main(int argc, char** argv) {
              "{} parameters\n", models::attention_kind_name(m.attention), m.embed_size, m.hidden_size, m.num_layers,
              m.attention_size ? m.attention_size : m.hidden_size, m.dropout, m.deep_output ? "yes" : "no", parameters);
   fmt::print("weights: {}\n", dtypes);
-  fmt::print("trained on: {} (data folder {}), {} training pairs, at most {} tokens per sentence\n", t.corpus,
-             t.data_dir, or_all(t.train_subset), t.max_tokens);
-  fmt::print("training: epoch {} of {}, step {}, best valid BLEU {}\n", state.value("epoch", int64_t{0}), t.epochs,
-             state.value("step", int64_t{0}),
+  fmt::print("trained on: {}, {} training pairs, at most {} tokens per sentence, shuffle buffer {} pairs\n",
+             t.corpus == "files" ? models::describe_corpus(t) : fmt::format("{} (data folder {})", t.corpus, t.data_dir),
+             or_all(t.train_subset), t.max_tokens, t.shuffle_buffer);
+  fmt::print("training: epoch {} of {}, step {}, best valid {} {}\n", state.value("epoch", int64_t{0}), t.epochs,
+             state.value("step", int64_t{0}), state.contains("best_metric") ? "sacreBLEU" : "BLEU (tokenised)",
              state.value("best_bleu", -1.0) >= 0 ? fmt::format("{:.2f}", state.value("best_bleu", -1.0)) : "none yet");
   fmt::print("settings: batch {}, lr {} (StepLR every {} epochs x {}), label smoothing {}, clip {}, seed {}, amp {}\n",
              t.batch_size, t.lr, t.step_size, t.gamma, t.label_smoothing, t.clip, t.seed, t.amp);

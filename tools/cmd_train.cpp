@@ -34,7 +34,14 @@ using models::TrainConfig;
 volatile std::sig_atomic_t interrupted = 0;
 
 Args train_args() {
-  Args a("train", "Train the seq2seq-with-attention translator (Bahdanau et al. 2015) on Multi30k or fra-eng.\n"
+  Args a("train", "Train the seq2seq-with-attention translator (Bahdanau et al. 2015) on a bundled corpus (--corpus\n"
+                  "multi30k or fra-eng) or on your own parallel text: --train SRC_FILE TGT_FILE --valid SRC_FILE\n"
+                  "TGT_FILE [--test SRC_FILE TGT_FILE], UTF-8, one sentence per line, aligned by line (or one\n"
+                  "tab-separated file per split, source<TAB>target: --train-tsv FILE ...). The training split is\n"
+                  "streamed through a buffer of --shuffle-buffer pairs, so it may be larger than memory; every\n"
+                  "file is checked before training starts (UTF-8, equal line counts, tabs, missing files).\n"
+                  "Validation reports sacreBLEU (13a, cased, detokenised: it picks best.safetensors), chrF and\n"
+                  "the tokenised lower-cased BLEU tutorials report.\n"
                   "Ctrl-C saves <out>/last.safetensors and exits (130); --resume continues from it exactly.\n"
                   "A NaN or infinite loss or gradient norm stops the run, naming the step, and saves the state\n"
                   "before that step in <out>/nan.safetensors (last.safetensors stays the last good checkpoint);\n"
@@ -45,8 +52,10 @@ Args train_args() {
                   "Under `mpirun -np N` the N processes train one model data-parallel: each takes its share of\n"
                   "every batch (--batch-size stays the global size), gradients are averaged, rank 0 writes;\n"
                   "--resume works with any N. SEQGRAD_DIST_TIMEOUT (s, default 300) bounds a wait for a rank.");
-  a.option("preset", "name", "hyper-parameter preset: default | seed | d2l", "default")
-      .option("src", "lang", "source language (multi30k: de en fr cs; fra-eng: en fr)")
+  a.option("preset", "name", "hyper-parameter preset: default | seed | d2l", "default");
+  add_data_options(a);
+  a.option("shuffle-buffer", "n", "training pairs held, shuffled and bucketed at once", "200000")
+      .option("src", "lang", "source language (multi30k: de en fr cs; fra-eng: en fr; your files: a name)")
       .option("tgt", "lang", "target language")
       .option("data-dir", "dir", "folder holding multi30k/ and fra-eng/", "data")
       .option("out", "dir", "run folder for checkpoints, metrics and heatmaps", "runs/<preset>")
@@ -93,6 +102,8 @@ struct ConfigFlag {
   std::string (*value)(const TrainConfig&);
 };
 const ConfigFlag kConfigFlags[] = {
+    {"corpus", [](const TrainConfig& c) { return c.corpus; }},
+    {"shuffle-buffer", [](const TrainConfig& c) { return fmt::format("{}", c.shuffle_buffer); }},
     {"src", [](const TrainConfig& c) { return c.src_lang; }},
     {"tgt", [](const TrainConfig& c) { return c.tgt_lang; }},
     {"batch-size", [](const TrainConfig& c) { return fmt::format("{}", c.batch_size); }},
@@ -319,19 +330,26 @@ int train(int argc, char** argv) {
     if (!resumed) check_run_folder(out_dir, args.flag("force"));
     run_folder->remove_stale_temporaries();
   }
-  models::Corpora data = models::load_corpora(config);
-  fmt::print("data: {} {}->{}: {} train, {} valid, {} test pairs\n{}\n", config.corpus, config.src_lang,
-             config.tgt_lang, data.train.size(), data.valid.size(), data.test.size(), data.report);
+  // One streamed pass over the training split checks it and counts its words (a resumed run has
+  // its vocabularies); validation and test are read whole.
+  models::WordCounts counts;
+  models::Corpora data = models::load_corpora(config, models::Splits::all, [&](const text::SentencePair& pair) {
+    if (!resumed) counts.add(pair);
+  });
+  fmt::print("data: {} {}->{}: {} train, {} valid, {} test pairs\n{}\n", describe_corpus(config), config.src_lang,
+             config.tgt_lang, data.train.pairs, data.valid.size(), data.test.size(), data.report);
   text::Vocab src_vocab = resumed ? resumed->info.src_vocab
-                                  : text::Vocab::build(text::source_side(data.train), {.min_freq = config.min_freq});
+                                  : text::Vocab::from_counts(counts.src, {.min_freq = config.min_freq});
   text::Vocab tgt_vocab = resumed ? resumed->info.tgt_vocab
-                                  : text::Vocab::build(text::target_side(data.train), {.min_freq = config.min_freq});
+                                  : text::Vocab::from_counts(counts.tgt, {.min_freq = config.min_freq});
+  counts = {};  // the word counts of a large corpus: not needed any more
   SG_CHECK_VALUE(src_vocab.size() > text::Vocab::kNumSpecial && tgt_vocab.size() > text::Vocab::kNumSpecial,
                  "no word of the {} training pairs occurs {} times or more, so the vocabularies hold only "
-                 "the special tokens ({} and {}); train on more pairs (--subset)", data.train.size(), config.min_freq,
+                 "the special tokens ({} and {}); train on more pairs (--subset)", data.train.pairs, config.min_freq,
                  src_vocab.size(), tgt_vocab.size());
   text::EncodeOptions truncate{.max_src_tokens = config.max_tokens, .max_tgt_tokens = config.max_tokens};
-  text::EncodedCorpus train = text::encode_pairs(data.train, src_vocab, tgt_vocab, truncate);
+  text::StreamingBatches train(data.train, models::word_pair_encoder(src_vocab, tgt_vocab, config.max_tokens),
+                               {.batch_size = config.batch_size});
   text::EncodedCorpus valid = text::encode_pairs(data.valid, src_vocab, tgt_vocab, truncate);
 
   // ---- the trainer: model, Adam, StepLR, GradScaler; a resumed run restores all of them
@@ -384,8 +402,7 @@ int train(int argc, char** argv) {
   };
 
   // ---- the epochs: train, validate, log, keep the best and the last checkpoint
-  Progress progress(args.flag("quiet") || !writer, config.epochs,
-                    static_cast<int64_t>(trainer->epoch_batches(train).size()));
+  Progress progress(args.flag("quiet") || !writer, config.epochs, train.batches_per_epoch());
   auto after_step = [&](const models::StepResult& step) {
     progress.step(state, step.tokens);
     const bool stop = interrupted || (stop_after && state.step == *stop_after);
@@ -410,26 +427,29 @@ int train(int argc, char** argv) {
     progress.end_line();
     progress.message(
         fmt::format("epoch {}/{}: validating on {} pairs...", epoch + 1, config.epochs, valid.pairs.size()));
-    models::Evaluation val = trainer->evaluate(valid, data.valid, {.beam_size = 1});
+    models::Evaluation val = trainer->evaluate(valid, data.valid, data.valid_references, {.beam_size = 1});
     std::string amp_note = trainer->scaler().is_enabled()
                                ? fmt::format(", {} skipped steps (inf/NaN fp16 gradients), loss scale {}",
                                              result.skipped, trainer->scaler().get_scale())
                                : "";
-    fmt::print("epoch {}: train loss {:.3f}, valid loss {:.3f}, ppl {:.2f}, BLEU {:.2f}, {:.0f} s{}\n", epoch + 1,
-               result.loss, val.loss, std::exp(val.loss), val.bleu, result.seconds, amp_note);
+    fmt::print("epoch {}: train loss {:.3f}, valid loss {:.3f}, ppl {:.2f}, sacreBLEU {:.2f}, chrF {:.2f}, BLEU {:.2f} "
+               "(tokenised, lower-cased), {:.0f} s{}\n", epoch + 1, result.loss, val.loss, std::exp(val.loss),
+               val.sacrebleu, val.chrf, val.bleu_tokenized, result.seconds, amp_note);
     std::fflush(stdout);  // a `tail -f` of a log sees each epoch as it ends
     nlohmann::json metrics{{"epoch", epoch + 1}, {"step", state.step}, {"train_loss", result.loss},
-                           {"valid_loss", val.loss}, {"valid_ppl", std::exp(val.loss)}, {"valid_bleu", val.bleu},
-                           {"seconds", result.seconds}, {"lr", trainer->optimizer().lr()}};
+                           {"valid_loss", val.loss}, {"valid_ppl", std::exp(val.loss)},
+                           {"valid_sacrebleu", val.sacrebleu}, {"valid_chrf", val.chrf},
+                           {"valid_bleu_tokenized", val.bleu_tokenized}, {"seconds", result.seconds},
+                           {"lr", trainer->optimizer().lr()}};
     if (trainer->scaler().is_enabled()) {
       metrics["skipped_steps"] = result.skipped;
       metrics["loss_scale"] = trainer->scaler().get_scale();
     }
     if (writer) append_line(metrics_path, metrics.dump());
-    if (val.bleu > state.best_bleu) {
-      trainer->state().best_bleu = val.bleu;
+    if (val.sacrebleu > state.best_bleu) {  // the best checkpoint is the one with the best validation sacreBLEU
+      trainer->state().best_bleu = val.sacrebleu;
       trainer->save(best_path);
-      progress.message(fmt::format("saved new best (BLEU {:.2f}): {}", val.bleu, best_path));
+      progress.message(fmt::format("saved new best (sacreBLEU {:.2f}): {}", val.sacrebleu, best_path));
     }
     trainer->save(last_path);
     if (interrupted) return interrupt();  // Ctrl-C during the validation: stop at the epoch boundary
@@ -442,6 +462,10 @@ int train(int argc, char** argv) {
   SG_CHECK_IO(std::filesystem::exists(best_path), "no best checkpoint at {}", best_path);
   models::LoadedCheckpoint best = models::read_checkpoint(best_path);
   models::load_weights(trainer->model(), best, best_path);
+  if (data.test.empty()) {
+    fmt::print("test: no test split (give one with --test SRC_FILE TGT_FILE); best checkpoint: {}\n", best_path);
+    return 0;
+  }
   Autocast autocast(trainer->precision(), trainer->precision() != GemmPrecision::full);
   report_test(trainer->model(), src_vocab, tgt_vocab, data, config, out_dir,
               {.max_len = 2 * config.max_tokens + 10, .beam_size = beam});

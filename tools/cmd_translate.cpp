@@ -14,6 +14,7 @@
 #include "core/fileio.h"
 #include "core/threads.h"
 #include "models/text/bleu.h"
+#include "models/text/chrf.h"
 #include "models/text/tokenizer.h"
 #include "tools/args.h"
 #include "tools/commands.h"
@@ -315,12 +316,33 @@ int translate_main(int argc, char** argv) {
   return status;
 }
 
+// --test SRC TGT or --test-tsv FILE: the test corpus eval scores instead of the checkpoint's own.
+bool apply_test_flags(models::TrainConfig& c, const Args& a) {
+  SG_CHECK_USAGE(!(a.has("test") && a.has("test-tsv")), "eval: --test and --test-tsv exclude each other");
+  if (!a.has("test") && !a.has("test-tsv")) return false;
+  auto absolute = [](const std::string& p) { return std::filesystem::absolute(p).lexically_normal().string(); };
+  text::CorpusFiles f;
+  if (a.has("test-tsv")) {
+    f.tsv = absolute(a.get("test-tsv"));
+  } else {
+    auto [src, tgt] = a.get_pair("test");
+    f.src = absolute(src), f.tgt = absolute(tgt);
+  }
+  c.corpus = "files";
+  c.test_files = f;
+  return true;
+}
+
 int eval_main(int argc, char** argv) {
-  Args a("eval", "BLEU (sacreBLEU 13a and tokenised lower-cased) and perplexity of a checkpoint on the test split of\n"
-                 "its corpus, with five sample translations and their heatmaps written next to the checkpoint;\n"
-                 "or, with --hyp and --ref, sacreBLEU's score line for two files (no checkpoint is read).");
+  Args a("eval", "sacreBLEU (13a, cased, detokenised), chrF and the tokenised lower-cased BLEU, and perplexity, of a\n"
+                 "checkpoint on a test corpus: --test SRC_FILE TGT_FILE (or --test-tsv FILE), else the test split\n"
+                 "it was trained with; five sample translations and their heatmaps are written next to the\n"
+                 "checkpoint. With --hyp and --ref: sacreBLEU's BLEU and chrF score lines for two files (no\n"
+                 "checkpoint is read).");
   common_options(a);
   a.option("data-dir", "dir", "folder holding multi30k/ and fra-eng/ (default: the one the checkpoint was trained on)")
+      .pair_option("test", "src_file", "tgt_file", "test corpus: two files aligned by line")
+      .option("test-tsv", "file", "test corpus: one file of source<TAB>target lines")
       .option("hyp", "file", "hypotheses, one per line (scores files instead of a checkpoint)")
       .option("ref", "file", "references, one per line");
   if (!a.parse(argc, argv)) return 0;
@@ -330,18 +352,23 @@ int eval_main(int argc, char** argv) {
     std::vector<std::string> hyp = text::read_lines(a.get("hyp")), ref = text::read_lines(a.get("ref"));
     SG_CHECK_VALUE(hyp.size() == ref.size(), "eval: {} has {} lines but {} has {}", a.get("hyp"), hyp.size(),
                    a.get("ref"), ref.size());
-    fmt::print("{}\n", text::corpus_bleu(hyp, ref).format());
+    fmt::print("{}\n{}\n", text::corpus_bleu(hyp, ref).format(), text::corpus_chrf(hyp, ref).format());
     return 0;
   }
   models::DecodeOptions options = decode_options(a);
   Loaded l = load_model(a);
   models::TrainConfig c = l.checkpoint.info.config;
+  fmt::print("checkpoint {}: trained on {} ({} -> {})\n", a.get("checkpoint"), models::describe_corpus(c), c.src_lang,
+             c.tgt_lang);
+  const bool own_test = apply_test_flags(c, a);
   if (a.has("data-dir")) c.data_dir = a.get("data-dir");
-  SG_CHECK_IO(a.has("data-dir") || std::filesystem::is_directory(c.data_dir),
+  SG_CHECK_IO(c.corpus == "files" || a.has("data-dir") || std::filesystem::is_directory(c.data_dir),
               "the data folder '{}' that {} was trained on does not exist here (a relative path is read from the "
-              "current folder); give the folder holding multi30k/ and fra-eng/ with --data-dir", c.data_dir,
-              a.get("checkpoint"));
+              "current folder); give the folder holding multi30k/ and fra-eng/ with --data-dir, or a test corpus "
+              "with --test SRC_FILE TGT_FILE", c.data_dir, a.get("checkpoint"));
   models::Corpora data = models::load_corpora(c, models::Splits::test_only);
+  fmt::print("test: {} pairs from {}\n", data.test.size(),
+             own_test || c.corpus == "files" ? c.test_files.describe() : c.corpus);
   std::string dir = std::filesystem::path(a.get("checkpoint")).parent_path().string();
   report_test(*l.model, l.checkpoint.info.src_vocab, l.checkpoint.info.tgt_vocab, data, c, dir.empty() ? "." : dir,
               options);

@@ -6,6 +6,16 @@
 
 namespace seqgrad::tools {
 
+// The corpus options of train and compare: --corpus NAME (a bundled corpus), or the user's files
+// --train SRC TGT | --train-tsv FILE and the validation split as `valid_flag` SRC TGT |
+// --valid-tsv FILE (compare's --valid counts pairs, so it names the files --valid-files), and
+// with `test` --test SRC TGT | --test-tsv FILE.
+struct DataOptions {
+  const char* valid_flag = "valid";
+  bool test = true;
+};
+void add_data_options(Args& args, const DataOptions& options = {});
+
 // `config` with every config flag that `args` declares and the user gave applied, then every field
 // checked (ValueError naming the flag and the value).
 models::TrainConfig apply_config_flags(models::TrainConfig config, const Args& args);

@@ -6,6 +6,7 @@
 #include <fmt/core.h>
 
 #include "models/text/bleu.h"
+#include "models/text/chrf.h"
 #include "models/text/tokenizer.h"
 #include "tools/plot/plot.h"
 
@@ -56,13 +57,12 @@ void report_test(models::Seq2Seq& model, const text::Vocab& src_vocab, const tex
                  const models::DecodeOptions& decoding) {
   text::EncodeOptions truncate{.max_src_tokens = config.max_tokens, .max_tgt_tokens = config.max_tokens};
   text::EncodedCorpus test = text::encode_pairs(data.test, src_vocab, tgt_vocab, truncate);
-  Evaluation ev = evaluate(model, test, tgt_vocab, data.test, decoding);
-  std::vector<std::string> detok;
-  for (const auto& h : ev.hypotheses) detok.push_back(text::detokenize(tgt_vocab.decode(h.tokens)));
-  text::BleuScore sacre = text::corpus_bleu(detok, data.test_references);
-  fmt::print("test: loss {:.3f}, ppl {:.2f}, BLEU {:.2f} (tokenised, lower-cased), sacreBLEU {:.2f} ({})\n", ev.loss,
-             std::exp(ev.loss), ev.bleu, sacre.score,
-             decoding.beam_size > 1 ? fmt::format("beam {}", decoding.beam_size) : "greedy");
+  Evaluation ev = evaluate(model, test, tgt_vocab, data.test, data.test_references, decoding);
+  const std::vector<std::string>& detok = ev.outputs;
+  fmt::print("test: loss {:.3f}, ppl {:.2f}, sacreBLEU {:.2f}, chrF {:.2f}, BLEU {:.2f} (tokenised, lower-cased) "
+             "({})\n      sacreBLEU {}, chrF {}\n", ev.loss, std::exp(ev.loss), ev.sacrebleu, ev.chrf,
+             ev.bleu_tokenized, decoding.beam_size > 1 ? fmt::format("beam {}", decoding.beam_size) : "greedy",
+             text::bleu_signature(), text::chrf_signature());
   for (size_t i = 0; i < std::min<size_t>(5, detok.size()); ++i) {
     fmt::print("  src: {}\n  ref: {}\n  out: {}\n", data.test_sources[i], data.test_references[i], detok[i]);
     std::string stem = (std::filesystem::path(out_dir) / fmt::format("attention_test{}", i)).string();

@@ -15,7 +15,7 @@ namespace seqgrad::tools {
 using models::Evaluation;
 using models::evaluate;
 
-// Test BLEU (tokenised lower-cased and sacreBLEU 13a), sample translations and heatmaps in out_dir.
+// Test sacreBLEU (13a, cased), chrF and tokenised lower-cased BLEU, sample translations and heatmaps in out_dir.
 void report_test(models::Seq2Seq& model, const text::Vocab& src_vocab, const text::Vocab& tgt_vocab,
                  const models::Corpora& data, const models::TrainConfig& config, const std::string& out_dir,
                  const models::DecodeOptions& decoding);

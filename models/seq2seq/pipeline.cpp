@@ -12,13 +12,43 @@
 
 namespace seqgrad::models {
 
+namespace {
+
+// A split's files in a checkpoint's config: {} for none, {"src", "tgt"} or {"tsv", "src_col", "tgt_col"}.
+nlohmann::json files_to_json(const text::CorpusFiles& f) {
+  if (f.is_tsv()) return {{"tsv", f.tsv}, {"src_col", f.src_col}, {"tgt_col", f.tgt_col}};
+  if (!f.src.empty()) return {{"src", f.src}, {"tgt", f.tgt}};
+  return nlohmann::json::object();
+}
+
+text::CorpusFiles files_from_json(const nlohmann::json& j) {
+  text::CorpusFiles f;
+  if (j.contains("tsv")) {
+    f.tsv = j.at("tsv").get<std::string>();
+    f.src_col = j.at("src_col").get<int64_t>();
+    f.tgt_col = j.at("tgt_col").get<int64_t>();
+  } else if (j.contains("src")) {
+    f.src = j.at("src").get<std::string>();
+    f.tgt = j.at("tgt").get<std::string>();
+  }
+  return f;
+}
+
+}  // namespace
+
 nlohmann::json TrainConfig::to_json() const {
-  return {{"preset", preset},       {"corpus", corpus},         {"src_lang", src_lang},
-          {"tgt_lang", tgt_lang},   {"data_dir", data_dir},     {"train_subset", train_subset},
-          {"max_tokens", max_tokens}, {"min_freq", min_freq},   {"batch_size", batch_size},
-          {"epochs", epochs},       {"lr", lr},                 {"step_size", step_size},
-          {"gamma", gamma},         {"label_smoothing", label_smoothing}, {"clip", clip},
-          {"seed", seed},           {"amp", amp},               {"model", model.to_json()}};
+  nlohmann::json j = {
+      {"preset", preset},       {"corpus", corpus},         {"src_lang", src_lang},
+      {"tgt_lang", tgt_lang},   {"data_dir", data_dir},     {"train_subset", train_subset},
+      {"max_tokens", max_tokens}, {"min_freq", min_freq},   {"batch_size", batch_size},
+      {"epochs", epochs},       {"lr", lr},                 {"step_size", step_size},
+      {"gamma", gamma},         {"label_smoothing", label_smoothing}, {"clip", clip},
+      {"seed", seed},           {"amp", amp},               {"model", model.to_json()},
+      {"shuffle_buffer", shuffle_buffer}};
+  if (corpus == "files")
+    j["files"] = {{"train", files_to_json(train_files)}, {"valid", files_to_json(valid_files)},
+                  {"test", files_to_json(test_files)}};
+  return j;
 }
 
 TrainConfig TrainConfig::from_json(const nlohmann::json& j) {
@@ -41,9 +71,18 @@ TrainConfig TrainConfig::from_json(const nlohmann::json& j) {
     c.clip = j.at("clip");
     c.seed = j.at("seed");
     c.amp = j.value("amp", std::string("off"));  // checkpoints from before --amp trained in float32
+    // Checkpoints from before streaming: a corpus that fits one buffer is batched as they were.
+    c.shuffle_buffer = j.value("shuffle_buffer", c.shuffle_buffer);
+    if (c.corpus == "files") {
+      const nlohmann::json& files = j.at("files");
+      c.train_files = files_from_json(files.at("train"));
+      c.valid_files = files_from_json(files.at("valid"));
+      c.test_files = files_from_json(files.at("test"));
+    }
   } catch (const nlohmann::json::exception& e) {
     throw ValueError(fmt::format("train config: {}", e.what()));
   }
+  SG_CHECK_VALUE(c.shuffle_buffer >= 1, "train config: shuffle_buffer = {} must be >= 1", c.shuffle_buffer);
   c.model = Seq2SeqConfig::from_json(j.at("model"));
   return c;
 }
@@ -72,65 +111,138 @@ TrainConfig preset(const std::string& name) {
   return c;
 }
 
+std::string describe_corpus(const TrainConfig& c) {
+  if (c.corpus != "files") return c.corpus;
+  std::string out = fmt::format("train {}, valid {}", c.train_files.describe(), c.valid_files.describe());
+  const bool has_test = !c.test_files.src.empty() || c.test_files.is_tsv();
+  return out + (has_test ? ", test " + c.test_files.describe() : ", no test split");
+}
+
+std::vector<std::string> corpus_names() { return {"multi30k", "fra-eng", "files"}; }
+
+text::CorpusFiles split_files(const TrainConfig& c, const std::string& split) {
+  text::CorpusFiles f;
+  if (c.corpus == "multi30k") {
+    const std::string name = split == "valid" ? "val" : split == "test" ? "test2016" : split;
+    f.src = fmt::format("{}/multi30k/{}.{}", c.data_dir, name, c.src_lang);
+    f.tgt = fmt::format("{}/multi30k/{}.{}", c.data_dir, name, c.tgt_lang);
+  } else if (c.corpus == "fra-eng") {
+    const bool en_fr = c.src_lang == "en" && c.tgt_lang == "fr";
+    SG_CHECK_VALUE(en_fr || (c.src_lang == "fr" && c.tgt_lang == "en"),
+                   "data: fra-eng has the languages en and fr, got {}->{}", c.src_lang, c.tgt_lang);
+    f.tsv = c.data_dir + "/fra-eng/fra.txt";
+    f.src_col = en_fr ? 0 : 1, f.tgt_col = en_fr ? 1 : 0;
+    // held-out pairs: every 50th pair goes to valid/test, so all lengths are represented
+    f.period = 50;
+    f.residues = split == "valid" ? std::vector<int64_t>{7} : split == "test" ? std::vector<int64_t>{23}
+                                                                               : std::vector<int64_t>{7, 23};
+    f.exclude = split == "train";
+  } else if (c.corpus == "files") {
+    f = split == "train" ? c.train_files : split == "valid" ? c.valid_files : c.test_files;
+  } else {
+    throw ValueError(fmt::format("data: unknown corpus '{}' (multi30k, fra-eng, or your own files with --train)",
+                                 c.corpus));
+  }
+  return f;
+}
+
 namespace {
 
-text::ParallelCorpus read_split(const TrainConfig& c, const std::string& split) {
-  auto file = [&](const std::string& lang) { return fmt::format("{}/{}/{}.{}", c.data_dir, c.corpus, split, lang); };
-  std::error_code ec;  // a symlink loop or a denied folder: reading the file below names the reason
-  for (const std::string& lang : {c.src_lang, c.tgt_lang})
-    SG_CHECK_IO(std::filesystem::exists(file(lang), ec) || ec, "data: missing file {} (corpus {}, split {}, language {})",
-                file(lang), c.corpus, split, lang);
-  text::ParallelCorpus corpus = text::read_parallel(file(c.src_lang), file(c.tgt_lang));
-  // Every split is checked here, before training: an empty test2016 must not surface after it.
-  SG_CHECK_IO(!corpus.pairs.empty(), "data: split {} has no usable sentence pair in {} and {} ({})", split,
-              file(c.src_lang), file(c.tgt_lang), corpus.report.summary());
-  return corpus;
+// Every file of a split must exist; the error names the flag or folder it came from.
+void check_files_exist(const TrainConfig& c, const text::CorpusFiles& f, const std::string& split) {
+  auto check = [&](const std::string& path, const std::string& what) {
+    std::error_code ec;  // a symlink loop or a denied folder: reading the file names the reason
+    SG_CHECK_IO(std::filesystem::exists(path, ec) || ec, "data: missing file {} ({})", path, what);
+  };
+  if (c.corpus == "files") {
+    const std::string flag = split == "train" ? "--train" : split == "valid" ? "--valid" : "--test";
+    if (f.is_tsv()) check(f.tsv, flag + "-tsv");
+    else check(f.src, flag + " source file"), check(f.tgt, flag + " target file");
+  } else if (f.is_tsv()) {
+    check(f.tsv, fmt::format("corpus {}", c.corpus));
+  } else {
+    for (const auto& [path, lang] : {std::pair{f.src, c.src_lang}, {f.tgt, c.tgt_lang}})
+      check(path, fmt::format("corpus {}, split {}, language {}", c.corpus, split, lang));
+  }
+}
+
+// A split that has no pair after cleaning is an error before training (an empty test set found
+// only after the last epoch would waste the run).
+void check_not_empty(const TrainConfig& c, int64_t pairs, const text::CorpusFiles& f, const std::string& split,
+                     const text::ReadReport& r) {
+  // Multi30k's splits by their file names (val, test2016), as its README names them
+  const std::string name = c.corpus != "multi30k" ? split : split == "valid" ? "val" : split == "test" ? "test2016"
+                                                                                                        : split;
+  SG_CHECK_IO(pairs > 0, "data: split {} has no usable sentence pair in {} ({})", name, f.describe(), r.summary());
+}
+
+// A held split, tokenized, with its raw sentences.
+struct HeldSplit {
+  std::vector<text::TokenizedPair> pairs;
+  std::vector<std::string> sources, references;
+  std::string report;
+};
+
+HeldSplit read_held_split(const TrainConfig& c, const std::string& split) {
+  const text::CorpusFiles f = split_files(c, split);
+  check_files_exist(c, f, split);
+  text::ParallelCorpus corpus = text::read_corpus(f);
+  check_not_empty(c, static_cast<int64_t>(corpus.pairs.size()), f, split, corpus.report);
+  HeldSplit out;
+  out.report = corpus.report.summary();
+  for (const text::SentencePair& p : corpus.pairs) out.sources.push_back(p.src), out.references.push_back(p.tgt);
+  out.pairs = text::tokenize_pairs(corpus.pairs);
+  return out;
 }
 
 }  // namespace
 
-Corpora load_corpora(const TrainConfig& c, Splits splits) {
-  SG_CHECK_IO(std::filesystem::is_directory(c.data_dir), "data: the data folder '{}' does not exist (it should hold "
-              "multi30k/ and fra-eng/)", c.data_dir);
+Corpora load_corpora(const TrainConfig& c, Splits splits, const text::PairVisitor& visit_train) {
+  SG_CHECK_IO(c.corpus == "files" || std::filesystem::is_directory(c.data_dir), "data: the data folder '{}' does not "
+              "exist (it should hold multi30k/ and fra-eng/)", c.data_dir);
   Corpora out;
-  std::vector<text::SentencePair> train, valid, test;
-  if (c.corpus == "multi30k") {
-    bool all = splits == Splits::all;
-    text::ParallelCorpus tr = all ? read_split(c, "train") : text::ParallelCorpus{},
-                         va = all ? read_split(c, "val") : text::ParallelCorpus{}, te = read_split(c, "test2016");
-    out.report = fmt::format("train: {}\nval: {}\ntest2016: {}", tr.report.summary(), va.report.summary(),
-                             te.report.summary());
-    train = std::move(tr.pairs), valid = std::move(va.pairs), test = std::move(te.pairs);
-  } else if (c.corpus == "fra-eng") {
-    std::string path = c.data_dir + "/fra-eng/fra.txt";
-    SG_CHECK_IO(std::filesystem::exists(path), "data: missing file {}", path);
-    bool en_fr = c.src_lang == "en" && c.tgt_lang == "fr";
-    SG_CHECK_VALUE(en_fr || (c.src_lang == "fr" && c.tgt_lang == "en"),
-                   "data: fra-eng has the languages en and fr, got {}->{}", c.src_lang, c.tgt_lang);
-    text::ParallelCorpus all = text::read_tsv_pairs(path, en_fr ? 0 : 1, en_fr ? 1 : 0);
-    out.report = all.report.summary();
-    // held-out tail: every 50th pair goes to valid/test, so all lengths are represented
-    for (size_t i = 0; i < all.pairs.size(); ++i) {
-      auto& dst = i % 50 == 7 ? valid : i % 50 == 23 ? test : train;
-      dst.push_back(std::move(all.pairs[i]));
-    }
-  } else {
-    throw ValueError(fmt::format("data: unknown corpus '{}' (multi30k or fra-eng)", c.corpus));
+  std::vector<std::string> reports;
+  if (splits == Splits::all) {
+    const text::CorpusFiles f = split_files(c, "train");
+    check_files_exist(c, f, "train");
+    out.train = text::index_corpus(f, {.buffer_pairs = c.shuffle_buffer, .max_pairs = c.train_subset}, visit_train);
+    check_not_empty(c, out.train.pairs, f, "train", out.train.report);
+    reports.push_back("train: " + out.train.report.summary());
+    HeldSplit valid = read_held_split(c, "valid");
+    out.valid = std::move(valid.pairs);
+    out.valid_references = std::move(valid.references);
+    reports.push_back("valid: " + valid.report);
   }
-  // Every split read is checked before training starts (an empty test set found only after the
-  // last epoch would waste the run); test_only reads, and so checks, the test split alone.
-  for (const auto& [split, pairs] : {std::pair{"train", &train}, {"valid", &valid}, {"test", &test}})
-    SG_CHECK_IO(!pairs->empty() || (splits == Splits::test_only && std::string(split) != "test"),
-                "data: the {} split of {} is empty ({})", split, c.corpus, out.report);
-  if (c.train_subset > 0 && c.train_subset < static_cast<int64_t>(train.size())) train.resize(c.train_subset);
-  for (const auto& p : test) {
-    out.test_sources.push_back(p.src);
-    out.test_references.push_back(p.tgt);
+  const bool has_test = !(c.corpus == "files" && c.test_files.src.empty() && c.test_files.tsv.empty());
+  SG_CHECK_VALUE(has_test || splits == Splits::all, "data: the checkpoint was trained without a test split; give "
+                 "one with --test SRC_FILE TGT_FILE (or --test-tsv FILE)");
+  if (has_test) {
+    HeldSplit test = read_held_split(c, "test");
+    out.test = std::move(test.pairs);
+    out.test_sources = std::move(test.sources);
+    out.test_references = std::move(test.references);
+    reports.push_back("test: " + test.report);
   }
-  out.train = text::tokenize_pairs(train);
-  out.valid = text::tokenize_pairs(valid);
-  out.test = text::tokenize_pairs(test);
+  for (const std::string& r : reports) out.report += (out.report.empty() ? "" : "\n") + r;
   return out;
+}
+
+std::vector<text::TokenizedPair> read_train_pairs(const Corpora& corpora, int64_t max_pairs) {
+  const int64_t n = max_pairs > 0 ? std::min(max_pairs, corpora.train.pairs) : corpora.train.pairs;
+  return text::tokenize_pairs(text::read_corpus(corpora.train.files, corpora.train.read_options, n).pairs);
+}
+
+void WordCounts::add(const text::SentencePair& pair) {
+  for (std::string& token : text::tokenize(pair.src)) ++src[std::move(token)];
+  for (std::string& token : text::tokenize(pair.tgt)) ++tgt[std::move(token)];
+}
+
+text::PairEncoder word_pair_encoder(const text::Vocab& src_vocab, const text::Vocab& tgt_vocab, int64_t max_tokens) {
+  const text::EncodeOptions truncate{.max_src_tokens = max_tokens, .max_tgt_tokens = max_tokens};
+  return [&src_vocab, &tgt_vocab, truncate](const text::SentencePair& pair) {
+    const text::TokenizedPair tokens{text::tokenize(pair.src), text::tokenize(pair.tgt)};
+    return std::move(text::encode_pairs(std::span(&tokens, 1), src_vocab, tgt_vocab, truncate).pairs.front());
+  };
 }
 
 TensorBatch to_tensors(const text::Batch& b, Device device) {
@@ -300,7 +412,8 @@ void check_config_types(const nlohmann::json& config, const std::string& path) {
                   path, prefix, key, v.dump(), integer ? "an integer" : "a number");
     }
   };
-  check(config, "", {"train_subset", "max_tokens", "min_freq", "batch_size", "epochs", "step_size", "seed"}, true);
+  check(config, "", {"train_subset", "max_tokens", "min_freq", "batch_size", "epochs", "step_size", "seed",
+                     "shuffle_buffer"}, true);
   check(config, "", {"lr", "gamma", "label_smoothing", "clip"}, false);
   if (!config.is_object() || !config.contains("model")) return;
   check(config.at("model"), "model.",

@@ -4,12 +4,14 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "models/seq2seq/model.h"
 #include "models/text/corpus.h"
+#include "models/text/stream.h"
 #include "models/text/vocab.h"
 #include "ops/quantized.h"
 
@@ -17,10 +19,13 @@ namespace seqgrad::models {
 
 struct TrainConfig {
   std::string preset = "default";
-  std::string corpus = "multi30k";   // multi30k | fra-eng
+  std::string corpus = "multi30k";   // multi30k | fra-eng (bundled, under data_dir) | files (the user's)
   std::string src_lang = "de", tgt_lang = "en";
   std::string data_dir = "data";
+  // corpus "files": the splits' files (absolute paths; test may be empty: no test split).
+  text::CorpusFiles train_files, valid_files, test_files;
   int64_t train_subset = 0;          // first N training pairs; 0 = all
+  int64_t shuffle_buffer = 200000;   // training pairs held at once (text::StreamingBatches)
   int64_t max_tokens = 20;           // per sentence, before <eos>
   int64_t min_freq = 2;
   int64_t batch_size = 64;
@@ -43,15 +48,43 @@ struct TrainConfig {
 TrainConfig preset(const std::string& name);
 std::vector<std::string> preset_names();
 
+// What a config trains on, for logs and reports: "multi30k", "fra-eng", or the user's files
+// ("train 'a.de' and 'a.en', valid ..., test ...").
+std::string describe_corpus(const TrainConfig& config);
+// The corpus names load_corpora() knows: the bundled ones, then "files" (TrainConfig::*_files).
+std::vector<std::string> corpus_names();
+
+// The training split is indexed, not held: text::StreamingBatches reads it back one buffer at a
+// time. Validation and test splits are small and held, tokenized, with their raw sentences.
 struct Corpora {
-  std::vector<text::TokenizedPair> train, valid, test;
-  std::vector<std::string> test_references;  // raw target sentences, for sacreBLEU
-  std::vector<std::string> test_sources;
-  std::string report;                        // what reading skipped and normalised
+  text::CorpusIndex train;
+  std::vector<text::TokenizedPair> valid, test;
+  std::vector<std::string> valid_references;  // raw target sentences, for sacreBLEU and chrF
+  std::vector<std::string> test_references, test_sources;
+  std::string report;                         // what reading skipped and normalised
 };
 enum class Splits { all, test_only };  // test_only: eval reads neither train nor val (they may be absent)
-// Reads and tokenizes the configured corpus (Multi30k splits, or a held-out tail of fra-eng).
-Corpora load_corpora(const TrainConfig& config, Splits splits = Splits::all);
+// Reads the configured corpus: the training split in one streamed pass that checks every line and
+// shows each kept pair to `visit_train` (a vocabulary's counting pass), the other splits whole.
+// Every error is raised here, before training: unreadable or missing files, invalid UTF-8,
+// different line counts, a TSV line without a tab, a split with no usable pair.
+Corpora load_corpora(const TrainConfig& config, Splits splits = Splits::all,
+                     const text::PairVisitor& visit_train = {});
+// The first `max_pairs` training pairs (all when 0), tokenized, in memory: for tools that train on
+// small subsets (compare) or a few batches (bench).
+std::vector<text::TokenizedPair> read_train_pairs(const Corpora& corpora, int64_t max_pairs = 0);
+// The splits' files of the configured corpus, as load_corpora reads them ("train", "valid",
+// "test"); an empty CorpusFiles for a split a "files" corpus does not have.
+text::CorpusFiles split_files(const TrainConfig& config, const std::string& split);
+
+// Word-level encoding of the training stream: token counts of each side (the vocabularies'
+// counting pass), and the encoder that turns a cleaned pair into ids (tokenize, look up, truncate
+// to max_tokens, append <eos>), as tokenize_pairs + encode_pairs do for a corpus in memory.
+struct WordCounts {
+  std::unordered_map<std::string, int64_t> src, tgt;
+  void add(const text::SentencePair& pair);
+};
+text::PairEncoder word_pair_encoder(const text::Vocab& src_vocab, const text::Vocab& tgt_vocab, int64_t max_tokens);
 
 struct TensorBatch {
   Tensor src, src_lengths, tgt_in, tgt_out;  // (B, S), (B,), (B, T), (B, T)

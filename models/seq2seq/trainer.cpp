@@ -9,6 +9,8 @@
 #include "core/rng.h"
 #include "models/seq2seq/data_parallel.h"
 #include "models/text/bleu.h"
+#include "models/text/chrf.h"
+#include "models/text/tokenizer.h"
 
 namespace seqgrad::models {
 namespace {
@@ -66,6 +68,7 @@ nlohmann::json train_state_to_json(const TrainState& s) {
           {"batch", s.batch},
           {"step", s.step},
           {"best_bleu", s.best_bleu},
+          {"best_metric", "sacrebleu"},
           {"epoch_loss_sum", s.epoch_loss_sum},
           {"epoch_tokens", s.epoch_tokens},
           {"epoch_skipped", s.epoch_skipped},
@@ -91,11 +94,22 @@ TrainState train_state_from_json(const nlohmann::json& j, const std::string& pat
   SG_CHECK_IO(std::isfinite(s.best_bleu) && s.best_bleu >= -1 && s.best_bleu <= 100,
               "checkpoint {}: train_state.best_bleu = {} must be in [-1, 100]", path, s.best_bleu);
   SG_CHECK_IO(s.batch <= s.step, "checkpoint {}: train_state.batch = {} exceeds step = {}", path, s.batch, s.step);
+  // Before sacreBLEU picked the best checkpoint, best_bleu was the tokenised lower-cased BLEU (a
+  // different scale): a resumed run starts its search for the best sacreBLEU afresh.
+  if (!j.contains("best_metric")) s.best_bleu = -1.0;
   return s;
 }
 
+std::string hypothesis_text(const text::Vocab& tgt_vocab, const std::vector<int64_t>& ids) {
+  return text::detokenize(tgt_vocab.decode(ids));
+}
+
 Evaluation evaluate(Seq2Seq& model, const text::EncodedCorpus& corpus, const text::Vocab& tgt_vocab,
-                    const std::vector<text::TokenizedPair>& references, const DecodeOptions& options) {
+                    const std::vector<text::TokenizedPair>& references, const std::vector<std::string>& raw_references,
+                    const DecodeOptions& options) {
+  SG_CHECK_VALUE(references.size() == corpus.pairs.size() && raw_references.size() == corpus.pairs.size(),
+                 "evaluate: {} pairs but {} tokenized and {} raw references", corpus.pairs.size(), references.size(),
+                 raw_references.size());
   Evaluation out;
   out.hypotheses.resize(corpus.pairs.size());
   bool was_training = model.is_training();
@@ -120,8 +134,12 @@ Evaluation evaluate(Seq2Seq& model, const text::EncodedCorpus& corpus, const tex
   for (size_t i = 0; i < corpus.pairs.size(); ++i) {
     hyp_tokens.push_back(tgt_vocab.decode(out.hypotheses[i].tokens));
     ref_tokens.push_back(references[i].tgt);
+    out.outputs.push_back(hypothesis_text(tgt_vocab, out.hypotheses[i].tokens));
   }
-  out.bleu = text::corpus_bleu_tokens(hyp_tokens, ref_tokens).score;
+  if (corpus.pairs.empty()) return out;  // nothing to score (the metrics need a sentence)
+  out.sacrebleu = text::corpus_bleu(out.outputs, raw_references).score;
+  out.chrf = text::corpus_chrf(out.outputs, raw_references).score;
+  out.bleu_tokenized = text::corpus_bleu_tokens(hyp_tokens, ref_tokens).score;
   return out;
 }
 
@@ -208,24 +226,25 @@ StepResult Trainer::train_step(const TensorBatch& batch) {
   return r;
 }
 
-std::vector<text::Batch> Trainer::epoch_batches(const text::EncodedCorpus& train) const {
-  const uint64_t seed = config_.seed + static_cast<uint64_t>(state_.epoch);  // new batches every epoch
-  return text::make_batches(train.pairs, {.batch_size = config_.batch_size, .seed = seed});
+EpochResult Trainer::train_epoch(const text::EncodedCorpus& train, const AfterStep& after_step) {
+  text::MemoryBatches batches(train.pairs, {.batch_size = config_.batch_size});
+  return train_epoch(batches, after_step);
 }
 
-EpochResult Trainer::train_epoch(const text::EncodedCorpus& train, const AfterStep& after_step) {
+EpochResult Trainer::train_epoch(text::BatchSource& batches, const AfterStep& after_step) {
   model_.train();
-  const std::vector<text::Batch> batches = epoch_batches(train);
-  SG_CHECK_VALUE(state_.batch <= static_cast<int64_t>(batches.size()),
-                 "{}: train_state.batch = {} is past the {} batches of epoch {}", resumed_from_, state_.batch,
-                 batches.size(), state_.epoch + 1);
+  const int64_t count = batches.batches_per_epoch();
+  SG_CHECK_VALUE(state_.batch <= count, "{}: train_state.batch = {} is past the {} batches of epoch {}", resumed_from_,
+                 state_.batch, count, state_.epoch + 1);
+  batches.start_epoch(epoch_seed(), state_.batch);
   auto start = Clock::now();
   bool stopped = false;  // a stop after the last batch still leaves the epoch open: resuming ends it
-  while (!stopped && state_.batch < static_cast<int64_t>(batches.size())) {
+  while (!stopped) {
     auto step_start = Clock::now();
-    text::Batch shard;  // data-parallel: this rank's rows of the global batch
-    if (ddp_) shard = batch_shard(batches[state_.batch], rank(), world_size());
-    StepResult r = train_step(to_tensors(ddp_ ? shard : batches[state_.batch], device_));
+    std::optional<text::Batch> batch = batches.next();
+    if (!batch) break;
+    if (ddp_) *batch = batch_shard(*batch, rank(), world_size());  // this rank's rows of the global batch
+    StepResult r = train_step(to_tensors(*batch, device_));
     r.seconds = seconds_since(step_start);
     stopped = after_step && !after_step(r);
   }
@@ -243,9 +262,9 @@ EpochResult Trainer::train_epoch(const text::EncodedCorpus& train, const AfterSt
 }
 
 Evaluation Trainer::evaluate(const text::EncodedCorpus& corpus, const std::vector<text::TokenizedPair>& references,
-                             const DecodeOptions& options) {
+                             const std::vector<std::string>& raw_references, const DecodeOptions& options) {
   Autocast autocast(precision_, precision_ != GemmPrecision::full);
-  return models::evaluate(model_, corpus, tgt_vocab_, references, options);
+  return models::evaluate(model_, corpus, tgt_vocab_, references, raw_references, options);
 }
 
 // Optimizer tensors go into the checkpoint as "optim.<name>"; the optimizer's metadata and the

@@ -5,13 +5,15 @@
 //   models::Trainer trainer(config, src_vocab, tgt_vocab);  // seeded model, Adam, StepLR
 //   while (trainer.state().epoch < config.epochs) {
 //     models::EpochResult epoch = trainer.train_epoch(train);  // train_step on each batch
-//     models::Evaluation val = trainer.evaluate(valid, valid_pairs, {});
+//     models::Evaluation val = trainer.evaluate(valid, valid_pairs, valid_references, {});
 //     trainer.save("last.safetensors");                       // trainer.restore(...) resumes it
 //   }
 //
 // A step is forward_backward(batch), after_backward(), optimizer_step(). A subclass changes what it
 // needs: loss() (another objective), after_backward() (a data-parallel trainer all-reduces the
-// gradients there), epoch_batches() (each rank's shard); or a program calls the parts itself.
+// gradients there); or a program calls the parts itself. The batches come from a text::BatchSource:
+// held in memory (text::MemoryBatches) or streamed from files larger than memory
+// (text::StreamingBatches).
 #pragma once
 #include <functional>
 #include <memory>
@@ -33,7 +35,7 @@ struct TrainState {
   int64_t epoch = 0;          // epochs completed
   int64_t batch = 0;          // batches of the current epoch done
   int64_t step = 0;           // training steps taken (fp16 steps skipped by the GradScaler included)
-  double best_bleu = -1;      // best validation BLEU so far; -1 before the first validation
+  double best_bleu = -1;      // best validation sacreBLEU so far (selects best.safetensors); -1 before the first
   double epoch_loss_sum = 0;  // the current epoch's sum of loss x target tokens ...
   int64_t epoch_tokens = 0;   // ... and its target tokens, so a resumed epoch reports the same loss
   int64_t epoch_skipped = 0;  // fp16 steps of the current epoch skipped on inf/NaN gradients
@@ -64,15 +66,26 @@ struct EpochResult {
   double seconds = 0;
 };
 
+// Scores of decoded outputs against their references. The headline is sacreBLEU (13a, cased, the
+// detokenised output against the raw reference, as translation papers report it), then chrF
+// (sacreBLEU's chrF2); the tokenised lower-cased BLEU that tutorials report comes last, for
+// comparison with them.
 struct Evaluation {
-  double loss = 0;  // mean per-token cross-entropy (no label smoothing), teacher forced
-  double bleu = 0;  // tokenised lower-cased corpus BLEU of the decoded outputs
+  double loss = 0;            // mean per-token cross-entropy (no label smoothing), teacher forced
+  double sacrebleu = 0;       // corpus BLEU, 13a, cased: text::corpus_bleu(outputs, raw references)
+  double chrf = 0;            // text::corpus_chrf(outputs, raw references)
+  double bleu_tokenized = 0;  // corpus BLEU of the lower-cased tokens: text::corpus_bleu_tokens
   std::vector<Hypothesis> hypotheses;  // in corpus order
+  std::vector<std::string> outputs;    // the hypotheses as detokenised text (hypothesis_text)
 };
+// The text of a decoded hypothesis: its target tokens, detokenised.
+std::string hypothesis_text(const text::Vocab& tgt_vocab, const std::vector<int64_t>& ids);
 // Runs on the model's device, under the caller's Autocast scope if any; the model is left in the
-// mode (train or eval) it was in.
+// mode (train or eval) it was in. `references` are the tokenized pairs (their targets score the
+// tokenised BLEU), `raw_references` the target sentences as read (sacreBLEU and chrF).
 Evaluation evaluate(Seq2Seq& model, const text::EncodedCorpus& corpus, const text::Vocab& tgt_vocab,
-                    const std::vector<text::TokenizedPair>& references, const DecodeOptions& options);
+                    const std::vector<text::TokenizedPair>& references, const std::vector<std::string>& raw_references,
+                    const DecodeOptions& options);
 
 // A loss above this multiple of log(V_tgt), the loss of a uniform prediction, means training has
 // diverged even if it stayed finite (a huge learning rate): stop as for a NaN.
@@ -113,17 +126,19 @@ class Trainer {
   // subclass averages them across ranks.
   virtual void after_backward() {}
 
-  // The current epoch's batches (shuffled with config.seed + epoch), from state().batch to the end,
+  // The current epoch's batches (shuffled with epoch_seed()), from state().batch to the end,
   // each followed by after_step; it returns false to stop after that step (Ctrl-C). A completed
   // epoch steps the scheduler and moves the state to the next epoch.
   using AfterStep = std::function<bool(const StepResult&)>;
+  EpochResult train_epoch(text::BatchSource& batches, const AfterStep& after_step = {});
+  // The same over pairs in memory: text::MemoryBatches with config.batch_size.
   EpochResult train_epoch(const text::EncodedCorpus& train, const AfterStep& after_step = {});
-  // The batches of the current epoch (all of them, also those already done).
-  virtual std::vector<text::Batch> epoch_batches(const text::EncodedCorpus& train) const;
+  // The seed of the current epoch's batch order: config.seed + epoch (new batches every epoch).
+  uint64_t epoch_seed() const { return config_.seed + static_cast<uint64_t>(state_.epoch); }
 
   // evaluate() with this trainer's model and target vocabulary, under the config's autocast.
   Evaluation evaluate(const text::EncodedCorpus& corpus, const std::vector<text::TokenizedPair>& references,
-                      const DecodeOptions& options);
+                      const std::vector<std::string>& raw_references, const DecodeOptions& options);
 
   // Writes the model, optimizer, scheduler, GradScaler, RNG position and state (atomically).
   void save(const std::string& path);

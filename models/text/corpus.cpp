@@ -2,7 +2,11 @@
 #include "models/text/corpus.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <numeric>
 
 #include <fmt/format.h>
@@ -53,11 +57,14 @@ std::string strip_cr(std::string line, ReadReport& report) {
   return line;
 }
 
-// Cleans one raw sentence, counting what was changed; path and line only name it in errors.
-std::string clean_sentence(const std::string& raw, const std::string& path, int64_t line,
+// Cleans one raw sentence, counting what was changed; path, line and the line's byte offset in the
+// file only name it in errors.
+std::string clean_sentence(const std::string& raw, const std::string& path, int64_t line, int64_t file_offset,
                            ReadReport& report) {
   const auto bad = find_invalid_utf8(raw);
-  SG_CHECK_IO(!bad, "{}:{}: invalid UTF-8 at byte {} of the line", path, line, bad.value_or(0));
+  SG_CHECK_IO(!bad, "{}:{}: invalid UTF-8 at byte {} of the line (byte offset {} in the file); the corpus must be "
+              "UTF-8 text (convert it, e.g. iconv -f LATIN1 -t UTF-8)", path, line, bad.value_or(0),
+              file_offset + static_cast<int64_t>(bad.value_or(0)));
 
   // Strip blank code points at both ends, stepping back over UTF-8 continuation bytes at the end.
   std::size_t first = 0, last = raw.size();
@@ -86,21 +93,22 @@ bool is_placeholder(const std::string& s, const ReadOptions& options) {
          options.placeholders.end();
 }
 
-// Applies the skip rules to a cleaned pair; keeps it in `corpus` or counts why not.
-void add_pair(SentencePair pair, const std::string& path, int64_t line, const ReadOptions& options,
-              ParallelCorpus& corpus) {
-  ReadReport& report = corpus.report;
+// Applies the skip rules to a cleaned pair: true when it is kept, else counts why not.
+bool keep_pair(const SentencePair& pair, const std::string& path, int64_t line, const ReadOptions& options,
+               ReadReport& report) {
   if (is_placeholder(pair.src, options) || is_placeholder(pair.tgt, options)) {
     ++report.skipped_placeholder;
     const std::string& which = is_placeholder(pair.src, options) ? pair.src : pair.tgt;
     note(report, path, line, fmt::format("placeholder \"{}\", pair skipped", which));
-  } else if (pair.src.empty() || pair.tgt.empty()) {
+    return false;
+  }
+  if (pair.src.empty() || pair.tgt.empty()) {
     ++report.skipped_empty;
     note(report, path, line, "empty sentence, pair skipped");
-  } else {
-    corpus.pairs.push_back(std::move(pair));
-    ++report.kept;
+    return false;
   }
+  ++report.kept;
+  return true;
 }
 
 std::vector<std::string> split_tabs(const std::string& line) {
@@ -112,67 +120,223 @@ std::vector<std::string> split_tabs(const std::string& line) {
   return fields;
 }
 
+// One text file read line by line through a FILE*: one line in memory, and the byte offset of each
+// line kept so that a reader can seek back to it. Only regular files: a corpus is read again every
+// epoch, which a pipe cannot do.
+class LineFile {
+ public:
+  explicit LineFile(std::string path) : path_(std::move(path)) {
+    std::error_code ec;
+    SG_CHECK_IO(std::filesystem::exists(path_, ec) || ec, "cannot open '{}': no such file", path_);
+    check_regular_file(path_);  // a directory or a FIFO: an IOError saying what it is
+    file_ = std::fopen(path_.c_str(), "rb");
+    SG_CHECK_IO(file_ != nullptr, "cannot open '{}': {}", path_, std::strerror(errno));
+  }
+  ~LineFile() {
+    if (file_) std::fclose(file_);
+    std::free(buffer_);
+  }
+  LineFile(const LineFile&) = delete;
+  LineFile& operator=(const LineFile&) = delete;
+
+  // The next line without its '\n' (a final line without one counts); false at the end.
+  bool next(std::string& line) {
+    errno = 0;
+    const ssize_t n = ::getline(&buffer_, &capacity_, file_);
+    if (n < 0) {
+      SG_CHECK_IO(!std::ferror(file_), "cannot read '{}': {}", path_, std::strerror(errno));
+      return false;
+    }
+    line_start_ = offset_;
+    offset_ += n;
+    ++line_;
+    const bool newline = n > 0 && buffer_[n - 1] == '\n';
+    line.assign(buffer_, static_cast<std::size_t>(newline ? n - 1 : n));
+    // Classic Mac OS line endings (CR alone): the whole file would be one line.
+    SG_CHECK_IO(newline || line_ > 1 || line.find('\r') == std::string::npos,
+                "read_lines: '{}' ends its lines with CR alone (classic Mac OS endings), not LF or CR LF; "
+                "convert it, e.g. tr '\\r' '\\n'", path_);
+    return true;
+  }
+  void seek(int64_t offset, int64_t line) {
+    SG_CHECK_IO(::fseeko(file_, static_cast<off_t>(offset), SEEK_SET) == 0, "cannot seek in '{}' to byte {}: {}",
+                path_, offset, std::strerror(errno));
+    offset_ = offset;
+    line_ = line;
+  }
+  int64_t offset() const { return offset_; }          // where the next line starts
+  int64_t line_start() const { return line_start_; }  // where the last line read started
+  int64_t line() const { return line_; }              // lines read
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  std::FILE* file_ = nullptr;
+  char* buffer_ = nullptr;
+  std::size_t capacity_ = 0;
+  int64_t offset_ = 0, line_start_ = 0, line_ = 0;
+};
+
 }  // namespace
+
+bool CorpusFiles::selects(int64_t k) const {
+  if (period <= 0) return true;
+  const bool listed = std::find(residues.begin(), residues.end(), k % period) != residues.end();
+  return listed != exclude;
+}
+
+std::string CorpusFiles::describe() const {
+  return is_tsv() ? fmt::format("{} (columns {} and {})", tsv, src_col, tgt_col) : fmt::format("{} and {}", src, tgt);
+}
+
+struct PairReader::Impl {
+  CorpusFiles files;
+  ReadOptions options;
+  ReadReport report;
+  std::unique_ptr<LineFile> src, tgt;  // tgt: aligned files only
+  int64_t columns = 0;                 // TSV: the expected column count, once known
+  int64_t kept = 0;
+  std::string src_line, tgt_line;
+
+  std::optional<SentencePair> next_cleaned();
+  std::optional<SentencePair> next_aligned();
+  std::optional<SentencePair> next_tsv();
+  [[noreturn]] void mismatched_line_counts(bool src_longer);
+};
+
+PairReader::PairReader(CorpusFiles files, ReadOptions options) : impl_(std::make_unique<Impl>()) {
+  SG_CHECK_VALUE(options.columns >= 0, "read_tsv_pairs: columns = {} must be >= 0", options.columns);
+  impl_->files = std::move(files);
+  impl_->options = std::move(options);
+  impl_->columns = impl_->options.columns;
+  const CorpusFiles& f = impl_->files;
+  if (f.is_tsv()) {
+    SG_CHECK_VALUE(f.src_col >= 0 && f.tgt_col >= 0 && f.src_col != f.tgt_col,
+                   "read_tsv_pairs: columns src_col = {} and tgt_col = {} must be distinct and >= 0 for '{}'",
+                   f.src_col, f.tgt_col, f.tsv);
+    impl_->src = std::make_unique<LineFile>(f.tsv);
+  } else {
+    impl_->src = std::make_unique<LineFile>(f.src);
+    impl_->tgt = std::make_unique<LineFile>(f.tgt);
+  }
+}
+
+PairReader::~PairReader() = default;
+PairReader::PairReader(PairReader&&) noexcept = default;
+PairReader& PairReader::operator=(PairReader&&) noexcept = default;
+
+std::optional<SentencePair> PairReader::next() {
+  for (;;) {
+    std::optional<SentencePair> pair = impl_->next_cleaned();
+    if (!pair || impl_->files.selects(impl_->kept++)) return pair;
+  }
+}
+
+PairReader::Position PairReader::position() const {
+  return {.src_offset = impl_->src->offset(), .tgt_offset = impl_->tgt ? impl_->tgt->offset() : 0,
+          .line = impl_->src->line(), .kept = impl_->kept};
+}
+
+void PairReader::seek(const Position& p) {
+  impl_->src->seek(p.src_offset, p.line);
+  if (impl_->tgt) impl_->tgt->seek(p.tgt_offset, p.line);
+  impl_->kept = p.kept;
+}
+
+const ReadReport& PairReader::report() const { return impl_->report; }
+const CorpusFiles& PairReader::files() const { return impl_->files; }
+
+std::optional<SentencePair> PairReader::Impl::next_cleaned() {
+  return files.is_tsv() ? next_tsv() : next_aligned();
+}
+
+void PairReader::Impl::mismatched_line_counts(bool src_longer) {
+  LineFile& longer = src_longer ? *src : *tgt;
+  while (longer.next(src_longer ? src_line : tgt_line)) {
+  }
+  const int64_t src_lines = src_longer ? longer.line() : src->line();
+  const int64_t tgt_lines = src_longer ? tgt->line() : longer.line();
+  throw IOError(fmt::format("read_parallel: '{}' has {} lines but '{}' has {}; parallel files must be aligned line "
+                            "by line", files.src, src_lines, files.tgt, tgt_lines));
+}
+
+std::optional<SentencePair> PairReader::Impl::next_aligned() {
+  for (;;) {
+    const bool has_src = src->next(src_line), has_tgt = tgt->next(tgt_line);
+    if (has_src != has_tgt) mismatched_line_counts(has_src);
+    if (!has_src) return std::nullopt;
+    const int64_t line = src->line();
+    ++report.lines;
+    SentencePair pair{clean_sentence(strip_cr(std::move(src_line), report), files.src, line, src->line_start(),
+                                     report),
+                      clean_sentence(strip_cr(std::move(tgt_line), report), files.tgt, line, tgt->line_start(),
+                                     report)};
+    const bool src_bad = pair.src.empty() || is_placeholder(pair.src, options);
+    if (keep_pair(pair, src_bad ? files.src : files.tgt, line, options, report)) return pair;
+  }
+}
+
+std::optional<SentencePair> PairReader::Impl::next_tsv() {
+  const std::string& path = files.tsv;
+  while (src->next(src_line)) {
+    const int64_t line = src->line();
+    ++report.lines;
+    src_line = strip_cr(std::move(src_line), report);
+    if (src_line.empty()) {
+      ++report.skipped_empty;
+      note(report, path, line, "empty line skipped");
+      continue;
+    }
+    std::vector<std::string> fields = split_tabs(src_line);
+    const auto found = static_cast<int64_t>(fields.size());
+    std::string what;
+    if (found == 1) {
+      what = fmt::format("no tab in the line; a tab-separated corpus holds source<TAB>target (columns {} and {})",
+                         files.src_col, files.tgt_col);
+    } else {
+      if (columns == 0) columns = found;
+      SG_CHECK_VALUE(files.src_col < columns && files.tgt_col < columns,
+                     "read_tsv_pairs: columns src_col = {} and tgt_col = {} must lie in [0, {}) for '{}' ({} columns)",
+                     files.src_col, files.tgt_col, columns, path, columns);
+      if (found != columns) what = fmt::format("expected {} tab-separated columns, found {}", columns, found);
+    }
+    if (!what.empty()) {
+      SG_CHECK_IO(options.on_bad_line == OnBadLine::skip, "{}:{}: {}", path, line, what);
+      ++report.skipped_bad_columns;
+      note(report, path, line, what + ", line skipped");
+      continue;
+    }
+    SentencePair pair{clean_sentence(fields[files.src_col], path, line, src->line_start(), report),
+                      clean_sentence(fields[files.tgt_col], path, line, src->line_start(), report)};
+    if (keep_pair(pair, path, line, options, report)) return pair;
+  }
+  return std::nullopt;
+}
+
+ParallelCorpus read_corpus(const CorpusFiles& files, const ReadOptions& options, int64_t max_pairs) {
+  PairReader reader(files, options);
+  ParallelCorpus corpus;
+  while (max_pairs <= 0 || static_cast<int64_t>(corpus.pairs.size()) < max_pairs) {
+    std::optional<SentencePair> pair = reader.next();
+    if (!pair) break;
+    corpus.pairs.push_back(std::move(*pair));
+  }
+  corpus.report = reader.report();
+  return corpus;
+}
 
 ParallelCorpus read_parallel(const std::string& src_path, const std::string& tgt_path,
                              const ReadOptions& options) {
-  std::vector<std::string> src = read_lines(src_path);
-  std::vector<std::string> tgt = read_lines(tgt_path);
-  SG_CHECK_IO(src.size() == tgt.size(),
-              "read_parallel: '{}' has {} lines but '{}' has {}; parallel files must be aligned "
-              "line by line",
-              src_path, src.size(), tgt_path, tgt.size());
-  ParallelCorpus corpus;
-  corpus.pairs.reserve(src.size());
-  for (std::size_t i = 0; i < src.size(); ++i) {
-    const auto line = static_cast<int64_t>(i + 1);
-    ++corpus.report.lines;
-    ReadReport& report = corpus.report;
-    SentencePair pair{clean_sentence(strip_cr(std::move(src[i]), report), src_path, line, report),
-                      clean_sentence(strip_cr(std::move(tgt[i]), report), tgt_path, line, report)};
-    const bool src_bad = pair.src.empty() || is_placeholder(pair.src, options);
-    add_pair(std::move(pair), src_bad ? src_path : tgt_path, line, options, corpus);
-  }
-  return corpus;
+  CorpusFiles files;
+  files.src = src_path, files.tgt = tgt_path;
+  return read_corpus(files, options);
 }
 
 ParallelCorpus read_tsv_pairs(const std::string& path, int64_t src_col, int64_t tgt_col,
                               const ReadOptions& options) {
-  std::vector<std::string> lines = read_lines(path);
-  SG_CHECK_VALUE(options.columns >= 0, "read_tsv_pairs: columns = {} must be >= 0",
-                 options.columns);
-  int64_t columns = options.columns;
-  ParallelCorpus corpus;
-  corpus.pairs.reserve(lines.size());
-  for (std::size_t i = 0; i < lines.size(); ++i) {
-    const auto line = static_cast<int64_t>(i + 1);
-    ++corpus.report.lines;
-    lines[i] = strip_cr(std::move(lines[i]), corpus.report);
-    if (lines[i].empty()) {
-      ++corpus.report.skipped_empty;
-      note(corpus.report, path, line, "empty line skipped");
-      continue;
-    }
-    std::vector<std::string> fields = split_tabs(lines[i]);
-    if (columns == 0) columns = static_cast<int64_t>(fields.size());
-    SG_CHECK_VALUE(src_col >= 0 && src_col < columns && tgt_col >= 0 && tgt_col < columns,
-                   "read_tsv_pairs: columns src_col = {} and tgt_col = {} must lie in [0, {}) for "
-                   "'{}' ({} columns)",
-                   src_col, tgt_col, columns, path, columns);
-    const auto found = static_cast<int64_t>(fields.size());
-    if (found != columns) {
-      const std::string what =
-          fmt::format("expected {} tab-separated columns, found {}", columns, found);
-      SG_CHECK_IO(options.on_bad_line == OnBadLine::skip, "{}:{}: {}", path, line, what);
-      ++corpus.report.skipped_bad_columns;
-      note(corpus.report, path, line, what + ", line skipped");
-      continue;
-    }
-    SentencePair pair{clean_sentence(fields[src_col], path, line, corpus.report),
-                      clean_sentence(fields[tgt_col], path, line, corpus.report)};
-    add_pair(std::move(pair), path, line, options, corpus);
-  }
-  return corpus;
+  CorpusFiles files;
+  files.tsv = path, files.src_col = src_col, files.tgt_col = tgt_col;
+  return read_corpus(files, options);
 }
 
 // ---- tokens and ids -----------------------------------------------------------------------------
@@ -290,8 +454,6 @@ std::vector<int64_t> subset_indices(int64_t n, const SubsetOptions& options) {
 
 // ---- batches ------------------------------------------------------------------------------------
 
-namespace {
-
 Batch make_batch(std::span<const EncodedPair> pairs, std::span<const int64_t> rows) {
   Batch b;
   b.batch = static_cast<int64_t>(rows.size());
@@ -319,6 +481,8 @@ Batch make_batch(std::span<const EncodedPair> pairs, std::span<const int64_t> ro
   return b;
 }
 
+namespace {
+
 void check_pairs(std::span<const EncodedPair> pairs) {
   for (std::size_t i = 0; i < pairs.size(); ++i) {
     const EncodedPair& p = pairs[i];
@@ -332,7 +496,7 @@ void check_pairs(std::span<const EncodedPair> pairs) {
 
 }  // namespace
 
-std::vector<Batch> make_batches(std::span<const EncodedPair> pairs, const BatchOptions& options) {
+std::vector<std::vector<int64_t>> plan_batches(std::span<const EncodedPair> pairs, const BatchOptions& options) {
   SG_CHECK_VALUE(options.batch_size >= 1, "make_batches: batch_size = {} must be >= 1",
                  options.batch_size);
   check_pairs(pairs);
@@ -354,12 +518,18 @@ std::vector<Batch> make_batches(std::span<const EncodedPair> pairs, const BatchO
     if (!options.drop_last || start + size <= order.size()) starts.push_back(start);
   if (options.shuffle) shuffle(starts, rng);
 
-  std::vector<Batch> batches;
-  batches.reserve(starts.size());
+  std::vector<std::vector<int64_t>> plan;
+  plan.reserve(starts.size());
   for (std::size_t start : starts) {
-    const std::size_t count = std::min(size, order.size() - start);
-    batches.push_back(make_batch(pairs, std::span(order).subspan(start, count)));
+    const auto first = order.begin() + static_cast<std::ptrdiff_t>(start);
+    plan.emplace_back(first, first + static_cast<std::ptrdiff_t>(std::min(size, order.size() - start)));
   }
+  return plan;
+}
+
+std::vector<Batch> make_batches(std::span<const EncodedPair> pairs, const BatchOptions& options) {
+  std::vector<Batch> batches;
+  for (const std::vector<int64_t>& rows : plan_batches(pairs, options)) batches.push_back(make_batch(pairs, rows));
   return batches;
 }
 

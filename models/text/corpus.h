@@ -3,6 +3,8 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -56,15 +58,66 @@ struct ParallelCorpus {
   ReadReport report;
 };
 
+// Where a parallel corpus lives: two files aligned by line number, or one tab-separated file.
+struct CorpusFiles {
+  std::string src, tgt;              // aligned files, one sentence per line (tsv empty), or
+  std::string tsv;                   // one tab-separated file,
+  int64_t src_col = 0, tgt_col = 1;  // with these columns, counted from 0
+  // Interleaved held-out splits (fra-eng's valid and test pairs come from the training file): with
+  // period > 0, the k-th kept pair (from 0, in file order) belongs to this corpus when k % period is
+  // one of `residues`, or, with exclude, when it is none of them.
+  int64_t period = 0;
+  std::vector<int64_t> residues;
+  bool exclude = false;
+
+  bool is_tsv() const { return !tsv.empty(); }
+  bool selects(int64_t k) const;
+  std::string describe() const;  // "train.de and train.en" or "pairs.tsv (columns 0 and 1)"
+};
+
+// Reads a corpus one pair at a time, holding one line of each file, with the cleaning and skip
+// rules of read_parallel / read_tsv_pairs; report() counts what has been read so far. Every read
+// error is an IOError naming the file and line: a missing or non-regular file, invalid UTF-8 (byte
+// in the line and offset in the file), aligned files with different line counts (both counts), a
+// TSV line without a tab or with another column count. position() and seek() let a reader come
+// back to a point of the file (the streaming batcher re-reads its chunks every epoch).
+class PairReader {
+ public:
+  struct Position {
+    int64_t src_offset = 0, tgt_offset = 0;  // byte offsets of the next line (TSV: src_offset only)
+    int64_t line = 0;                        // lines read before it
+    int64_t kept = 0;                        // pairs kept before it (what CorpusFiles::selects counts)
+  };
+
+  explicit PairReader(CorpusFiles files, ReadOptions options = {});
+  ~PairReader();
+  PairReader(PairReader&&) noexcept;
+  PairReader& operator=(PairReader&&) noexcept;
+
+  // The next pair that survives cleaning and the selection; nullopt at the end of the corpus.
+  std::optional<SentencePair> next();
+  Position position() const;
+  void seek(const Position& position);
+  const ReadReport& report() const;
+  const CorpusFiles& files() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// All the pairs of a corpus (at most max_pairs of them when > 0), through a PairReader.
+ParallelCorpus read_corpus(const CorpusFiles& files, const ReadOptions& options = {}, int64_t max_pairs = 0);
+
 // One sentence per line in each file, aligned by line number. Sentences go through
 // normalize_spaces(); empty and placeholder pairs are skipped and counted. Throws IOError naming
 // both files and both line counts when they differ, and file:line for invalid UTF-8.
 ParallelCorpus read_parallel(const std::string& src_path, const std::string& tgt_path,
                              const ReadOptions& options = {});
 
-// Tab-separated pairs (e.g. Tatoeba's "english<TAB>french"), columns counted from 0. A line whose
-// column count differs from the expected one throws IOError "file:line: expected N ... found M"
-// (or is skipped and counted with OnBadLine::skip).
+// Tab-separated pairs (e.g. Tatoeba's "english<TAB>french"), columns counted from 0. A line without
+// a tab, or whose column count differs from the expected one, throws IOError "file:line: ..." (or
+// is skipped and counted with OnBadLine::skip).
 ParallelCorpus read_tsv_pairs(const std::string& path, int64_t src_col, int64_t tgt_col,
                               const ReadOptions& options = {});
 
@@ -177,5 +230,10 @@ struct BatchOptions {
 // in sorted (or, without bucketing, corpus) order. Throws ValueError on batch_size < 1 or a pair
 // that does not end with <eos>.
 std::vector<Batch> make_batches(std::span<const EncodedPair> pairs, const BatchOptions& options);
+
+// make_batches in two steps, so that a caller can build one batch at a time: the rows (indices
+// into `pairs`) of each batch, in batch order, then one batch from its rows.
+std::vector<std::vector<int64_t>> plan_batches(std::span<const EncodedPair> pairs, const BatchOptions& options);
+Batch make_batch(std::span<const EncodedPair> pairs, std::span<const int64_t> rows);
 
 }  // namespace seqgrad::text

@@ -43,16 +43,20 @@ Vocab::Vocab() : Vocab(std::vector<std::string>(kSpecials.begin(), kSpecials.end
 
 Vocab Vocab::build(std::span<const std::vector<std::string>> sentences,
                    const VocabOptions& options) {
+  std::unordered_map<std::string, int64_t> counts;
+  for (const auto& sentence : sentences)
+    for (const auto& token : sentence) ++counts[token];
+  return from_counts(counts, options);
+}
+
+Vocab Vocab::from_counts(const std::unordered_map<std::string, int64_t>& counts, const VocabOptions& options) {
   SG_CHECK_VALUE(options.min_freq >= 1, "vocab: min_freq = {} must be >= 1", options.min_freq);
   SG_CHECK_VALUE(options.max_size == 0 || options.max_size >= kNumSpecial,
                  "vocab: max_size = {} must be 0 (no limit) or >= {} (the special tokens)",
                  options.max_size, kNumSpecial);
-  std::unordered_map<std::string, int64_t> counts;
-  for (const auto& sentence : sentences)
-    for (const auto& token : sentence) ++counts[token];
 
   std::vector<std::pair<std::string, int64_t>> ranked;
-  for (auto& [token, count] : counts)
+  for (const auto& [token, count] : counts)
     if (count >= options.min_freq && !is_special(token)) ranked.emplace_back(token, count);
   std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) {
     return a.second != b.second ? a.second > b.second : a.first < b.first;

@@ -33,6 +33,8 @@ class Vocab {
   // corpus always gives the same ids. A token spelled like a special token is not added again.
   static Vocab build(std::span<const std::vector<std::string>> sentences,
                      const VocabOptions& options = {});
+  // The same from token counts gathered elsewhere (a streamed counting pass over a large corpus).
+  static Vocab from_counts(const std::unordered_map<std::string, int64_t>& counts, const VocabOptions& options = {});
   // Throws ValueError if the list does not start with the four special tokens or has duplicates.
   static Vocab from_tokens(std::vector<std::string> tokens);
 

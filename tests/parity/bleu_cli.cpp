@@ -1,11 +1,14 @@
-// bleu_cli HYP REF [--lowercase] [--tokenize 13a|none]: prints corpus BLEU with 6 decimals, for
-// tests/parity/test_bleu_sacrebleu.py to compare with sacrebleu.corpus_bleu.
+// bleu_cli HYP REF [--lowercase] [--tokenize 13a|none]: prints corpus BLEU with 6 decimals and its
+// score line, then corpus chrF (--lowercase applies to it too) the same way, for
+// tests/parity/test_bleu_sacrebleu.py to compare with sacrebleu.corpus_bleu and corpus_chrf.
 #include <cstdio>
 #include <exception>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "models/text/bleu.h"
+#include "models/text/chrf.h"
 #include "models/text/corpus.h"
 
 namespace {
@@ -35,9 +38,13 @@ int main(int argc, char** argv) {
     }
   }
   try {
-    const BleuScore s = corpus_bleu(read_lines(argv[1]), read_lines(argv[2]), options);
+    const std::vector<std::string> hyp = read_lines(argv[1]), ref = read_lines(argv[2]);
+    const BleuScore s = corpus_bleu(hyp, ref, options);
     std::printf("%.6f\n", s.score);
     std::printf("%s\n", s.format().c_str());
+    const ChrfScore c = corpus_chrf(hyp, ref, {.lowercase = options.lowercase});
+    std::printf("%.6f\n", c.score);
+    std::printf("%s\n", c.format().c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bleu_cli: %s\n", e.what());
     return 1;

@@ -1,6 +1,7 @@
 #!/usr/bin/python3
-# Parity: seqgrad::text::corpus_bleu (through tests/parity/bleu_cli) against sacrebleu.corpus_bleu on
-# real corpora and on tricky synthetic lines. Usage:
+# Parity: seqgrad::text::corpus_bleu and corpus_chrf (through tests/parity/bleu_cli) against
+# sacrebleu.corpus_bleu and sacrebleu.corpus_chrf (chrF2 defaults) on real corpora and on tricky
+# synthetic lines, digit for digit. Usage:
 #   /usr/bin/python3 tests/parity/test_bleu_sacrebleu.py BUILD/tests/parity/bleu_cli [SHARED_DATA_DIR]
 # CI installs sacrebleu for the system Python with
 #   /usr/bin/python3 -m pip install --break-system-packages sacrebleu
@@ -76,7 +77,7 @@ def run_cli(cli, hyps, refs, flags, tmp):
             f.write("".join(line + "\n" for line in lines))
     out = subprocess.run([cli, hyp_path, ref_path, *flags], capture_output=True, text=True,
                          encoding="utf-8", check=True).stdout.split("\n")
-    return out[0], out[1]
+    return (out[0], out[1]), (out[2], out[3])
 
 
 def main():
@@ -105,6 +106,8 @@ def main():
                  ["the cat the dog sat", "a b"], ["the cat a dog sat down", "a c"]))
     sets.append(("no overlap at all", ["a b c d"] * 3, ["e f g h"] * 3))
     sets.append(("all hypotheses empty", [""] * 3, ["e f g h"] * 3))
+    sets.append(("chrF: references shorter than 6 characters, one empty", ["abc de", "x", "ab"], ["abd", "", "abcdefgh"]))
+    sets.append(("chrF: repeated characters clip", ["aaaaaaa bbbb", "ééé ü"], ["aaa b", "é ü ü"]))
 
     configs = [([], {}), (["--lowercase"], {"lowercase": True}),
                (["--tokenize", "none"], {"tokenize": "none"}),
@@ -113,16 +116,20 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for name, hyps, refs in sets:
             for flags, kwargs in configs:
-                expected = sacrebleu.corpus_bleu(hyps, [refs], **kwargs)
-                want = (f"{expected.score:.6f}", str(expected))
-                got = run_cli(cli, hyps, refs, flags, tmp)
+                bleu = sacrebleu.corpus_bleu(hyps, [refs], **kwargs)
+                got_bleu, got_chrf = run_cli(cli, hyps, refs, flags, tmp)
+                checks = [("BLEU", (f"{bleu.score:.6f}", str(bleu)), got_bleu)]
+                if "tokenize" not in kwargs:  # chrF has no tokenizer: once per case setting
+                    chrf = sacrebleu.metrics.CHRF(lowercase=kwargs.get("lowercase", False)).corpus_score(hyps, [refs])
+                    checks.append(("chrF", (f"{chrf.score:.6f}", str(chrf)), got_chrf))
                 label = f"{name} {' '.join(flags) or '(default)'}"
-                if got == want:
-                    passed += 1
-                    print(f"ok   {label}: {got[1]}")
-                else:
-                    failed += 1
-                    print(f"FAIL {label}:\n  sacrebleu {want}\n  seqgrad   {got}")
+                for metric, want, got in checks:
+                    if got == want:
+                        passed += 1
+                        print(f"ok   {metric} {label}: {got[1]}")
+                    else:
+                        failed += 1
+                        print(f"FAIL {metric} {label}:\n  sacrebleu {want}\n  seqgrad   {got}")
     print(f"sacrebleu {sacrebleu.__version__}")
     print(f"{passed} passed, {failed} failed")
     sys.exit(1 if failed else 0)

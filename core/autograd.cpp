@@ -398,7 +398,7 @@ void run_backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>&
 }  // namespace
 
 void Tensor::backward(const Tensor& grad, BackwardOptions options) const {
-  SG_CHECK(defined(), "backward: called on an undefined tensor");
+  SG_CHECK(defined(), "backward: called on an undefined tensor ({})", why_undefined());
   GradModeRestore restore;
   std::vector<Tensor> grads;
   if (grad.defined()) grads.push_back(grad);

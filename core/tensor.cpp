@@ -96,9 +96,60 @@ Tensor Tensor::empty(const Shape& shape, TensorOptions options) {
   return Tensor(std::move(impl));
 }
 
-int64_t Tensor::size(int64_t dim) const { return shape()[wrap_dim(dim, ndim(), "size")]; }
+namespace {
+constexpr const char* kDefaultConstructed = "a default-constructed Tensor holds no data";
+constexpr const char* kGradNotRequired =
+    "it is grad() of a tensor that does not require grad: call requires_grad_() on it before backward()";
+constexpr const char* kGradOfNonLeaf =
+    "it is grad() of a non-leaf tensor: only leaves keep .grad (use autograd::grad for others)";
+constexpr const char* kGradNotYet =
+    "it is grad() of a tensor that has none: grad() is undefined until backward() reaches the tensor, "
+    "and again after zero_grad(); call backward() first";
+}  // namespace
+
+std::string_view Tensor::why_undefined() const {
+  if (defined()) return {};
+  return why_undefined_ != nullptr ? why_undefined_ : kDefaultConstructed;
+}
+
+void Tensor::throw_undefined(const char* accessor) const {
+  throw Error(fmt::format("{}: undefined tensor ({}); test with defined()", accessor, why_undefined()));
+}
+
+Tensor Tensor::grad() const {
+  const TensorImpl& impl = checked("grad");
+  if (impl.grad != nullptr) return Tensor(impl.grad);
+  if (!impl.requires_grad) return Tensor(nullptr, kGradNotRequired);
+  return Tensor(nullptr, impl.grad_fn != nullptr ? kGradOfNonLeaf : kGradNotYet);
+}
+
+void Tensor::set_data(const Tensor& src) const {
+  TensorImpl& impl = checked("set_data");
+  SG_CHECK(src.defined(), "set_data: the source is an undefined tensor ({})", src.why_undefined());
+  SG_CHECK(impl.grad_fn == nullptr, "set_data: only leaf tensors can take new data; this {} tensor was computed by "
+           "{}", impl.shape, impl.grad_fn->name);
+  SG_CHECK_DTYPE(!impl.requires_grad || is_floating(src.dtype()), "set_data: a tensor that requires grad needs "
+                 "floating data, got {} {}", src.dtype(), src.shape());
+  const uint32_t version = impl.storage->version;
+  const TensorImpl& from = *src.impl_;
+  impl.storage = from.storage;
+  impl.shape = from.shape;
+  impl.strides = from.strides;
+  impl.offset = from.offset;
+  impl.dtype = from.dtype;
+  impl.is_view = from.is_view || impl.storage.use_count() > 2;  // another tensor still shares it
+  // A backward that saved the old data must not read the new: a version past the old one makes
+  // SavedTensor::get throw "modified by an in-place operation" instead.
+  impl.storage->version = std::max(impl.storage->version, version + 1);
+}
+
+int64_t Tensor::size(int64_t dim) const {
+  const Shape& shape = checked("size").shape;
+  return shape[wrap_dim(dim, shape.size(), "size")];
+}
 
 bool Tensor::is_contiguous() const {
+  checked("is_contiguous");
   int64_t expected = 1;
   for (int i = ndim() - 1; i >= 0; --i) {
     if (shape()[i] == 1) continue;
@@ -109,6 +160,7 @@ bool Tensor::is_contiguous() const {
 }
 
 Tensor& Tensor::requires_grad_(bool on) {
+  checked("requires_grad_");
   SG_CHECK(is_leaf() || on, "requires_grad_: can only change requires_grad of leaf tensors");
   SG_CHECK_DTYPE(!on || is_floating(dtype()), "requires_grad_: only floating tensors can require "
                                               "gradients, got {}", dtype());
@@ -117,12 +169,13 @@ Tensor& Tensor::requires_grad_(bool on) {
 }
 
 Tensor Tensor::detach() const {
+  const TensorImpl& self = checked("detach");
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = impl_->storage;
-  impl->shape = impl_->shape;
-  impl->strides = impl_->strides;
-  impl->offset = impl_->offset;
-  impl->dtype = impl_->dtype;
+  impl->storage = self.storage;
+  impl->shape = self.shape;
+  impl->strides = self.strides;
+  impl->offset = self.offset;
+  impl->dtype = self.dtype;
   impl->is_view = true;
   return Tensor(std::move(impl));
 }
@@ -161,7 +214,7 @@ double value_at(const Tensor& t, int64_t element) {
 }  // namespace
 
 double Tensor::item() const {
-  SG_CHECK(defined(), "item: tensor is undefined");
+  checked("item");
   SG_CHECK_SHAPE(numel() == 1, "item: only one-element tensors can be converted to a number, got shape {}",
                  shape());
   if (device().is_cpu()) return value_at(*this, offset());
@@ -172,7 +225,7 @@ double Tensor::item() const {
 
 template <class T>
 std::vector<T> Tensor::to_vector() const {
-  SG_CHECK(defined(), "to_vector: tensor is undefined");
+  checked("to_vector");
   Tensor t = device().is_cpu() ? *this : ops_hooks("to_vector").to_device(detach(), Device::cpu());
   std::vector<T> out;
   out.reserve(t.numel());

@@ -5,6 +5,7 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -59,38 +60,46 @@ struct BackwardOptions {
 
 class Tensor {
  public:
-  Tensor() = default;
-  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+  Tensor() noexcept : why_undefined_(nullptr) {}
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)), why_undefined_(nullptr) {}
 
   // A fresh contiguous tensor with uninitialised memory.
   static Tensor empty(const Shape& shape, TensorOptions options = {});
 
+  // An undefined tensor (default-constructed, or grad() of a tensor that has none) holds no data:
+  // every accessor below throws an Error naming itself and where the tensor came from, never
+  // crashes. Test with defined(), as in PyTorch (`p.grad is None`).
   bool defined() const { return impl_ != nullptr; }
+  // Why an undefined tensor is undefined ("a default-constructed Tensor", "grad() of ..."), for
+  // the errors of ops that check their inputs; empty for a defined tensor.
+  std::string_view why_undefined() const;
   TensorImpl* impl() const { return impl_.get(); }
   const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
 
   // ---- metadata
-  const Shape& shape() const { return impl_->shape; }
-  const Shape& strides() const { return impl_->strides; }
-  int ndim() const { return impl_->shape.size(); }
+  const Shape& shape() const { return checked("shape").shape; }
+  const Shape& strides() const { return checked("strides").strides; }
+  int ndim() const { return checked("ndim").shape.size(); }
   int64_t size(int64_t dim) const;  // negative dims count from the end
-  int64_t numel() const { return impl_->shape.numel(); }
-  DType dtype() const { return impl_->dtype; }
-  Device device() const { return impl_->storage->device; }
-  int64_t offset() const { return impl_->offset; }
+  int64_t numel() const { return checked("numel").shape.numel(); }
+  DType dtype() const { return checked("dtype").dtype; }
+  Device device() const { return checked("device").storage->device; }
+  int64_t offset() const { return checked("offset").offset; }
   bool is_contiguous() const;
-  uint32_t version() const { return impl_->storage->version; }
-  void bump_version() const { ++impl_->storage->version; }
+  uint32_t version() const { return checked("version").storage->version; }
+  void bump_version() const { ++checked("bump_version").storage->version; }
 
   // Pointer to element 0 (CPU). T must match dtype().
   template <class T>
   T* data() const {
-    SG_CHECK_DTYPE(dtype_of<T>() == dtype(), "data<{}>: tensor has dtype {}", dtype_name(dtype_of<T>()),
-                   dtype());
-    return static_cast<T*>(impl_->storage->data) + impl_->offset;
+    const TensorImpl& impl = checked("data");
+    SG_CHECK_DTYPE(dtype_of<T>() == impl.dtype, "data<{}>: tensor has dtype {}", dtype_name(dtype_of<T>()),
+                   impl.dtype);
+    return static_cast<T*>(impl.storage->data) + impl.offset;
   }
   void* raw_data() const {
-    return static_cast<char*>(impl_->storage->data) + impl_->offset * element_size(dtype());
+    const TensorImpl& impl = checked("raw_data");
+    return static_cast<char*>(impl.storage->data) + impl.offset * element_size(impl.dtype);
   }
 
   // ---- values
@@ -99,15 +108,23 @@ class Tensor {
   std::vector<T> to_vector() const;  // all values in row-major order, converted to T
 
   // ---- autograd
-  bool requires_grad() const { return impl_->requires_grad; }
+  bool requires_grad() const { return checked("requires_grad").requires_grad; }
   Tensor& requires_grad_(bool on = true);
-  bool is_leaf() const { return impl_->grad_fn == nullptr; }
-  const std::shared_ptr<Node>& grad_fn() const { return impl_->grad_fn; }
-  Tensor grad() const { return Tensor(impl_->grad); }
-  void set_grad(const Tensor& g) const { impl_->grad = g.impl_; }
-  void zero_grad() const { impl_->grad.reset(); }
+  bool is_leaf() const { return checked("is_leaf").grad_fn == nullptr; }
+  const std::shared_ptr<Node>& grad_fn() const { return checked("grad_fn").grad_fn; }
+  // The accumulated gradient of a leaf; undefined (test with defined()) before the first
+  // backward() that reaches it, after zero_grad(), for a tensor that does not require grad and
+  // for a non-leaf, as in PyTorch. Using an undefined grad throws an error that says which.
+  Tensor grad() const;
+  void set_grad(const Tensor& g) const { checked("set_grad").grad = g.impl_; }
+  void zero_grad() const { checked("zero_grad").grad.reset(); }
   Tensor detach() const;  // shares storage, no history
   void backward(const Tensor& grad = {}, BackwardOptions options = {}) const;
+  // Makes this tensor hold src's data (storage, shape, strides, dtype, device) while keeping its
+  // identity: every handle to it, its requires_grad and its gradient stay (PyTorch's
+  // `param.data = src`). For leaves only; this is how Module::to converts parameters in place,
+  // so an optimizer built before keeps updating them. Counts as an in-place edit (version).
+  void set_data(const Tensor& src) const;
 
   // ---- conversions and copies (ops/)
   Tensor to(DType dtype) const;
@@ -168,7 +185,18 @@ class Tensor {
   Tensor& normal_(double mean = 0.0, double std = 1.0);
 
  private:
+  // Where an undefined tensor came from, for the error of its accessors (a static string).
+  Tensor(std::nullptr_t, const char* why) : why_undefined_(why) {}
+  // The one place an accessor reaches the TensorImpl: an undefined tensor throws here. (The
+  // handle is const, the TensorImpl it shares is not: const accessors may set grad or version.)
+  TensorImpl& checked(const char* accessor) const {
+    if (impl_ == nullptr) [[unlikely]] throw_undefined(accessor);
+    return *impl_;
+  }
+  [[noreturn]] void throw_undefined(const char* accessor) const;
+
   std::shared_ptr<TensorImpl> impl_;
+  const char* why_undefined_;  // a static string; null: default-constructed
 };
 
 // What max(dim), min(dim) and sort return, as torch's (values, indices) named tuples:

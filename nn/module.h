@@ -1,9 +1,28 @@
 // Module: named parameters and submodules (registered by name, nested names like
 // "encoder.rnn.weight_ih_l0"), train/eval, state_dict, dtype conversion, summary.
+//
+// Registration: a module's parameters and submodules are what it registers, nothing else (C++ has
+// no reflection to find members). The safe way is to declare and register in one statement,
+// so a member cannot exist unregistered:
+//   struct Net : nn::Module {
+//     Net() : Module("Net") {}
+//     nn::Linear fc1 = register_module<nn::Linear>("fc1", {.in_features = 4, .out_features = 8});
+//     Tensor scale = register_parameter("scale", ones({8}));
+//   };
+// The older form (declare the member, then `register_module("fc1", fc1)` in the constructor body)
+// still works. Either way, a Module built as part of another one (a member, or anything built
+// during its construction) that holds parameters and was not registered anywhere in the tree is
+// reported by parameters(), named_parameters(), named_buffers() and state_dict() as an Error that
+// names it (see check_registration in module.cpp for what is and is not detected).
 #pragma once
+#include <concepts>
+#include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <string>
+#include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -22,8 +41,8 @@ struct LoadReport {
 
 class Module {
  public:
-  explicit Module(std::string type_name) : type_name_(std::move(type_name)) {}
-  virtual ~Module() = default;
+  explicit Module(std::string type_name);
+  virtual ~Module();
   // Parameters are registered as pointers to members, so modules stay where they were built.
   Module(const Module&) = delete;
   Module& operator=(const Module&) = delete;
@@ -42,10 +61,11 @@ class Module {
   void zero_grad();
   // Calls fn on every submodule (children first) and then on this module, like torch's apply.
   void apply(const std::function<void(Module&)>& fn);
-  // Converts every floating parameter and buffer (modules are gradchecked in float64).
+  // Converts every floating parameter (with its gradient) and floating buffer, in place: each
+  // parameter stays the same tensor (Tensor::set_data), so an optimizer built before keeps
+  // updating it, as after PyTorch's Module.to(). Modules are gradchecked in float64.
   Module& to(DType dtype);
-  // Moves every parameter (with its gradient) and buffer to `device`. Like to(dtype) it replaces
-  // the tensors, so build optimizers afterwards (as in PyTorch).
+  // Moves every parameter (with its gradient) and buffer to `device`, in place like to(dtype).
   Module& to(Device device);
 
   // Parameters and buffers by their nested names, sharing storage with the module.
@@ -64,23 +84,82 @@ class Module {
  protected:
   // Registers a member tensor as a parameter (sets requires_grad) and returns it.
   Tensor& register_parameter(const std::string& name, Tensor& member);
+  // Declares and registers in one: `Tensor weight = register_parameter("weight", randn({4, 3}));`
+  // The module keeps the tensor and the member is a handle to the same one; change its values in
+  // place (copy_, init::, load_state_dict), never by assigning the member another tensor.
+  [[nodiscard]] Tensor register_parameter(const std::string& name, Tensor&& value);
   // Registers a member tensor that is state but not trained (e.g. running statistics).
   Tensor& register_buffer(const std::string& name, Tensor& member);
+  [[nodiscard]] Tensor register_buffer(const std::string& name, Tensor&& value);
+  // Registers a member module (built before, e.g. in the constructor's initializer list).
   template <class M>
   M& register_module(const std::string& name, M& member) {
+    note_registration_call();
     add_child(name, &member);
     return member;
   }
+  // Declares and registers in one: the member is built in place, already registered.
+  //   nn::Linear fc = register_module<nn::Linear>("fc", {.in_features = 4, .out_features = 8});
+  template <class M>
+    requires std::derived_from<M, Module> && requires { typename M::Options; }
+  [[nodiscard]] M register_module(const std::string& name, typename M::Options options) {
+    ChildUnderConstruction registering(*this, name);
+    return M(std::move(options));
+  }
+  //   nn::Dropout drop = register_module<nn::Dropout>("drop");  (any constructor arguments)
+  template <class M, class... Args>
+    requires std::derived_from<M, Module> && std::constructible_from<M, Args...> &&
+             (!std::is_same_v<std::remove_cvref_t<Args>, M> && ...)
+  [[nodiscard]] M register_module(const std::string& name, Args&&... args) {
+    ChildUnderConstruction registering(*this, name);
+    return M(std::forward<Args>(args)...);
+  }
+
+  void add_child(const std::string& name, Module* child);
 
  private:
-  void add_child(const std::string& name, Module* child);
+  // While alive, the next Module constructed on this thread registers itself as `parent`'s child
+  // `name` (that is the member being initialised: guaranteed copy elision builds it in place).
+  class ChildUnderConstruction {
+   public:
+    ChildUnderConstruction(Module& parent, const std::string& name);
+    ~ChildUnderConstruction();
+    ChildUnderConstruction(const ChildUnderConstruction&) = delete;
+    ChildUnderConstruction& operator=(const ChildUnderConstruction&) = delete;
+
+   private:
+    friend class Module;
+    static thread_local ChildUnderConstruction* current;  // the one in progress on this thread
+    Module* parent_;
+    std::string name_;
+    Module* child_ = nullptr;  // set by the child's Module constructor
+    ChildUnderConstruction* previous_;
+    int exceptions_;  // std::uncaught_exceptions() at the start: the child's constructor threw if it grew
+  };
+  friend class ChildUnderConstruction;
+
+  void note_registration_call();
+  void check_new_name(const std::string& name, const char* what) const;
+  Tensor& add_parameter(const std::string& name, Tensor& member);
+  Tensor& add_buffer(const std::string& name, Tensor& member);
   void collect(const std::string& prefix, std::vector<std::pair<std::string, Tensor>>& out, bool buffers) const;
+  void check_registration() const;
+  void convert_tensors(bool floating_only, const std::function<Tensor(const Tensor&)>& convert);
+  uint64_t construction_window_end() const;
 
   std::string type_name_;
   bool training_ = true;
   std::vector<std::pair<std::string, Tensor*>> params_;
   std::vector<std::pair<std::string, Tensor*>> buffers_;
   std::vector<std::pair<std::string, Module*>> children_;
+  std::deque<Tensor> owned_;      // register_parameter/register_buffer(name, Tensor&&)'s (stable addresses)
+  std::vector<Module*> parents_;  // modules that registered this one (it leaves them when destroyed)
+  // Construction tracking for check_registration: this module's construction number on its
+  // thread, and the last number that belongs to its construction (0 while unknown).
+  std::thread::id thread_;
+  uint64_t construction_ = 0;
+  uint64_t construction_end_ = 0;  // the end of its constructor (register_module<M>), or its first register_* call
+  uint64_t members_end_ = 0;       // after the last member built by register_module<M>
 };
 
 }  // namespace seqgrad::nn

@@ -7,6 +7,7 @@
 #include "nn/linear.h"
 #include "nn/loss.h"
 #include "nn/checkpoint.h"
+#include "nn/containers.h"
 #include "nn/module.h"
 #include "nn/quantized.h"
 #include "nn/rnn.h"

@@ -16,7 +16,7 @@ inline Tensor empty_like_shape(const Shape& shape, const Tensor& like) {
 Tensor unary_kernel(UnaryOp op, const Tensor& x, UnaryParams p = {});
 
 inline void check_defined(const char* op, const Tensor& t, const char* name = "input") {
-  SG_CHECK(t.defined(), "{}: {} is an undefined tensor", op, name);
+  SG_CHECK(t.defined(), "{}: {} is an undefined tensor ({})", op, name, t.why_undefined());
 }
 
 inline void check_floating(const char* op, const Tensor& t) {

@@ -140,6 +140,14 @@ Tensor Optimizer::grad_for_step(const Tensor& param) const {
   return grad.detach();
 }
 
+Optimizer::ParamState& Optimizer::state_for_step(size_t group, size_t index) {
+  ParamState& st = state_[group][index];
+  const Tensor& p = params_[group][index];
+  for (auto& [_, buffer] : st.buffers)
+    if (buffer.dtype() != p.dtype() || buffer.device() != p.device()) buffer = storage_copy(buffer, p);
+  return st;
+}
+
 OptimizerState Optimizer::state_dict() const {
   OptimizerState out;
   json groups = json::array();
@@ -298,7 +306,7 @@ void SGD::step() {
       Tensor p = params(g)[i];
       Tensor d = grad_for_step(p);
       if (!d.defined()) continue;
-      ParamState& st = state(g, i);
+      ParamState& st = state_for_step(g, i);
       ++st.step;
       if (o.weight_decay != 0.0) d = add(d, mul(p.detach(), o.weight_decay));
       if (o.momentum != 0.0) {
@@ -456,7 +464,7 @@ void Adam::step() {
       const Tensor& p = params(g)[i];
       Tensor grad = grad_for_step(p);
       if (!grad.defined()) continue;
-      ParamState& st = state(g, i);
+      ParamState& st = state_for_step(g, i);
       auto buffer = [&](const char* name) -> Tensor& {
         Tensor& b = st.buffers[name];
         if (!b.defined()) b = zeros(p.shape(), {.dtype = p.dtype(), .device = p.device()});

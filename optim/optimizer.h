@@ -5,8 +5,9 @@
 //   seqgrad::optim::Adam opt(model.parameters(), {.lr = 5e-3});
 //   loss.backward(); opt.step(); opt.zero_grad();
 //
-// The optimizer holds the parameter tensors themselves: build it after Module::to(dtype), which
-// replaces them (as in PyTorch).
+// The optimizer holds the parameter tensors themselves. Module::to(dtype or device) converts
+// them in place, so an optimizer built before keeps updating them; its state (moments, momentum)
+// follows the parameter's dtype and device at the next step (as PyTorch's load_state_dict casts it).
 #pragma once
 #include <array>
 #include <cstddef>
@@ -84,6 +85,9 @@ class Optimizer {
   // after checking it matches the parameter.
   Tensor grad_for_step(const Tensor& param) const;
   ParamState& state(size_t group, size_t index) { return state_[group][index]; }
+  // The state of a parameter about to step, its buffers converted to the parameter's dtype and
+  // device when the parameter changed them since (Module::to converts parameters in place).
+  ParamState& state_for_step(size_t group, size_t index);
   void check_group(size_t group) const;
 
  private:

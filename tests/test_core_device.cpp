@@ -166,7 +166,10 @@ TEST_CASE("device: Module::to moves parameters (with their gradients) and keeps 
   layer.to(DType::f64);
   std::vector<double> weight = layer.parameters()[0].to_vector<double>();
   layer.parameters()[0].set_grad(ones({2, 3}, {.dtype = DType::f64}));
+  Tensor held = layer.weight;  // as an optimizer holds it: the move is in place
   layer.to(kCuda);
+  CHECK(held.device() == kCuda);
+  CHECK(held.impl() == layer.weight.impl());
   for (const auto& [name, p] : layer.named_parameters()) {
     CAPTURE(name);
     CHECK(p.device() == kCuda);

@@ -257,3 +257,112 @@ TEST_CASE("Philox-4x32-10 matches the Random123 known-answer vector for counter 
   CHECK(r.v[2] == 0xbc57ac4cu);
   CHECK(r.v[3] == 0x9b00dbd8u);
 }
+
+// ---- undefined tensors (issue 14 item 1): every accessor throws an Error naming itself and where
+// the tensor came from; nothing dereferences a null TensorImpl.
+
+TEST_CASE("undefined tensor: every accessor of a default-constructed Tensor throws, naming the accessor") {
+  const Tensor t;
+  CHECK_FALSE(t.defined());
+  CHECK(t.why_undefined() == "a default-constructed Tensor holds no data");
+  const std::string why = "undefined tensor (a default-constructed Tensor holds no data); test with defined()";
+  CHECK_THROWS_WITH_AS(t.shape(), ("shape: " + why).c_str(), Error);
+  CHECK_THROWS_WITH_AS(t.strides(), ("strides: " + why).c_str(), Error);
+  CHECK_THROWS_WITH_AS(t.ndim(), ("ndim: " + why).c_str(), Error);
+  CHECK_THROWS_WITH_AS(t.size(0), ("size: " + why).c_str(), Error);
+  CHECK_THROWS_WITH_AS(t.numel(), ("numel: " + why).c_str(), Error);
+  CHECK_THROWS_WITH_AS(t.dtype(), ("dtype: " + why).c_str(), Error);
+  CHECK_THROWS_WITH_AS(t.device(), ("device: " + why).c_str(), Error);
+  CHECK_THROWS_WITH_AS(t.offset(), ("offset: " + why).c_str(), Error);
+  CHECK_THROWS_WITH_AS(t.is_contiguous(), ("is_contiguous: " + why).c_str(), Error);
+  CHECK_THROWS_WITH_AS(t.version(), ("version: " + why).c_str(), Error);
+  CHECK_THROWS_WITH_AS(t.bump_version(), ("bump_version: " + why).c_str(), Error);
+  CHECK_THROWS_WITH_AS(t.data<float>(), ("data: " + why).c_str(), Error);
+  CHECK_THROWS_WITH_AS(t.raw_data(), ("raw_data: " + why).c_str(), Error);
+  CHECK_THROWS_WITH_AS(t.item(), ("item: " + why).c_str(), Error);
+  CHECK_THROWS_WITH_AS(t.to_vector<double>(), ("to_vector: " + why).c_str(), Error);
+  CHECK_THROWS_WITH_AS(t.requires_grad(), ("requires_grad: " + why).c_str(), Error);
+  Tensor mutable_t;
+  CHECK_THROWS_WITH_AS(mutable_t.requires_grad_(), ("requires_grad_: " + why).c_str(), Error);
+  CHECK_THROWS_WITH_AS(t.is_leaf(), ("is_leaf: " + why).c_str(), Error);
+  CHECK_THROWS_WITH_AS(t.grad_fn(), ("grad_fn: " + why).c_str(), Error);
+  CHECK_THROWS_WITH_AS(t.grad(), ("grad: " + why).c_str(), Error);
+  CHECK_THROWS_WITH_AS(t.set_grad(ones({1})), ("set_grad: " + why).c_str(), Error);
+  CHECK_THROWS_WITH_AS(t.zero_grad(), ("zero_grad: " + why).c_str(), Error);
+  CHECK_THROWS_WITH_AS(t.detach(), ("detach: " + why).c_str(), Error);
+  CHECK_THROWS_WITH_AS(t.set_data(ones({1})), ("set_data: " + why).c_str(), Error);
+  CHECK_THROWS_WITH_AS(t.backward(), doctest::Contains("backward: called on an undefined tensor"), Error);
+}
+
+TEST_CASE("undefined tensor: ops, operators and member shortcuts taking one throw instead of crashing") {
+  const Tensor t, x = ones({2});
+  const auto undefined = doctest::Contains("undefined tensor (a default-constructed Tensor holds no data");
+  CHECK_THROWS_WITH_AS(t + x, undefined, Error);
+  CHECK_THROWS_WITH_AS(x * t, undefined, Error);
+  CHECK_THROWS_WITH_AS(-t, undefined, Error);
+  CHECK_THROWS_WITH_AS(t.sum(), undefined, Error);
+  CHECK_THROWS_WITH_AS(t.exp(), undefined, Error);
+  CHECK_THROWS_WITH_AS(t.view({2}), undefined, Error);
+  CHECK_THROWS_WITH_AS(t.to(DType::f64), undefined, Error);
+  CHECK_THROWS_WITH_AS(t.clone(), undefined, Error);
+  CHECK_THROWS_WITH_AS(t.contiguous(), undefined, Error);
+  CHECK_THROWS_WITH_AS(matmul(t, x), undefined, Error);
+  CHECK_THROWS_WITH_AS(softmax(t, 0), undefined, Error);
+  CHECK_THROWS_WITH_AS(cat({x, t}, 0), undefined, Error);
+  CHECK_THROWS_WITH_AS(zeros_like(t), undefined, Error);
+  CHECK(to_string(t) == "tensor(undefined)");  // printing an undefined tensor is fine
+}
+
+TEST_CASE("undefined tensor: grad() is undefined before backward and after zero_grad, as in PyTorch") {
+  Tensor p = randn({2}).requires_grad_();
+  CHECK_FALSE(p.grad().defined());  // PyTorch: p.grad is None before the first backward
+  CHECK_THROWS_WITH_AS(p.grad().numel(), doctest::Contains("numel: undefined tensor (it is grad() of a tensor that "
+                                                           "has none: grad() is undefined until backward() reaches "
+                                                           "the tensor, and again after zero_grad(); call backward() "
+                                                           "first); test with defined()"), Error);
+  // An op on it names the op and says the same.
+  CHECK_THROWS_WITH_AS(p.grad().clone(), doctest::Contains("clone: input is an undefined tensor (it is grad() of a "
+                                                           "tensor that has none"), Error);
+  (p * p).sum().backward();
+  REQUIRE(p.grad().defined());
+  CHECK(p.grad().numel() == 2);
+  p.zero_grad();  // set_to_none, as PyTorch's default
+  CHECK_FALSE(p.grad().defined());
+  CHECK_THROWS_WITH_AS(p.grad().item(), doctest::Contains("item: undefined tensor (it is grad() of a tensor that "
+                                                          "has none"), Error);
+
+  Tensor plain = randn({2});  // never required grad
+  CHECK_THROWS_WITH_AS(plain.grad().shape(), doctest::Contains("shape: undefined tensor (it is grad() of a tensor "
+                                                               "that does not require grad: call requires_grad_()"),
+                       Error);
+  Tensor hidden = p * 2.0;  // a non-leaf keeps no .grad
+  (hidden * hidden).sum().backward();
+  CHECK_THROWS_WITH_AS(hidden.grad().dtype(), doctest::Contains("dtype: undefined tensor (it is grad() of a non-leaf "
+                                                                "tensor: only leaves keep .grad"), Error);
+}
+
+TEST_CASE("set_data: a leaf takes new data and keeps its identity, requires_grad and grad") {
+  Tensor p = tensor({1, 2, 3}).requires_grad_();
+  (p * p).sum().backward();
+  Tensor handle = p;  // e.g. what an optimizer holds
+  p.set_data(tensor({4, 5}, {.dtype = DType::f64}));
+  CHECK(handle.dtype() == DType::f64);
+  CHECK(handle.shape() == Shape{2});
+  CHECK(handle.to_vector<double>() == std::vector<double>{4, 5});
+  CHECK(handle.requires_grad());
+  CHECK(handle.grad().to_vector<double>() == std::vector<double>{2, 4, 6});  // kept as it was
+
+  // A backward that saved the old data refuses to run on the new.
+  Tensor w = tensor({1, 2}).requires_grad_();
+  Tensor y = (w * w).sum();
+  w.set_data(tensor({3, 4}));
+  CHECK_THROWS_WITH_AS(y.backward(), doctest::Contains("modified by an in-place operation"), Error);
+
+  Tensor non_leaf = w * 2.0;
+  CHECK_THROWS_WITH_AS(non_leaf.set_data(ones({2})), doctest::Contains("set_data: only leaf tensors can take new "
+                                                                       "data; this (2,) tensor was computed by mul"),
+                       Error);
+  CHECK_THROWS_WITH_AS(w.set_data(ones({2}, {.dtype = DType::i64})),
+                       doctest::Contains("set_data: a tensor that requires grad needs floating data"), DTypeError);
+  CHECK_THROWS_WITH_AS(w.set_data(Tensor()), doctest::Contains("set_data: the source is an undefined tensor"), Error);
+}

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/serialize.h"
+#include "nn/containers.h"
 #include "nn/embedding.h"
 #include "nn/linear.h"
 #include "nn/rnn.h"
@@ -81,10 +82,39 @@ nn::RNNOptions rnn_options(const json& j) {
           .dropout = j.at("dropout")};
 }
 
+// test_nn_torch.py's Containers: a ModuleList of two Linear+tanh layers, a ModuleDict of two heads.
+struct Containers : nn::Module {
+  Containers(int64_t f, int64_t hidden, int64_t out) : Module("Containers") {
+    layers.push_back<nn::Linear>({.in_features = f, .out_features = hidden});
+    layers.push_back<nn::Linear>({.in_features = hidden, .out_features = hidden});
+    heads.insert<nn::Linear>("out", {.in_features = hidden, .out_features = out});
+    heads.insert<nn::Linear>("skip", {.in_features = hidden, .out_features = out, .bias = false});
+  }
+  Tensor operator()(Tensor x) const {
+    for (size_t i = 0; i < layers.size(); ++i) x = tanh(layers.at<nn::Linear>(i)(x));
+    return heads.at<nn::Linear>("out")(x) + heads.at<nn::Linear>("skip")(x);
+  }
+  nn::ModuleList layers = register_module<nn::ModuleList>("layers");
+  nn::ModuleDict heads = register_module<nn::ModuleDict>("heads");
+};
+
 void run_case(const json& j, const Case& c) {
   const std::string kind = j.at("kind");
   const DType dtype = j.at("dtype") == "f64" ? DType::f64 : DType::f32;
-  if (kind == "linear") {
+  if (kind == "sequential") {
+    const int64_t f = j.at("in_features"), hidden = j.at("hidden"), out = j.at("out_features");
+    nn::Sequential m(std::make_unique<nn::Linear>(nn::Linear::Options{.in_features = f, .out_features = hidden}),
+                     [](const Tensor& x) { return tanh(x); },
+                     std::make_unique<nn::Linear>(nn::Linear::Options{.in_features = hidden, .out_features = out}));
+    load(c, m, dtype);
+    Tensor x = c.input("x", dtype);
+    finish(c, m, {{"output", m(x)}}, {{"x", x}});
+  } else if (kind == "containers") {
+    Containers m(j.at("in_features"), j.at("hidden"), j.at("out_features"));
+    load(c, m, dtype);
+    Tensor x = c.input("x", dtype);
+    finish(c, m, {{"output", m(x)}}, {{"x", x}});
+  } else if (kind == "linear") {
     nn::Linear m({.in_features = j.at("in_features"), .out_features = j.at("out_features"), .bias = j.at("bias")});
     load(c, m, dtype);
     Tensor x = c.input("x", dtype);

@@ -2,7 +2,8 @@
 """Parity of seqgrad's nn layers with PyTorch: same weights and inputs give the same outputs and
 the same gradients (w.r.t. every input and every parameter).
 
-Covers Linear, Embedding (with padding_idx), GRUCell, LSTMCell, GRU and LSTM (multi-layer,
+Covers Linear, Embedding (with padding_idx), the containers (Sequential of Linear, Tanh, Linear;
+a module holding a ModuleList and a ModuleDict: state_dict names "layers.0.weight", "heads.out.bias"), GRUCell, LSTMCell, GRU and LSTM (multi-layer,
 bidirectional, initial states, per-sequence lengths through pack_padded_sequence(enforce_sorted=
 False) + pad_packed_sequence, inter-layer dropout disabled by eval()), in float32 and float64.
 
@@ -43,6 +44,8 @@ CASES = [
     ("linear_no_bias", "linear", dict(in_features=F, out_features=4, bias=False)),
     ("embedding", "embedding", dict(num_embeddings=10, embedding_dim=4, padding_idx=None)),
     ("embedding_padding_idx", "embedding", dict(num_embeddings=10, embedding_dim=4, padding_idx=1)),
+    ("sequential", "sequential", dict(in_features=F, hidden=5, out_features=4)),
+    ("containers", "containers", dict(in_features=F, hidden=5, out_features=4)),
     ("gru_cell", "gru_cell", dict(input_size=F, hidden_size=H, bias=True)),
     ("lstm_cell", "lstm_cell", dict(input_size=F, hidden_size=H, bias=True)),
 ]
@@ -61,7 +64,26 @@ for kind in ("gru", "lstm"):
         CASES.append((kind + suffix, kind, {**base, **extra}))
 
 
+class Containers(nn.Module):
+    """A ModuleList of two Linear+tanh layers and a ModuleDict of two heads whose outputs add up."""
+
+    def __init__(self, f, hidden, out):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(f, hidden), nn.Linear(hidden, hidden)])
+        self.heads = nn.ModuleDict({"out": nn.Linear(hidden, out), "skip": nn.Linear(hidden, out, bias=False)})
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = torch.tanh(layer(x))
+        return self.heads["out"](x) + self.heads["skip"](x)
+
+
 def torch_module(kind, o):
+    if kind == "sequential":
+        return nn.Sequential(nn.Linear(o["in_features"], o["hidden"]), nn.Tanh(),
+                             nn.Linear(o["hidden"], o["out_features"]))
+    if kind == "containers":
+        return Containers(o["in_features"], o["hidden"], o["out_features"])
     if kind == "linear":
         return nn.Linear(o["in_features"], o["out_features"], bias=o["bias"])
     if kind == "embedding":
@@ -81,7 +103,7 @@ def run_torch(kind, o, dtype):
     m.train(o.get("train", False))
     randn = lambda *shape: torch.randn(*shape, dtype=dtype, requires_grad=True)
     inputs, outputs = {}, {}
-    if kind == "linear":
+    if kind in ("linear", "sequential", "containers"):
         inputs["x"] = randn(2, 3, o["in_features"])
         outputs["output"] = m(inputs["x"])
     elif kind == "embedding":

@@ -118,7 +118,12 @@ models::TrainConfig apply_config_flags(models::TrainConfig c, const Args& a) {
   if (a.has("label-smoothing")) c.label_smoothing = a.get_double("label-smoothing");
   if (a.has("clip")) c.clip = a.get_double("clip");
   if (a.has("amp")) c.amp = a.get("amp");
-  if (a.has("vocab")) c.vocab = a.get("vocab");
+  if (a.has("vocab")) {
+    c.vocab = a.get("vocab");
+    // a preset's joint subword model does not carry over to word vocabularies (the seed preset's
+    // `--vocab word`); only an explicit --joint-vocab with word is a contradiction
+    if (c.vocab == "word") c.joint_vocab = false;
+  }
   if (a.flag("joint-vocab")) c.joint_vocab = true;
   if (a.has("seed")) {
     SG_CHECK_VALUE(a.get_int("seed") >= 0, "--seed must be >= 0, got {}", a.get_int("seed"));

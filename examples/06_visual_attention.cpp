@@ -25,8 +25,8 @@ using namespace seqgrad;
 using examples::expect;
 
 struct VisualAttention : nn::Module {
-  nn::ScaledDotProductAttention attention;
-  VisualAttention() : nn::Module("VisualAttention") { register_module("attention", attention); }
+  VisualAttention() : nn::Module("VisualAttention") {}
+  nn::ScaledDotProductAttention attention = register_module<nn::ScaledDotProductAttention>("attention");
   // queries (B, Q, D), keys (B, K, D), values (B, K, Dv) -> {context (B, Q, Dv), weights (B, Q, K)}.
   // The weights are detached: they are for looking at, not for the loss.
   std::pair<Tensor, Tensor> operator()(const Tensor& queries, const Tensor& keys, const Tensor& values,

@@ -22,14 +22,10 @@ using examples::expect;
 using examples::max_abs_diff;
 
 struct Decoder : nn::Module {
-  nn::Embedding embedding{{.num_embeddings = 50, .embedding_dim = 16}};
-  nn::GRU rnn{{.input_size = 16, .hidden_size = 32, .num_layers = 2}};
-  nn::Linear dense{{.in_features = 32, .out_features = 50}};
-  Decoder() : nn::Module("Decoder") {
-    register_module("embedding", embedding);
-    register_module("rnn", rnn);
-    register_module("dense", dense);
-  }
+  Decoder() : nn::Module("Decoder") {}
+  nn::Embedding embedding = register_module<nn::Embedding>("embedding", {.num_embeddings = 50, .embedding_dim = 16});
+  nn::GRU rnn = register_module<nn::GRU>("rnn", {.input_size = 16, .hidden_size = 32, .num_layers = 2});
+  nn::Linear dense = register_module<nn::Linear>("dense", {.in_features = 32, .out_features = 50});
 };
 
 void xavier_init_weights(nn::Module& m) {

@@ -63,14 +63,11 @@ Batch make_batch(std::mt19937& gen, int64_t size) {
 }
 
 struct Encoder : nn::Module {
-  nn::Embedding embedding{{.num_embeddings = kVocab, .embedding_dim = kEmbed}};
-  nn::GRU rnn{{.input_size = kEmbed, .hidden_size = kHidden, .bidirectional = true}};
-  nn::Linear bridge{{.in_features = 2 * kHidden, .out_features = kHidden}};
-  Encoder() : nn::Module("Encoder") {
-    register_module("embedding", embedding);
-    register_module("rnn", rnn);
-    register_module("bridge", bridge);
-  }
+  Encoder() : nn::Module("Encoder") {}
+  nn::Embedding embedding =
+      register_module<nn::Embedding>("embedding", {.num_embeddings = kVocab, .embedding_dim = kEmbed});
+  nn::GRU rnn = register_module<nn::GRU>("rnn", {.input_size = kEmbed, .hidden_size = kHidden, .bidirectional = true});
+  nn::Linear bridge = register_module<nn::Linear>("bridge", {.in_features = 2 * kHidden, .out_features = kHidden});
   // src (B, S), lengths (B,) -> {outputs (B, S, 2H), the decoder's first state (B, H)}
   std::pair<Tensor, Tensor> operator()(const Tensor& src, const Tensor& lengths) const {
     auto [outputs, h_n] = rnn(embedding(src), {.lengths = lengths});  // h_n (2, B, H): forward, reverse
@@ -80,16 +77,13 @@ struct Encoder : nn::Module {
 };
 
 struct AttentionDecoder : nn::Module {
-  nn::Embedding embedding{{.num_embeddings = kVocab, .embedding_dim = kEmbed}};
-  nn::AdditiveAttention attention{{.query_size = kHidden, .key_size = 2 * kHidden, .hidden_size = kHidden}};
-  nn::GRUCell cell{{.input_size = kEmbed + 2 * kHidden, .hidden_size = kHidden}};
-  nn::Linear dense{{.in_features = kHidden, .out_features = kVocab}};
-  AttentionDecoder() : nn::Module("AttentionDecoder") {
-    register_module("embedding", embedding);
-    register_module("attention", attention);
-    register_module("cell", cell);
-    register_module("dense", dense);
-  }
+  AttentionDecoder() : nn::Module("AttentionDecoder") {}
+  nn::Embedding embedding =
+      register_module<nn::Embedding>("embedding", {.num_embeddings = kVocab, .embedding_dim = kEmbed});
+  nn::AdditiveAttention attention = register_module<nn::AdditiveAttention>(
+      "attention", {.query_size = kHidden, .key_size = 2 * kHidden, .hidden_size = kHidden});
+  nn::GRUCell cell = register_module<nn::GRUCell>("cell", {.input_size = kEmbed + 2 * kHidden, .hidden_size = kHidden});
+  nn::Linear dense = register_module<nn::Linear>("dense", {.in_features = kHidden, .out_features = kVocab});
   // One step: ids (B,), state (B, H) -> {logits (B, V), new state (B, H)}; the weights of this
   // step are attention.last_weights() (B, S).
   std::pair<Tensor, Tensor> step(const Tensor& ids, const Tensor& state, const nn::AttentionMemory& memory) const {
@@ -100,12 +94,9 @@ struct AttentionDecoder : nn::Module {
 };
 
 struct Seq2Seq : nn::Module {
-  Encoder encoder;
-  AttentionDecoder decoder;
-  Seq2Seq() : nn::Module("Seq2Seq") {
-    register_module("encoder", encoder);
-    register_module("decoder", decoder);
-  }
+  Seq2Seq() : nn::Module("Seq2Seq") {}
+  Encoder encoder = register_module<Encoder>("encoder");
+  AttentionDecoder decoder = register_module<AttentionDecoder>("decoder");
   // Teacher forcing: logits (B, T, V) for tgt_in (B, T).
   Tensor operator()(const Batch& b) const {
     auto [outputs, state] = encoder(b.src, b.src_lengths);

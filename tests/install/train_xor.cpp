@@ -9,12 +9,9 @@
 using namespace seqgrad;
 
 struct MLP : nn::Module {
-  nn::Linear fc1{{.in_features = 2, .out_features = 8}};
-  nn::Linear fc2{{.in_features = 8, .out_features = 1}};
-  MLP() : nn::Module("MLP") {
-    register_module("fc1", fc1);
-    register_module("fc2", fc2);
-  }
+  MLP() : nn::Module("MLP") {}
+  nn::Linear fc1 = register_module<nn::Linear>("fc1", {.in_features = 2, .out_features = 8});
+  nn::Linear fc2 = register_module<nn::Linear>("fc2", {.in_features = 8, .out_features = 1});
   Tensor operator()(const Tensor& x) const { return fc2(tanh(fc1(x))); }
 };
 

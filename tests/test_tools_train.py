@@ -15,6 +15,7 @@ below), so they are read as genuine files whose train state is bad.
 import fcntl
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -231,6 +232,15 @@ class OwnCorpus(Base):
         p = run("eval", "--checkpoint", best, "--threads", "1", "--test", *self.split("valid")[1:])
         self.assertOk(p)
         self.assertIn("test: 100 pairs from", p.stdout)
+        # the TSV form of the same pairs scores the same; both forms at once are a usage error
+        p_tsv = run("eval", "--checkpoint", best, "--threads", "1", "--test-tsv", self.files["train", "tsv"])
+        p_aligned = run("eval", "--checkpoint", best, "--threads", "1", "--test", *self.split("train")[1:])
+        self.assertOk(p_tsv)
+        self.assertOk(p_aligned)
+        scores = lambda out: re.search(r"test: loss .*", out).group(0)
+        self.assertEqual(scores(p_tsv.stdout), scores(p_aligned.stdout))
+        self.assertFails(run("eval", "--checkpoint", best, "--test", *self.split("valid")[1:], "--test-tsv",
+                             self.files["train", "tsv"]), r"--test and --test-tsv exclude each other", status=2)
         # 600 pairs in buffers of 256 (chunks of 8, 8 and 3 batches, 19 an epoch): stopped past the first chunk of
         # epoch 2 and resumed, the run ends with the same metrics
         cut = self.out("own_cut")

@@ -19,6 +19,7 @@
 #include "tools/args.h"
 #include "tools/commands.h"
 #include "tools/plot/plot.h"
+#include "tools/train_flags.h"
 #include "tools/translator.h"
 
 namespace seqgrad::tools {
@@ -323,18 +324,10 @@ int translate_main(int argc, char** argv) {
 
 // --test SRC TGT or --test-tsv FILE: the test corpus eval scores instead of the checkpoint's own.
 bool apply_test_flags(models::TrainConfig& c, const Args& a) {
-  SG_CHECK_USAGE(!(a.has("test") && a.has("test-tsv")), "eval: --test and --test-tsv exclude each other");
-  if (!a.has("test") && !a.has("test-tsv")) return false;
-  auto absolute = [](const std::string& p) { return std::filesystem::absolute(p).lexically_normal().string(); };
-  text::CorpusFiles f;
-  if (a.has("test-tsv")) {
-    f.tsv = absolute(a.get("test-tsv"));
-  } else {
-    auto [src, tgt] = a.get_pair("test");
-    f.src = absolute(src), f.tgt = absolute(tgt);
-  }
+  std::optional<text::CorpusFiles> test = split_flag(a, "test", "test-tsv");
+  if (!test) return false;
   c.corpus = "files";
-  c.test_files = f;
+  c.test_files = *test;
   return true;
 }
 

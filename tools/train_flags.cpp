@@ -15,8 +15,8 @@ namespace {
 
 std::string absolute(const std::string& path) { return std::filesystem::absolute(path).lexically_normal().string(); }
 
-// A split's files from `name` SRC TGT or `tsv_name` FILE (absolute, so that eval and resume find
-// them from any folder); nullopt when neither is given.
+}  // namespace
+
 std::optional<text::CorpusFiles> split_flag(const Args& a, const std::string& name, const std::string& tsv_name) {
   const bool aligned = a.is_pair_option(name) && a.has(name), tsv = a.has(tsv_name);
   SG_CHECK_USAGE(!(aligned && tsv), "--{} and --{} exclude each other (two aligned files, or one tab-separated "
@@ -31,6 +31,8 @@ std::optional<text::CorpusFiles> split_flag(const Args& a, const std::string& na
   }
   return f;
 }
+
+namespace {
 
 // --corpus NAME (a bundled corpus), or the user's files: --train and --valid (or their -tsv
 // forms), --test optional.
@@ -132,7 +134,7 @@ models::TrainConfig apply_config_flags(models::TrainConfig c, const Args& a) {
   models::amp_precision(c.amp);
   check_vocab_flags(c);
   // absolute, so that eval and resume find the data from any folder
-  c.data_dir = std::filesystem::absolute(c.data_dir).lexically_normal().string();
+  c.data_dir = absolute(c.data_dir);
   SG_CHECK_VALUE(c.epochs >= 1, "--epochs must be >= 1, got {}", c.epochs);
   SG_CHECK_VALUE(c.batch_size >= 1, "--batch-size must be >= 1, got {}", c.batch_size);
   SG_CHECK_VALUE(c.lr > 0 && std::isfinite(c.lr), "--lr must be positive, got {}", c.lr);

@@ -1,6 +1,9 @@
 // The command-line flags that set a TrainConfig, shared by `seqgrad train` and `seqgrad compare`,
 // with their one validation: a value is checked once, where it enters, with the flag in the message.
 #pragma once
+#include <optional>
+#include <string>
+
 #include "models/seq2seq/pipeline.h"
 #include "tools/args.h"
 
@@ -15,6 +18,10 @@ struct DataOptions {
   bool test = true;
 };
 void add_data_options(Args& args, const DataOptions& options = {});
+
+// A split's files from `name` SRC TGT or `tsv_name` FILE, made absolute so that eval and resume
+// find them from any folder; nullopt when neither is given, a usage error when both are.
+std::optional<text::CorpusFiles> split_flag(const Args& args, const std::string& name, const std::string& tsv_name);
 
 // `config` with every config flag that `args` declares and the user gave applied, then every field
 // checked (ValueError naming the flag and the value).

@@ -11,14 +11,12 @@
 #include "core/fileio.h"
 #include "core/serialize.h"
 #include "core/tensor.h"
+#include "temp_dir.h"
 
 using namespace seqgrad;
 
 namespace {
-std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("seqgrad_test_hostile_" + std::to_string(::getpid()) + "_" + name))
-      .string();
-}
+using seqgrad::testing::temp_path;
 }  // namespace
 
 TEST_CASE("hostile sizes: an element or byte count that overflows is an error, never a wrapped size") {

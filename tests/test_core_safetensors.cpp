@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/fileio.h"
 #include "core/safetensors.h"
+#include "temp_dir.h"
 
 namespace st = seqgrad::safetensors;
 namespace fs = std::filesystem;
@@ -63,26 +64,7 @@ bool loads_or_rejects(std::string_view bytes) {
   }
 }
 
-// A fresh directory under the system temp dir, removed with its contents at scope exit.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("seqgrad_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::permissions(path, fs::perms::owner_all, fs::perm_options::add, ignored);
-    fs::remove_all(path, ignored);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-  std::size_t entry_count() const {
-    return static_cast<std::size_t>(std::distance(fs::directory_iterator(path), {}));
-  }
-};
+using seqgrad::testing::TempDir;
 
 }  // namespace
 

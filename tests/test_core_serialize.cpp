@@ -9,6 +9,7 @@
 
 #include "core/serialize.h"
 #include "ops/ops.h"
+#include "temp_dir.h"
 
 namespace fs = std::filesystem;
 namespace st = seqgrad::safetensors;
@@ -16,12 +17,7 @@ using namespace seqgrad;
 
 namespace {
 
-// A fresh path in a per-process temporary directory.
-std::string temp_path(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() / ("seqgrad_test_serialize_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  return (dir / name).string();
-}
+using seqgrad::testing::temp_path;
 
 template <class T>
 void check_same_values(const Tensor& got, const Tensor& want) {

@@ -17,17 +17,14 @@
 #include "core/serialize.h"
 #include "models/seq2seq/pipeline.h"
 #include "nn/checkpoint.h"
+#include "temp_dir.h"
 
 using namespace seqgrad;
 using nlohmann::json;
 
 namespace {
 
-std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() /
-          ("seqgrad_test_hostile_" + std::to_string(::getpid()) + "_" + name))
-      .string();
-}
+using seqgrad::testing::temp_path;
 
 // A tiny translator checkpoint (V_src 7, V_tgt 8, E 3, H 4, 2 layers), written once.
 const std::string& tiny_checkpoint() {

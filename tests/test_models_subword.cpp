@@ -17,6 +17,7 @@
 #include "models/seq2seq/trainer.h"
 #include "models/text/subword.h"
 #include "nn/checkpoint.h"
+#include "temp_dir.h"
 
 using namespace seqgrad;
 
@@ -51,7 +52,7 @@ models::TrainConfig toy_config(const std::string& vocab) {
   return c;
 }
 
-std::string temp_path(const std::string& name) { return (std::filesystem::temp_directory_path() / name).string(); }
+using seqgrad::testing::temp_path;
 
 // Greedy translation of `sentence`, detokenised by the target vocabulary.
 std::string translate(models::Seq2Seq& model, const text::Vocab& src, const text::Vocab& tgt, const std::string& sentence) {

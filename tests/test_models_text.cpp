@@ -19,6 +19,7 @@
 #include "models/text/stream.h"
 #include "models/text/tokenizer.h"
 #include "models/text/vocab.h"
+#include "temp_dir.h"
 
 using namespace seqgrad::text;
 using Tokens = std::vector<std::string>;
@@ -41,7 +42,7 @@ std::string line_of(const std::string& relative, std::size_t line) {
 // A file under the temp directory, removed when the test ends.
 struct TempFile {
   explicit TempFile(const std::string& name, const std::string& contents)
-      : path((std::filesystem::temp_directory_path() / ("seqgrad_text_test_" + name)).string()) {
+      : path(seqgrad::testing::temp_path(name)) {
     std::ofstream(path, std::ios::binary) << contents;
   }
   ~TempFile() { std::filesystem::remove(path); }

@@ -10,6 +10,7 @@
 
 #include "core/rng.h"
 #include "models/seq2seq/trainer.h"
+#include "temp_dir.h"
 
 using namespace seqgrad;
 using models::Trainer;
@@ -131,7 +132,7 @@ TEST_CASE("trainer: forward_backward then optimizer_step is train_step; after_ba
 
 TEST_CASE("trainer: epochs, stopping after a step, and save/restore resume exactly") {
   Toy toy;
-  std::string path = (std::filesystem::temp_directory_path() / "seqgrad_trainer_test.safetensors").string();
+  std::string path = testing::temp_path("trainer.safetensors");
   // Straight through: two epochs of 3 batches.
   Trainer straight(toy.config, toy.src_vocab, toy.tgt_vocab);
   std::vector<double> straight_losses;

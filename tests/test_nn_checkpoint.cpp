@@ -14,6 +14,7 @@
 #include "nn/linear.h"
 #include "nn/loss.h"
 #include "optim/optim.h"
+#include "temp_dir.h"
 
 using namespace seqgrad;
 
@@ -30,9 +31,7 @@ struct TwoLayer : nn::Module {
   Tensor operator()(const Tensor& x) const { return out(hidden(x).tanh()); }
 };
 
-std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("seqgrad_test_checkpoint_" + name)).string();
-}
+using seqgrad::testing::temp_path;
 
 // A plain (non-durable) write: thousands of corrupted copies need no fsync each.
 void write_bytes(const std::string& path, const std::string& bytes) {

@@ -13,6 +13,7 @@
 #include "nn/loss.h"
 #include "nn/rnn.h"
 #include "optim/optim.h"
+#include "temp_dir.h"
 
 using namespace seqgrad;
 using namespace seqgrad::optim;
@@ -65,9 +66,7 @@ std::vector<double> flat(const std::vector<Tensor>& params) {
   return out;
 }
 
-std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("seqgrad_test_optim_" + name)).string();
-}
+using seqgrad::testing::temp_path;
 
 }  // namespace
 

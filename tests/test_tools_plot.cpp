@@ -15,6 +15,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "temp_dir.h"
 #include "tools/plot/plot.h"
 
 namespace fs = std::filesystem;
@@ -22,20 +23,7 @@ using namespace seqgrad::plot;
 
 namespace {
 
-// A fresh directory per test case, removed afterwards.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() / fmt::format("seqgrad_test_plot_{}_{}", getpid(), counter++);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path, ignored);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
+using seqgrad::testing::TempDir;
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

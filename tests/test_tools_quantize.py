@@ -13,6 +13,7 @@ Usage: test_tools_quantize.py PATH/TO/seqgrad DATA_DIR
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -126,4 +127,8 @@ class Quantize(unittest.TestCase):
 
 if __name__ == "__main__":
     SEQGRAD, DATA = sys.argv[1], sys.argv[2]
-    unittest.main(argv=sys.argv[:1], verbosity=2)
+    try:
+        unittest.main(argv=sys.argv[:1], verbosity=2)
+    finally:
+        if os.environ.get("SEQGRAD_KEEP_TMP") != "1":
+            shutil.rmtree(TMP, ignore_errors=True)

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <string_view>
 
@@ -13,9 +14,13 @@
 
 namespace seqgrad::fuzz {
 
-// A scratch path of this process (one fuzzing process writes it at a time).
+// A scratch path of this process (one fuzzing process writes it at a time), in
+// $SEQGRAD_FUZZ_SCRATCH when set (run.sh points it at a directory it removes afterwards: libFuzzer
+// may leave with _Exit, so the process cannot clean up itself), else in /tmp.
 inline std::string scratch_path(std::string_view tag) {
-  return "/tmp/seqgrad_fuzz_" + std::to_string(::getpid()) + "_" + std::string(tag);
+  const char* dir = std::getenv("SEQGRAD_FUZZ_SCRATCH");
+  return std::string(dir != nullptr && *dir != '\0' ? dir : "/tmp") + "/seqgrad_fuzz_" + std::to_string(::getpid()) +
+         "_" + std::string(tag);
 }
 
 // Replaces `path` with `bytes` (plain write: the file is private to this process).

@@ -13,6 +13,9 @@ BUILD=${BUILD:-build-fuzz}
 SECONDS_EACH=${1:-60}
 shift || true
 status=0
+# the targets' scratch files (fuzz_common.h), removed however the run ends
+export SEQGRAD_FUZZ_SCRATCH=$(mktemp -d -t seqgrad_fuzz.XXXXXX)
+trap 'rm -rf "$SEQGRAD_FUZZ_SCRATCH"' EXIT
 for target in ${TARGETS:-safetensors checkpoint corpus tokenizer}; do
   corpus=$BUILD/fuzz-corpus/$target artifacts=$BUILD/fuzz-artifacts/$target/
   mkdir -p "$corpus" "$artifacts"

@@ -22,7 +22,7 @@ namespace {
 // LSTM step.  xp: (B, 4H) [i | f | g | o],  state h, c: (B, H)  ->  {h', c'}
 LSTMState lstm_step(const Tensor& xp, const LSTMState& state, const Tensor& w_hh_t, const Tensor& bias_hh) {
   const int64_t H = state.h.size(1);
-  Tensor a = xp + matmul(state.h, w_hh_t);              // (B, 4H): gate pre-activations
+  Tensor a = xp + recurrent_product(state.h, w_hh_t);   // (B, 4H): gate pre-activations
   if (bias_hh.defined()) a = a + bias_hh;
   Tensor i = sigmoid(a.narrow(1, 0, H));                // (B, H) input gate
   Tensor f = sigmoid(a.narrow(1, H, H));                // (B, H) forget gate

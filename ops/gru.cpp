@@ -42,7 +42,6 @@ struct GruLayerSaved {
   Tensor gates;  // (T, B, 4H) [r | z | n | hp_n] per step
   std::vector<bool> skip;
   Direction direction;
-  GemmPrecision precision;
 };
 
 // Backward through time, in the reverse of the forward's order. Step t:
@@ -57,7 +56,7 @@ void gru_layer_backward(const GruLayerSaved& s, const std::vector<Tensor>& in, c
   const int64_t T = xpv.size(0), B = xpv.size(1), H = h0v.size(1);
   const bool forward = s.direction == Direction::forward;
   const TensorOptions like{.dtype = xpv.dtype(), .device = xpv.device()};
-  Autocast scope(s.precision);
+  Autocast scope(GemmPrecision::full);  // the recurrence is float32 under autocast, its backward too
   Tensor dy = dy_in.contiguous();            // (T, B, H)
   Tensor y = g.output().detach();            // (T, B, H)
   Tensor h_init = h0v.detach().contiguous();  // (B, H)
@@ -102,6 +101,11 @@ void gru_layer_backward(const GruLayerSaved& s, const std::vector<Tensor>& in, c
 // every step's dW_hh then accumulates contiguously at that one transpose instead of as a strided
 // (transposed) add into the parameter's gradient at each step.
 
+Tensor recurrent_product(const Tensor& h, const Tensor& w_hh_t) {
+  Autocast full(GemmPrecision::full);  // matmul records the precision, so its backward is float32 too
+  return matmul(h, w_hh_t);
+}
+
 // GRU step.  xp: (B, 3H) [r | z | n],  h: (B, H)  ->  h': (B, H)
 Tensor gru_gates(const Tensor& xp, const Tensor& hp, const Tensor& h) {
   const int64_t H = h.size(1);
@@ -113,7 +117,7 @@ Tensor gru_gates(const Tensor& xp, const Tensor& hp, const Tensor& h) {
 }
 
 Tensor gru_step(const Tensor& xp, const Tensor& h, const Tensor& w_hh_t, const Tensor& bias_hh) {
-  Tensor hp = matmul(h, w_hh_t);             // (B, 3H): W_hh h
+  Tensor hp = recurrent_product(h, w_hh_t);  // (B, 3H): W_hh h
   if (bias_hh.defined()) hp = hp + bias_hh;  //          + b_hh
   return gru_gates(xp, hp, h);
 }
@@ -155,7 +159,6 @@ Tensor gru_layer(const Tensor& xp, const Tensor& h0, const Tensor& w_hh, const T
   Tensor gates = empty({T, B, 4 * H}, like);  // (T, B, 4H) [r | z | n | hp_n] per step, for backward
   Tensor hp = empty({1, B, 3 * H}, like);     // (1, B, 3H) W_hh h + b_hh of the current step
   const Tensor w_t = w.t().unsqueeze(0);      // (1, H, 3H)
-  const GemmPrecision precision = xp.dtype() == DType::f32 ? Autocast::current() : GemmPrecision::full;
   Tensor prev = h_init;
   for (int64_t i = 0; i < T; ++i) {
     const int64_t t = direction == Direction::forward ? i : T - 1 - i;
@@ -164,7 +167,8 @@ Tensor gru_layer(const Tensor& xp, const Tensor& h0, const Tensor& w_hh, const T
       backend.copy(prev, y_t);
     } else {
       if (b_hh.defined()) backend.copy(b_hh.detach().expand({1, B, 3 * H}), hp);
-      backend.gemm(prev.unsqueeze(0), w_t, hp, 1.0, b_hh.defined() ? 1.0 : 0.0, precision);
+      // float32 under autocast too, as recurrent_product
+      backend.gemm(prev.unsqueeze(0), w_t, hp, 1.0, b_hh.defined() ? 1.0 : 0.0, GemmPrecision::full);
       backend.gru_cell(x.select(0, t), hp.squeeze(0), prev, ok.defined() ? ok.select(0, t) : Tensor(), y_t,
                        gates.select(0, t));
     }
@@ -173,7 +177,7 @@ Tensor gru_layer(const Tensor& xp, const Tensor& h0, const Tensor& w_hh, const T
   auto composed = [valid = ok, direction](const std::vector<Tensor>& in) {
     return gru_layer_composed(in[0], in[1], in[2], in.size() > 3 ? in[3] : Tensor(), valid, direction);
   };
-  auto backward = [saved = GruLayerSaved{ok, gates, skip, direction, precision}](
+  auto backward = [saved = GruLayerSaved{ok, gates, skip, direction}](
                       const std::vector<Tensor>& in, const Tensor& dy, Grads& g) { gru_layer_backward(saved, in, dy, g); };
   const Tensor inputs[] = {xp, h0, w_hh, b_hh};
   return detail::record_fused("gru_layer", y, std::span<const Tensor>(inputs, b_hh.defined() ? 4 : 3), composed,

@@ -210,6 +210,11 @@ Tensor bernoulli_mask(const Shape& shape, double p_keep, TensorOptions options);
 // detail::record_fused), and tests/test_nn_fused.cpp checks that the two agree.
 
 // GRU (ops/gru.cpp; derivation in nn/rnn.h).
+// recurrent_product  h · w_hh_t, always in float32: under Autocast (core/autocast.h) the
+// recurrent products of GRU and LSTM keep full precision, as PyTorch's CPU autocast runs its RNNs
+// in float32. Rounding the state to 16 bits at every step compounds along the sequence: trained
+// with bf16 recurrences, the default preset lost 8.5 test sacreBLEU (README, "Low precision").
+Tensor recurrent_product(const Tensor& h, const Tensor& w_hh_t);
 // gru_step  xp (B, 3H) = W_ih x + b_ih as [r | z | n], h (B, H), w_hh_t = W_hhᵀ (H, 3H),
 // bias_hh (3H,) or undefined -> h' (B, H); composed from ops (GRUCell and gru_layer_composed).
 Tensor gru_step(const Tensor& xp, const Tensor& h, const Tensor& w_hh_t, const Tensor& bias_hh);

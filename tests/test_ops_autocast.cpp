@@ -165,3 +165,40 @@ TEST_CASE("autocast: linear goes through matmul, so it follows the scope") {
   Autocast amp(GemmPrecision::f16);
   check_close(linear(x, w, bias).to_vector<float>(), rounded_product(x, w.t().contiguous(), &half::round_f16), 1e-5);
 }
+
+// PyTorch's CPU autocast runs RNNs in float32; rounding the state to 16 bits at every step
+// compounds along the sequence (ops.h, recurrent_product). The recurrent products keep full
+// precision, forward and backward, in the fused layer and in the composed step alike.
+TEST_CASE("autocast: the GRU's recurrent products stay float32, forward and backward") {
+  manual_seed(15);
+  const int64_t T = 5, B = 3, H = 8;
+  Tensor xp = randn({T, B, 3 * H}), h0 = randn({B, H}), w_hh = randn({3 * H, H}) * 0.3, b_hh = randn({3 * H});
+  Tensor valid = from_vector(std::vector<bool>{1, 1, 1, 1, 1, 0, 1, 0, 0, 1, 0, 0, 1, 0, 0}, {T, B}, {.dtype = DType::b8});
+  Tensor dy = randn({T, B, H});
+  // outputs and the gradients of xp, h0, w_hh, b_hh, from fresh leaves, inside a scope or not
+  auto run = [&](GemmPrecision precision, bool fused) {
+    std::vector<Tensor> in = {xp.detach().requires_grad_(), h0.detach().requires_grad_(),
+                              w_hh.detach().requires_grad_(), b_hh.detach().requires_grad_()};
+    Tensor y;
+    {
+      Autocast amp(precision);
+      y = fused ? gru_layer(in[0], in[1], in[2], in[3], valid, Direction::forward)
+                : gru_layer_composed(in[0], in[1], in[2], in[3], valid, Direction::forward);
+      y.backward(dy);
+    }
+    std::vector<std::vector<float>> out = {y.to_vector<float>()};
+    for (const Tensor& t : in) out.push_back(t.grad().to_vector<float>());
+    return out;
+  };
+  for (bool fused : {true, false}) {
+    CAPTURE(fused);
+    CHECK(run(GemmPrecision::bf16, fused) == run(GemmPrecision::full, fused));
+    CHECK(run(GemmPrecision::f16, fused) == run(GemmPrecision::full, fused));
+  }
+  // recurrent_product itself ignores the scope, while matmul follows it
+  Tensor h = randn({B, H}), w_t = randn({H, 3 * H});
+  std::vector<float> full = matmul(h, w_t).to_vector<float>();
+  Autocast amp(GemmPrecision::bf16);
+  CHECK(recurrent_product(h, w_t).to_vector<float>() == full);
+  CHECK(matmul(h, w_t).to_vector<float>() != full);
+}

@@ -82,8 +82,8 @@ Args train_args() {
               "                             decoding live (CUDA needs the CUDA backend built and a GPU)", "cpu")
       .option("amp", "mode",
               "mixed precision: off | bf16 | fp16: forward pass, loss and evaluations\n"
-              "                             under autocast (16-bit GEMM operands, float32 weights);\n"
-              "                             fp16 adds loss scaling (GradScaler)", "off")
+              "                             under autocast (16-bit GEMM operands, float32 weights and\n"
+              "                             recurrences); fp16 adds loss scaling (GradScaler)", "off")
       .option("force", "",
               "start a new run in an --out folder that holds one, deleting its\n"
               "                             checkpoints and metrics")

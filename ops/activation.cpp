@@ -1,5 +1,5 @@
 // Activations beyond tanh/sigmoid/relu (ops/elementwise.cpp): the sigmoid family (log_sigmoid,
-// silu, hardsigmoid), softplus and gelu. One kernel forward; backward written with ops, so it
+// silu, hardsigmoid, hardswish), softplus, mish and gelu. One kernel forward; backward written with ops, so it
 // runs on every backend and differentiates again (second order).
 #include <cmath>
 
@@ -41,6 +41,25 @@ Tensor hardsigmoid(const Tensor& x) {
   });
 }
 
+// hardswish  y = x · hardsigmoid(x)
+//   dx = 0 where x < -3, dy where x > 3, else dy (x / 3 + 1/2): the kinks ±3 take the middle
+//   branch, as torch's hardswish_backward does
+Tensor hardswish(const Tensor& x) {
+  check_floating("hardswish", x);
+  Tensor gate = unary_kernel(UnaryOp::affine, x, {1.0 / 6.0, 0.5});
+  backend_for(gate).unary(UnaryOp::clamp, gate, gate, {0.0, 1.0});
+  Tensor y;
+  {
+    NoGradGuard no_grad;  // the product is this op's forward, not a node of its own
+    y = mul(x.detach(), gate);
+  }
+  return record("hardswish", y, {x}, [x = save(x)](const Tensor& dy, Grads& g) {
+    const Tensor& xv = x.get();
+    Tensor slope = where(lt(xv, -3.0), zeros_like(xv), where(gt(xv, 3.0), ones_like(xv), add(mul(xv, 1.0 / 3.0), 0.5)));
+    g.add(0, mul(dy, slope));
+  });
+}
+
 // softplus  y = log(1 + e^(βx)) / β, and y = x where βx > threshold (where the two agree to
 // within e^-threshold; also keeps e^(βx) finite)      dx = dy * σ(βx), dy where βx > threshold
 Tensor softplus(const Tensor& x, double beta, double threshold) {
@@ -50,6 +69,23 @@ Tensor softplus(const Tensor& x, double beta, double threshold) {
   return record("softplus", y, {x}, [x = save(x), beta, threshold](const Tensor& dy, Grads& g) {
     Tensor bx = mul(x.get(), beta);
     g.add(0, where(gt(bx, threshold), dy, mul(dy, sigmoid(bx))));
+  });
+}
+
+// mish  y = x tanh(softplus(x))      dx = dy * (t + x σ(x) (1 - t²)), t = tanh(softplus(x))
+// (softplus at threshold 20: above it softplus(x) = x and t = 1 to double precision, as torch's
+// x tanh(log1p(e^x)) gives, without overflowing e^x)
+Tensor mish(const Tensor& x) {
+  check_floating("mish", x);
+  Tensor y;
+  {
+    NoGradGuard no_grad;
+    y = mul(x.detach(), tanh(softplus(x.detach())));
+  }
+  return record("mish", y, {x}, [x = save(x)](const Tensor& dy, Grads& g) {
+    const Tensor& xv = x.get();
+    Tensor t = tanh(softplus(xv));
+    g.add(0, mul(dy, add(t, mul(mul(xv, sigmoid(xv)), sub(ones_like(t), mul(t, t))))));
   });
 }
 

@@ -64,6 +64,8 @@ Tensor operator/(double a, const Tensor& b);
 Tensor log_sigmoid(const Tensor& x);  // log σ(x), finite for large |x| (F.logsigmoid)
 Tensor silu(const Tensor& x);         // x σ(x)
 Tensor hardsigmoid(const Tensor& x);  // clamp(x / 6 + 1/2, 0, 1)
+Tensor hardswish(const Tensor& x);    // x · hardsigmoid(x)
+Tensor mish(const Tensor& x);         // x tanh(softplus(x))
 // log(1 + exp(βx)) / β, and x itself where βx > threshold (F.softplus); beta > 0
 Tensor softplus(const Tensor& x, double beta = 1.0, double threshold = 20.0);
 enum class GeluApproximate { none, tanh };  // F.gelu's approximate="none" / "tanh"

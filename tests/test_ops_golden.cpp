@@ -286,7 +286,7 @@ TEST_CASE("ties: amax/amin and maximum/minimum split the gradient evenly, max(di
   check_values(d.grad(), {0, 0.5, 1});
 }
 
-TEST_CASE("activations by hand: log1p, expm1, erf, softplus, gelu, log_sigmoid, silu, hardsigmoid") {
+TEST_CASE("activations by hand: log1p, expm1, erf, softplus, gelu, log_sigmoid, silu, hardsigmoid, hardswish, mish") {
   // log1p(1e-17) = 1e-17 where log(1 + 1e-17) rounds to 0; expm1 likewise
   check_values(log1p(f64({1e-17, std::exp(1.0) - 1})), {1e-17, 1}, 1e-30);
   check_values(expm1(f64({1e-17, std::log(3.0)})), {1e-17, 2}, 1e-15);
@@ -301,6 +301,14 @@ TEST_CASE("activations by hand: log1p, expm1, erf, softplus, gelu, log_sigmoid, 
   check_values(log_sigmoid(f64({0, -800, 800})), {-std::log(2.0), -800, 0});
   check_values(silu(f64({0, 50})), {0, 50});
   check_values(hardsigmoid(f64({-4, 0, 1.5, 3})), {0, 0.5, 0.75, 1});
+  // hardswish = x hardsigmoid(x); its slope at the kinks -3 and 3 is torch's middle branch: -1/2, 3/2
+  Tensor hs = f64({-4, -3, 1.5, 3, 4}).requires_grad_();
+  Tensor hs_y = hardswish(hs);
+  check_values(hs_y, {0, 0, 1.125, 3, 4});
+  hs_y.backward(ones_like(hs_y));
+  check_values(hs.grad(), {0, -0.5, 1, 1.5, 1});
+  // mish(0) = 0, mish(1) = tanh(log(1 + e)), mish(x) → x for large x and → 0 for very negative x
+  check_values(mish(f64({0, 1, 60, -60})), {0, std::tanh(std::log1p(std::exp(1.0))), 60, -60 * std::tanh(std::log1p(std::exp(-60.0)))});
 }
 
 TEST_CASE("structured bindings, sort and repeat_interleave keep the gradient path") {

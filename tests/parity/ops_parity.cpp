@@ -97,6 +97,8 @@ std::map<std::string, OpFn> make_ops() {
   unary("log_sigmoid", [](const Tensor& x) { return log_sigmoid(x); });
   unary("silu", [](const Tensor& x) { return silu(x); });
   unary("hardsigmoid", [](const Tensor& x) { return hardsigmoid(x); });
+  unary("hardswish", [](const Tensor& x) { return hardswish(x); });
+  unary("mish", [](const Tensor& x) { return mish(x); });
   ops["softplus"] = [](const Tensors& x, const json& a) -> Tensors {
     return {softplus(x[0], num_arg(a, "beta"), num_arg(a, "threshold"))};
   };

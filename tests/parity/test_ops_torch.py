@@ -159,6 +159,8 @@ TORCH_OPS = {
     "log_sigmoid": lambda x, a: [F.logsigmoid(x[0])],
     "silu": lambda x, a: [F.silu(x[0])],
     "hardsigmoid": lambda x, a: [F.hardsigmoid(x[0])],
+    "hardswish": lambda x, a: [F.hardswish(x[0])],
+    "mish": lambda x, a: [F.mish(x[0])],
     "softplus": lambda x, a: [F.softplus(x[0], a["beta"], a["threshold"])],
     "gelu": lambda x, a: [F.gelu(x[0], approximate=a.get("approximate", "none"))],
     "where_scalar": lambda x, a: [torch.where(x[0], x[1], a["s"]), torch.where(x[0], a["s"], x[1])],
@@ -350,13 +352,16 @@ def build_cases():
         case("nan", op, [torch.tensor([math.nan, 1.0, 2.0]), torch.tensor([0.0, math.nan, 1.0])], diff=False)
     for op, draw in (("log1p", lambda *s: uniform(-0.9, 3.0, *s)), ("expm1", randn), ("erf", randn),
                      ("log_sigmoid", randn), ("silu", randn), ("hardsigmoid", lambda *s: uniform(-5, 5, *s)),
-                     ("gelu", randn)):
+                     ("hardswish", lambda *s: uniform(-5, 5, *s)), ("mish", lambda *s: randn(*s) * 3), ("gelu", randn)):
         case("2d", op, [draw(3, 5)])
         case("strided", op, [In(draw(4, 6), view=T(["transpose", 0, 1], ["slice", 0, 0, 6, 2]))])
     case("tiny", "log1p", [torch.tensor([1e-10, -1e-12, 3e-8])])
     case("tiny", "expm1", [torch.tensor([1e-10, -1e-12, 3e-8])])
     case("saturated", "log_sigmoid", [torch.tensor([-60.0, -20.0, 20.0, 60.0])])
     case("kinks", "hardsigmoid", [torch.tensor([-4.0, -3.0, 0.0, 3.0, 4.0])])
+    case("kinks", "hardswish", [torch.tensor([-4.0, -3.0, 0.0, 3.0, 4.0])])
+    case("saturated", "mish", [torch.tensor([-60.0, -20.0, 0.0, 20.0, 60.0])])
+    case("o2", "mish", [randn(3, 4)], order=2, dtypes=("float64",))
     case("default", "softplus", [randn(3, 5) * 5], {"beta": 1.0, "threshold": 20.0})
     case("beta_threshold", "softplus", [randn(3, 5) * 3], {"beta": 2.0, "threshold": 1.5})
     case("tanh", "gelu", [randn(3, 5) * 2], {"approximate": "tanh"})

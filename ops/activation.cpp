@@ -1,6 +1,7 @@
 // Activations beyond tanh/sigmoid/relu (ops/elementwise.cpp): the sigmoid family (log_sigmoid,
-// silu, hardsigmoid, hardswish), softplus, mish and gelu. One kernel forward; backward written with ops, so it
-// runs on every backend and differentiates again (second order).
+// silu, hardsigmoid, hardswish), softplus, mish and gelu. Forward from kernels (hardswish and mish
+// from the others' kernels); backward written with ops, so it runs on every backend and
+// differentiates again (second order).
 #include <cmath>
 
 #include "ops/detail.h"
@@ -46,12 +47,10 @@ Tensor hardsigmoid(const Tensor& x) {
 //   branch, as torch's hardswish_backward does
 Tensor hardswish(const Tensor& x) {
   check_floating("hardswish", x);
-  Tensor gate = unary_kernel(UnaryOp::affine, x, {1.0 / 6.0, 0.5});
-  backend_for(gate).unary(UnaryOp::clamp, gate, gate, {0.0, 1.0});
   Tensor y;
   {
-    NoGradGuard no_grad;  // the product is this op's forward, not a node of its own
-    y = mul(x.detach(), gate);
+    NoGradGuard no_grad;  // the forward, not nodes of their own
+    y = mul(x.detach(), hardsigmoid(x.detach()));
   }
   return record("hardswish", y, {x}, [x = save(x)](const Tensor& dy, Grads& g) {
     const Tensor& xv = x.get();
@@ -79,7 +78,7 @@ Tensor mish(const Tensor& x) {
   check_floating("mish", x);
   Tensor y;
   {
-    NoGradGuard no_grad;
+    NoGradGuard no_grad;  // the forward, not nodes of their own
     y = mul(x.detach(), tanh(softplus(x.detach())));
   }
   return record("mish", y, {x}, [x = save(x)](const Tensor& dy, Grads& g) {

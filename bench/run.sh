@@ -64,24 +64,34 @@ run_torch() { $python bench/torch_bench.py --data "$out/data" --threads "$thread
                 --json "$results" "$1" | tail -n +2; }
 run_torch_passive() { OMP_WAIT_POLICY=passive $python bench/torch_bench.py --data "$out/data" --threads "$threads" \
                         "${quick[@]}" "${repeats[@]}" --json "$results" --label pytorch-passive "$1" | tail -n +2; }
-run_ort() { case "$1" in greedy_*|beam5_*) ((have_ort)) || return 0
-  echo "onnxruntime    $($python bench/ort_bench.py --data "$out/data" --onnx "$out/data/onnx_{preset}" \
-                           --threads "$threads" "${quick[@]}" "${repeats[@]}" --json "$results" "$1" | tail -n +2)" ;;
-  esac; }
+run_ort() { $python bench/ort_bench.py --data "$out/data" --onnx "$out/data/onnx_{preset}" --threads "$threads" \
+              "${quick[@]}" "${repeats[@]}" --json "$results" "$1" | tail -n +2; }
+
+# side LABEL RUNNER WORKLOAD: prints "LABEL  result". A side that fails or prints nothing stops the
+# run at once, named with its workload (its own error is just above), instead of leaving an empty
+# row for compare.py to find at the end.
+side() {
+  local label=$1 runner=$2 workload=$3 line status
+  line=$("$runner" "$workload") && status=0 || status=$?
+  if ((status != 0)); then echo "run.sh: $label failed on $workload (exit status $status)" >&2; exit 1; fi
+  if [ -z "$line" ]; then echo "run.sh: $label printed no result for $workload" >&2; exit 1; fi
+  printf '%-15s %s\n' "$label" "$line"
+}
+side_ort() { case "$1" in greedy_*|beam5_*) ((have_ort)) && side onnxruntime run_ort "$1" ;; esac; return 0; }
 
 for ((r = 1; r <= rounds; ++r)); do
   echo "== round $r/$rounds (load average $(cut -d' ' -f1-3 /proc/loadavg))"
   for w in "${workloads[@]}"; do
     if ((r % 2)); then
-      echo "seqgrad        $(run_seqgrad "$w")"
-      echo "pytorch        $(run_torch "$w")"
-      echo "pytorch-passive $(run_torch_passive "$w")"
-      run_ort "$w"
+      side seqgrad run_seqgrad "$w"
+      side pytorch run_torch "$w"
+      side pytorch-passive run_torch_passive "$w"
+      side_ort "$w"
     else
-      run_ort "$w"
-      echo "pytorch-passive $(run_torch_passive "$w")"
-      echo "pytorch        $(run_torch "$w")"
-      echo "seqgrad        $(run_seqgrad "$w")"
+      side_ort "$w"
+      side pytorch-passive run_torch_passive "$w"
+      side pytorch run_torch "$w"
+      side seqgrad run_seqgrad "$w"
     fi
   done
 done

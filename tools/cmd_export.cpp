@@ -12,6 +12,7 @@
 #include "core/serialize.h"
 #include "models/seq2seq/pipeline.h"
 #include "models/text/vocab.h"
+#include "nn/quantized.h"
 #include "tools/args.h"
 #include "tools/commands.h"
 #include "tools/export/onnx_export.h"
@@ -69,6 +70,9 @@ nlohmann::json translator_json(const models::Seq2Seq& model, const models::Check
                                          "state (layers, batch, H), mask (batch, src_seq) bool"},
                         {"decoder_step.onnx", "y_prev (batch) int64, state, memory, keys, mask -> log_probs (batch, "
                                               "tgt_vocab), new_state (layers, batch, H), weights (batch, src_seq)"}}}};
+  std::vector<std::string> int8;  // names of the weights stored int8 (a quantized checkpoint)
+  for (const auto& [name, weight] : nn::quantized_weights(model)) int8.push_back(name);
+  j["int8_weights"] = int8;
   if (!info) return j;
   j["languages"] = {{"source", info->config.src_lang}, {"target", info->config.tgt_lang}};
   const int64_t max_source_tokens = info->config.max_tokens > 0 ? 2 * info->config.max_tokens : 0;
@@ -136,6 +140,8 @@ int export_main(int argc, char** argv) {
                    "decoder_step.onnx (for greedy or beam search in any ONNX runtime) and translator.json\n"
                    "(vocabularies, tokenizer settings, special ids), with a subword checkpoint also\n"
                    "src.spm.model and tgt.spm.model (SentencePiece). Every graph passes the ONNX checker.\n"
+                   "An int8 checkpoint (seqgrad quantize) exports int8: Linear layers as DynamicQuantizeLinear +\n"
+                   "MatMulInteger, int8 embeddings and GRU weights stored int8 (the GRUs compute in float32).\n"
                    "examples/onnx/translate.py translates with them in onnxruntime.");
   a.option("checkpoint", "file", "checkpoint to export", "runs/default/best.safetensors")
       .option("out", "dir", "output folder (created if missing; existing files are replaced)")
@@ -157,9 +163,11 @@ int export_main(int argc, char** argv) {
   onnx::Graphs graphs = onnx::export_graphs(*e.model, {.opset = opset});
   const models::CheckpointInfo* info = e.info ? &*e.info : nullptr;
   write_export(a.get("out"), graphs, translator_json(*e.model, info, opset), info);
-  fmt::print("exported {} attention, {} layer(s), opset {} to {}: model.onnx ({:.1f} MB), encoder.onnx, "
+  const size_t int8_weights = nn::quantized_weights(*e.model).size();
+  fmt::print("exported {} attention, {} layer(s), opset {}{} to {}: model.onnx ({:.1f} MB), encoder.onnx, "
              "decoder_step.onnx, translator.json\n",
              models::attention_kind_name(e.model->config().attention), e.model->config().num_layers, opset,
+             int8_weights ? fmt::format(", {} int8 weights (GRUs compute in float32)", int8_weights) : "",
              a.get("out"), graphs.model.size() / 1e6);
   if (a.has("reference-inputs"))
     write_reference(*e.model, a.get("reference-inputs"), a.get("reference-outputs"));

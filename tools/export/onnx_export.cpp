@@ -5,6 +5,7 @@
 #include <cmath>
 #include <initializer_list>
 #include <limits>
+#include <map>
 #include <set>
 #include <utility>
 #include <vector>
@@ -14,6 +15,7 @@
 #include <onnx/shape_inference/implementation.h>
 
 #include "core/autograd.h"
+#include "ops/quantized.h"
 
 namespace seqgrad::tools::onnx {
 namespace {
@@ -124,6 +126,26 @@ class Builder {
     if (names_.insert(name).second) *top_->add_initializer() = float_tensor(name, t);
     return name;
   }
+  // An int8 weight (`values` holds integers in [-128, 127] as floats), added once under `name`.
+  std::string int8_weight(const std::string& name, const Tensor& values) {
+    if (names_.insert(name).second) {
+      std::vector<float> v = values.cpu().contiguous().to_vector<float>();
+      std::vector<int8_t> q(v.begin(), v.end());
+      *top_->add_initializer() = constant_tensor(name, pb::TensorProto::INT8, q, values.shape().vec());
+    }
+    return name;
+  }
+  // A value computed once from weights alone, in the top-level graph (not in a Scan body, where it
+  // would be computed again at every step): `emit` builds it the first time `name` is asked for.
+  template <typename Emit>
+  std::string weight_value(const std::string& name, Emit emit) {
+    auto [it, added] = weight_values_.try_emplace(name);
+    if (added) {
+      Scope scope = enter(top_);
+      it->second = emit();
+    }
+    return it->second;
+  }
   std::string ints(const std::vector<int64_t>& values) {
     return constant(pb::TensorProto::INT64, values, {static_cast<int64_t>(values.size())});
   }
@@ -159,16 +181,60 @@ class Builder {
   pb::GraphProto* top_;
   pb::GraphProto* graph_;
   std::set<std::string> names_;
+  std::map<std::string, std::string> weight_values_;
   int64_t counter_ = 0;
 };
 
 // ---- layers
 
+// An int8 weight (rows, cols) as float32 tensors that the tensor ops can rearrange: its values
+// q (exact: |q| <= 128) and its scales s (rows, 1), W ≈ s · q.
+struct Int8Weight {
+  Tensor q, scale;
+};
+Int8Weight int8_weight(const QuantizedWeight& w) {
+  std::vector<float> scales(static_cast<size_t>(w.rows));
+  for (int64_t r = 0; r < w.rows; ++r) scales[static_cast<size_t>(r)] = w.scale(r);
+  return {from_vector(std::vector<float>(w.values.begin(), w.values.end()), {w.rows, w.cols}),
+          from_vector(scales, {w.rows, 1})};
+}
+
+// s · q in float32 from an int8 initializer and its scales: the stored weight is int8, the value
+// the graph computes with is exactly seqgrad's dequantized weight (ops/quantized.h's dequantize).
+std::string dequantized(Builder& b, const Int8Weight& w, const std::string& name) {
+  return b.weight_value(name, [&] {
+    std::string q = b.op("Cast", {b.int8_weight(name + "_q", w.q)}, {attr("to", int64_t{pb::TensorProto::FLOAT})});
+    return b.op("Mul", {q, b.weight(name + "_scale", w.scale)});
+  });
+}
+
 // Linear: y = x · Wᵀ (+ b) over the last axis; W is stored transposed, (in, out), for MatMul.
+// An int8 layer (nn::quantize_dynamic) runs as onnxruntime's own dynamic quantization does:
+// DynamicQuantizeLinear gives x ≈ s_x · (x_q - z_x) from this call's range (uint8), MatMulInteger
+// the exact int32 product (x_q - z_x) · W_qᵀ, and the float result is scaled by s_x · s_w. Only the
+// activations' rounding differs from seqgrad's (ONNX picks z_x from the low end of the range).
 std::string linear(Builder& b, const std::string& x, const nn::Linear& layer, const std::string& name) {
-  std::string y = b.op("MatMul", {x, b.weight(name + ".weight_t", layer.weight.transpose(0, 1))});
+  std::string y;
+  if (layer.qweight) {
+    Int8Weight w = int8_weight(*layer.qweight);
+    std::vector<std::string> xq = b.ops("DynamicQuantizeLinear", {x}, {}, 3);  // x_q, s_x, z_x
+    std::string acc = b.op("MatMulInteger", {xq[0], b.int8_weight(name + ".weight_t_q", w.q.transpose(0, 1)), xq[2]});
+    std::string scale = b.op("Mul", {xq[1], b.weight(name + ".weight_scale", w.scale.reshape({-1}))});  // (out,)
+    y = b.op("Mul", {b.op("Cast", {acc}, {attr("to", int64_t{pb::TensorProto::FLOAT})}), scale});
+  } else {
+    y = b.op("MatMul", {x, b.weight(name + ".weight_t", layer.weight.transpose(0, 1))});
+  }
   if (!layer.bias.defined()) return y;
   return b.op("Add", {y, b.weight(name + ".bias", layer.bias)});
+}
+
+// Embedding: Gather over the table; an int8 table gathers its rows and their scales.
+std::string embedding(Builder& b, const nn::Embedding& table, const std::string& ids, const std::string& name) {
+  if (!table.qweight) return b.op("Gather", {b.weight(name + ".weight", table.weight), ids});
+  Int8Weight w = int8_weight(*table.qweight);
+  std::string rows = b.op("Gather", {b.int8_weight(name + ".weight_q", w.q), ids});  // (..., E) int8
+  std::string scales = b.op("Gather", {b.weight(name + ".weight_scale", w.scale), ids});  // (..., 1)
+  return b.op("Mul", {b.op("Cast", {rows}, {attr("to", int64_t{pb::TensorProto::FLOAT})}), scales});
 }
 
 // PyTorch's gate rows [r; z; n] in ONNX's order [z; r; h] (n and h are the same candidate gate).
@@ -176,20 +242,43 @@ Tensor onnx_gate_order(const Tensor& w, int64_t hidden) {
   return cat({w.narrow(0, hidden, hidden), w.narrow(0, 0, hidden), w.narrow(0, 2 * hidden, hidden)}, 0);
 }
 
+// One of ONNX's GRU weight inputs, W or R (dirs, 3H, F) in ONNX's gate order, from each
+// direction's (3H, F) weight. An int8 GRU stores its int8 values and scales and runs the ONNX GRU
+// on their dequantized values: ONNX has no int8 GRU (onnxruntime's quantize_dynamic keeps GRUs
+// float too), so the recurrence computes in float32 where seqgrad's int8 GRU quantizes its inputs.
+std::string gru_input(Builder& b, const std::vector<const Tensor*>& weights,
+                      const std::vector<const QuantizedWeight*>& quantized, int64_t hidden, const std::string& name) {
+  std::vector<Tensor> values, scales;
+  for (size_t d = 0; d < weights.size(); ++d) {
+    if (!quantized[d]) {
+      values.push_back(onnx_gate_order(*weights[d], hidden));
+      continue;
+    }
+    Int8Weight w = int8_weight(*quantized[d]);
+    values.push_back(onnx_gate_order(w.q, hidden));
+    scales.push_back(onnx_gate_order(w.scale, hidden));
+  }
+  if (scales.empty()) return b.weight(name, stack(values, 0));
+  SG_CHECK(scales.size() == values.size(), "onnx export: {}: one direction is int8 and the other is not", name);
+  return dequantized(b, {stack(values, 0), stack(scales, 0)}, name);
+}
+
 // The W, R and B inputs of ONNX's GRU for one layer: (dirs, 3H, F), (dirs, 3H, H), (dirs, 6H).
 std::vector<std::string> gru_weights(Builder& b, const nn::GRU& gru, int64_t layer, const std::string& name) {
   const int64_t H = gru.options().hidden_size;
-  std::vector<Tensor> w, r, bias;
+  std::vector<const Tensor*> w, r;
+  std::vector<const QuantizedWeight*> w_q, r_q;
+  std::vector<Tensor> bias;
   for (int64_t d = 0; d < gru.num_directions(); ++d) {
     const nn::RNNWeights& p = gru.weights(layer, d == 0 ? nn::Direction::forward : nn::Direction::reverse);
-    w.push_back(onnx_gate_order(p.weight_ih, H));
-    r.push_back(onnx_gate_order(p.weight_hh, H));
+    w.push_back(&p.weight_ih), w_q.push_back(p.qweight_ih.get());
+    r.push_back(&p.weight_hh), r_q.push_back(p.qweight_hh.get());
     Tensor b_ih = p.bias_ih.defined() ? onnx_gate_order(p.bias_ih, H) : zeros({3 * H});
     Tensor b_hh = p.bias_hh.defined() ? onnx_gate_order(p.bias_hh, H) : zeros({3 * H});
     bias.push_back(cat({b_ih, b_hh}, 0));
   }
   std::string prefix = fmt::format("{}.l{}", name, layer);
-  return {b.weight(prefix + ".W", stack(w, 0)), b.weight(prefix + ".R", stack(r, 0)),
+  return {gru_input(b, w, w_q, H, prefix + ".W"), gru_input(b, r, r_q, H, prefix + ".R"),
           b.weight(prefix + ".B", stack(bias, 0))};
 }
 
@@ -217,7 +306,7 @@ EncoderValues emit_encoder(Builder& b, const models::Seq2Seq& model, const std::
                            const std::string& lengths) {
   const models::Seq2SeqConfig& c = model.config();
   const models::Encoder& enc = model.encoder;
-  std::string x = b.op("Gather", {b.weight("encoder.embedding.weight", enc.embedding.weight), src});  // (B, S, E)
+  std::string x = embedding(b, enc.embedding, src, "encoder.embedding");  // (B, S, E)
   x = b.op("Transpose", {x}, {attr("perm", std::vector<int64_t>{1, 0, 2})});                         // (S, B, E)
   std::string lens32 = b.op("Cast", {lengths}, {attr("to", int64_t{pb::TensorProto::INT32})});
   std::vector<std::string> final_states;  // per layer (1, B, 2H): [h_fwd | h_bwd]
@@ -281,7 +370,7 @@ StepValues emit_decoder_step(Builder& b, const models::Seq2Seq& model, const std
       weights = b.op("Mul", {b.op("Add", {weights, w}), half});
     }
   }
-  std::string embedded = b.op("Gather", {b.weight("decoder.embedding.weight", dec.embedding.weight), y_prev});  // (B, E)
+  std::string embedded = embedding(b, dec.embedding, y_prev, "decoder.embedding");  // (B, E)
   std::string x = b.op("Unsqueeze", {b.op("Concat", {embedded, context}, {attr("axis", int64_t{1})}), b.ints({0})});
   std::vector<std::string> new_states;  // per layer (1, B, H)
   for (int64_t l = 0; l < c.num_layers; ++l) {

@@ -2,8 +2,8 @@
 """Translate with a seqgrad translator exported to ONNX (`seqgrad export`), in onnxruntime.
 
     seqgrad export --checkpoint runs/default/best.safetensors --out exported
-    seqgrad quantize --checkpoint runs/default/best.safetensors --out int8.safetensors   # or int8:
-    seqgrad export --checkpoint int8.safetensors --out exported                         # same graphs' interface
+    seqgrad quantize --checkpoint runs/default/best.safetensors --out int8.safetensors
+    seqgrad export --checkpoint int8.safetensors --out exported    # int8 graphs, same inputs and outputs
     python3 examples/onnx/translate.py exported "Ein Mann fährt Fahrrad."
     python3 examples/onnx/translate.py exported < sentences.txt     # one sentence per line
 

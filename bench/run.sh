@@ -37,6 +37,14 @@ if [ -z "$seqgrad" ]; then
 fi
 [ -x "$seqgrad" ] || { echo "run.sh: no seqgrad binary (build it, or set SEQGRAD)" >&2; exit 2; }
 python=/usr/bin/python3
+# Both sides on the same OpenBLAS kernels: seqgrad picks SkylakeX on AVX-512 CPUs (core/blas.cpp),
+# where OpenBLAS's own detection may pick another (Cooperlake on this project's AMD EPYC), so the
+# kernels seqgrad reports are exported for PyTorch too unless OPENBLAS_CORETYPE is already set.
+kernels_of_seqgrad() { "$seqgrad" info | sed -n 's/.*(kernels: \([A-Za-z0-9]*\).*/\1/p'; }
+if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
+  coretype=$(kernels_of_seqgrad)
+  if [ -n "$coretype" ]; then export OPENBLAS_CORETYPE="$coretype"; fi
+fi
 out="${OUT:-bench/results/$(date +%Y%m%d-%H%M%S)}"
 mkdir -p "$out/data"
 results="$out/results.jsonl"
@@ -52,11 +60,21 @@ if $python -c 'import onnxruntime' 2>/dev/null &&
 fi
 if [ ${#workloads[@]} -eq 0 ]; then mapfile -t workloads < <("$seqgrad" bench --list); fi
 
+# The OpenBLAS kernels PyTorch's BLAS (libblas.so.3) runs
+torch_kernels() {
+  $python -c 'import ctypes, torch; f = ctypes.CDLL("libblas.so.3").openblas_get_corename
+f.restype = ctypes.c_char_p; print(f().decode())' 2>/dev/null || echo '?'
+}
+seqgrad_kernels=$(kernels_of_seqgrad)
+pytorch_kernels=$(torch_kernels)
 {
+  if [ "$seqgrad_kernels" != "$pytorch_kernels" ]; then
+    echo "warning: seqgrad runs OpenBLAS's $seqgrad_kernels kernels and PyTorch $pytorch_kernels: the BLAS-bound rows compare kernels"
+  fi
   echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
   echo "cpu: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores online; threads: $threads"
   echo "seqgrad: $("$seqgrad" info | tr '\n' ' ')"
-  echo "pytorch: $($python -c 'import torch; print(torch.__version__)') with BLAS $(readlink -f /etc/alternatives/libblas.so.3-x86_64-linux-gnu 2>/dev/null || echo '?'), OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}"
+  echo "pytorch: $($python -c 'import torch; print(torch.__version__)') with BLAS $(readlink -f /etc/alternatives/libblas.so.3-x86_64-linux-gnu 2>/dev/null || echo '?'), kernels $pytorch_kernels (OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset})"
 } | tee "$out/machine.txt"
 
 run_seqgrad() { "$seqgrad" bench --threads "$threads" "${quick[@]}" "${repeats[@]}" --json "$results" "$1" | tail -n +2; }

@@ -6,7 +6,9 @@ search loops are models/seq2seq/decode.cpp's, in numpy; the timings include that
 onnxruntime's per-call overhead, as a Python service built on the exported graphs would see.
 
 Usage: ort_bench.py --data DIR --onnx DIR_PRESET_PATTERN [--threads N] [--quick] [--json FILE] WORKLOAD...
-(--onnx holds '{preset}', replaced by seed or d2l: the folders `seqgrad export` wrote.)
+(--onnx holds '{preset}', replaced by seed, d2l or seed_int8: the folders `seqgrad export` wrote;
+seed_int8 is the seed model quantized as `seqgrad bench`'s int8 workloads, exported int8 with
+`seqgrad export --bench-data DIR/seed --bench-int8`.)
 """
 import argparse
 import json
@@ -19,7 +21,7 @@ import onnxruntime as ort
 from torch_bench import Plan, Reporter, load_average, scaled, time_blocks
 
 BOS, EOS = 1, 2
-WORKLOADS = ["greedy_seed", "beam5_seed", "greedy_d2l", "beam5_d2l"]
+WORKLOADS = ["greedy_seed", "beam5_seed", "greedy_d2l", "beam5_d2l", "greedy_seed_int8", "beam5_seed_int8"]
 
 
 class Exported:
@@ -91,10 +93,11 @@ def beam_search(m, src_ids, max_len, beam_size, length_penalty=1.0):
     return max(finished, key=lambda f: f[0])[1]
 
 
-def bench_decode(preset, beam, plan, onnx_pattern, threads, out):
+def bench_decode(preset, beam, plan, onnx_pattern, threads, out, variant=""):
+    """variant "_int8": the int8 export of the preset's model (`seqgrad export --bench-int8`)."""
     with open(os.path.join(plan.data, preset + ".json")) as f:
         j = json.load(f)
-    m = Exported(onnx_pattern.format(preset=preset), threads)
+    m = Exported(onnx_pattern.format(preset=preset + variant), threads)
     src, max_len = j["decode_src"], j["decode_max_len"]
     produced = [0]
 
@@ -105,7 +108,7 @@ def bench_decode(preset, beam, plan, onnx_pattern, threads, out):
     cpu = []
     ms = scaled(time_blocks(run, plan, 0.5, cpu), 1e3)
     name = "greedy" if beam == 1 else f"beam{beam}"
-    out.report(f"{name}_{preset}", "ms/sent", ms, {"tokens": float(produced[0]), "cpu_ms": scaled(cpu, 1e3)["median"]})
+    out.report(f"{name}_{preset}{variant}", "ms/sent", ms, {"tokens": float(produced[0]), "cpu_ms": scaled(cpu, 1e3)["median"]})
 
 
 def main():
@@ -123,12 +126,11 @@ def main():
     out = Reporter(a.json, a.threads, "onnxruntime")
     print(f"ort_bench: onnxruntime {ort.__version__}, {a.threads} threads, load average {load_average():.2f}", flush=True)
     for w in a.workloads or WORKLOADS:
-        if w.startswith("greedy_") and w in WORKLOADS:
-            bench_decode(w[7:], 1, plan, a.onnx, a.threads, out)
-        elif w.startswith("beam5_") and w in WORKLOADS:
-            bench_decode(w[6:], 5, plan, a.onnx, a.threads, out)
-        else:
+        if w not in WORKLOADS:
             sys.exit(f"ort_bench: no onnxruntime side for workload '{w}'; choose from: {' '.join(WORKLOADS)}")
+        search, preset = w.split("_", 1)  # greedy | beam5, then seed | d2l | seed_int8
+        preset, variant = (preset[:-5], "_int8") if preset.endswith("_int8") else (preset, "")
+        bench_decode(preset, 1 if search == "greedy" else 5, plan, a.onnx, a.threads, out, variant)
 
 
 if __name__ == "__main__":

@@ -55,10 +55,12 @@ results="$out/results.jsonl"
 have_ort=0
 if $python -c 'import onnxruntime' 2>/dev/null &&
    "$seqgrad" export --bench-data "$out/data/seed" --out "$out/data/onnx_seed" >/dev/null 2>&1 &&
-   "$seqgrad" export --bench-data "$out/data/d2l" --out "$out/data/onnx_d2l" >/dev/null 2>&1; then
+   "$seqgrad" export --bench-data "$out/data/d2l" --out "$out/data/onnx_d2l" >/dev/null 2>&1 &&
+   "$seqgrad" export --bench-data "$out/data/seed" --bench-int8 --out "$out/data/onnx_seed_int8" >/dev/null 2>&1; then
   have_ort=1
 fi
-if [ ${#workloads[@]} -eq 0 ]; then mapfile -t workloads < <("$seqgrad" bench --list); fi
+# every workload but the on-demand ones (listed as "NAME (on demand)")
+if [ ${#workloads[@]} -eq 0 ]; then mapfile -t workloads < <("$seqgrad" bench --list | grep -v ' (on demand)$'); fi
 
 # The OpenBLAS kernels PyTorch's BLAS (libblas.so.3) runs
 torch_kernels() {

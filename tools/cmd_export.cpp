@@ -149,6 +149,8 @@ int export_main(int argc, char** argv) {
               std::to_string(onnx::kDefaultOpset))
       // bench/run.sh: export the benchmark's model, PREFIX.{json,safetensors} from `seqgrad bench --export`
       .hidden_option("bench-data", "prefix", "export bench data instead of a checkpoint")
+      // ... its model quantized as `seqgrad bench`'s int8 workloads quantize it (Linear and GRU, per channel)
+      .hidden_option("bench-int8", "", "with --bench-data: export the int8 model")
       // tests/test_onnx_export.py: seqgrad's own outputs for the inputs in a safetensors file
       .hidden_option("reference-inputs", "file", "src, src_lengths, tgt to run seqgrad on")
       .hidden_option("reference-outputs", "file", "where seqgrad's outputs for --reference-inputs go");
@@ -159,7 +161,9 @@ int export_main(int argc, char** argv) {
   SG_CHECK_VALUE(a.has("reference-inputs") == a.has("reference-outputs"),
                  "--reference-inputs and --reference-outputs go together");
   SG_CHECK(onnx::onnx_available(), "{}", onnx::kNoOnnxSupport);
+  SG_CHECK_VALUE(!a.has("bench-int8") || a.has("bench-data"), "--bench-int8 goes with --bench-data");
   Exportable e = a.has("bench-data") ? load_bench_model(a.get("bench-data")) : load_checkpoint_model(a.get("checkpoint"));
+  if (a.has("bench-int8")) nn::quantize_dynamic(*e.model);
   onnx::Graphs graphs = onnx::export_graphs(*e.model, {.opset = opset});
   const models::CheckpointInfo* info = e.info ? &*e.info : nullptr;
   write_export(a.get("out"), graphs, translator_json(*e.model, info, opset), info);

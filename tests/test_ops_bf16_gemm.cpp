@@ -32,6 +32,23 @@ std::vector<float> bf16_matmul(const Tensor& a, const Tensor& b, bool native) {
   return y;
 }
 
+// |got - want| <= 2·k·ε·Σ_p |a[i, p]| |b[p, j]| for every element of c = a (m, k) · b (k, n), where
+// want is the emulation: float32 sums of exact bf16 products, in another order.
+void check_accumulation_bound(const Tensor& a, const Tensor& b, const std::vector<float>& got,
+                              const std::vector<float>& want) {
+  const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
+  const double eps = std::ldexp(1.0, -24);
+  std::vector<float> av = a.abs().contiguous().to_vector<float>(), bv = b.abs().contiguous().to_vector<float>();
+  int64_t outside = 0;
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double mass = 0;
+      for (int64_t p = 0; p < k; ++p) mass += av[i * k + p] * bv[p * n + j];
+      outside += std::abs(got[i * n + j] - want[i * n + j]) > 2 * k * eps * mass;
+    }
+  CHECK(outside == 0);
+}
+
 }  // namespace
 
 TEST_CASE("bf16 GEMM: native (oneDNN, AVX-512 BF16) vs the emulation") {
@@ -63,6 +80,37 @@ TEST_CASE("bf16 GEMM: native (oneDNN, AVX-512 BF16) vs the emulation") {
     Tensor a3 = random_tensor({3, 4, 8}, 3), b3 = random_tensor({3, 8, 5}, 4);
     std::vector<float> got = bf16_matmul(a3, b3, true), want = bf16_matmul(a3, b3, false);
     for (size_t i = 0; i < got.size(); ++i) CHECK(std::abs(got[i] - want[i]) <= 1e-5 * (1 + std::abs(want[i])));
+  }
+  SUBCASE("products split across threads (along n and along m), strided operands, a shared operand") {
+    // Large enough that the pieces run on several threads at once (each on its own oneDNN
+    // scratchpad), row- and column-major operands converted in place, a strided one gathered.
+    for (auto [m, k, n] : {std::array<int64_t, 3>{64, 512, 1536}, {1280, 256, 96}}) {
+      CAPTURE(m);
+      Tensor a = random_tensor({m, k}, 7), bt = random_tensor({n, k}, 8);
+      check_accumulation_bound(a, bt.t(), bf16_matmul(a, bt.t(), true), bf16_matmul(a, bt.t(), false));
+      Tensor wide = random_tensor({m, 2 * k}, 9);
+      Tensor strided = wide.narrow(1, 0, k);  // rows of stride 2k: neither row- nor column-major dense
+      check_accumulation_bound(strided, bt.t(), bf16_matmul(strided, bt.t(), true),
+                               bf16_matmul(strided, bt.t(), false));
+    }
+    Tensor a3 = random_tensor({4, 300, 64}, 10), w = random_tensor({64, 700}, 11);  // w shared by the batch
+    std::vector<float> got = bf16_matmul(a3, w, true), want = bf16_matmul(a3, w, false);
+    for (int64_t i = 0; i < 4; ++i) {
+      auto slice = [&](const std::vector<float>& v) {
+        return std::vector<float>(v.begin() + i * 300 * 700, v.begin() + (i + 1) * 300 * 700);
+      };
+      check_accumulation_bound(a3.select(0, i), w, slice(got), slice(want));
+    }
+  }
+  SUBCASE("alpha and beta: c = alpha · a·b + beta · c, and beta = 0 ignores c (even NaN)") {
+    if (!native) return;
+    Tensor a = from_vector(std::vector<float>{1, 2, 3, 4}, {1, 2, 2}), b = from_vector(std::vector<float>{5, 6, 7, 8}, {1, 2, 2});
+    Tensor c = from_vector(std::vector<float>{1, -1, 2, -2}, {1, 2, 2});
+    REQUIRE(cpu::native_bf16_gemm(a, b, c, 0.5, 2.0));
+    CHECK(c.to_vector<float>() == std::vector<float>{0.5f * 19 + 2, 0.5f * 22 - 2, 0.5f * 43 + 4, 0.5f * 50 - 4});
+    Tensor nan = from_vector(std::vector<float>(4, std::nanf("")), {1, 2, 2});
+    REQUIRE(cpu::native_bf16_gemm(a, b, nan, 2.0, 0.0));
+    CHECK(nan.to_vector<float>() == std::vector<float>{38, 44, 86, 100});
   }
   SUBCASE("linear forward and backward (the training step's GEMMs)") {
     Tensor x = random_tensor({16, 32}, 5).requires_grad_(), w = random_tensor({24, 32}, 6).requires_grad_();

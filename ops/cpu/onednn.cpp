@@ -1,6 +1,8 @@
 // oneDNN matmuls (ops/cpu/onednn.h): one cached primitive per shape, executed on a CPU stream.
 #include "ops/cpu/onednn.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -18,30 +20,40 @@ namespace {
 using dt = dnnl::memory::data_type;
 using dims = dnnl::memory::dims;
 
-struct Context {
-  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
-  dnnl::stream stream{engine};
-};
-
-Context& context() {
-  static Context ctx;
-  return ctx;
+// The engine is shared; each thread executes on its own stream.
+dnnl::engine& engine() {
+  static dnnl::engine e{dnnl::engine::kind::cpu, 0};
+  return e;
 }
+dnnl::stream& thread_stream() {
+  thread_local dnnl::stream s{engine()};
+  return s;
+}
+
+// A primitive and the scratchpad it needs. Scratchpads are ours (scratchpad_mode::user), one per
+// thread: the library's own is shared by all primitives, so a primitive would have to run on the
+// thread that created it, and the bf16 products run on every thread of seqgrad's pool at once
+// (ops/cpu/bf16_gemm.cpp).
+struct Matmul {
+  dnnl::matmul primitive;
+  dnnl::memory::desc scratchpad;
+};
 
 // Primitives by shape and strides. Creating one takes ~0.1 ms, more than a decoder step's product;
 // a translator uses a few dozen shapes. The mutex guards the map only: a primitive may execute
 // concurrently (oneDNN primitives are immutable once created).
 using Key = std::tuple<int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
 std::mutex cache_mutex;
-std::map<Key, dnnl::matmul> cache;
+std::map<Key, Matmul> cache;
 
-dnnl::matmul cached(const Key& key, const dnnl::memory::desc& a, const dnnl::memory::desc& b,
-                    const dnnl::memory::desc& c) {
+Matmul cached(const Key& key, const dnnl::memory::desc& a, const dnnl::memory::desc& b, const dnnl::memory::desc& c) {
   std::lock_guard<std::mutex> lock(cache_mutex);
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
-  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), context().engine);
-  return cache.emplace(key, dnnl::matmul(pd)).first->second;
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, engine());
+  return cache.emplace(key, Matmul{dnnl::matmul(pd), pd.scratchpad_desc()}).first->second;
 }
 
 // Threads for one product. oneDNN runs on OpenMP, whose fork-join waits for every thread of the
@@ -53,14 +65,18 @@ void set_threads_for(int64_t m, int64_t n, int64_t k) {
   omp_set_num_threads(m * n * k < kThreadedWork ? 1 : get_num_threads());  // this thread's ICV only
 }
 
-void run(const dnnl::matmul& product, const dnnl::memory::desc& a_md, const void* a, const dnnl::memory::desc& b_md,
+void run(const Matmul& product, const dnnl::memory::desc& a_md, const void* a, const dnnl::memory::desc& b_md,
          const void* b, const dnnl::memory::desc& c_md, void* c) {
-  Context& ctx = context();
-  dnnl::memory a_mem(a_md, ctx.engine, const_cast<void*>(a));
-  dnnl::memory b_mem(b_md, ctx.engine, const_cast<void*>(b));
-  dnnl::memory c_mem(c_md, ctx.engine, c);
-  product.execute(ctx.stream, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
-  ctx.stream.wait();
+  thread_local std::vector<uint8_t> scratch;
+  scratch.resize(std::max<size_t>(scratch.size(), product.scratchpad.get_size()));
+  dnnl::memory a_mem(a_md, engine(), const_cast<void*>(a));
+  dnnl::memory b_mem(b_md, engine(), const_cast<void*>(b));
+  dnnl::memory c_mem(c_md, engine(), c);
+  dnnl::memory scratch_mem(product.scratchpad, engine(), scratch.data());
+  dnnl::stream& stream = thread_stream();
+  product.primitive.execute(stream, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem},
+                                     {DNNL_ARG_SCRATCHPAD, scratch_mem}});
+  stream.wait();
 }
 
 // oneDNN reports failures as dnnl::error; ours name the product and the shape.
@@ -81,7 +97,7 @@ void int8_gemm(int64_t m, int64_t n, int64_t k, const uint8_t* a, const int8_t* 
     dnnl::memory::desc a_md(dims{m, k}, dt::u8, dims{k, 1});
     dnnl::memory::desc b_md(dims{k, n}, dt::s8, dims{1, k});  // b (n, k) row-major is bᵀ (k, n)
     dnnl::memory::desc c_md(dims{m, n}, dt::s32, dims{n, 1});
-    dnnl::matmul product = cached(Key{0, m, n, k, 0, 0, 0, 0, 0}, a_md, b_md, c_md);
+    Matmul product = cached(Key{0, m, n, k, 0, 0, 0, 0, 0}, a_md, b_md, c_md);
     set_threads_for(m, n, k);
     run(product, a_md, a, b_md, b, c_md, c);
   });
@@ -100,7 +116,7 @@ dnnl::memory::desc preferred_weights_md(int64_t n, int64_t k) {
   dnnl::memory::desc a_md(dims{1, k}, dt::u8, dims{k, 1});
   dnnl::memory::desc b_any(dims{k, n}, dt::s8, dnnl::memory::format_tag::any);
   dnnl::memory::desc c_md(dims{1, n}, dt::s32, dims{n, 1});
-  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_any, c_md), context().engine);
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_any, c_md), engine());
   return pd.weights_desc();
 }
 
@@ -109,14 +125,13 @@ dnnl::memory::desc preferred_weights_md(int64_t n, int64_t k) {
 std::shared_ptr<const void> pack_int8_weights(int64_t n, int64_t k, const int8_t* b) {
   auto packed = std::make_shared<PackedWeights>();
   checked("int8_gemm (packing weights)", 1, n, k, [&] {
-    Context& ctx = context();
     packed->md = preferred_weights_md(n, k);
     packed->bytes.resize(packed->md.get_size());
     dnnl::memory::desc plain(dims{k, n}, dt::s8, dims{1, k});
-    dnnl::memory src(plain, ctx.engine, const_cast<int8_t*>(b));
-    dnnl::memory dst(packed->md, ctx.engine, packed->bytes.data());
-    dnnl::reorder(src, dst).execute(ctx.stream, src, dst);
-    ctx.stream.wait();
+    dnnl::memory src(plain, engine(), const_cast<int8_t*>(b));
+    dnnl::memory dst(packed->md, engine(), packed->bytes.data());
+    dnnl::reorder(src, dst).execute(thread_stream(), src, dst);
+    thread_stream().wait();
   });
   return packed;
 }
@@ -127,7 +142,7 @@ void int8_gemm_packed(int64_t m, int64_t n, int64_t k, const uint8_t* a, const v
     dnnl::memory::desc a_md(dims{m, k}, dt::u8, dims{k, 1});
     dnnl::memory::desc c_md(dims{m, n}, dt::s32, dims{n, 1});
     // the blocked layout depends on (n, k) only, so one key per shape holds
-    dnnl::matmul product = cached(Key{2, m, n, k, 0, 0, 0, 0, 0}, a_md, packed.md, c_md);
+    Matmul product = cached(Key{2, m, n, k, 0, 0, 0, 0, 0}, a_md, packed.md, c_md);
     set_threads_for(m, n, k);
     run(product, a_md, a, packed.md, packed.bytes.data(), c_md, c);
   });
@@ -157,8 +172,8 @@ void bf16_gemm(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t a_row
     dnnl::memory::desc a_md(dims{m, k}, dt::bf16, dims{a_row, a_col});
     dnnl::memory::desc b_md(dims{k, n}, dt::bf16, dims{b_row, b_col});
     dnnl::memory::desc c_md(dims{m, n}, dt::f32, dims{ldc, 1});
-    dnnl::matmul product = cached(Key{1, m, n, k, a_row, a_col, b_row, b_col, ldc}, a_md, b_md, c_md);
-    set_threads_for(m, n, k);
+    Matmul product = cached(Key{1, m, n, k, a_row, a_col, b_row, b_col, ldc}, a_md, b_md, c_md);
+    omp_set_num_threads(1);  // the caller splits the product across seqgrad's pool (ops/cpu/bf16_gemm.cpp)
     run(product, a_md, a, b_md, b, c_md, c);
   });
 }

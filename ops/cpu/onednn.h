@@ -29,7 +29,8 @@ bool cpu_has_bf16();
 // float32 c (m, n) = a (m, k) · b (k, n) with a and b given by element strides (so transposed
 // views need no copy) and already rounded to bfloat16 (the upper 16 bits of each float32):
 // products of bf16 values are exact in float32 and accumulate in float32. c is row-major with
-// leading dimension ldc.
+// leading dimension ldc. Runs on the calling thread alone (one OpenMP thread): the caller splits
+// large products across seqgrad's pool.
 void bf16_gemm(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t a_row, int64_t a_col,
                const uint16_t* b, int64_t b_row, int64_t b_col, float* c, int64_t ldc);
 

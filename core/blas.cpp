@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 
 #include <cblas.h>
+#include <algorithm>
 #include <cstdlib>
 #include <mutex>
 
@@ -21,6 +22,10 @@ using SgemmFn = void (*)(CBLAS_ORDER, CBLAS_TRANSPOSE, CBLAS_TRANSPOSE, blasint,
 using DgemmFn = void (*)(CBLAS_ORDER, CBLAS_TRANSPOSE, CBLAS_TRANSPOSE, blasint, blasint, blasint,
                          double, const double*, blasint, const double*, blasint, double, double*,
                          blasint);
+using SgemvFn = void (*)(CBLAS_ORDER, CBLAS_TRANSPOSE, blasint, blasint, float, const float*, blasint, const float*,
+                         blasint, float, float*, blasint);
+using DgemvFn = void (*)(CBLAS_ORDER, CBLAS_TRANSPOSE, blasint, blasint, double, const double*, blasint,
+                         const double*, blasint, double, double*, blasint);
 using SetThreadsFn = void (*)(int);
 using CorenameFn = char* (*)();
 
@@ -30,6 +35,8 @@ struct Library {
   bool coretype_set_by_us = false;
   SgemmFn sgemm = nullptr;
   DgemmFn dgemm = nullptr;
+  SgemvFn sgemv = nullptr;
+  DgemvFn dgemv = nullptr;
   SetThreadsFn set_threads = nullptr;
   CorenameFn corename = nullptr;
 };
@@ -70,9 +77,12 @@ Library load() {
   SG_CHECK(lib.handle, "blas: could not load OpenBLAS (install libopenblas0-pthread); tried:{}", tried);
   lib.sgemm = reinterpret_cast<SgemmFn>(dlsym(lib.handle, "cblas_sgemm"));
   lib.dgemm = reinterpret_cast<DgemmFn>(dlsym(lib.handle, "cblas_dgemm"));
+  lib.sgemv = reinterpret_cast<SgemvFn>(dlsym(lib.handle, "cblas_sgemv"));
+  lib.dgemv = reinterpret_cast<DgemvFn>(dlsym(lib.handle, "cblas_dgemv"));
   lib.set_threads = reinterpret_cast<SetThreadsFn>(dlsym(lib.handle, "openblas_set_num_threads"));
   lib.corename = reinterpret_cast<CorenameFn>(dlsym(lib.handle, "openblas_get_corename"));
-  SG_CHECK(lib.sgemm && lib.dgemm, "blas: {} lacks cblas_sgemm/cblas_dgemm", lib.path);
+  SG_CHECK(lib.sgemm && lib.dgemm && lib.sgemv && lib.dgemv, "blas: {} lacks cblas_sgemm/dgemm/sgemv/dgemv",
+           lib.path);
   if (lib.set_threads) lib.set_threads(1);
   return lib;
 }
@@ -94,6 +104,24 @@ void sgemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, con
 void dgemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
            int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
   library().dgemm(CblasRowMajor, cblas(ta), cblas(tb), m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+// OpenBLAS's gemv scales y by beta first, and 0 · NaN is NaN: y is zeroed here instead.
+template <class T, class Fn>
+void gemv(Fn fn, Trans ta, int64_t m, int64_t n, T alpha, const T* a, int64_t lda, const T* x, int64_t incx, T beta,
+          T* y) {
+  if (beta == T(0)) std::fill(y, y + (ta == Trans::no ? m : n), T(0));
+  fn(CblasRowMajor, cblas(ta), m, n, alpha, a, lda, x, incx, beta, y, 1);
+}
+
+void sgemv(Trans ta, int64_t m, int64_t n, float alpha, const float* a, int64_t lda, const float* x, int64_t incx,
+           float beta, float* y) {
+  gemv(library().sgemv, ta, m, n, alpha, a, lda, x, incx, beta, y);
+}
+
+void dgemv(Trans ta, int64_t m, int64_t n, double alpha, const double* a, int64_t lda, const double* x,
+           int64_t incx, double beta, double* y) {
+  gemv(library().dgemv, ta, m, n, alpha, a, lda, x, incx, beta, y);
 }
 
 void set_num_threads(int n) {

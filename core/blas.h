@@ -15,6 +15,12 @@ void sgemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, con
 void dgemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
            int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc);
 
+// y = alpha * op(A) * x + beta * y, A (M, N) row-major with leading dimension lda; op(A) is A
+// (y has M entries) or Aᵀ (y has N). beta = 0 ignores y (it may hold NaN), as for gemm.
+void sgemv(Trans ta, int64_t m, int64_t n, float alpha, const float* a, int64_t lda, const float* x, int64_t incx,
+           float beta, float* y);
+void dgemv(Trans ta, int64_t m, int64_t n, double alpha, const double* a, int64_t lda, const double* x,
+           int64_t incx, double beta, double* y);
 void set_num_threads(int n);
 
 // What was loaded and which kernels run, e.g. "libopenblas.so.0 (openmp), core SkylakeX (set by seqgrad)".

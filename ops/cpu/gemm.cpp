@@ -93,9 +93,31 @@ void tiny_gemm(blas::Trans ta, blas::Trans tb, int64_t m, int64_t n, int64_t k, 
   }
 }
 
+// One row times a matrix (c (1, n) = a (1, k) · op(B): greedy decoding's every product) as a
+// matrix-vector product, split along n across the pool: OpenBLAS 0.3.21's sgemm packs the whole of
+// B on every call, which for one row cost more than the product (48% of a greedy decoding step was
+// sgemm_incopy, by perf), where gemv reads B once.
+template <class T>
+void row_gemm(blas::Trans ta, blas::Trans tb, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,
+              int64_t ldb, T beta, T* c) {
+  const int64_t inc_a = ta == blas::Trans::no ? 1 : lda;  // a (1, k): a row, or a column of a (k, 1) matrix
+  auto gemv = [&](blas::Trans t, int64_t rows, int64_t cols, const T* matrix, T* y) {
+    if constexpr (std::is_same_v<T, float>) blas::sgemv(t, rows, cols, alpha, matrix, ldb, a, inc_a, beta, y);
+    else blas::dgemv(t, rows, cols, alpha, matrix, ldb, a, inc_a, beta, y);
+  };
+  parallel_for(n, std::max<int64_t>(kMinPiece, kSplitWork / std::max<int64_t>(k, 1)), [&](int64_t j0, int64_t j1) {
+    if (tb == blas::Trans::yes) gemv(blas::Trans::no, j1 - j0, k, b + j0 * ldb, c + j0);  // B (n, k): rows j0..j1 of B·a
+    else gemv(blas::Trans::yes, k, j1 - j0, b + j0, c + j0);                              // B (k, n): columns of Bᵀ·a
+  }, 16);
+}
+
 template <class T>
 void split_gemm(blas::Trans ta, blas::Trans tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
                 const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  if (m == 1) {
+    row_gemm(ta, tb, n, k, alpha, a, lda, b, ldb, beta, c);
+    return;
+  }
   const int64_t work = m * n * k;
   if (work < 2 * kSplitWork || std::max(m, n) < 2 * kMinPiece || get_num_threads() <= 1) {
     blas_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);

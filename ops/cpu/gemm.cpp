@@ -1,5 +1,5 @@
-// CPU GEMM: OpenBLAS for what it can read from the strides, small loops for tiny products (as
-// ops/cuda/backend.cpp's cuBLAS calls).
+// CPU GEMM: OpenBLAS for what it can read from the strides (gemv for one-row products), small
+// loops for tiny products (as ops/cuda/backend.cpp's cuBLAS calls).
 #include <algorithm>
 #include <vector>
 

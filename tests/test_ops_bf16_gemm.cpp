@@ -1,4 +1,4 @@
-// Native bf16 GEMMs under Autocast(bf16) on the CPU (ops/cpu/bf16_gemm.h) against the emulation
+// Native bf16 GEMMs under Autocast(bf16) on the CPU (ops/cpu/onednn_gemm.h) against the emulation
 // (a float32 GEMM of the bf16-rounded operands, core/autocast.h): equal where the accumulation
 // cannot round (small integers), within 2·k·ε·Σ|a||b| elsewhere, in forward and backward.
 #include <doctest/doctest.h>
@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/autocast.h"
-#include "ops/cpu/bf16_gemm.h"
+#include "ops/cpu/onednn_gemm.h"
 #include "ops/ops.h"
 
 using namespace seqgrad;

@@ -1,6 +1,7 @@
 // One-row products (ops/cpu/gemm.cpp's row_gemm: a matrix-vector product split across the pool,
-// greedy decoding's every product) against plain loops in double: weights given as (n, k) rows or
-// as a (k, n) matrix, the row itself strided, accumulating into c, float32 and float64.
+// greedy decoding's every product) and few-row ones (2 to 8 rows, a beam's: oneDNN's float32 matmul
+// where the build has it, ops/cpu/onednn_gemm.h) against plain loops in double: weights given as
+// (n, k) rows or as a (k, n) matrix, the rows strided, accumulating into c, float32 and float64.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -23,20 +24,21 @@ Tensor random_tensor(const Shape& shape, uint32_t seed, DType dtype) {
   return from_vector(v, shape).to(dtype);
 }
 
-// c (1, n) = a (1, k) · b (k, n), in double, with the sum of |a||b| per output (the rounding scale).
+// c (m, n) = a (m, k) · b (k, n), in double, with the sum of |a||b| per output (the rounding scale).
 struct Reference {
   std::vector<double> value, mass;
 };
 Reference reference(const Tensor& a, const Tensor& b) {
   std::vector<double> av = a.to(DType::f64).contiguous().to_vector<double>();
   std::vector<double> bv = b.to(DType::f64).contiguous().to_vector<double>();
-  const int64_t k = b.size(0), n = b.size(1);
-  Reference r{std::vector<double>(n), std::vector<double>(n)};
-  for (int64_t j = 0; j < n; ++j)
-    for (int64_t p = 0; p < k; ++p) {
-      r.value[j] += av[p] * bv[p * n + j];
-      r.mass[j] += std::abs(av[p] * bv[p * n + j]);
-    }
+  const int64_t m = a.size(0), k = b.size(0), n = b.size(1);
+  Reference r{std::vector<double>(m * n), std::vector<double>(m * n)};
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t p = 0; p < k; ++p) {
+        r.value[i * n + j] += av[i * k + p] * bv[p * n + j];
+        r.mass[i * n + j] += std::abs(av[i * k + p] * bv[p * n + j]);
+      }
   return r;
 }
 
@@ -54,12 +56,14 @@ void check_row(const Tensor& got, const Reference& want, int64_t k, double eps, 
 
 }  // namespace
 
-TEST_CASE("one-row GEMM (gemv split across threads) equals the loops") {
-  for (DType dtype : {DType::f32, DType::f64}) {
+TEST_CASE("one-row and few-row GEMMs (gemv, oneDNN; split across threads) equal the loops") {
+  for (auto [dtype, m] : {std::pair{DType::f32, int64_t{1}}, {DType::f64, int64_t{1}}, {DType::f32, int64_t{5}},
+                          {DType::f64, int64_t{5}}, {DType::f32, int64_t{8}}}) {
     CAPTURE(dtype_name(dtype));
+    CAPTURE(m);
     const double eps = dtype == DType::f32 ? std::ldexp(1.0, -24) : std::ldexp(1.0, -53);
     const int64_t k = 300, n = 1500;  // large enough for the split path and several pieces
-    Tensor a = random_tensor({1, k}, 1, dtype);
+    Tensor a = random_tensor({m, k}, 1, dtype);
     SUBCASE("x · Wᵀ with W stored (n, k): a linear layer") {
       Tensor w = random_tensor({n, k}, 2, dtype);
       check_row(matmul(a, w.t()), reference(a, w.t()), k, eps);
@@ -72,9 +76,12 @@ TEST_CASE("one-row GEMM (gemv split across threads) equals the loops") {
       Tensor cols = random_tensor({k, 3}, 4, dtype), w = random_tensor({n, k}, 5, dtype);
       Tensor row = cols.narrow(1, 1, 1).t();  // (1, k), element stride 3
       check_row(matmul(row, w.t()), reference(row, w.t()), k, eps);
+      Tensor wide = random_tensor({m, 2 * k}, 8, dtype);
+      Tensor rows = wide.narrow(1, 0, k);  // (m, k), rows 2k apart
+      check_row(matmul(rows, w.t()), reference(rows, w.t()), k, eps);
     }
     SUBCASE("accumulating into c (beta = 1)") {
-      Tensor b = random_tensor({k, n}, 6, dtype), c = random_tensor({1, n}, 7, dtype);
+      Tensor b = random_tensor({k, n}, 6, dtype), c = random_tensor({m, n}, 7, dtype);
       std::vector<double> before = c.to(DType::f64).to_vector<double>();
       addmm_(c, a, b);
       check_row(c, reference(a, b), k, eps, before);

@@ -203,7 +203,7 @@ std::unique_ptr<models::Seq2Seq> make_model(const PresetData& d) {
 }
 
 // amp "bf16": the step under Autocast(bf16), as `train --amp bf16` (native bf16 GEMMs where the CPU
-// has them, ops/cpu/bf16_gemm.h)
+// has them, ops/cpu/onednn_gemm.h)
 void bench_step(const std::string& preset, const Plan& plan, const Reporter& out, const std::string& amp = "off") {
   PresetData d = load_preset(preset, plan.data_dir);
   d.config.amp = amp;

@@ -5,7 +5,7 @@
 
 #include "core/blas.h"
 #include "core/half.h"
-#include "ops/cpu/bf16_gemm.h"
+#include "ops/cpu/onednn_gemm.h"
 #include "ops/cpu/loop.h"
 
 namespace seqgrad::cpu::SG_CPU_ISA {
@@ -118,6 +118,12 @@ void split_gemm(blas::Trans ta, blas::Trans tb, int64_t m, int64_t n, int64_t k,
     row_gemm(ta, tb, n, k, alpha, a, lda, b, ldb, beta, c);
     return;
   }
+  if constexpr (std::is_same_v<T, float>) {  // a few rows: oneDNN, which does not pack the weight
+    const int64_t b_row = tb == blas::Trans::no ? ldb : 1, b_col = tb == blas::Trans::no ? 1 : ldb;
+    if (m <= kFewRows && ta == blas::Trans::no && n * k >= kSplitWork &&
+        few_rows_gemm(m, n, k, alpha, a, lda, b, b_row, b_col, beta, c, ldc))
+      return;
+  }
   const int64_t work = m * n * k;
   if (work < 2 * kSplitWork || std::max(m, n) < 2 * kMinPiece || get_num_threads() <= 1) {
     blas_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
@@ -140,7 +146,7 @@ void split_gemm(blas::Trans ta, blas::Trans tb, int64_t m, int64_t n, int64_t k,
 
 void CpuBackend::gemm(const Tensor& a_in, const Tensor& b_in, const Tensor& c, double alpha, double beta,
                       GemmPrecision precision) {
-  // Autocast(bf16) on a CPU with AVX-512 BF16: oneDNN's bf16 matmul (ops/cpu/bf16_gemm.h)
+  // Autocast(bf16) on a CPU with AVX-512 BF16: oneDNN's bf16 matmul (ops/cpu/onednn_gemm.h)
   if (precision == GemmPrecision::bf16 && native_bf16_gemm(a_in, b_in, c, alpha, beta)) return;
   int64_t batch = c.shape()[0], m = c.shape()[1], n = c.shape()[2], k = a_in.shape()[2];
   bool reduced = precision != GemmPrecision::full && c.dtype() == DType::f32;

@@ -33,7 +33,7 @@ dnnl::stream& thread_stream() {
 // A primitive and the scratchpad it needs. Scratchpads are ours (scratchpad_mode::user), one per
 // thread: the library's own is shared by all primitives, so a primitive would have to run on the
 // thread that created it, and the bf16 products run on every thread of seqgrad's pool at once
-// (ops/cpu/bf16_gemm.cpp).
+// (ops/cpu/onednn_gemm.cpp).
 struct Matmul {
   dnnl::matmul primitive;
   dnnl::memory::desc scratchpad;
@@ -166,16 +166,30 @@ bool cpu_has_bf16() {
   return has;
 }
 
-void bf16_gemm(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t a_row, int64_t a_col, const uint16_t* b,
-               int64_t b_row, int64_t b_col, float* c, int64_t ldc) {
-  checked("matmul (bf16)", m, n, k, [&] {
-    dnnl::memory::desc a_md(dims{m, k}, dt::bf16, dims{a_row, a_col});
-    dnnl::memory::desc b_md(dims{k, n}, dt::bf16, dims{b_row, b_col});
+namespace {
+// float32 c (m, n) = a · b with a and b of element type `type` given by element strides, on the
+// calling thread alone (its caller splits the product across seqgrad's pool).
+void strided_gemm(const char* what, int kind, dt type, int64_t m, int64_t n, int64_t k, const void* a, int64_t a_row,
+                  int64_t a_col, const void* b, int64_t b_row, int64_t b_col, float* c, int64_t ldc) {
+  checked(what, m, n, k, [&] {
+    dnnl::memory::desc a_md(dims{m, k}, type, dims{a_row, a_col});
+    dnnl::memory::desc b_md(dims{k, n}, type, dims{b_row, b_col});
     dnnl::memory::desc c_md(dims{m, n}, dt::f32, dims{ldc, 1});
-    Matmul product = cached(Key{1, m, n, k, a_row, a_col, b_row, b_col, ldc}, a_md, b_md, c_md);
-    omp_set_num_threads(1);  // the caller splits the product across seqgrad's pool (ops/cpu/bf16_gemm.cpp)
+    Matmul product = cached(Key{kind, m, n, k, a_row, a_col, b_row, b_col, ldc}, a_md, b_md, c_md);
+    omp_set_num_threads(1);
     run(product, a_md, a, b_md, b, c_md, c);
   });
+}
+}  // namespace
+
+void bf16_gemm(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t a_row, int64_t a_col, const uint16_t* b,
+               int64_t b_row, int64_t b_col, float* c, int64_t ldc) {
+  strided_gemm("matmul (bf16)", 1, dt::bf16, m, n, k, a, a_row, a_col, b, b_row, b_col, c, ldc);
+}
+
+void f32_gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_row, int64_t a_col, const float* b,
+              int64_t b_row, int64_t b_col, float* c, int64_t ldc) {
+  strided_gemm("matmul (few rows)", 3, dt::f32, m, n, k, a, a_row, a_col, b, b_row, b_col, c, ldc);
 }
 
 }  // namespace seqgrad::onednn

@@ -34,4 +34,8 @@ bool cpu_has_bf16();
 void bf16_gemm(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t a_row, int64_t a_col,
                const uint16_t* b, int64_t b_row, int64_t b_col, float* c, int64_t ldc);
 
+// The same in float32 (the few-row products of ops/cpu/onednn_gemm.h), on the calling thread alone.
+void f32_gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_row, int64_t a_col, const float* b,
+              int64_t b_row, int64_t b_col, float* c, int64_t ldc);
+
 }  // namespace seqgrad::onednn

@@ -1,5 +1,5 @@
-// Native bf16 GEMMs through oneDNN (ops/cpu/bf16_gemm.h).
-#include "ops/cpu/bf16_gemm.h"
+// The CPU backend's oneDNN GEMMs: bf16 products and few-row float32 ones (ops/cpu/onednn_gemm.h).
+#include "ops/cpu/onednn_gemm.h"
 
 #include <atomic>
 #include <cstdlib>
@@ -49,31 +49,32 @@ Bf16Matrix to_bf16(const float* p, int64_t rows, int64_t cols, int64_t row_strid
   return out;
 }
 
-// c (m, n, leading dimension ldc) = alpha · a·b + beta · c for one batch entry. The product is
-// split across seqgrad's pool (along n, or along m when it is larger), and oneDNN runs each piece
-// on its calling thread: its own OpenMP team spin-waits between products on the cores the pool
-// needs (a fifth of a bf16 training step's time went to libgomp's spinning, by perf).
-void gemm_pieces(int64_t m, int64_t n, int64_t k, const Bf16Matrix& a, const Bf16Matrix& b, float* c, int64_t ldc,
-                 float alpha, float beta) {
+// c (m, n, leading dimension ldc) = alpha · a·b + beta · c for one product of operands in element
+// type E (bf16 bits or float), given by element strides. The product is split across seqgrad's
+// pool (along n, or along m when it is larger), and oneDNN runs each piece on its calling thread:
+// its own OpenMP team spin-waits between products on the cores the pool needs (a fifth of a bf16
+// training step's time went to libgomp's spinning, by perf).
+template <class E, class Product>
+void gemm_pieces(int64_t m, int64_t n, int64_t k, const E* a, int64_t a_row, int64_t a_col, const E* b, int64_t b_row,
+                 int64_t b_col, float* c, int64_t ldc, float alpha, float beta, Product product) {
   auto piece = [&](int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
     const int64_t rows = i1 - i0, cols = j1 - j0;
-    const uint16_t* ap = a.values.data() + i0 * a.row_stride;
-    const uint16_t* bp = b.values.data() + j0 * b.col_stride;
+    const E* ap = a + i0 * a_row;
+    const E* bp = b + j0 * b_col;
     float* cp = c + i0 * ldc + j0;
     if (beta == 0.0f) {  // beta = 0 ignores c, as BLAS: the product goes straight into it
-      onednn::bf16_gemm(rows, cols, k, ap, a.row_stride, a.col_stride, bp, b.row_stride, b.col_stride, cp, ldc);
+      product(rows, cols, k, ap, a_row, a_col, bp, b_row, b_col, cp, ldc);
       if (alpha != 1.0f)
         for (int64_t r = 0; r < rows; ++r)
           for (int64_t j = 0; j < cols; ++j) cp[r * ldc + j] *= alpha;
       return;
     }
-    std::vector<float> product(static_cast<size_t>(rows * cols));
-    onednn::bf16_gemm(rows, cols, k, ap, a.row_stride, a.col_stride, bp, b.row_stride, b.col_stride, product.data(),
-                      cols);
+    std::vector<float> result(static_cast<size_t>(rows * cols));
+    product(rows, cols, k, ap, a_row, a_col, bp, b_row, b_col, result.data(), cols);
     for (int64_t r = 0; r < rows; ++r)
-      for (int64_t j = 0; j < cols; ++j) cp[r * ldc + j] = alpha * product[r * cols + j] + beta * cp[r * ldc + j];
+      for (int64_t j = 0; j < cols; ++j) cp[r * ldc + j] = alpha * result[r * cols + j] + beta * cp[r * ldc + j];
   };
-  constexpr int64_t kPieceWork = int64_t{1} << 20;  // multiply-adds below which a split costs more than it gains
+  constexpr int64_t kPieceWork = int64_t{1} << 16;  // multiply-adds below which a split costs more than it gains
   if (n >= m) {
     parallel_for(n, std::max<int64_t>(16, kPieceWork / std::max<int64_t>(m * k, 1)),
                  [&](int64_t j0, int64_t j1) { piece(0, m, j0, j1); }, 16);
@@ -90,6 +91,19 @@ bool native_bf16_gemm_available() {
 #ifdef SG_ONEDNN
   return native_enabled.load(std::memory_order_relaxed) && onednn::cpu_has_bf16();
 #else
+  return false;
+#endif
+}
+
+bool few_rows_gemm(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda, const float* b,
+                   int64_t b_row, int64_t b_col, float beta, float* c, int64_t ldc) {
+#ifdef SG_ONEDNN
+  SG_ASSERT(m >= 2 && m <= kFewRows);
+  gemm_pieces(m, n, k, a, lda, int64_t{1}, b, b_row, b_col, c, ldc, alpha, beta, onednn::f32_gemm);
+  return true;
+#else
+  (void)m, (void)n, (void)k, (void)alpha, (void)a, (void)lda, (void)b, (void)b_row, (void)b_col, (void)beta, (void)c,
+      (void)ldc;
   return false;
 #endif
 }
@@ -115,8 +129,11 @@ bool native_bf16_gemm(const Tensor& a, const Tensor& b, const Tensor& c, double 
     std::optional<Bf16Matrix> a_i, b_i;
     if (!a_shared) a_i = operand(a, pa, i, m, k);
     if (!b_shared) b_i = operand(b, pb, i, k, n);
-    gemm_pieces(m, n, k, a_shared ? *a_shared : *a_i, b_shared ? *b_shared : *b_i, pc + i * c.strides()[0], ldc,
-                static_cast<float>(alpha), static_cast<float>(beta));
+    const Bf16Matrix& ai = a_shared ? *a_shared : *a_i;
+    const Bf16Matrix& bi = b_shared ? *b_shared : *b_i;
+    gemm_pieces(m, n, k, ai.values.data(), ai.row_stride, ai.col_stride, bi.values.data(), bi.row_stride,
+                bi.col_stride, pc + i * c.strides()[0], ldc, static_cast<float>(alpha), static_cast<float>(beta),
+                onednn::bf16_gemm);
   }
   return true;
 #else

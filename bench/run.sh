@@ -41,10 +41,8 @@ python=/usr/bin/python3
 # where OpenBLAS's own detection may pick another (Cooperlake on this project's AMD EPYC), so the
 # kernels seqgrad reports are exported for PyTorch too unless OPENBLAS_CORETYPE is already set.
 kernels_of_seqgrad() { "$seqgrad" info | sed -n 's/.*(kernels: \([A-Za-z0-9]*\).*/\1/p'; }
-if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
-  coretype=$(kernels_of_seqgrad)
-  if [ -n "$coretype" ]; then export OPENBLAS_CORETYPE="$coretype"; fi
-fi
+seqgrad_kernels=$(kernels_of_seqgrad)
+if [ -z "${OPENBLAS_CORETYPE:-}" ] && [ -n "$seqgrad_kernels" ]; then export OPENBLAS_CORETYPE="$seqgrad_kernels"; fi
 out="${OUT:-bench/results/$(date +%Y%m%d-%H%M%S)}"
 mkdir -p "$out/data"
 results="$out/results.jsonl"
@@ -67,7 +65,6 @@ torch_kernels() {
   $python -c 'import ctypes, torch; f = ctypes.CDLL("libblas.so.3").openblas_get_corename
 f.restype = ctypes.c_char_p; print(f().decode())' 2>/dev/null || echo '?'
 }
-seqgrad_kernels=$(kernels_of_seqgrad)
 pytorch_kernels=$(torch_kernels)
 {
   if [ "$seqgrad_kernels" != "$pytorch_kernels" ]; then

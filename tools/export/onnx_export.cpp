@@ -192,7 +192,7 @@ class Builder {
 struct Int8Weight {
   Tensor q, scale;
 };
-Int8Weight int8_weight(const QuantizedWeight& w) {
+Int8Weight int8_tensors(const QuantizedWeight& w) {
   std::vector<float> scales(static_cast<size_t>(w.rows));
   for (int64_t r = 0; r < w.rows; ++r) scales[static_cast<size_t>(r)] = w.scale(r);
   return {from_vector(std::vector<float>(w.values.begin(), w.values.end()), {w.rows, w.cols}),
@@ -216,7 +216,7 @@ std::string dequantized(Builder& b, const Int8Weight& w, const std::string& name
 std::string linear(Builder& b, const std::string& x, const nn::Linear& layer, const std::string& name) {
   std::string y;
   if (layer.qweight) {
-    Int8Weight w = int8_weight(*layer.qweight);
+    Int8Weight w = int8_tensors(*layer.qweight);
     std::vector<std::string> xq = b.ops("DynamicQuantizeLinear", {x}, {}, 3);  // x_q, s_x, z_x
     std::string acc = b.op("MatMulInteger", {xq[0], b.int8_weight(name + ".weight_t_q", w.q.transpose(0, 1)), xq[2]});
     std::string scale = b.op("Mul", {xq[1], b.weight(name + ".weight_scale", w.scale.reshape({-1}))});  // (out,)
@@ -231,7 +231,7 @@ std::string linear(Builder& b, const std::string& x, const nn::Linear& layer, co
 // Embedding: Gather over the table; an int8 table gathers its rows and their scales.
 std::string embedding(Builder& b, const nn::Embedding& table, const std::string& ids, const std::string& name) {
   if (!table.qweight) return b.op("Gather", {b.weight(name + ".weight", table.weight), ids});
-  Int8Weight w = int8_weight(*table.qweight);
+  Int8Weight w = int8_tensors(*table.qweight);
   std::string rows = b.op("Gather", {b.int8_weight(name + ".weight_q", w.q), ids});  // (..., E) int8
   std::string scales = b.op("Gather", {b.weight(name + ".weight_scale", w.scale), ids});  // (..., 1)
   return b.op("Mul", {b.op("Cast", {rows}, {attr("to", int64_t{pb::TensorProto::FLOAT})}), scales});
@@ -254,7 +254,7 @@ std::string gru_input(Builder& b, const std::vector<const Tensor*>& weights,
       values.push_back(onnx_gate_order(*weights[d], hidden));
       continue;
     }
-    Int8Weight w = int8_weight(*quantized[d]);
+    Int8Weight w = int8_tensors(*quantized[d]);
     values.push_back(onnx_gate_order(w.q, hidden));
     scales.push_back(onnx_gate_order(w.scale, hidden));
   }

@@ -15,7 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/serialize.h"
-#include "models/seq2seq/pipeline.h"
+#include "models/seq2seq/run.h"
 #include "nn/checkpoint.h"
 #include "temp_dir.h"
 
@@ -84,12 +84,12 @@ TEST_CASE("hostile checkpoint: config sizes are checked against the tensors befo
       {"embed_size", int64_t{4287621595510868754}, "config field model.embed_size = 4287621595510868754"},
       {"embed_size", 1000000, "model.embed_size = 1000000, but tensor 'model.encoder.embedding.weight' has shape (7, 3)"},
       {"hidden_size", int64_t{1} << 61, "config field model.hidden_size = 2305843009213693952"},
-      {"num_layers", int64_t{1} << 40, "model.num_layers = 1099511627776, but the encoder has 2 layer(s)"},
+      {"num_layers", int64_t{1} << 40, "config field model.num_layers = 1099511627776 must be in [1, 64]"},
       {"num_layers", 1, "model.num_layers = 1, but the encoder has 2 layer(s)"},
       {"attention_size", int64_t{1} << 60, "config field model.attention_size = 1152921504606846976"},
       {"src_vocab", 6, "vocabulary sizes 7/8 do not match the model's 6/8"},
       {"pad_id", 9, "model.pad_id = 9"},
-      {"embed_size", 0, "embed_size 0, hidden_size 4 and num_layers 2 must be positive"},
+      {"embed_size", 0, "config field model.embed_size = 0 must be in [1, 1048576]"},
   };
   for (const Case& c : cases) {
     CAPTURE(c.field);
@@ -105,12 +105,12 @@ TEST_CASE("hostile checkpoint: config sizes are checked against the tensors befo
   std::string scaled = edited("scaled_dot", [](TensorFile& f) {
     json config = json::parse(f.metadata.at("config"));
     config["model"]["attention"] = "scaled_dot";
-    config["model"]["attention_size"] = int64_t{1} << 50;
+    config["model"]["attention_size"] = 1000000;  // within the config's range, beyond what the file holds
     f.metadata["config"] = config.dump();
   });
-  CHECK_THROWS_WITH_AS(load_translator(scaled), doctest::Contains("model.attention_size = 1125899906842624 sizes an "
-                                                                  "unused additive attention of 1125899906842624 x 13 "
-                                                                  "values, more than the"), IOError);
+  CHECK_THROWS_WITH_AS(load_translator(scaled), doctest::Contains("model.attention_size = 1000000 sizes an unused "
+                                                                  "additive attention of 1000000 x 13 values, more "
+                                                                  "than the"), IOError);
   // a zero-size tensor cannot vouch for a huge size: both dimensions are checked
   std::string hollow = edited("zero_size", [](TensorFile& f) {
     f.tensors["model.encoder.rnn.weight_hh_l0"] = empty({0, 100000});
@@ -127,8 +127,8 @@ TEST_CASE("hostile checkpoint: config sizes are checked against the tensors befo
     config["max_tokens"] = int64_t{1} << 62;
     f.metadata["config"] = config.dump();
   });
-  CHECK_THROWS_WITH_AS(load_translator(tokens), doctest::Contains("config field max_tokens = 4611686018427387904 is "
-                                                                  "not in [0, 1048576]"), IOError);
+  CHECK_THROWS_WITH_AS(load_translator(tokens), doctest::Contains("config field max_tokens = 4611686018427387904 "
+                                                                  "must be in [1, 1048576]"), IOError);
 }
 
 TEST_CASE("hostile checkpoint: metadata errors name the checkpoint") {

@@ -13,7 +13,7 @@
 
 #include "core/serialize.h"
 #include "models/seq2seq/decode.h"
-#include "models/seq2seq/pipeline.h"
+#include "models/seq2seq/run.h"
 #include "models/seq2seq/trainer.h"
 #include "models/text/subword.h"
 #include "nn/checkpoint.h"

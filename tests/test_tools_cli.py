@@ -178,7 +178,7 @@ class TrainBadInput(Base):
         self.assertFails(p, r"seqgrad train: error: .*" + pattern, status=2)  # a usage error
 
     def test_unknown_preset(self):
-        self.check(["--preset", "huge"], r"unknown preset 'huge' \(choose one of: default, seed, d2l\)")
+        self.check(["--preset", "huge"], r"unknown preset 'huge' \(choose one of: default, seed, d2l, tiny\)")
 
     def test_unknown_flag(self):
         self.check(["--epochz", "3"], r"unknown option --epochz")
@@ -192,19 +192,20 @@ class TrainBadInput(Base):
         self.check(["--epochs", "--quiet"], r"--epochs needs a value <n>, got the option --quiet")
         self.check(["--epochs="], r"--epochs needs a value <n>, got an empty one")
         self.check(["--lr", "nan"], r"--lr expects a finite number, got 'nan'")
-        self.check(["--lr", "-0.1"], r"--lr must be positive")
+        self.check(["--lr", "-0.1"], r"--lr must be > 0, got -0.1")
         self.check(["--dropout", "1.5"], r"--dropout must be in \[0, 1\), got 1.5")
-        self.check(["--hidden", "0"], r"--hidden 0 .* must be >= 1")
-        self.check(["--max-tokens", "0"], r"--max-tokens must be >= 1")
-        self.check(["--attention", "cosine"], r"attention kind 'cosine' is not one of: additive, scaled_dot, hybrid")
+        self.check(["--hidden", "0"], r"--hidden must be in \[1, 1048576\], got 0")
+        self.check(["--truncate", "0"], r"--truncate must be in \[1, 1048576\], got 0")
+        self.check(["--max-tokens", "0"], r"--max-tokens is deprecated .* use --truncate(.|\n)*--truncate must be in")
+        self.check(["--attention", "cosine"], r"--attention must be one of: additive, scaled_dot, hybrid, got cosine")
         self.check(["--threads", "0"], r"--threads must be >= 1")
         self.check(["--beam", "0"], r"--beam must be >= 1")
         self.check(["--subset", "-5"], r"--subset must be >= 0")
-        self.check(["--label-smoothing", "1"], r"--label-smoothing must be in \[0, 1\)")
-        self.check(["--clip", "0"], r"--clip must be positive")
-        self.check(["--seed", "-1"], r"--seed must be >= 0")
+        self.check(["--label-smoothing", "1.5"], r"--label-smoothing must be in \[0, 1\], got 1.5")
+        self.check(["--clip", "0"], r"--clip must be > 0, got 0")
+        self.check(["--seed", "-1"], r"--seed must be an integer >= 0, got -1")
         self.check(["--quiet=yes"], r"--quiet is a flag and takes no value")
-        self.check(["--amp", "fp32"], r"--amp expects off, bf16 or fp16, got 'fp32'")
+        self.check(["--amp", "fp32"], r"--amp must be one of: off, bf16, fp16, got fp32")
         self.check(["--amp="], r"--amp needs a value <mode>, got an empty one")
         self.check(["--device", "gpu"], r"--device expects cpu, cuda or cuda:N, got 'gpu'")
 
@@ -624,8 +625,8 @@ class EvalBleu(Base):
 class Compare(Base):
     def test_tiny_comparison(self):
         out = self.out("compare")
-        p = run("compare", "--embed", "8", "--hidden", "8", "--subsets", "128,256", "--epochs", "1", "--valid", "40",
-                "--kinds", "additive,scaled_dot", "--timing-steps", "2", "--threads", "1", "--quiet",
+        p = run("compare", "--embed", "8", "--hidden", "8", "--subsets", "128,256", "--epochs", "1", "--valid-pairs", "40",
+                "--attention", "additive,scaled_dot", "--timing-steps", "2", "--threads", "1", "--quiet",
                 "--data-dir", DATA, "--out", out)
         self.assertOk(p)
         self.assertRegex(p.stdout, r"additive +128 ")
@@ -656,7 +657,7 @@ class Compare(Base):
         self.assertEqual(section.count("<svg"), 2)
 
     def test_bad_input(self):
-        for args, pattern in [(["--kinds", "cosine"], r"attention kind 'cosine'"),
+        for args, pattern in [(["--attention", "cosine"], r"attention kind 'cosine'"),
                               (["--subsets", "0"], r"--subsets expects positive pair counts or 'all', got '0'"),
                               (["--subsets", "lots"], r"got 'lots'"),
                               (["--epochs", "0"], r"--epochs must be >= 1"),
@@ -710,7 +711,7 @@ class Conventions(Base):
         self.assertFails(run("train", *common, "--src", "de", "--tgt", "de"),
                          r"--src and --tgt are both 'de': a translator needs two languages", status=2)
         self.assertFails(run("train", *common, "--attention", "dot"),
-                         r"--attention dot: .* is scaled_dot .*seqgrad attention demo --kind dot", status=2)
+                         r"--attention dot: .* is scaled_dot .*seqgrad attention demo --attention dot", status=2)
 
 
 # ---- translate: line by line, bad lines, n-best, the wrong language ----------------------------

@@ -158,19 +158,97 @@ class RunFolder(Base):
 class Flags(Base):
     def test_train_and_compare_validate_alike(self):
         # tools/train_flags.cpp checks the flags both commands take, with the same messages
-        for flag, value, pattern in [("--lr", "-1", r"--lr must be positive, got -1"),
+        for flag, value, pattern in [("--lr", "-1", r"--lr must be > 0, got -1"),
                                      ("--lr", "inf", r"--lr expects a finite number, got 'inf'"),
                                      ("--dropout", "1.5", r"--dropout must be in \[0, 1\), got 1.5"),
-                                     ("--hidden", "0", r"--embed 16, --hidden 0 and --layers 1 must be >= 1"),
-                                     ("--batch-size", "0", r"--batch-size must be >= 1, got 0"),
-                                     ("--max-tokens", "0", r"--max-tokens must be >= 1, got 0"),
+                                     ("--hidden", "0", r"--hidden must be in \[1, 1048576\], got 0"),
+                                     ("--batch-size", "0", r"--batch-size must be in \[1, 1048576\], got 0"),
+                                     ("--truncate", "0", r"--truncate must be in \[1, 1048576\], got 0"),
                                      ("--epochs", "0", r"--epochs must be >= 1, got 0"),
-                                     ("--seed", "-1", r"--seed must be >= 0, got -1")]:
+                                     ("--seed", "-1", r"--seed must be an integer >= 0, got -1")]:
             for command in ["train", "compare"]:
                 with self.subTest(command=command, flag=flag, value=value):
                     p = run(command, "--embed", "16", "--layers", "1", flag, value, "--threads", "1",
                             "--data-dir", DATA, "--out", self.out("flags"))
                     self.assertFails(p, rf"seqgrad {command}: error: " + pattern, status=2)  # a usage error
+
+
+# ---- the config table: --print-config, --config, and every field in help, JSON and inspect -------
+
+def flatten(config, prefix=""):
+    """{"model": {"hidden_size": 16}} -> {"model.hidden_size": 16}; files.* stay objects."""
+    out = {}
+    for key, value in config.items():
+        name = prefix + key
+        if isinstance(value, dict) and key in ("model", "files"):
+            out.update(flatten(value, name + "."))
+        else:
+            out[name] = value
+    return out
+
+
+# Fields that no flag sets: chosen by the data flags (corpus, files.*) or --preset, or derived from
+# the vocabularies.
+NO_FLAG = {"preset", "corpus", "model.src_vocab", "model.tgt_vocab", "model.pad_id"}
+
+
+class ConfigTable(Base):
+    def print_config(self, *args):
+        p = run("train", *args, "--print-config", "--data-dir", DATA)
+        self.assertOk(p)
+        return json.loads(p.stdout)
+
+    def test_print_config_round_trips_through_config(self):
+        for preset in ["default", "seed", "d2l", "tiny"]:
+            with self.subTest(preset=preset):
+                config = self.print_config("--preset", preset, "--lr", "0.0125", "--no-deep-output")
+                self.assertEqual((config["preset"], config["lr"], config["model"]["deep_output"]),
+                                 (preset, 0.0125, False))
+                path = self.out(f"{preset}.json")
+                write(path, json.dumps(config))
+                self.assertEqual(self.print_config("--config", path), config)
+                # flags override the file; --preset replaces the file's preset
+                self.assertEqual(self.print_config("--config", path, "--epochs", "3")["epochs"], 3)
+
+    def test_a_partial_config_file_starts_from_its_preset(self):
+        path = self.out("partial.json")
+        write(path, json.dumps({"preset": "d2l", "model": {"hidden_size": 24}, "lr_step_size": 3}))
+        self.assertFails(run("train", "--config", path, "--print-config"),
+                         r"config file .*partial.json: config field lr_step_size is not a field of the translator's "
+                         r"config \(did you mean step_size\?\)", status=2)
+        write(path, json.dumps({"preset": "d2l", "model": {"hidden_size": 24}, "step_size": 3}))
+        config = self.print_config("--config", path)
+        d2l = self.print_config("--preset", "d2l")
+        self.assertEqual({k: v for k, v in flatten(config).items() if flatten(d2l)[k] != v},
+                         {"model.hidden_size": 24, "step_size": 3})
+        write(path, json.dumps({"preset": "d2l", "model": {"dropout": "high"}}))
+        self.assertFails(run("train", "--config", path, "--print-config"),
+                         r'config field model.dropout = "high" must be a number', status=2)
+
+    def test_every_field_is_in_help_json_and_inspect(self):
+        # one table drives them all: a field added to it shows up in each of these without more code
+        fields = flatten(self.print_config("--preset", "tiny"))
+        help_text = run("train", "--help").stdout
+        for key in fields:
+            with self.subTest(key=key):
+                flag_documented = f"config key {key})" in help_text
+                self.assertEqual(flag_documented, key not in NO_FLAG and not key.startswith("files."), key)
+        p = run("inspect", os.path.join(reference_run(), "last.safetensors"))
+        self.assertOk(p)
+        listed = dict(re.findall(r"^  ([\w.]+) = (.*)$", p.stdout, re.M))
+        self.assertEqual(set(listed), set(flatten(self.print_config(*TINY, "--epochs", "1"))))
+        self.assertEqual(listed["lr"], "0.003")
+
+    def test_resume_refuses_a_changed_field_and_a_config_file(self):
+        d = reference_run()
+        self.assertFails(run("train", "--resume", "--out", d, "--lr", "0.5", "--data-dir", DATA),
+                         r"cannot resume: .* was trained with --lr 0.003, not 0.5", status=2)
+        self.assertFails(run("train", "--resume", "--out", d, "--config", self.out("x.json")),
+                         r"cannot resume with --config", status=2)
+        # a finished run says so instead of training nothing silently
+        p = run("train", "--resume", "--out", d, "--data-dir", DATA, "--quiet", "--threads", "1")
+        self.assertOk(p)
+        self.assertIn("has finished its 1 epoch(s)", p.stdout)
 
 
 # ---- the user's own corpus: --train / --valid / --test ------------------------------------------

@@ -70,6 +70,23 @@ Args& Args::positional(const std::string& name, const std::string& help) {
   return *this;
 }
 
+Args& Args::group(const std::string& name) {
+  SG_CHECK(!order_.empty(), "{}: group '{}' before any option", command_, name);
+  options_[order_.back()].group = name;
+  return *this;
+}
+
+bool Args::in_group(const std::string& option, const std::string& name) const {
+  auto o = options_.find(option);
+  return o != options_.end() && o->second.group == name;
+}
+
+Args& Args::deprecated_alias(const std::string& old_name, const std::string& new_name) {
+  SG_CHECK(options_.count(new_name), "{}: alias --{} of an undeclared option --{}", command_, old_name, new_name);
+  aliases_[old_name] = new_name;
+  return *this;
+}
+
 bool Args::parse(int argc, char** argv) {
   bool options_done = false;  // after "--" every argument is positional
   for (int i = 1; i < argc; ++i) {
@@ -96,6 +113,11 @@ bool Args::parse(int argc, char** argv) {
     bool inline_value = false;
     if (auto eq = name.find('='); eq != std::string::npos)
       value = name.substr(eq + 1), name = name.substr(0, eq), inline_value = true;
+    if (auto alias = aliases_.find(name); alias != aliases_.end()) {
+      fmt::print(stderr, "warning: --{} is deprecated and will be removed in the next release; use --{}\n", name,
+                 alias->second);
+      name = alias->second;
+    }
     auto it = options_.find(name);
     SG_CHECK_USAGE(it != options_.end(), "unknown option --{}{}", name, did_you_mean(name, order_, "--"));
     if (it->second.value_name.empty()) {

@@ -57,6 +57,12 @@ class Args {
   Args& pair_option(const std::string& name, const std::string& first_name, const std::string& second_name,
                     const std::string& help);
   Args& positional(const std::string& name, const std::string& help);  // zero or more
+  // Puts the option declared last in a named group (the config flags: tools/train_flags.h).
+  Args& group(const std::string& name);
+  bool in_group(const std::string& option, const std::string& name) const;
+  // An old spelling of a declared option: it still works for one release, with a deprecation line
+  // on stderr naming the new one.
+  Args& deprecated_alias(const std::string& old_name, const std::string& new_name);
 
   // Returns false when --help was given (the help text is printed); throws UsageError otherwise.
   bool parse(int argc, char** argv);
@@ -74,6 +80,7 @@ class Args {
   double get_double(const std::string& name) const;
   std::pair<std::string, std::string> get_pair(const std::string& name) const;  // a given pair_option
   bool is_pair_option(const std::string& name) const;  // declared with pair_option
+  bool is_declared(const std::string& name) const { return options_.count(name) > 0; }
   bool flag(const std::string& name) const { return has(name); }
   const std::vector<std::string>& positionals() const { return positionals_; }
   std::string help() const;
@@ -83,12 +90,14 @@ class Args {
     std::string value_name, help, default_value;
     bool hidden = false;
     std::string second_value_name;  // a pair_option's second value
+    std::string group;
   };
   std::string command_, summary_;
   std::vector<std::string> order_;
   std::map<std::string, Option> options_;
   std::map<std::string, std::string> values_;
   std::map<std::string, std::string> second_values_;  // of pair options
+  std::map<std::string, std::string> aliases_;        // deprecated spelling -> option
   std::string positional_name_, positional_help_;
   std::vector<std::string> positionals_;
 };

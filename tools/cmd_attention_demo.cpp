@@ -196,13 +196,14 @@ int attention_demo_main(int argc, char** argv) {
   tools::Args a("attention demo",
                 "Print each attention kind's energies, weights and contexts for a tiny fixed toy input "
                 "(docs/attention.md has the formulas).");
-  a.option("kind", "kind", "additive | dot | scaled_dot | hybrid | local | chunked | multihead | all", "all")
+  a.option("attention", "kind", "additive | dot | scaled_dot | hybrid | local | chunked | multihead | all", "all")
+      .deprecated_alias("kind", "attention")
       .option("seed", "n", "seed for the parameters (the input is fixed)", "0");
   if (!a.parse(argc, argv)) return 0;
-  std::string kind = a.get("kind");
+  std::string kind = a.get("attention");
   const std::vector<std::string> kinds = {"additive", "dot", "scaled_dot", "hybrid", "local", "chunked", "multihead"};
   SG_CHECK_USAGE(kind == "all" || std::find(kinds.begin(), kinds.end(), kind) != kinds.end(),
-                 "attention demo: unknown --kind '{}'; one of additive, dot, scaled_dot, hybrid, local, chunked, "
+                 "attention demo: unknown --attention '{}'; one of additive, dot, scaled_dot, hybrid, local, chunked, "
                  "multihead, all",
                  kind);
   uint64_t seed = static_cast<uint64_t>(a.get_int("seed"));

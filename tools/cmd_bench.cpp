@@ -206,7 +206,7 @@ std::unique_ptr<models::Seq2Seq> make_model(const PresetData& d) {
 // has them, ops/cpu/onednn_gemm.h)
 void bench_step(const std::string& preset, const Plan& plan, const Reporter& out, const std::string& amp = "off") {
   PresetData d = load_preset(preset, plan.data_dir);
-  d.config.amp = amp;
+  d.config.amp = models::parse_amp(amp);
   models::Trainer trainer(d.config, d.src_vocab, d.tgt_vocab);
   int64_t tokens = 0;
   double flops = 0;

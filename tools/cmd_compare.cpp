@@ -36,25 +36,21 @@ Args compare_args() {
   Args a("compare", "Compare attention kinds (additive, scaled dot, hybrid) on the same data and seed: loss and\n"
                     "validation sacreBLEU, chrF and tokenised BLEU per epoch, time per step, small training\n"
                     "subsets and attention sharpness. Trains on a bundled corpus or your own files (--train SRC TGT\n"
-                    "--valid-files SRC TGT, or the -tsv forms); the largest subset is held in memory.\n"
-                    "Writes <out>/report.html (plots and a table) and <out>/compare.json.");
-  a.option("preset", "name", "hyper-parameter preset: default | seed | d2l", "default")
-      .option("kinds", "list", "comma-separated attention kinds", "additive,scaled_dot,hybrid")
+                    "--valid-files SRC TGT, or the -tsv forms); the largest subset is held in memory, on word\n"
+                    "vocabularies. Writes <out>/report.html (plots and a table) and <out>/compare.json.");
+  // compare sets these itself: the kinds (--attention takes a list here), the subsets, the epochs
+  // (its own default), word vocabularies held in memory
+  add_config_flags(a, {"model.attention", "train_subset", "epochs", "vocab", "joint_vocab", "shuffle_buffer"});
+  add_data_options(a, {.valid_flag = "valid-files", .test = false});
+  a.option("attention", "list", "comma-separated attention kinds", "additive,scaled_dot,hybrid")
+      .deprecated_alias("kinds", "attention")
       .option("subsets", "list", "comma-separated training-set sizes (first N pairs; 'all' = every pair)",
               "1000,5000")
       .option("epochs", "n", "training epochs per run", "2")
-      .option("valid", "n", "first n validation pairs, used for loss, BLEU and entropy (0 = all)", "500");
-  add_data_options(a, {.valid_flag = "valid-files", .test = false});
-  a.option("src", "lang", "source language (multi30k: de en fr cs; fra-eng: en fr)")
-      .option("tgt", "lang", "target language")
-      .option("data-dir", "dir", "folder holding multi30k/ and fra-eng/", "data")
+      .option("valid-pairs", "n", "first n validation pairs, used for loss, BLEU and entropy (0 = all)", "500")
+      .deprecated_alias("valid", "valid-pairs")
       .option("out", "dir", "folder for report.html and compare.json", "runs/compare")
-      .option("batch-size", "n", "sentence pairs per batch").option("lr", "x", "Adam learning rate")
-      .option("embed", "n", "embedding size E").option("hidden", "n", "GRU hidden size H")
-      .option("layers", "n", "GRU layers L").option("dropout", "p", "dropout probability")
-      .option("max-tokens", "n", "truncate sentences to n tokens")
       .option("timing-steps", "n", "steps per kind in the interleaved time-per-step measurement (0 = skip)", "12")
-      .option("seed", "n", "random seed (the same for every run)", "0")
       .option("threads", "n", "threads (default: all cores)")
       .option("quiet", "", "no per-epoch progress on stderr");
   return a;
@@ -71,16 +67,14 @@ std::vector<std::string> split_list(const std::string& s) {
 // One colour per attention kind in every chart of the report (the plot palette's index).
 int kind_color(const std::string& kind) { return static_cast<int>(models::parse_attention_kind(kind)); }
 
-// The preset with compare's flags applied; validated by the same function as `seqgrad train`'s.
+// The preset (or --config) with compare's own defaults and the flags applied, validated as
+// `seqgrad train`'s. compare's vocabulary is words, at most 20 tokens (as the word-level presets): a
+// subset of 1000 pairs supports no 4000-piece subword model.
 TrainConfig base_config(const Args& a) {
-  TrainConfig c = models::preset(a.get("preset"));
-  c.epochs = a.get_int("epochs");  // compare's own default (2), not the preset's
-  // compare's vocabulary is words, at most 20 (as the word-level presets): a subset of 1000 pairs
-  // supports no 4000-piece subword model
-  c.vocab = "word", c.max_tokens = 20;
-  c = apply_config_flags(c, a);
-  c.train_subset = 0;
-  return c;
+  return config_from_flags(a, [&](TrainConfig& c) {
+    c.epochs = a.get_int("epochs");
+    c.vocab = "word", c.joint_vocab = false, c.max_tokens = 20, c.train_subset = 0;
+  });
 }
 
 // How sharp the attention is: the entropy H = -sum_s w_s log w_s of each target step's weights
@@ -125,10 +119,9 @@ Sharpness attention_sharpness(models::Seq2Seq& model, const text::EncodedCorpus&
   return {rows ? entropy / rows : 0, normalized_rows ? normalized / normalized_rows : 0, rows ? uniform / rows : 0};
 }
 
+// One validated epoch: fit()'s metrics and the attention's sharpness.
 struct EpochResult {
-  int64_t epoch = 0;
-  double train_loss = 0, valid_loss = 0, seconds = 0;
-  double valid_sacrebleu = 0, valid_chrf = 0, valid_bleu_tokenized = 0;
+  models::EpochMetrics metrics;
   Sharpness sharpness;
 };
 
@@ -179,7 +172,8 @@ Prepared prepare(TrainConfig& c, const Data& data, int64_t train_pairs) {
   return p;
 }
 
-// Trains one attention kind on the first `train_pairs` pairs and evaluates it after every epoch.
+// Trains one attention kind on the first `train_pairs` pairs with models::fit, and measures the
+// attention's sharpness after every epoch's validation.
 Run run_one(TrainConfig c, AttentionKind kind, const Data& data, int64_t train_pairs, bool quiet) {
   c.model.attention = kind;
   const std::vector<text::TokenizedPair>& valid_pairs = data.valid;
@@ -195,37 +189,28 @@ Run run_one(TrainConfig c, AttentionKind kind, const Data& data, int64_t train_p
   double timed_seconds = 0;  // the first step (warm-up) excluded
   int64_t timed_steps = 0;
   std::vector<models::Hypothesis> samples;  // the last epoch's validation translations
-  auto count_step = [&](const models::StepResult& r) {
+  models::RunOptions options;  // no out_dir: compare keeps no checkpoints
+  options.callbacks.after_step = [&](const models::StepResult& r) {
     if (run.steps > 0) timed_seconds += r.seconds, ++timed_steps;
     ++run.steps;
     return true;
   };
-  while (trainer.state().epoch < c.epochs) {
-    models::EpochResult result;
-    try {
-      result = trainer.train_epoch(d.train, count_step);
-    } catch (const models::DivergenceError& e) {
-      run.stopped = e.what();
-      break;
-    }
-    EpochResult e;
-    e.epoch = trainer.state().epoch;
-    e.seconds = result.seconds;
-    e.train_loss = result.loss;
-    models::Evaluation val = trainer.evaluate(d.valid, valid_pairs, data.valid_references,
-                                              {.max_len = 2 * c.max_tokens + 10, .beam_size = 1});
-    e.valid_loss = val.loss;
-    e.valid_sacrebleu = val.sacrebleu;
-    e.valid_chrf = val.chrf;
-    e.valid_bleu_tokenized = val.bleu_tokenized;
-    e.sharpness = attention_sharpness(trainer.model(), d.valid);
+  options.callbacks.after_epoch = [&](const models::EpochMetrics& m, const models::Evaluation& val) {
+    EpochResult e{m, attention_sharpness(trainer.model(), d.valid)};
     run.epochs.push_back(e);
-    samples = std::move(val.hypotheses);
+    samples = val.hypotheses;
     if (!quiet)
       fmt::print(stderr, "[{} {} pairs] epoch {}/{}: train loss {:.3f}, valid loss {:.3f}, sacreBLEU {:.2f}, chrF "
                  "{:.2f}, BLEU {:.2f} (tokenised), entropy {:.3f} ({:.2f} of uniform), {:.0f} s\n", run.kind,
-                 train_pairs, e.epoch, c.epochs, e.train_loss, e.valid_loss, e.valid_sacrebleu, e.valid_chrf,
-                 e.valid_bleu_tokenized, e.sharpness.entropy, e.sharpness.normalized, e.seconds);
+                 train_pairs, m.epoch, c.epochs, m.train_loss, m.valid_loss, m.valid_sacrebleu, m.valid_chrf,
+                 m.valid_bleu_tokenized, e.sharpness.entropy, e.sharpness.normalized, m.seconds);
+    return true;
+  };
+  text::MemoryBatches batches(d.train.pairs, {.batch_size = c.batch_size});
+  try {
+    models::fit(trainer, batches, {d.valid, valid_pairs, data.valid_references}, options);
+  } catch (const models::DivergenceError& e) {
+    run.stopped = e.what();
   }
   for (size_t i = 0; i < std::min(kSampleSentences, samples.size()); ++i)
     run.sample_heatmaps.push_back(plot::heatmap_svg(attention_heatmap(
@@ -291,13 +276,14 @@ std::vector<Timing> time_steps(TrainConfig c, const std::vector<AttentionKind>& 
 
 nlohmann::json to_json(const Run& r) {
   nlohmann::json epochs = nlohmann::json::array();
-  for (const EpochResult& e : r.epochs)
-    epochs.push_back({{"epoch", e.epoch}, {"train_loss", e.train_loss}, {"valid_loss", e.valid_loss},
-                      {"valid_ppl", std::exp(e.valid_loss)}, {"valid_sacrebleu", e.valid_sacrebleu},
-                      {"valid_chrf", e.valid_chrf}, {"valid_bleu_tokenized", e.valid_bleu_tokenized},
-                      {"attention_entropy", e.sharpness.entropy},
-                      {"attention_entropy_normalized", e.sharpness.normalized},
-                      {"attention_entropy_uniform", e.sharpness.uniform}, {"seconds", e.seconds}});
+  for (const EpochResult& e : r.epochs) {
+    nlohmann::json j = e.metrics.to_json();
+    j.erase("step"), j.erase("lr");
+    j["attention_entropy"] = e.sharpness.entropy;
+    j["attention_entropy_normalized"] = e.sharpness.normalized;
+    j["attention_entropy_uniform"] = e.sharpness.uniform;
+    epochs.push_back(j);
+  }
   return {{"kind", r.kind},         {"train_pairs", r.train_pairs}, {"parameters", r.parameters},
           {"src_vocab", r.src_vocab}, {"tgt_vocab", r.tgt_vocab},   {"steps", r.steps},
           {"train_ms_per_step", r.ms_per_step},
@@ -314,11 +300,12 @@ std::vector<std::string> table_row(const Run& r) {
   if (r.epochs.empty()) {
     row.insert(row.end(), {"-", "-", "-", "-", "-", "-", "-"});
   } else {
-    const EpochResult& e = r.last();
-    row.insert(row.end(), {fmt::format("{:.3f}", e.train_loss), fmt::format("{:.3f}", e.valid_loss),
-                           fmt::format("{:.2f}", e.valid_sacrebleu), fmt::format("{:.2f}", e.valid_chrf),
-                           fmt::format("{:.2f}", e.valid_bleu_tokenized), fmt::format("{:.3f}", e.sharpness.entropy),
-                           fmt::format("{:.3f}", e.sharpness.normalized)});
+    const models::EpochMetrics& m = r.last().metrics;
+    const Sharpness& e = r.last().sharpness;
+    row.insert(row.end(), {fmt::format("{:.3f}", m.train_loss), fmt::format("{:.3f}", m.valid_loss),
+                           fmt::format("{:.2f}", m.valid_sacrebleu), fmt::format("{:.2f}", m.valid_chrf),
+                           fmt::format("{:.2f}", m.valid_bleu_tokenized), fmt::format("{:.3f}", e.entropy),
+                           fmt::format("{:.3f}", e.normalized)});
   }
   if (!r.stopped.empty()) row[0] += " (stopped)";
   return row;
@@ -349,13 +336,13 @@ int compare_main(int argc, char** argv) {
   if (!args.parse(argc, argv)) return 0;
   SG_CHECK_USAGE(args.positionals().empty(), "unexpected argument '{}'", args.positionals()[0]);
   apply_threads_flag(args);
-  TrainConfig config = checking_flags([&] { return base_config(args); });
+  TrainConfig config = base_config(args);
   std::vector<AttentionKind> kinds;
-  for (const std::string& k : split_list(args.get("kinds")))
+  for (const std::string& k : split_list(args.get("attention")))
     kinds.push_back(checking_flags([&] { return models::parse_attention_kind(k); }));
-  SG_CHECK_USAGE(!kinds.empty(), "--kinds is empty (choose from additive, scaled_dot, hybrid)");
-  int64_t valid_limit = args.get_int("valid");
-  SG_CHECK_USAGE(valid_limit >= 0, "--valid must be >= 0, got {}", valid_limit);
+  SG_CHECK_USAGE(!kinds.empty(), "--attention is empty (choose from additive, scaled_dot, hybrid)");
+  int64_t valid_limit = args.get_int("valid-pairs");
+  SG_CHECK_USAGE(valid_limit >= 0, "--valid-pairs must be >= 0, got {}", valid_limit);
   int64_t timing_steps = args.get_int("timing-steps");
   SG_CHECK_USAGE(timing_steps >= 0, "--timing-steps must be >= 0, got {}", timing_steps);
 
@@ -425,7 +412,7 @@ int compare_main(int argc, char** argv) {
   fmt::print("total {:.0f} s\n", total_seconds);
 
   nlohmann::json json = {
-      {"settings", {{"config", config.to_json()}, {"kinds", split_list(args.get("kinds"))}, {"subsets", subsets},
+      {"settings", {{"config", config.to_json()}, {"kinds", split_list(args.get("attention"))}, {"subsets", subsets},
                     {"valid_pairs", valid_pairs.size()}, {"threads", get_num_threads()},
                     {"timing_steps", timing_steps}, {"timing_pairs", subsets.back()},
                     {"total_seconds", total_seconds}}},
@@ -468,8 +455,8 @@ int compare_main(int argc, char** argv) {
       if (r.train_pairs != n || r.epochs.empty()) continue;
       plot::Series l{r.kind, {}, {}, kind_color(r.kind)}, b{r.kind, {}, {}, kind_color(r.kind)};
       for (const EpochResult& e : r.epochs) {
-        l.x.push_back(e.epoch), l.y.push_back(e.train_loss);
-        b.x.push_back(e.epoch), b.y.push_back(e.valid_sacrebleu);
+        l.x.push_back(e.metrics.epoch), l.y.push_back(e.metrics.train_loss);
+        b.x.push_back(e.metrics.epoch), b.y.push_back(e.metrics.valid_sacrebleu);
       }
       loss.series.push_back(l), bleu.series.push_back(b);
     }
@@ -484,7 +471,7 @@ int compare_main(int argc, char** argv) {
       plot::Series s{models::attention_kind_name(kind), {}, {}, kind_color(models::attention_kind_name(kind))};
       for (const Run& r : runs)
         if (r.kind == s.name && !r.epochs.empty())
-          s.x.push_back(double(r.train_pairs)), s.y.push_back(r.last().valid_sacrebleu);
+          s.x.push_back(double(r.train_pairs)), s.y.push_back(r.last().metrics.valid_sacrebleu);
       if (!s.x.empty()) by_size.series.push_back(s);
     }
     if (!by_size.series.empty()) sections.push_back({"Small training subsets", "", plot::line_plot_svg(by_size)});

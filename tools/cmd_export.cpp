@@ -10,7 +10,7 @@
 #include "core/autograd.h"
 #include "core/fileio.h"
 #include "core/serialize.h"
-#include "models/seq2seq/pipeline.h"
+#include "models/seq2seq/checkpoint.h"
 #include "models/text/vocab.h"
 #include "nn/quantized.h"
 #include "tools/args.h"

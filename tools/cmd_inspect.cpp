@@ -6,7 +6,7 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
-#include "models/seq2seq/pipeline.h"
+#include "models/seq2seq/trainer.h"
 #include "tools/args.h"
 #include "tools/commands.h"
 #include "tools/translator.h"
@@ -59,17 +59,18 @@ int inspect_main(int argc, char** argv) {
   Args a("inspect", "What a translator checkpoint holds: preset, language pair, vocabularies, model size, training\n"
                     "progress and settings, the weights' dtypes (quantization) and the data it was trained on;\n"
                     "with the run's metrics.jsonl beside it, the per-epoch losses, sacreBLEU, chrF and tokenised BLEU.");
-  a.positional("checkpoint", "the .safetensors file to describe");
+  a.option("checkpoint", "file", "the .safetensors file to describe (or give it as the argument)")
+      .positional("checkpoint", "the .safetensors file to describe");
   if (!a.parse(argc, argv)) return 0;
-  SG_CHECK_USAGE(a.positionals().size() == 1, "inspect: give one checkpoint file, got {} arguments",
-                 a.positionals().size());
-  const std::string path = a.positionals()[0];
+  const size_t given = a.positionals().size() + (a.has("checkpoint") ? 1 : 0);
+  SG_CHECK_USAGE(given == 1, "inspect: give one checkpoint file (--checkpoint FILE or as the argument), got {}", given);
+  const std::string path = a.has("checkpoint") ? a.get("checkpoint") : a.positionals()[0];
   SG_CHECK_IO(std::filesystem::exists(path), "no checkpoint at {}", path);
   check_safetensors_file(path);
   models::LoadedCheckpoint c = models::read_checkpoint(path);
   const models::TrainConfig& t = c.info.config;
   const models::Seq2SeqConfig& m = t.model;
-  const nlohmann::json& state = c.info.train_state;
+  const models::TrainState state = models::train_state_from_json(c.info.train_state, path);
   int64_t parameters = 0;
   std::string dtypes = weight_dtypes(c, parameters);
   fmt::print("checkpoint: {} ({:.1f} MB)\n", path, std::filesystem::file_size(path) / 1e6);
@@ -89,11 +90,11 @@ int inspect_main(int argc, char** argv) {
   fmt::print("trained on: {}, {} training pairs, at most {} tokens per sentence, shuffle buffer {} pairs\n",
              t.corpus == "files" ? models::describe_corpus(t) : fmt::format("{} (data folder {})", t.corpus, t.data_dir),
              or_all(t.train_subset), t.max_tokens, t.shuffle_buffer);
-  fmt::print("training: epoch {} of {}, step {}, best valid {} {}\n", state.value("epoch", int64_t{0}), t.epochs,
-             state.value("step", int64_t{0}), state.contains("best_metric") ? "sacreBLEU" : "BLEU (tokenised)",
-             state.value("best_bleu", -1.0) >= 0 ? fmt::format("{:.2f}", state.value("best_bleu", -1.0)) : "none yet");
-  fmt::print("settings: batch {}, lr {} (StepLR every {} epochs x {}), label smoothing {}, clip {}, seed {}, amp {}\n",
-             t.batch_size, t.lr, t.step_size, t.gamma, t.label_smoothing, t.clip, t.seed, t.amp);
+  fmt::print("training: epoch {} of {}, step {}, best valid sacreBLEU {}\n", state.epoch, t.epochs, state.step,
+             state.best_bleu >= 0 ? fmt::format("{:.2f}", state.best_bleu) : "none yet");
+  fmt::print("config (every field; `seqgrad train --print-config` writes the same as JSON):\n");
+  for (const models::ConfigField& f : models::config_fields())
+    if (!f.key.starts_with("files.") || t.corpus == "files") fmt::print("  {} = {}\n", f.key, f.get(t).dump());
   print_metrics(std::filesystem::path(path).parent_path());
   return 0;
 }

@@ -40,6 +40,7 @@ Args train_args() {
                   "tab-separated file per split, source<TAB>target: --train-tsv FILE ...). The training split is\n"
                   "streamed through a buffer of --shuffle-buffer pairs, so it may be larger than memory; every\n"
                   "file is checked before training starts (UTF-8, equal line counts, tabs, missing files).\n"
+                  "The settings come from --preset or --config FILE, then the flags; --print-config shows them.\n"
                   "Validation reports sacreBLEU (13a, cased, detokenised: it picks best.safetensors), chrF and\n"
                   "the tokenised lower-cased BLEU tutorials report.\n"
                   "Ctrl-C saves <out>/last.safetensors and exits (130); --resume continues from it exactly.\n"
@@ -52,27 +53,11 @@ Args train_args() {
                   "Under `mpirun -np N` the N processes train one model data-parallel: each takes its share of\n"
                   "every batch (--batch-size stays the global size), gradients are averaged, rank 0 writes;\n"
                   "--resume works with any N. SEQGRAD_DIST_TIMEOUT (s, default 300) bounds a wait for a rank.");
-  a.option("preset", "name", "hyper-parameter preset: default | seed | d2l", "default");
+  add_config_flags(a);
   add_data_options(a);
-  a.option("shuffle-buffer", "n", "training pairs held, shuffled and bucketed at once", "200000")
-      .option("src", "lang", "source language (multi30k: de en fr cs; fra-eng: en fr; your files: a name)")
-      .option("tgt", "lang", "target language")
-      .option("data-dir", "dir", "folder holding multi30k/ and fra-eng/", "data")
-      .option("out", "dir", "run folder for checkpoints, metrics and heatmaps", "runs/<preset>")
-      .option("epochs", "n", "training epochs (with --resume: may extend the run)")
-      .option("batch-size", "n", "sentence pairs per batch")
-      .option("lr", "x", "Adam learning rate").option("embed", "n", "embedding size E")
-      .option("hidden", "n", "GRU hidden size H").option("layers", "n", "GRU layers L")
-      .option("dropout", "p", "dropout probability").option("attention", "kind", "additive | scaled_dot | hybrid")
-      .option("max-tokens", "n", "truncate sentences to n tokens").option("subset", "n", "use the first n training pairs")
-      .option("vocab", "kind",
-              "word | unigram:N | bpe:N: lower-cased words, or N SentencePiece subword\n"
-              "                             pieces (cased, detokenised output) trained on the training text\n"
-              "                             and stored in the checkpoint (default: the preset's)")
-      .option("joint-vocab", "", "one subword model for both languages (else one each)")
-      .option("label-smoothing", "x", "label smoothing").option("clip", "x", "gradient-norm clip")
+  a.option("out", "dir", "run folder for checkpoints, metrics and heatmaps", "runs/<preset>")
       .option("beam", "n", "beam size for the final test BLEU", "1")
-      .option("seed", "n", "random seed", "0").option("threads", "n", "threads (default: all cores)")
+      .option("threads", "n", "threads (default: all cores)")
       .option("resume", "",
               "continue from <out>/last.safetensors with its settings: --epochs may extend\n"
               "                             the run, --data-dir, --beam, --threads, --device and --quiet may\n"
@@ -80,10 +65,6 @@ Args train_args() {
       .option("device", "name",
               "cpu | cuda | cuda:N: where the model, optimizer state, batches and\n"
               "                             decoding live (CUDA needs the CUDA backend built and a GPU)", "cpu")
-      .option("amp", "mode",
-              "mixed precision: off | bf16 | fp16: forward pass, loss and evaluations\n"
-              "                             under autocast (16-bit GEMM operands, float32 weights and\n"
-              "                             recurrences); fp16 adds loss scaling (GradScaler)", "off")
       .option("force", "",
               "start a new run in an --out folder that holds one, deleting its\n"
               "                             checkpoints and metrics")
@@ -100,46 +81,23 @@ Args train_args() {
   return a;
 }
 
-// The flags that set TrainConfig fields (besides --preset), with the field each one sets as text, so
-// that a resumed run can tell which flags disagree with its checkpoint.
-struct ConfigFlag {
-  const char* name;
-  std::string (*value)(const TrainConfig&);
-};
-const ConfigFlag kConfigFlags[] = {
-    {"corpus", [](const TrainConfig& c) { return c.corpus; }},
-    {"shuffle-buffer", [](const TrainConfig& c) { return fmt::format("{}", c.shuffle_buffer); }},
-    {"src", [](const TrainConfig& c) { return c.src_lang; }},
-    {"tgt", [](const TrainConfig& c) { return c.tgt_lang; }},
-    {"batch-size", [](const TrainConfig& c) { return fmt::format("{}", c.batch_size); }},
-    {"lr", [](const TrainConfig& c) { return fmt::format("{}", c.lr); }},
-    {"embed", [](const TrainConfig& c) { return fmt::format("{}", c.model.embed_size); }},
-    {"hidden", [](const TrainConfig& c) { return fmt::format("{}", c.model.hidden_size); }},
-    {"layers", [](const TrainConfig& c) { return fmt::format("{}", c.model.num_layers); }},
-    {"dropout", [](const TrainConfig& c) { return fmt::format("{}", c.model.dropout); }},
-    {"attention", [](const TrainConfig& c) { return std::string(models::attention_kind_name(c.model.attention)); }},
-    {"max-tokens", [](const TrainConfig& c) { return fmt::format("{}", c.max_tokens); }},
-    {"subset", [](const TrainConfig& c) { return fmt::format("{}", c.train_subset); }},
-    {"label-smoothing", [](const TrainConfig& c) { return fmt::format("{}", c.label_smoothing); }},
-    {"clip", [](const TrainConfig& c) { return fmt::format("{}", c.clip); }},
-    {"seed", [](const TrainConfig& c) { return fmt::format("{}", c.seed); }},
-    {"amp", [](const TrainConfig& c) { return c.amp; }},
-    {"vocab", [](const TrainConfig& c) { return c.vocab; }},
-    {"joint-vocab", [](const TrainConfig& c) { return std::string(c.joint_vocab ? "on" : "off"); }},
-};
-
 // A resumed run keeps its checkpoint's settings: a flag that asks for something else is an error
 // rather than silently ignored (a different vocabulary or architecture cannot load the weights).
 void check_resume_flags(const Args& a, const TrainConfig& saved, const std::string& path) {
-  SG_CHECK_VALUE(!a.has("preset") || a.get("preset") == saved.preset,
+  SG_CHECK_USAGE(!a.has("config"), "cannot resume with --config: a resumed run keeps {}'s settings (--epochs may "
+                 "extend it)", path);
+  SG_CHECK_USAGE(!a.has("preset") || a.get("preset") == saved.preset,
                  "cannot resume: {} was trained with --preset {}, not {}; drop --preset or start a new run in "
                  "another --out folder", path, saved.preset, a.get("preset"));
   TrainConfig requested = apply_config_flags(saved, a);
-  for (const ConfigFlag& f : kConfigFlags)
-    SG_CHECK_VALUE(!a.has(f.name) || f.value(requested) == f.value(saved),
-                   "cannot resume: {} was trained with --{} {}, not {}; a resumed run keeps its checkpoint's "
-                   "settings (drop the flag, or start a new run in another --out folder)", path, f.name,
-                   f.value(saved), f.value(requested));
+  for (const GivenFlag& g : given_config_flags(a)) {
+    if (g.field->resumable) continue;
+    nlohmann::json was = g.field->get(saved), asked = g.field->get(requested);
+    auto text = [](const nlohmann::json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); };
+    SG_CHECK_USAGE(was == asked, "cannot resume: {} was trained with --{} {}, not {}; a resumed run keeps its "
+                   "checkpoint's settings (drop the flag, or start a new run in another --out folder)", path,
+                   g.flag, text(was), text(asked));
+  }
 }
 
 std::string duration(double seconds) {
@@ -153,18 +111,6 @@ void on_sigint(int) {
   static const char kMessage[] = "\ninterrupt: saving after this step (Ctrl-C again to quit without saving)\n";
   [[maybe_unused]] ssize_t n = write(STDERR_FILENO, kMessage, sizeof(kMessage) - 1);
   std::signal(SIGINT, SIG_DFL);
-}
-
-// Keeps the metrics of the first `epochs` epochs (a resumed run logs the later ones again).
-void truncate_metrics(const std::string& path, int64_t epochs) {
-  if (!std::filesystem::exists(path)) return;
-  std::string kept;
-  for (const std::string& line : text::read_lines(path)) {
-    if (line.empty()) continue;
-    nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (j.is_object() && j.value("epoch", int64_t{0}) <= epochs) kept += line + "\n";
-  }
-  write_file_atomic(path, kept);
 }
 
 // The run folder, held for the whole run: an advisory lock (flock on <out>/.lock, which holds the
@@ -290,9 +236,23 @@ void check_run_folder(const std::string& out_dir, bool force) {
   if (!held.empty()) fmt::print("note: --force: deleted the previous run's checkpoints and metrics in {}\n", out_dir);
 }
 
+// Data-parallel: what the gradient averaging cost (docs/scaling.md uses these numbers).
+void report_communication(const models::Trainer& trainer) {
+  const nn::DistributedDataParallel* ddp = trainer.data_parallel();
+  if (ddp == nullptr || ddp->stats().steps == 0) return;
+  const nn::DistributedStats& s = ddp->stats();
+  std::vector<double> bucket_mb;
+  for (int64_t b : ddp->bucket_bytes()) bucket_mb.push_back(b / 1e6);
+  fmt::print("data-parallel: {} steps, {:.2f} MB allreduced per step in buckets of {:.2f} MB, backward {:.1f} ms per "
+             "step of which {:.1f} ms waiting for allreduces after it\n", s.steps, ddp->bytes_per_step() / 1e6,
+             fmt::join(bucket_mb, ", "), 1e3 * s.backward_seconds / s.steps, 1e3 * s.exposed_wait_seconds / s.steps);
+  std::fflush(stdout);
+}
+
 int train(int argc, char** argv) {
   Args args = train_args();
   if (!args.parse(argc, argv)) return 0;
+  SG_CHECK_USAGE(args.positionals().empty(), "unexpected argument '{}'", args.positionals()[0]);
   // Under mpirun every rank runs this program; rank 0 alone prints, locks and writes the run folder.
   const std::shared_ptr<dist::Communicator> job = dist::world();
   const bool writer = job->rank() == 0;
@@ -315,10 +275,9 @@ int train(int argc, char** argv) {
   SG_CHECK_USAGE(!(args.flag("resume") && args.flag("force")), "--resume and --force exclude each other (--resume "
                  "continues the run in --out, --force deletes it)");
   std::string out_dir = args.get("out") == "runs/<preset>" ? "runs/" + args.get("preset") : args.get("out");
-  std::string last_path = out_dir + "/last.safetensors", best_path = out_dir + "/best.safetensors";
-  std::string nan_path = out_dir + "/nan.safetensors", metrics_path = out_dir + "/metrics.jsonl";
+  const std::string last_path = out_dir + "/last.safetensors", best_path = out_dir + "/best.safetensors";
 
-  // ---- the run folder, the config, the data (a resumed run takes its settings from its checkpoint)
+  // ---- the config (a resumed run takes its settings from its checkpoint), the run folder, the data
   std::optional<models::LoadedCheckpoint> resumed;
   TrainConfig config;
   if (args.flag("resume")) {
@@ -326,10 +285,13 @@ int train(int argc, char** argv) {
                 last_path);
     resumed = models::read_checkpoint(last_path);
     check_resume_flags(args, resumed->info.config, last_path);
-    // only --epochs and --data-dir can change here
-    config = checking_flags([&] { return apply_config_flags(resumed->info.config, args); });
+    config = apply_config_flags(resumed->info.config, args);  // only --epochs and --data-dir can change here
   } else {
-    config = checking_flags([&] { return apply_config_flags(models::preset(args.get("preset")), args); });
+    config = config_from_flags(args);
+  }
+  if (args.flag("print-config")) {
+    fmt::print("{}\n", config.to_json().dump(2));
+    return 0;
   }
   std::optional<RunFolder> run_folder;
   if (writer) {
@@ -337,29 +299,13 @@ int train(int argc, char** argv) {
     if (!resumed) check_run_folder(out_dir, args.flag("force"));
     run_folder->remove_stale_temporaries();
   }
-  // One streamed pass over the training split checks it and builds the vocabularies from it (word
-  // counts, or a bounded sample for SentencePiece; a resumed run has its vocabularies); validation
-  // and test are read whole, then tokenized with the vocabularies.
-  std::optional<models::VocabularyBuilder> builder;
-  if (!resumed) builder.emplace(config);
-  models::Corpora data = models::load_corpora(config, models::Splits::all, [&](const text::SentencePair& pair) {
-    if (builder) builder->add(pair);
-  });
+  std::optional<models::Vocabularies> vocabs;
+  if (resumed) vocabs = models::Vocabularies{resumed->info.src_vocab, resumed->info.tgt_vocab};
+  models::RunData data = models::load_run_data(config, std::move(vocabs));
   fmt::print("data: {} {}->{}: {} train, {} valid, {} test pairs\n{}\n", describe_corpus(config), config.src_lang,
-             config.tgt_lang, data.train.pairs, data.valid.size(), data.test.size(), data.report);
-  models::Vocabularies vocabs = resumed ? models::Vocabularies{resumed->info.src_vocab, resumed->info.tgt_vocab}
-                                        : builder->build();
-  builder.reset();  // the word counts or sample of a large corpus: not needed any more
-  const text::Vocab &src_vocab = vocabs.src, &tgt_vocab = vocabs.tgt;
-  models::tokenize_held_splits(data, src_vocab, tgt_vocab);
-  SG_CHECK_VALUE(src_vocab.size() > text::Vocab::kNumSpecial && tgt_vocab.size() > text::Vocab::kNumSpecial,
-                 "no word of the {} training pairs occurs {} times or more, so the vocabularies hold only "
-                 "the special tokens ({} and {}); train on more pairs (--subset)", data.train.pairs, config.min_freq,
-                 src_vocab.size(), tgt_vocab.size());
-  text::EncodeOptions truncate{.max_src_tokens = config.max_tokens, .max_tgt_tokens = config.max_tokens};
-  text::StreamingBatches train(data.train, models::pair_encoder(src_vocab, tgt_vocab, config.max_tokens),
-                               {.batch_size = config.batch_size});
-  text::EncodedCorpus valid = text::encode_pairs(data.valid, src_vocab, tgt_vocab, truncate);
+             config.tgt_lang, data.corpora.train.pairs, data.corpora.valid.size(), data.corpora.test.size(),
+             data.corpora.report);
+  const text::Vocab &src_vocab = data.vocabs.src, &tgt_vocab = data.vocabs.tgt;
 
   // ---- the trainer: model, Adam, StepLR, GradScaler; a resumed run restores all of them
   // Several ranks: MPI moves CPU gradients, NCCL CUDA ones (one GPU per rank, e.g. through
@@ -371,113 +317,86 @@ int train(int argc, char** argv) {
       nan_at ? std::make_unique<NanAtStep>(*nan_at, config, src_vocab, tgt_vocab, options)
              : std::make_unique<models::Trainer>(config, src_vocab, tgt_vocab, options);
   if (resumed) trainer->restore(*resumed, last_path);
+  resumed.reset();  // the checkpoint's tensors: restored
   const models::TrainState& state = trainer->state();
   fmt::print("model: {} parameters, vocab {} -> {}, attention {}, device {}, amp {}\n",
              trainer->model().num_parameters(), src_vocab.size(), tgt_vocab.size(),
-             models::attention_kind_name(config.model.attention), device, config.amp);
+             models::attention_kind_name(config.model.attention), device, models::amp_name(config.amp));
   if (job->world_size() > 1)
     fmt::print("data-parallel: {} ranks ({}), {} pairs per rank per batch of {}\n", job->world_size(), job->backend(),
                config.batch_size / job->world_size(), config.batch_size);
-  if (resumed) {
-    if (writer) truncate_metrics(metrics_path, state.epoch);
+  if (state.step > 0)
     fmt::print("resuming {} after step {} (epoch {}, batch {})\n", last_path, state.step, state.epoch + 1,
                state.batch);
-  }
+  SG_CHECK_USAGE(state.epoch <= config.epochs, "cannot resume: {} is past its last epoch: its state is at epoch {} "
+                 "of {} (give --epochs N with N > {} to extend the run)", last_path, state.epoch, config.epochs,
+                 state.epoch);
+  if (state.epoch == config.epochs && state.step > 0)
+    fmt::print("note: {} has finished its {} epoch(s); reporting its test (give --epochs N to extend the run)\n",
+               last_path, config.epochs);
   std::fflush(stdout);
 
-  // Data-parallel: what the gradient averaging cost (docs/scaling.md uses these numbers).
-  auto report_communication = [&] {
-    const nn::DistributedDataParallel* ddp = trainer->data_parallel();
-    if (ddp == nullptr || ddp->stats().steps == 0) return;
-    const nn::DistributedStats& s = ddp->stats();
-    std::vector<double> bucket_mb;
-    for (int64_t b : ddp->bucket_bytes()) bucket_mb.push_back(b / 1e6);
-    fmt::print("data-parallel: {} steps, {:.2f} MB allreduced per step in buckets of {:.2f} MB, backward {:.1f} ms per "
-               "step of which {:.1f} ms waiting for allreduces after it\n", s.steps, ddp->bytes_per_step() / 1e6,
-               fmt::join(bucket_mb, ", "), 1e3 * s.backward_seconds / s.steps, 1e3 * s.exposed_wait_seconds / s.steps);
-    std::fflush(stdout);
-  };
+  // ---- the run: models::fit, with Ctrl-C, progress and the epoch lines around it
   interrupted = 0;
   std::signal(SIGINT, on_sigint);
-  auto interrupt = [&] {
-    report_communication();
-    trainer->save(last_path);
-    std::signal(SIGINT, SIG_DFL);
+  Progress progress(args.flag("quiet") || !writer, config.epochs, data.train->batches_per_epoch());
+  progress.start_epoch(state.epoch);
+  auto stop_requested = [&] {
+    const bool stop = interrupted || (stop_after && state.step == *stop_after);
+    return job->world_size() > 1 ? job->any_rank(stop) : stop;  // every rank stops at the same step
+  };
+  models::RunCallbacks callbacks{
+      .after_step = [&](const models::StepResult& step) {
+        progress.step(state, step.tokens);
+        return !stop_requested();
+      },
+      .before_validation = [&](int64_t epoch) {
+        progress.end_line();
+        progress.message(fmt::format("epoch {}/{}: validating on {} pairs...", epoch, config.epochs,
+                                     data.valid.corpus.pairs.size()));
+      },
+      .after_epoch = [&](const models::EpochMetrics& m, const models::Evaluation&) {
+        std::string amp_note = m.skipped_steps ? fmt::format(", {} skipped steps (inf/NaN fp16 gradients), loss "
+                                                             "scale {}", *m.skipped_steps, *m.loss_scale) : "";
+        fmt::print("epoch {}: train loss {:.3f}, valid loss {:.3f}, ppl {:.2f}, sacreBLEU {:.2f}, chrF {:.2f}, BLEU "
+                   "{:.2f} (tokenised, lower-cased), {:.0f} s{}\n", m.epoch, m.train_loss, m.valid_loss,
+                   std::exp(m.valid_loss), m.valid_sacrebleu, m.valid_chrf, m.valid_bleu_tokenized, m.seconds,
+                   amp_note);
+        std::fflush(stdout);  // a `tail -f` of a log sees each epoch as it ends
+        if (m.best) progress.message(fmt::format("saved new best (sacreBLEU {:.2f}): {}", m.valid_sacrebleu, best_path));
+        progress.start_epoch(state.epoch);
+        return !interrupted;  // Ctrl-C during the validation: stop at the epoch boundary
+      }};
+  models::RunResult run;
+  try {
+    run = models::fit(*trainer, *data.train, data.valid, {.out_dir = out_dir, .callbacks = callbacks});
+  } catch (const models::DivergenceError& e) {
+    progress.end_line();
+    throw ValueError(e.what());
+  }
+  std::signal(SIGINT, SIG_DFL);
+  report_communication(*trainer);
+  if (!run.completed) {
+    progress.end_line();
     std::string where = state.batch == 0 ? fmt::format("after epoch {} (step {})", state.epoch, state.step)
                                          : fmt::format("at epoch {}, batch {} (step {})", state.epoch + 1, state.batch,
                                                        state.step);
     if (writer) fmt::print(stderr, "\ninterrupted {}: saved {} (continue with --resume)\n", where, last_path);
     return 130;
-  };
-
-  // ---- the epochs: train, validate, log, keep the best and the last checkpoint
-  Progress progress(args.flag("quiet") || !writer, config.epochs, train.batches_per_epoch());
-  auto after_step = [&](const models::StepResult& step) {
-    progress.step(state, step.tokens);
-    const bool stop = interrupted || (stop_after && state.step == *stop_after);
-    return !(job->world_size() > 1 ? job->any_rank(stop) : stop);  // every rank stops at the same step
-  };
-  while (state.epoch < config.epochs) {
-    const int64_t epoch = state.epoch;
-    progress.start_epoch(epoch);
-    models::EpochResult result;
-    try {
-      result = trainer->train_epoch(train, after_step);
-    } catch (const models::DivergenceError& e) {
-      // The state before the diverged step goes to nan.safetensors; last.safetensors stays the last
-      // good checkpoint.
-      progress.end_line();
-      trainer->save(nan_path);
-      std::string last = std::filesystem::exists(last_path) ? fmt::format("; the last good checkpoint is {}", last_path)
-                                                            : "";
-      throw ValueError(fmt::format("{} and saved the state that produced it to {}{}", e.what(), nan_path, last));
-    }
-    if (!result.completed) return interrupt();
-    progress.end_line();
-    progress.message(
-        fmt::format("epoch {}/{}: validating on {} pairs...", epoch + 1, config.epochs, valid.pairs.size()));
-    models::Evaluation val = trainer->evaluate(valid, data.valid, data.valid_references, {.beam_size = 1});
-    std::string amp_note = trainer->scaler().is_enabled()
-                               ? fmt::format(", {} skipped steps (inf/NaN fp16 gradients), loss scale {}",
-                                             result.skipped, trainer->scaler().get_scale())
-                               : "";
-    fmt::print("epoch {}: train loss {:.3f}, valid loss {:.3f}, ppl {:.2f}, sacreBLEU {:.2f}, chrF {:.2f}, BLEU {:.2f} "
-               "(tokenised, lower-cased), {:.0f} s{}\n", epoch + 1, result.loss, val.loss, std::exp(val.loss),
-               val.sacrebleu, val.chrf, val.bleu_tokenized, result.seconds, amp_note);
-    std::fflush(stdout);  // a `tail -f` of a log sees each epoch as it ends
-    nlohmann::json metrics{{"epoch", epoch + 1}, {"step", state.step}, {"train_loss", result.loss},
-                           {"valid_loss", val.loss}, {"valid_ppl", std::exp(val.loss)},
-                           {"valid_sacrebleu", val.sacrebleu}, {"valid_chrf", val.chrf},
-                           {"valid_bleu_tokenized", val.bleu_tokenized}, {"seconds", result.seconds},
-                           {"lr", trainer->optimizer().lr()}};
-    if (trainer->scaler().is_enabled()) {
-      metrics["skipped_steps"] = result.skipped;
-      metrics["loss_scale"] = trainer->scaler().get_scale();
-    }
-    if (writer) append_line(metrics_path, metrics.dump());
-    if (val.sacrebleu > state.best_bleu) {  // the best checkpoint is the one with the best validation sacreBLEU
-      trainer->state().best_bleu = val.sacrebleu;
-      trainer->save(best_path);
-      progress.message(fmt::format("saved new best (sacreBLEU {:.2f}): {}", val.sacrebleu, best_path));
-    }
-    trainer->save(last_path);
-    if (interrupted) return interrupt();  // Ctrl-C during the validation: stop at the epoch boundary
   }
-  std::signal(SIGINT, SIG_DFL);
-  report_communication();
   if (!writer) return 0;
 
   // ---- test BLEU with the best checkpoint, a few translations and their heatmaps
   SG_CHECK_IO(std::filesystem::exists(best_path), "no best checkpoint at {}", best_path);
   models::LoadedCheckpoint best = models::read_checkpoint(best_path);
   models::load_weights(trainer->model(), best, best_path);
-  if (data.test.empty()) {
+  if (data.corpora.test.empty()) {
     fmt::print("test: no test split (give one with --test SRC_FILE TGT_FILE); best checkpoint: {}\n", best_path);
     return 0;
   }
   Autocast autocast(trainer->precision(), trainer->precision() != GemmPrecision::full);
-  report_test(trainer->model(), src_vocab, tgt_vocab, data, config, out_dir,
-              {.max_len = 2 * config.max_tokens + 10, .beam_size = beam});
+  report_test(trainer->model(), src_vocab, tgt_vocab, data.corpora, config, out_dir,
+              models::decode_options(config, beam));
   return 0;
 }
 

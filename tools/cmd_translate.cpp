@@ -144,9 +144,12 @@ std::vector<Translation> translate_batch(Loaded& l, const std::vector<std::strin
   return out;
 }
 
-models::DecodeOptions decode_options(const Args& a) {
-  models::DecodeOptions o{.max_len = a.get_int("max-len", 1), .beam_size = a.get_int("beam", 1),
-                          .length_penalty = a.get_double("length-penalty")};
+// The decoding flags over the checkpoint's defaults (models::decode_options: at most 2 x its
+// max_tokens + 10 tokens, as validation and `train`'s test decode).
+models::DecodeOptions decode_options(const Args& a, const models::TrainConfig& config) {
+  models::DecodeOptions o = models::decode_options(config, a.get_int("beam", 1));
+  if (a.has("max-len")) o.max_len = a.get_int("max-len", 1);
+  o.length_penalty = a.get_double("length-penalty");
   if (a.has("nbest")) {
     o.nbest = a.get_int("nbest", 1);
     SG_CHECK_USAGE(o.nbest <= o.beam_size, "--nbest {} needs a beam at least as wide (--beam {}): give --beam {}",
@@ -159,7 +162,8 @@ void common_options(Args& a) {
   a.option("checkpoint", "file", "checkpoint to load", "runs/default/best.safetensors")
       .option("beam", "n", "beam size (1 = greedy)", "1")
       .option("length-penalty", "alpha", "beam score = log p / length^alpha", "1.0")
-      .option("max-len", "n", "longest output in tokens", "50")
+      .option("max-len", "n", "longest output in tokens (default: 2 x the checkpoint's truncation + 10, as "
+              "validation)")
       .option("threads", "n", fmt::format("threads, at most {} (default: all cores)", max_threads()))
       .option("merge-pieces", "", "heatmaps: label rows and columns with words, a subword model's pieces merged "
               "(source columns summed, output rows averaged; energies stay per piece)")
@@ -286,9 +290,9 @@ int translate_main(int argc, char** argv) {
       .positional("sentence", "text to translate (else one per line on stdin)");
   if (!a.parse(argc, argv)) return 0;
   apply_threads(a);
-  models::DecodeOptions options = decode_options(a);
-  if (a.has("heatmaps")) create_output_folder(a.get("heatmaps"), "--heatmaps");
   Loaded l = load_model(a);
+  models::DecodeOptions options = decode_options(a, l.checkpoint.info.config);
+  if (a.has("heatmaps")) create_output_folder(a.get("heatmaps"), "--heatmaps");  // once the inputs have loaded
   UnknownWords unknown(l.checkpoint.info);
   const bool from_stdin = a.positionals().empty();
   const char* unit = from_stdin ? "line" : "sentence";
@@ -353,9 +357,9 @@ int eval_main(int argc, char** argv) {
     fmt::print("{}\n{}\n", text::corpus_bleu(hyp, ref).format(), text::corpus_chrf(hyp, ref).format());
     return 0;
   }
-  models::DecodeOptions options = decode_options(a);
   Loaded l = load_model(a);
   models::TrainConfig c = l.checkpoint.info.config;
+  models::DecodeOptions options = decode_options(a, c);
   fmt::print("checkpoint {}: trained on {} ({} -> {})\n", a.get("checkpoint"), models::describe_corpus(c), c.src_lang,
              c.tgt_lang);
   const bool own_test = apply_test_flags(c, a);
@@ -375,7 +379,14 @@ int eval_main(int argc, char** argv) {
 }
 
 int attention_main(int argc, char** argv) {
-  if (argc >= 2 && std::string(argv[1]) == "demo") return attention_demo_main(argc - 1, argv + 1);
+  // `demo` anywhere before "--" is the subcommand (`attention --threads 1 demo`); `attention -- demo`
+  // translates the word
+  for (int i = 1; i < argc && std::string_view(argv[i]) != "--"; ++i) {
+    if (std::string_view(argv[i]) != "demo") continue;
+    std::vector<char*> rest(argv, argv + argc);
+    rest.erase(rest.begin() + i);
+    return attention_demo_main(static_cast<int>(rest.size()), rest.data());
+  }
   Args a("attention", "Attention heatmaps (PNG, SVG) of translations, their pre-softmax energies\n"
                       "(<out>/sentenceN_energies.png: additive or scaled-dot scores; for hybrid, the additive half's)\n"
                       "and an HTML report of all the sentences with each kind's formula.\n"
@@ -384,9 +395,9 @@ int attention_main(int argc, char** argv) {
   a.option("out", "dir", "output folder", "attention").positional("sentence", "text to translate (else stdin)");
   if (!a.parse(argc, argv)) return 0;
   apply_threads(a);
-  models::DecodeOptions options = decode_options(a);
-  std::string out = create_output_folder(a.get("out"), "--out");
   Loaded l = load_model(a);
+  models::DecodeOptions options = decode_options(a, l.checkpoint.info.config);
+  std::string out = create_output_folder(a.get("out"), "--out");  // once the inputs have loaded
   std::vector<std::string> sentences = a.positionals();
   for (LineReader reader; sentences.empty();) {
     std::vector<std::string> lines = reader.next_batch(kMaxBatch);

@@ -49,7 +49,7 @@ const Command kCommands[] = {
 constexpr int kRuntimeError = 1, kUsageError = 2, kInternalError = 3;
 
 void print_usage(std::FILE* to) {
-  fmt::print(to, "usage: seqgrad <command> [options]   (seqgrad <command> --help for its options)\n"
+  fmt::print(to, "usage: seqgrad <command> [options]   (seqgrad help <command> for its options)\n"
                  "       seqgrad --version\n\ncommands:\n");
   for (const Command& c : kCommands) fmt::print(to, "  {:<11} {}\n", c.name, c.help);
 }
@@ -87,12 +87,23 @@ int main(int argc, char** argv) {
     fmt::print("seqgrad {}\n", SEQGRAD_VERSION);
     return 0;
   }
+  if (!std::strcmp(argv[1], "help")) {  // `seqgrad help CMD` is `seqgrad CMD --help`
+    if (argc < 3) {
+      print_usage(stdout);
+      return 0;
+    }
+    static char help_flag[] = "--help";
+    char* help_argv[] = {argv[2], help_flag, nullptr};
+    for (const Command& c : kCommands)
+      if (!std::strcmp(argv[2], c.name)) return run(c, 2, help_argv);
+  }
   std::vector<std::string> names;
   for (const Command& c : kCommands) {
     if (!std::strcmp(argv[1], c.name)) return run(c, argc - 1, argv + 1);
     names.emplace_back(c.name);
   }
-  fmt::print(stderr, "seqgrad: unknown command '{}'{}\n\n", argv[1], seqgrad::tools::did_you_mean(argv[1], names));
+  const char* unknown = !std::strcmp(argv[1], "help") ? argv[2] : argv[1];
+  fmt::print(stderr, "seqgrad: unknown command '{}'{}\n\n", unknown, seqgrad::tools::did_you_mean(unknown, names));
   print_usage(stderr);
   return kUsageError;
 }

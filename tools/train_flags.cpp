@@ -7,7 +7,7 @@
 #include <fmt/core.h>
 
 #include "core/threads.h"
-#include "models/seq2seq/trainer.h"
+#include "models/seq2seq/config.h"
 #include "models/text/subword.h"
 
 namespace seqgrad::tools {
@@ -82,75 +82,110 @@ void add_data_options(Args& a, const DataOptions& o) {
 
 namespace {
 
-// --vocab word | unigram:N | bpe:N and --joint-vocab, checked where they enter.
-void check_vocab_flags(const models::TrainConfig& c) {
-  if (c.vocab == "word") {
-    SG_CHECK_USAGE(!c.joint_vocab, "--joint-vocab shares one subword model between the languages; it needs --vocab "
-                   "unigram:N or bpe:N, not word");
-    return;
+// " (presets: default 0.003, seed 0.001, d2l 0.005, tiny 0.004; config key lr)", or " (default: X;
+// config key K)" when the presets agree: the flag's defaults and its name in a --config file.
+std::string preset_defaults(const models::ConfigField& f) {
+  std::vector<std::string> values;
+  for (const std::string& name : models::preset_names()) {
+    nlohmann::json v = f.get(models::preset(name));
+    values.push_back(v.is_string() ? v.get<std::string>() : v.dump());
   }
-  text::parse_subword_spec(c.vocab, "--vocab");
-  SG_CHECK_USAGE(text::subword_supported(), "--vocab {}: this build has no SentencePiece support (install "
-                 "libsentencepiece-dev and reconfigure with -Dsentencepiece=enabled), or use --vocab word", c.vocab);
+  if (std::all_of(values.begin(), values.end(), [&](const std::string& v) { return v == values[0]; }))
+    return fmt::format(" (default: {}; config key {})", values[0], f.key);
+  std::string out;
+  for (size_t i = 0; i < values.size(); ++i)
+    out += fmt::format("{}{} {}", i ? ", " : " (presets: ", models::preset_names()[i], values[i]);
+  return out + fmt::format("; config key {})", f.key);
+}
+
+// A config field's flag value as JSON, for ConfigField::set; "" values are refused by Args.
+nlohmann::json flag_value(const Args& a, const models::ConfigField& f) {
+  switch (f.type) {
+    case models::FieldType::integer: {
+      int64_t v = a.get_int(f.flag);
+      return v >= 0 ? nlohmann::json(static_cast<uint64_t>(v)) : nlohmann::json(v);
+    }
+    case models::FieldType::number: return a.get_double(f.flag);
+    case models::FieldType::boolean:
+      SG_CHECK_USAGE(!(a.has(f.flag) && a.has("no-" + f.flag)), "--{} and --no-{} exclude each other", f.flag, f.flag);
+      return a.has(f.flag);
+    case models::FieldType::text: return a.get(f.flag);
+  }
+  return nullptr;
+}
+
+// The flag's text for an error message: what the user typed.
+std::string typed(const Args& a, const models::ConfigField& f) {
+  if (f.type != models::FieldType::boolean) return a.get(f.flag);
+  return a.has(f.flag) ? "" : "no-";
+}
+
+// Runs `apply`; a ConfigError comes back as a UsageError naming the field's flag when it has one.
+template <class Apply>
+models::TrainConfig with_flag_errors(const Args& a, Apply&& apply) {
+  try {
+    return apply();
+  } catch (const models::ConfigError& e) {
+    const models::ConfigField* f = models::find_config_field(e.field());
+    if (f == nullptr || f->flag.empty() || !(a.has(f->flag) || a.has("no-" + f->flag))) throw UsageError(e.what());
+    throw UsageError(fmt::format("--{} {}, got {}", f->flag, e.problem(), typed(a, *f)));
+  }
+}
+
+models::TrainConfig apply_flags(models::TrainConfig c, const Args& a) {
+  apply_data_flags(c, a);
+  SG_CHECK_USAGE(!a.has("attention") || a.get("attention") != "dot",
+                 "--attention dot: the translator's dot-product attention is scaled_dot (scaling by 1/sqrt(d) keeps "
+                 "the softmax from saturating); unscaled dot is only in `seqgrad attention demo --attention dot`");
+  for (const GivenFlag& g : given_config_flags(a)) g.field->set(c, flag_value(a, *g.field));
+  // a preset's joint subword model does not carry over to word vocabularies (the seed preset with
+  // `--vocab word`); only an explicit --joint-vocab with word is a contradiction
+  if (a.has("vocab") && c.vocab == "word" && !a.has("joint-vocab")) c.joint_vocab = false;
+  c.data_dir = absolute(c.data_dir);  // so that eval and resume find the data from any folder
+  c.validate();
+  return c;
 }
 
 }  // namespace
 
-models::TrainConfig apply_config_flags(models::TrainConfig c, const Args& a) {
-  apply_data_flags(c, a);
-  if (a.has("src")) c.src_lang = a.get("src");
-  if (a.has("tgt")) c.tgt_lang = a.get("tgt");
-  if (a.has("data-dir")) c.data_dir = a.get("data-dir");
-  if (a.has("shuffle-buffer")) c.shuffle_buffer = a.get_int("shuffle-buffer");
-  if (a.has("epochs")) c.epochs = a.get_int("epochs");
-  if (a.has("batch-size")) c.batch_size = a.get_int("batch-size");
-  if (a.has("lr")) c.lr = a.get_double("lr");
-  if (a.has("embed")) c.model.embed_size = a.get_int("embed");
-  if (a.has("hidden")) c.model.hidden_size = a.get_int("hidden");
-  if (a.has("layers")) c.model.num_layers = a.get_int("layers");
-  if (a.has("dropout")) c.model.dropout = a.get_double("dropout");
-  SG_CHECK_USAGE(c.src_lang != c.tgt_lang, "--src and --tgt are both '{}': a translator needs two languages",
-                 c.src_lang);
-  SG_CHECK_USAGE(!a.has("attention") || a.get("attention") != "dot",
-                 "--attention dot: the translator's dot-product attention is scaled_dot (scaling by 1/sqrt(d) keeps "
-                 "the softmax from saturating); unscaled dot is only in `seqgrad attention demo --kind dot`");
-  if (a.has("attention")) c.model.attention = models::parse_attention_kind(a.get("attention"));
-  if (a.has("max-tokens")) c.max_tokens = a.get_int("max-tokens");
-  if (a.has("subset")) c.train_subset = a.get_int("subset");
-  if (a.has("label-smoothing")) c.label_smoothing = a.get_double("label-smoothing");
-  if (a.has("clip")) c.clip = a.get_double("clip");
-  if (a.has("amp")) c.amp = a.get("amp");
-  if (a.has("vocab")) {
-    c.vocab = a.get("vocab");
-    // a preset's joint subword model does not carry over to word vocabularies (the seed preset's
-    // `--vocab word`); only an explicit --joint-vocab with word is a contradiction
-    if (c.vocab == "word") c.joint_vocab = false;
+void add_config_flags(Args& a, const std::set<std::string>& except) {
+  a.option("preset", "name", "hyper-parameter preset: default | seed | d2l | tiny", "default")
+      .option("config", "file", "a JSON config (any subset of --print-config's fields; its \"preset\" first, then "
+              "its fields, then the flags)")
+      .option("print-config", "", "print the resolved config as JSON (valid --config input) and exit");
+  for (const models::ConfigField& f : models::config_fields()) {
+    if (f.flag.empty() || except.count(f.key)) continue;
+    a.option(f.flag, f.value_name, f.help + preset_defaults(f)).group("config");
+    if (f.type == models::FieldType::boolean) a.option("no-" + f.flag, "", "the opposite of --" + f.flag);
   }
-  if (a.flag("joint-vocab")) c.joint_vocab = true;
-  if (a.has("seed")) {
-    SG_CHECK_VALUE(a.get_int("seed") >= 0, "--seed must be >= 0, got {}", a.get_int("seed"));
-    c.seed = static_cast<uint64_t>(a.get_int("seed"));
+  if (!except.count("max_tokens")) a.deprecated_alias("max-tokens", "truncate");
+}
+
+std::vector<GivenFlag> given_config_flags(const Args& a) {
+  std::vector<GivenFlag> given;
+  for (const models::ConfigField& f : models::config_fields()) {
+    if (f.flag.empty() || !a.in_group(f.flag, "config")) continue;
+    if (a.has(f.flag) || (f.type == models::FieldType::boolean && a.has("no-" + f.flag))) given.push_back({f.flag, &f});
   }
-  models::amp_precision(c.amp);
-  check_vocab_flags(c);
-  // absolute, so that eval and resume find the data from any folder
-  c.data_dir = absolute(c.data_dir);
-  SG_CHECK_VALUE(c.epochs >= 1, "--epochs must be >= 1, got {}", c.epochs);
-  SG_CHECK_VALUE(c.batch_size >= 1, "--batch-size must be >= 1, got {}", c.batch_size);
-  SG_CHECK_VALUE(c.lr > 0 && std::isfinite(c.lr), "--lr must be positive, got {}", c.lr);
-  SG_CHECK_VALUE(c.max_tokens >= 1, "--max-tokens must be >= 1, got {}", c.max_tokens);
-  SG_CHECK_VALUE(c.train_subset >= 0, "--subset must be >= 0 (0 = every pair), got {}", c.train_subset);
-  SG_CHECK_VALUE(c.shuffle_buffer >= 1, "--shuffle-buffer must be >= 1 (training pairs held at once), got {}",
-                 c.shuffle_buffer);
-  SG_CHECK_VALUE(c.label_smoothing >= 0 && c.label_smoothing < 1, "--label-smoothing must be in [0, 1), got {}",
-                 c.label_smoothing);
-  SG_CHECK_VALUE(c.clip > 0 && std::isfinite(c.clip), "--clip must be positive, got {}", c.clip);
-  SG_CHECK_VALUE(c.model.embed_size >= 1 && c.model.hidden_size >= 1 && c.model.num_layers >= 1,
-                 "--embed {}, --hidden {} and --layers {} must be >= 1", c.model.embed_size,
-                 c.model.hidden_size, c.model.num_layers);
-  SG_CHECK_VALUE(c.model.dropout >= 0 && c.model.dropout < 1, "--dropout must be in [0, 1), got {}",
-                 c.model.dropout);
-  return c;
+  return given;
+}
+
+models::TrainConfig apply_config_flags(models::TrainConfig config, const Args& a) {
+  return with_flag_errors(a, [&] { return apply_flags(std::move(config), a); });
+}
+
+models::TrainConfig config_from_flags(const Args& a, const std::function<void(models::TrainConfig&)>& adjust) {
+  return with_flag_errors(a, [&] {
+    models::TrainConfig base;
+    try {
+      base = a.has("config") ? models::read_config_file(a.get("config"), a.has("preset") ? a.get("preset") : "")
+                             : models::preset(a.get("preset"));
+    } catch (const ValueError& e) {
+      throw UsageError(e.what());  // the file's field, not a flag: read_config_file named the file and field
+    }
+    if (adjust) adjust(base);
+    return apply_flags(std::move(base), a);
+  });
 }
 
 void apply_threads_flag(const Args& a) {

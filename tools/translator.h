@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "models/seq2seq/decode.h"
-#include "models/seq2seq/pipeline.h"
+#include "models/seq2seq/checkpoint.h"
 #include "models/seq2seq/trainer.h"
 #include "tools/plot/plot.h"
 

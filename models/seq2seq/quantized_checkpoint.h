@@ -10,7 +10,7 @@
 #include <string>
 
 #include "core/serialize.h"
-#include "models/seq2seq/pipeline.h"
+#include "models/seq2seq/checkpoint.h"
 #include "nn/quantized.h"
 
 namespace seqgrad::models {

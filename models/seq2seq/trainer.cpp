@@ -6,11 +6,13 @@
 
 #include <fmt/core.h>
 
+#include "core/json.h"
 #include "core/rng.h"
 #include "models/seq2seq/data_parallel.h"
 #include "models/text/bleu.h"
 #include "models/text/chrf.h"
 #include "models/text/tokenizer.h"
+#include "nn/checkpoint.h"
 
 namespace seqgrad::models {
 namespace {
@@ -50,18 +52,11 @@ T field(const nlohmann::json& j, const char* name, const std::string& path, std:
                                                                                  : v.is_number_integer();
   SG_CHECK_IO(ok, "checkpoint {}: train_state.{} must be {}, got {}", path, name,
               std::is_floating_point_v<T> ? "a number" : std::is_unsigned_v<T> ? "an integer >= 0" : "an integer",
-              v.dump());
+              json_preview(v));
   return v.get<T>();
 }
 
 }  // namespace
-
-GemmPrecision amp_precision(const std::string& amp) {
-  if (amp == "off") return GemmPrecision::full;
-  if (amp == "bf16") return GemmPrecision::bf16;
-  if (amp == "fp16") return GemmPrecision::f16;
-  throw ValueError(fmt::format("--amp expects off, bf16 or fp16, got '{}'", amp));
-}
 
 nlohmann::json train_state_to_json(const TrainState& s) {
   return {{"epoch", s.epoch},
@@ -76,7 +71,7 @@ nlohmann::json train_state_to_json(const TrainState& s) {
 }
 
 TrainState train_state_from_json(const nlohmann::json& j, const std::string& path) {
-  SG_CHECK_IO(j.is_object(), "checkpoint {}: train_state must be a JSON object, got {}", path, j.dump());
+  SG_CHECK_IO(j.is_object(), "checkpoint {}: train_state must be a JSON object, got {}", path, json_preview(j));
   TrainState s;
   s.epoch = field<int64_t>(j, "epoch", path);
   s.batch = field<int64_t>(j, "batch", path);
@@ -147,7 +142,7 @@ Trainer::Trainer(TrainConfig config, text::Vocab src_vocab, text::Vocab tgt_voca
     : config_(with_vocab_sizes(std::move(config), src_vocab, tgt_vocab)),
       src_vocab_(std::move(src_vocab)),
       tgt_vocab_(std::move(tgt_vocab)),
-      precision_(amp_precision(config_.amp)),
+      precision_(config_.amp),
       device_(options.device),
       model_(seeded(config_)),
       optimizer_(initialised_parameters(model_, options.device), {.lr = config_.lr}),
@@ -276,9 +271,8 @@ void Trainer::save(const std::string& path) {
   train_state["optimizer"] = optimizer_.state_dict().metadata;
   train_state["scheduler"] = scheduler_.state_dict();
   if (scaler_.is_enabled()) train_state["grad_scaler"] = scaler_.state_dict();
-  std::map<std::string, Tensor> optimizer_tensors;
-  for (auto& [name, t] : optimizer_.state_dict().tensors) optimizer_tensors["optim." + name] = t;
-  save_checkpoint(path, model_, {config_, src_vocab_, tgt_vocab_, train_state}, optimizer_tensors);
+  save_checkpoint(path, model_, {config_, src_vocab_, tgt_vocab_, train_state},
+                  nn::add_prefix(optimizer_.state_dict().tensors, "optim."));
 }
 
 void Trainer::restore(const LoadedCheckpoint& checkpoint, const std::string& path) {
@@ -297,10 +291,7 @@ void Trainer::restore(const LoadedCheckpoint& checkpoint, const std::string& pat
     }
   };
   restoring("optimizer", [&](const nlohmann::json& metadata) {
-    optim::OptimizerState os{.metadata = metadata.get<std::string>()};
-    for (const auto& [name, t] : checkpoint.tensors)
-      if (name.rfind("optim.", 0) == 0) os.tensors[name.substr(6)] = t;
-    optimizer_.load_state_dict(os);
+    optimizer_.load_state_dict({nn::take_prefix(checkpoint.tensors, "optim."), metadata.get<std::string>()});
   });
   restoring("scheduler", [&](const nlohmann::json& s) { scheduler_.load_state_dict(s.get<std::string>()); });
   if (scaler_.is_enabled())  // --amp fp16

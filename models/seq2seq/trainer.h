@@ -1,13 +1,7 @@
 // The translator's trainer: one training step (forward, label-smoothed loss, backward, clip, Adam),
-// the epoch loop, evaluation (loss and BLEU) and checkpoints that resume a run exactly. It is the
-// worked example of a seqgrad training program: `seqgrad train`, `compare` and `bench` all use it.
-//
-//   models::Trainer trainer(config, src_vocab, tgt_vocab);  // seeded model, Adam, StepLR
-//   while (trainer.state().epoch < config.epochs) {
-//     models::EpochResult epoch = trainer.train_epoch(train);  // train_step on each batch
-//     models::Evaluation val = trainer.evaluate(valid, valid_pairs, valid_references, {});
-//     trainer.save("last.safetensors");                       // trainer.restore(...) resumes it
-//   }
+// one epoch over a batch source, evaluation (loss, sacreBLEU, chrF) and checkpoints that resume a
+// run exactly. The run around it (validation each epoch, best/last checkpoints, metrics) is
+// models::fit (models/seq2seq/run.h); `seqgrad train`, `compare` and `bench` all use this class.
 //
 // A step is forward_backward(batch), after_backward(), optimizer_step(). A subclass changes what it
 // needs: loss() (another objective), after_backward() (a data-parallel trainer all-reduces the
@@ -23,7 +17,8 @@
 #include "core/autocast.h"
 #include "core/error.h"
 #include "models/seq2seq/decode.h"
-#include "models/seq2seq/pipeline.h"
+#include "models/seq2seq/checkpoint.h"
+#include "models/seq2seq/data.h"
 #include "nn/distributed.h"
 #include "optim/optim.h"
 
@@ -35,7 +30,7 @@ struct TrainState {
   int64_t epoch = 0;          // epochs completed
   int64_t batch = 0;          // batches of the current epoch done
   int64_t step = 0;           // training steps taken (fp16 steps skipped by the GradScaler included)
-  double best_bleu = -1;      // best validation sacreBLEU so far (selects best.safetensors); -1 before the first
+  double best_bleu = -1;      // best validation sacreBLEU so far (fit() keeps it; best.safetensors); -1 before the first
   double epoch_loss_sum = 0;  // the current epoch's sum of loss x target tokens ...
   int64_t epoch_tokens = 0;   // ... and its target tokens, so a resumed epoch reports the same loss
   int64_t epoch_skipped = 0;  // fp16 steps of the current epoch skipped on inf/NaN gradients
@@ -179,9 +174,6 @@ class Trainer {
   uint64_t rng_before_step_ = 0;        // restored on divergence, so that resuming replays the bad step
   std::string resumed_from_ = "train";  // names the checkpoint in errors about the restored state
 };
-
-// The GEMM precision of an amp mode ("off", "bf16", "fp16"); throws ValueError naming the value.
-GemmPrecision amp_precision(const std::string& amp);
 
 // The TrainState of a checkpoint's train_state, every field checked (type and range); errors name
 // the checkpoint (`path`) and the field.

@@ -8,7 +8,7 @@
 
 #include "core/safetensors.h"
 #include "core/serialize.h"
-#include "models/seq2seq/pipeline.h"
+#include "models/seq2seq/checkpoint.h"
 #include "nn/checkpoint.h"
 #include "nn/linear.h"
 #include "tests/fuzz/fuzz_common.h"

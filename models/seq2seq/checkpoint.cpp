@@ -1,0 +1,197 @@
+#include "models/seq2seq/checkpoint.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <set>
+
+#include "core/json.h"
+#include "core/serialize.h"
+#include "models/seq2seq/quantized_checkpoint.h"
+#include "nn/checkpoint.h"
+
+namespace seqgrad::models {
+
+namespace {
+
+// Metadata of translator checkpoints. kFormatVersion 2: always written with a checksum, so a
+// version-2 file without one has been altered.
+constexpr const char* kFormatVersion = "2";
+const std::set<std::string> kMetadataKeys = {"format", "format_version", "config", "src_vocab", "tgt_vocab",
+                                             "train_state", "quantized", nn::kChecksumKey};
+
+}  // namespace
+
+std::map<std::string, std::string> checkpoint_metadata(const CheckpointInfo& info) {
+  return {
+      {"format", "seqgrad.seq2seq"},
+      {"format_version", kFormatVersion},
+      {"config", info.config.to_json().dump()},
+      {"src_vocab", info.src_vocab.to_json().dump()},
+      {"tgt_vocab", info.tgt_vocab.to_json().dump()},
+      {"train_state", info.train_state.dump()},
+  };
+}
+
+void save_checkpoint(const std::string& path, const Seq2Seq& model, const CheckpointInfo& info,
+                     const std::map<std::string, Tensor>& extra) {
+  std::map<std::string, Tensor> tensors = extra;
+  tensors.merge(nn::add_prefix(model.state_dict(), "model."));
+  std::map<std::string, std::string> metadata = checkpoint_metadata(info);
+  metadata[nn::kChecksumKey] = nn::checkpoint_checksum(tensors, metadata);  // read_checkpoint verifies it
+  std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  if (!dir.empty()) std::filesystem::create_directories(dir);
+  save_tensors(path, tensors, metadata);
+}
+
+namespace {
+
+// The checksum must be present and match. A file without one is accepted only when the caller
+// allows it: then either a checkpoint from before checksums, or one whose checksum entry was
+// damaged (its key renamed by a flipped bit shows as a key no version writes).
+void verify_checksum(const CheckpointFile& checkpoint, const std::string& path, const ReadCheckpointOptions& options) {
+  const TensorFile& file = checkpoint.file;
+  if (auto stored = file.metadata.find(nn::kChecksumKey); stored != file.metadata.end()) {
+    std::string computed = nn::checkpoint_checksum(checksummed_tensors(checkpoint), file.metadata);
+    SG_CHECK_IO(stored->second == computed, "checkpoint {} is corrupted: checksum {} does not match its contents ({})",
+                path, stored->second, computed);
+    return;
+  }
+  for (const auto& [key, value] : file.metadata)
+    SG_CHECK_IO(kMetadataKeys.count(key), "checkpoint {} is corrupted: its checksum entry '{}' is missing and it has "
+                "an unknown metadata key '{}' (the checksum's key, damaged?)", path, nn::kChecksumKey, key);
+  auto version = file.metadata.find("format_version");
+  const bool writes_checksums = version != file.metadata.end();
+  SG_CHECK_IO(options.allow_missing_checksum, "checkpoint {} has no checksum ('{}'): {}; pass "
+              "--allow-missing-checksum to load it unverified", path, nn::kChecksumKey,
+              writes_checksums ? fmt::format("it was written by a seqgrad that always stores one (format version {}), "
+                                             "so the file has been altered", version->second)
+                               : std::string("it was written before seqgrad stored one, or altered since"));
+  if (writes_checksums)
+    fmt::print(stderr, "WARNING: checkpoint {} has no checksum although its format version {} always stores one: the "
+               "file has been altered; its weights are loaded UNVERIFIED (--allow-missing-checksum)\n", path,
+               version->second);
+  else
+    fmt::print(stderr, "warning: checkpoint {} has no checksum (written before seqgrad stored one?); its weights are "
+               "loaded unverified (--allow-missing-checksum)\n", path);
+}
+
+// The (rows, cols) of the 2-d weight `name` that a config field sizes, float or int8 (a quantized
+// checkpoint); IOError naming the field when it is missing.
+Shape sized_shape(const LoadedCheckpoint& ckpt, const std::string& name, const char* field, const std::string& path) {
+  if (auto q = ckpt.quantized.find(name); q != ckpt.quantized.end()) return {q->second.rows, q->second.cols};
+  auto it = ckpt.tensors.find(name);
+  SG_CHECK_IO(it != ckpt.tensors.end() && it->second.ndim() == 2, "checkpoint {}: config field model.{} cannot be "
+              "checked: tensor '{}' is {}", path, field, name,
+              it == ckpt.tensors.end() ? std::string("missing") : fmt::format("of shape {}", it->second.shape()));
+  return it->second.shape();
+}
+
+// Dimension `dim` of `shape` must be `expected`, which the config field's `value` implies.
+void check_size(int64_t value, const char* field, const Shape& shape, const std::string& name, int dim,
+                const std::string& path, int64_t expected) {
+  SG_CHECK_IO(expected == shape[dim], "checkpoint {}: its weights do not fit the model its config describes: config "
+              "field model.{} = {}, but tensor '{}' has shape {} (dimension {} should be {})", path, field, value, name,
+              shape, dim, expected);
+}
+void check_size(int64_t value, const char* field, const Shape& shape, const std::string& name, int dim,
+                const std::string& path) {
+  check_size(value, field, shape, name, dim, path, value);
+}
+
+// Every size the model is built from against the tensors present, before anything is allocated:
+// a hostile config (embed_size 10^6, hidden_size 2^61, num_layers 2^40) fails here, fast, instead
+// of allocating gigabytes or overflowing. Both dimensions of each tensor are checked, so a
+// zero-size tensor cannot vouch for a huge size: V·E, 3H·H and A·H values are in the file.
+// load_weights() then checks every tensor's full shape.
+void check_config_sizes(const LoadedCheckpoint& ckpt, const std::string& path) {
+  const Seq2SeqConfig& m = ckpt.info.config.model;
+  const std::string src_emb = "model.encoder.embedding.weight", tgt_emb = "model.decoder.embedding.weight";
+  const std::string hh0 = "model.encoder.rnn.weight_hh_l0";
+  check_size(m.src_vocab, "src_vocab", sized_shape(ckpt, src_emb, "src_vocab", path), src_emb, 0, path);
+  check_size(m.embed_size, "embed_size", sized_shape(ckpt, src_emb, "embed_size", path), src_emb, 1, path);
+  check_size(m.tgt_vocab, "tgt_vocab", sized_shape(ckpt, tgt_emb, "tgt_vocab", path), tgt_emb, 0, path);
+  check_size(m.hidden_size, "hidden_size", sized_shape(ckpt, hh0, "hidden_size", path), hh0, 1, path);
+  check_size(m.hidden_size, "hidden_size", sized_shape(ckpt, hh0, "hidden_size", path), hh0, 0, path,
+             3 * m.hidden_size);  // (3H, H): the GRU's three gates; H already matched a dimension, so 3H fits
+  int64_t layers = 0;  // the encoder's layers present: weight_hh_l0, _l1, ...
+  for (std::string name; name = fmt::format("model.encoder.rnn.weight_hh_l{}", layers),
+                         ckpt.tensors.count(name) || ckpt.quantized.count(name);)
+    ++layers;
+  SG_CHECK_IO(m.num_layers == layers, "checkpoint {}: its weights do not fit the model its config describes: config "
+              "field model.num_layers = {}, but the encoder has {} layer(s) of weights", path, m.num_layers, layers);
+  if (m.attention != AttentionKind::scaled_dot) {
+    const std::string w_q = "model.decoder.attention.w_q.weight";
+    const Shape t = sized_shape(ckpt, w_q, "attention_size", path);
+    check_size(m.attention_size ? m.attention_size : m.hidden_size, "attention_size", t, w_q, 0, path);
+    check_size(m.hidden_size, "hidden_size", t, w_q, 1, path);  // (A, H)
+  } else {
+    // Scaled dot has no attention_size tensor, but the model still builds the (unused) additive
+    // module from it, A·(3H + 1) values: no more than the checkpoint holds in all.
+    int64_t values = 0;
+    for (const auto& [name, t] : ckpt.tensors) values += t.numel();  // bounded by the file's size
+    for (const auto& [name, q] : ckpt.quantized) values += q.rows * q.cols;
+    const int64_t per_unit = 3 * m.hidden_size + 1;
+    SG_CHECK_IO(m.attention_size <= values / per_unit, "checkpoint {}: config field model.attention_size = {} sizes "
+                "an unused additive attention of {} x {} values, more than the {} values the checkpoint holds", path,
+                m.attention_size, m.attention_size, per_unit, values);
+  }
+  SG_CHECK_IO(m.pad_id >= 0 && m.pad_id < std::min(m.src_vocab, m.tgt_vocab), "checkpoint {}: config field "
+              "model.pad_id = {} is not a token id of both vocabularies ({} and {})", path, m.pad_id, m.src_vocab,
+              m.tgt_vocab);
+}
+
+}  // namespace
+
+LoadedCheckpoint read_checkpoint(const std::string& path, const ReadCheckpointOptions& options) {
+  // a regular file, well-formed: else an IOError naming it; float or quantized (int8 weights apart)
+  CheckpointFile checkpoint = load_checkpoint_file(path);
+  TensorFile& file = checkpoint.file;
+  auto meta = [&](const char* key) -> const std::string& {
+    auto it = file.metadata.find(key);
+    SG_CHECK_IO(it != file.metadata.end(), "checkpoint {}: metadata '{}' is missing; is this a seqgrad translator "
+                "checkpoint?", path, key);
+    return it->second;
+  };
+  SG_CHECK_IO(meta("format") == "seqgrad.seq2seq", "checkpoint {}: format '{}' is not seqgrad.seq2seq", path,
+              meta("format"));
+  verify_checksum(checkpoint, path, options);
+  LoadedCheckpoint out;
+  try {
+    auto parsed = [&](const char* key) { return parse_json(meta(key), fmt::format("metadata '{}'", key)); };
+    out.info.config = TrainConfig::from_json(parsed("config"));  // every field's type and range checked
+    out.info.src_vocab = text::Vocab::from_json(parsed("src_vocab"));
+    out.info.tgt_vocab = text::Vocab::from_json(parsed("tgt_vocab"));
+    out.info.train_state = parsed("train_state");
+  } catch (const nlohmann::json::exception& e) {
+    throw IOError(fmt::format("checkpoint {}: bad metadata: {}", path, e.what()));
+  } catch (const Error& e) {  // the config's or a vocabulary's own checks: name the file they came from
+    throw IOError(fmt::format("checkpoint {}: bad metadata: {}", path, e.what()));
+  }
+  const Seq2SeqConfig& m = out.info.config.model;
+  SG_CHECK_IO(m.src_vocab == out.info.src_vocab.size() && m.tgt_vocab == out.info.tgt_vocab.size(),
+              "checkpoint {}: vocabulary sizes {}/{} do not match the model's {}/{}", path, out.info.src_vocab.size(),
+              out.info.tgt_vocab.size(), m.src_vocab, m.tgt_vocab);
+  out.tensors = std::move(file.tensors);
+  out.quantized = std::move(checkpoint.quantized);
+  check_config_sizes(out, path);
+  return out;
+}
+
+void load_weights(Seq2Seq& model, const LoadedCheckpoint& checkpoint, const std::string& path) {
+  std::map<std::string, Tensor> weights;
+  for (const auto& [name, t] : checkpoint.tensors)
+    if (name.rfind("model.", 0) == 0) weights[name.substr(6)] = t;
+  nn::check_finite_tensors(weights, fmt::format("checkpoint {}", path));  // int8 scales: checked when read
+  std::map<std::string, QuantizedWeight> quantized;  // int8 weights: their float values, then the int8 form
+  for (const auto& [name, q] : checkpoint.quantized)
+    if (name.rfind("model.", 0) == 0) weights[name.substr(6)] = dequantize(q), quantized.emplace(name.substr(6), q);
+  try {
+    model.load_state_dict(weights);
+    nn::load_quantized_weights(model, quantized);
+  } catch (const ValueError& e) {
+    throw IOError(fmt::format("checkpoint {}: its weights do not fit the model its config describes (saved with a "
+                              "different vocabulary or architecture?): {}", path, e.what()));
+  }
+}
+
+}  // namespace seqgrad::models

@@ -1,0 +1,50 @@
+// Translator checkpoints: one safetensors file holding the weights, the optimizer state, the
+// config, the vocabularies and the run's state, with a checksum; read with every size and value
+// checked before a model is built from it.
+#pragma once
+#include <map>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "models/seq2seq/config.h"
+#include "models/seq2seq/model.h"
+#include "models/text/vocab.h"
+#include "ops/quantized.h"
+
+namespace seqgrad::models {
+
+// Everything a checkpoint holds besides the module's weights.
+struct CheckpointInfo {
+  TrainConfig config;
+  text::Vocab src_vocab, tgt_vocab;
+  nlohmann::json train_state;  // epoch, step, best BLEU, RNG, scheduler, ...
+};
+void save_checkpoint(const std::string& path, const Seq2Seq& model, const CheckpointInfo& info,
+                     const std::map<std::string, Tensor>& extra_tensors = {});
+// The metadata every translator checkpoint carries (format, config, vocabularies, train_state).
+std::map<std::string, std::string> checkpoint_metadata(const CheckpointInfo& info);
+struct LoadedCheckpoint {
+  CheckpointInfo info;
+  std::map<std::string, Tensor> tensors;  // all tensors, "model." prefixed weights included
+  // A quantized checkpoint's int8 weights by full name (models/seq2seq/quantized_checkpoint.h);
+  // empty for a float one. load_weights installs them.
+  std::map<std::string, QuantizedWeight> quantized;
+};
+struct ReadCheckpointOptions {
+  // Accept a file without a checksum (written before seqgrad stored one), with a warning on
+  // stderr. Without it a missing checksum is an error: one flipped bit in the key's name must not
+  // let altered weights load.
+  bool allow_missing_checksum = false;
+};
+// Reads the file and checks everything that can be checked before a model is built, every error
+// an IOError naming `path`: that it is a regular file and a seqgrad translator checkpoint, its
+// checksum, its metadata (config, vocabularies, train state) and that every size in the config
+// (vocabularies, embed, hidden, attention, layers, max_tokens) matches the tensors present, so
+// that a hostile config cannot make the model allocate more than the file holds.
+LoadedCheckpoint read_checkpoint(const std::string& path, const ReadCheckpointOptions& options = {});
+// Loads the "model." weights into a model built from the checkpoint's config; a missing,
+// unexpected or mis-shaped tensor, or a non-finite value, is an error naming it.
+void load_weights(Seq2Seq& model, const LoadedCheckpoint& checkpoint, const std::string& path);
+
+}  // namespace seqgrad::models

@@ -1,0 +1,115 @@
+// The translator's run settings. One table (config_fields()) declares every field once: its JSON
+// key, its command-line flag, its type, its valid range and its help line. From it come the JSON
+// of checkpoints and of `seqgrad train --config FILE` / `--print-config`, validate(), the flags of
+// `train` and `compare`, the resume check and `inspect`. Presets give every field its default.
+//
+//   models::TrainConfig config = models::preset("tiny");   // or models::read_config_file("run.json")
+//   config.epochs = 3;
+//   config.validate();                                      // ConfigError naming the field and its range
+#pragma once
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/backend_ops.h"
+#include "core/error.h"
+#include "models/seq2seq/model.h"
+#include "models/text/corpus.h"
+
+namespace seqgrad::models {
+
+struct TrainConfig {
+  std::string preset = "default";
+  // the data: a bundled corpus under data_dir, or the user's files (corpus "files")
+  std::string corpus = "multi30k";
+  std::string src_lang = "de", tgt_lang = "en";
+  std::string data_dir = "data";
+  text::CorpusFiles train_files, valid_files, test_files;  // corpus "files" (absolute; test may be empty)
+  int64_t train_subset = 0;          // first N training pairs; 0 = all
+  int64_t shuffle_buffer = 200000;   // training pairs held at once (text::StreamingBatches)
+  int64_t max_tokens = 20;           // tokens per sentence kept, before <eos>
+  // the vocabularies: word (lower-cased words seen min_freq times) | unigram:N | bpe:N (SentencePiece,
+  // cased, trained on the training text at the start of a run; joint_vocab: one model for both sides)
+  std::string vocab = "word";
+  bool joint_vocab = false;
+  int64_t min_freq = 2;
+  // the optimisation: Adam, StepLR(step_size, gamma) per epoch, label-smoothed cross-entropy, clipping
+  int64_t batch_size = 64;
+  int64_t epochs = 10;
+  double lr = 0.005;
+  int64_t step_size = 10;
+  double gamma = 0.1;
+  double label_smoothing = 0.1;
+  double clip = 1.0;
+  uint64_t seed = 0;
+  GemmPrecision amp = GemmPrecision::full;  // mixed precision of the GEMMs (core/autocast.h)
+  Seq2SeqConfig model;
+
+  nlohmann::json to_json() const;
+  // A complete config as to_json() wrote it (a checkpoint's): fields written by older versions
+  // may be absent and keep their defaults; unknown keys and wrong types are ConfigErrors.
+  static TrainConfig from_json(const nlohmann::json& j);
+  // Every field in its range, and the fields consistent with each other; ConfigError otherwise.
+  void validate() const;
+};
+
+// A setting of the wrong type or out of its range. what(): "config field lr = -1: must be > 0".
+class ConfigError : public ValueError {
+ public:
+  ConfigError(std::string field, std::string value, std::string problem);
+  const std::string& field() const { return field_; }      // the JSON key: "lr", "model.dropout"
+  const std::string& value() const { return value_; }      // as given (bounded: core/json.h's json_preview)
+  const std::string& problem() const { return problem_; }  // "must be > 0"
+
+ private:
+  std::string field_, value_, problem_;
+};
+
+enum class FieldType { integer, number, boolean, text };
+
+// One row of the table.
+struct ConfigField {
+  std::string key;         // JSON key; "model.hidden_size" for the model's fields
+  std::string flag;        // command-line flag without "--"; "" when no flag sets it (derived or data fields)
+  std::string value_name;  // in --help ("n", "x", "kind"); "" for a boolean (--flag / --no-flag)
+  std::string help;
+  FieldType type = FieldType::text;
+  bool resumable = false;  // a resumed run may change it (--epochs extends the run)
+  std::function<nlohmann::json(const TrainConfig&)> get;
+  // Sets the field from JSON: a ConfigError when the type is wrong or the value is not one of the choices.
+  std::function<void(TrainConfig&, const nlohmann::json&)> set;
+  // "" when the value is in range, else what is wrong ("must be in [0, 1)").
+  std::function<std::string(const TrainConfig&)> check;
+};
+const std::vector<ConfigField>& config_fields();
+// The row with this JSON key, or nullptr.
+const ConfigField* find_config_field(std::string_view key);
+
+// Sets the fields `j` names (nested as to_json() writes them; any subset) on `config`. Unknown keys
+// are ConfigErrors that suggest the nearest key. Does not validate.
+void apply_config_json(TrainConfig& config, const nlohmann::json& j);
+
+// A config file (`seqgrad train --config FILE`): `preset` if given, else the file's "preset" (else
+// "default"), then the file's other fields, validated. Errors name the file (and the field).
+TrainConfig read_config_file(const std::string& path, const std::string& preset = "");
+
+// Presets: "default" (a good de->en model in minutes), "seed" (the seed recipe: the hyper-parameters
+// of the Bahdanau-model PyTorch programs this project started from), "d2l" (d2l.ai's tiny fra-eng
+// model) and "tiny" (a usable de->en model in about two minutes, for heatmaps and the tutorials).
+// Throws ValueError for other names.
+TrainConfig preset(const std::string& name);
+std::vector<std::string> preset_names();
+
+// The corpus names TrainConfig::corpus takes: the bundled ones, then "files" (the user's).
+std::vector<std::string> corpus_names();
+// What a config trains on, for logs and reports: "multi30k", "fra-eng", or the user's files.
+std::string describe_corpus(const TrainConfig& config);
+
+// The GEMM precision names of TrainConfig::amp: "off", "bf16", "fp16".
+const char* amp_name(GemmPrecision amp);
+GemmPrecision parse_amp(const std::string& name);  // ValueError naming the choices
+
+}  // namespace seqgrad::models

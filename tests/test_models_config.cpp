@@ -1,0 +1,158 @@
+// The translator's config table (models/seq2seq/config.h): every field round-trips through JSON,
+// every range is enforced by validate() with the field named, config files take any subset of the
+// fields, and unknown keys, wrong types and hostile nesting are clear errors.
+#include <doctest/doctest.h>
+
+#include <fstream>
+#include <functional>
+#include <set>
+
+#include "core/json.h"
+#include "models/seq2seq/config.h"
+#include "temp_dir.h"
+
+using namespace seqgrad;
+using models::ConfigError;
+using models::TrainConfig;
+
+namespace {
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("config: every preset round-trips through JSON, field by field") {
+  for (const std::string& name : models::preset_names()) {
+    CAPTURE(name);
+    TrainConfig c = models::preset(name);
+    c.model.src_vocab = 100, c.model.tgt_vocab = 90;  // what a checkpoint's config holds
+    nlohmann::json j = c.to_json();
+    TrainConfig back = TrainConfig::from_json(j);
+    CHECK(back.to_json() == j);
+    for (const models::ConfigField& f : models::config_fields()) {
+      if (f.key.starts_with("files.")) continue;  // only the user's corpus writes files
+      CAPTURE(f.key);
+      CHECK(f.get(back) == f.get(c));
+    }
+  }
+}
+
+TEST_CASE("config: the table's keys are JSON's keys, each declared once") {
+  TrainConfig c = models::preset("default");
+  c.corpus = "files";  // so that files.* are written too
+  const std::string dump = c.to_json().dump();
+  std::set<std::string> keys, flags;
+  for (const models::ConfigField& f : models::config_fields()) {
+    CAPTURE(f.key);
+    CHECK(keys.insert(f.key).second);
+    CHECK((f.flag.empty() || flags.insert(f.flag).second));
+    CHECK(dump.find('"' + f.key.substr(f.key.rfind('.') + 1) + '"') != std::string::npos);
+    CHECK(models::find_config_field(f.key) == &f);
+  }
+}
+
+TEST_CASE("config: validate() names the field and its range") {
+  struct Bad {
+    const char* key;
+    nlohmann::json value;
+    const char* message;
+  };
+  for (const Bad& bad : std::vector<Bad>{
+           {"epochs", 0, "config field epochs = 0 must be >= 1"},
+           {"lr", -0.5, "config field lr = -0.5 must be > 0"},
+           {"gamma", 1.5, "config field gamma = 1.5 must be in (0, 1]"},
+           {"label_smoothing", 1.25, "config field label_smoothing = 1.25 must be in [0, 1]"},
+           {"clip", 0.0, "config field clip = 0.0 must be > 0"},
+           {"batch_size", 0, "config field batch_size = 0 must be in [1, 1048576]"},
+           {"max_tokens", 0, "config field max_tokens = 0 must be in [1, 1048576]"},
+           {"model.dropout", 1.0, "config field model.dropout = 1.0 must be in [0, 1)"},
+           {"model.hidden_size", 0, "config field model.hidden_size = 0 must be in [1, 1048576]"},
+           {"model.num_layers", 65, "config field model.num_layers = 65 must be in [1, 64]"},
+           {"shuffle_buffer", 0, "config field shuffle_buffer = 0 must be >= 1"},
+       }) {
+    CAPTURE(bad.key);
+    TrainConfig c = models::preset("d2l");
+    models::find_config_field(bad.key)->set(c, bad.value);
+    CHECK(error_of([&] { c.validate(); }) == bad.message);
+    CHECK_THROWS_AS(c.validate(), ConfigError);
+  }
+  TrainConfig c = models::preset("d2l");
+  c.tgt_lang = c.src_lang;
+  CHECK(error_of([&] { c.validate(); }).find("config field tgt_lang = \"en\" equals src_lang") == 0);
+  c = models::preset("d2l");
+  c.joint_vocab = true;
+  CHECK(error_of([&] { c.validate(); }).find("config field joint_vocab = true shares one subword model") == 0);
+}
+
+TEST_CASE("config: JSON of the wrong type, unknown keys and missing fields are errors naming the key") {
+  nlohmann::json j = models::preset("d2l").to_json();
+  j["model"]["hidden_size"] = 1e300;  // nlohmann would convert it to int64 with undefined behaviour
+  CHECK(error_of([&] { TrainConfig::from_json(j); }) == "config field model.hidden_size = 1e+300 must be an integer");
+  j = models::preset("d2l").to_json();
+  j["amp"] = "fp32";
+  CHECK(error_of([&] { TrainConfig::from_json(j); }) ==
+        "config field amp = \"fp32\" must be one of: off, bf16, fp16");
+  j = models::preset("d2l").to_json();
+  j["epoch"] = 3;
+  CHECK(error_of([&] { TrainConfig::from_json(j); }) ==
+        "config field epoch is not a field of the translator's config (did you mean epochs?)");
+  j = models::preset("d2l").to_json();
+  j["model"]["hiden_size"] = 8;
+  CHECK(error_of([&] { TrainConfig::from_json(j); }).find("(did you mean model.hidden_size?)") != std::string::npos);
+  j = models::preset("d2l").to_json();
+  j.erase("lr");
+  CHECK(error_of([&] { TrainConfig::from_json(j); }) == "config field lr is missing (every config seqgrad writes has it)");
+  TrainConfig sized = models::preset("d2l");
+  sized.model.src_vocab = 50, sized.model.tgt_vocab = 60;
+  j = sized.to_json();
+  j.erase("amp"), j.erase("vocab");  // written by later versions: a checkpoint from before has them not
+  CHECK(TrainConfig::from_json(j).amp == GemmPrecision::full);
+  j = models::preset("d2l").to_json();
+  j["seed"] = -1;
+  CHECK(error_of([&] { TrainConfig::from_json(j); }) == "config field seed = -1 must be an integer >= 0");
+}
+
+TEST_CASE("config: a config file takes any subset of the fields over its preset") {
+  seqgrad::testing::TempDir dir;
+  auto write = [&](const std::string& text) {
+    std::string path = (dir.path / "run.json").string();
+    std::ofstream(path) << text;
+    return path;
+  };
+  TrainConfig c = models::read_config_file(write(R"({"preset": "d2l", "lr": 0.01, "model": {"hidden_size": 48}})"));
+  TrainConfig expected = models::preset("d2l");
+  expected.lr = 0.01, expected.model.hidden_size = 48;
+  CHECK(c.to_json() == expected.to_json());
+  // the caller's preset (--preset) wins over the file's
+  CHECK(models::read_config_file(write(R"({"preset": "d2l", "epochs": 3})"), "tiny").preset == "tiny");
+  // what --print-config writes is valid input, and reads back the same
+  TrainConfig seed = models::preset("seed");
+  CHECK(models::read_config_file(write(seed.to_json().dump(2))).to_json() == seed.to_json());
+  std::string path = write(R"({"preset": "d2l", "lr": -0.5})");
+  CHECK(error_of([&] { models::read_config_file(path); }) ==
+        "config file " + path + ": config field lr = -0.5 must be > 0");
+  path = write(R"({"preset": "d2l", "dropuot": 0.1})");
+  CHECK(error_of([&] { models::read_config_file(path); }).find("config field dropuot is not a field") !=
+        std::string::npos);
+  path = write(R"({"preset": "d2l", "lr": )");
+  CHECK(error_of([&] { models::read_config_file(path); }).find("config file " + path + ": not valid JSON") == 0);
+  // nesting deeper than kMaxJsonDepth is refused while parsing, before anything recurses over it
+  path = write(std::string(200000, '[') + std::string(200000, ']'));
+  CHECK(error_of([&] { models::read_config_file(path); }) ==
+        fmt::format("config file {}: JSON nested deeper than {} levels", path, kMaxJsonDepth));
+}
+
+TEST_CASE("config: json_preview never recurses into a value and bounds strings") {
+  nlohmann::json deep = parse_json("[[[[1]]]]", "test");
+  CHECK(json_preview(deep) == "an array of 1 item");
+  CHECK(json_preview(nlohmann::json::object({{"a", 1}, {"b", 2}})) == "an object of 2 keys");
+  CHECK(json_preview(std::string(100, 'x'), 5) == "\"xxxxx\"... (100 bytes)");
+  CHECK(json_preview(3) == "3");
+}

@@ -358,7 +358,7 @@ class OwnCorpus(Base):
                 ("line counts", ["--train", two_de, three], r"two\.de' has 2 lines but '.*three\.en' has 3"),
                 ("no tab", ["--train-tsv", notab], r"notab\.tsv:2: no tab in the line"),
                 ("missing file", ["--train", os.path.join(d, "nope.de"), good[1]],
-                 r"data: missing file .*nope\.de \(--train source file\)"),
+                 r"data: missing file .*nope\.de \(config field files\.train, source\)"),
                 ("empty corpus", ["--train", blank_de, blank_en],
                  r"data: split train has no usable sentence pair in .*blank\.de and .*blank\.en \(read 2 pairs, "
                  r"kept 0; skipped 0 placeholder, 2 empty"),

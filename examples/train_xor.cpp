@@ -1,5 +1,5 @@
-// Built against an installed seqgrad (pkg-config), outside the source tree: a user's own
-// training program. A two-layer MLP learns XOR with Adam; exits 0 when the loss is small.
+// The smallest training program: a module with registered submodules, Adam and a loop. A two-layer
+// MLP learns XOR; exits 0 when the loss is small.
 #include <fmt/core.h>
 
 #include <seqgrad/core/rng.h>

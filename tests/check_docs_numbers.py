@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""Every measured figure in the user docs links to its row in docs/results.md.
+
+Checks README.md, docs/*.md (docs/results.md itself excepted) and examples/README.md. A measured
+figure is a number with a unit of time, size, share, speed-up or score: `12 ms`, `3.5 s`,
+`13 min`, `75.5 MB`, `9.5%`, `2.18x`, `221 GFLOP/s`, `sacreBLEU 35.31`, `6.2 M parameters`. It
+passes only inside the text of a link to a results row, `[35.31](docs/results.md#default-preset)`,
+whose anchor must exist. Not checked (the rule for structural numbers): fenced code blocks tagged
+with a programming language (```sh, ```cpp, ...: commands and code, whose sizes are inputs, not
+results), inline code (`--max-seq 2048`), and link targets. Fenced blocks without a language
+(program output) are checked: show output with its figures elided (`…`) and link the row.
+
+usage: check_docs_numbers.py REPO_ROOT
+Prints every unlinked figure as FILE:LINE: FIGURE: LINE TEXT and exits 1 when there is one.
+"""
+import pathlib
+import re
+import sys
+
+CODE_LANGUAGES = {"sh", "bash", "console", "cpp", "c++", "c", "python", "cmake", "json", "meson"}
+UNIT = (r"(?:ms|µs|us|ns|s|sec|min|minutes|h|hours|kB|KB|MB|GB|MiB|GiB|%|x|"
+        r"GFLOP/s|tok/s|ms/step|ms/sent|us/op|µs/op|M parameters)")
+NUMBER = r"\d[\d,]*(?:\.\d+)?"
+FIGURE = re.compile(
+    rf"(?<![\w.\-/]){NUMBER}\s?{UNIT}(?![\w/])"          # 12 ms, 9.5%, 2.18x, 221 GFLOP/s
+    rf"|\b(?:sacreBLEU|BLEU|chrF)(?:\s+of)?\s+{NUMBER}"    # sacreBLEU 35.31
+)
+RESULTS_LINK = re.compile(r"\[([^\]]*)\]\((?:\.\./)?(?:docs/)?results\.md#([A-Za-z0-9_-]+)\)")
+ANY_LINK_TARGET = re.compile(r"\]\([^)]*\)")
+INLINE_CODE = re.compile(r"`[^`]*`")
+HEADING = re.compile(r"^#{1,6}\s+(.*?)\s*$")
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"<[^>]+>", "", heading).strip().lower()
+    text = re.sub(r"[^\w\- ]", "", text)
+    return text.replace(" ", "-")
+
+
+def anchors(results: pathlib.Path) -> set:
+    found = set()
+    for line in results.read_text(encoding="utf-8").splitlines():
+        m = HEADING.match(line)
+        if m:
+            found.add(slug(m.group(1)))
+    return found
+
+
+def checked_lines(path: pathlib.Path):
+    """(line number, text) of the lines the rule checks: prose, tables and output blocks."""
+    fence = None  # the open fence's language, "" for none
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        stripped = line.strip()
+        if stripped.startswith("```"):
+            fence = None if fence is not None else stripped[3:].strip().lower()
+            continue
+        if fence is None or fence not in CODE_LANGUAGES:
+            yield number, line
+
+
+def problems(root: pathlib.Path) -> list:
+    results = root / "docs" / "results.md"
+    known = anchors(results)
+    files = [root / "README.md", root / "examples" / "README.md"]
+    files += sorted(p for p in (root / "docs").glob("*.md") if p != results)
+    found = []
+    for path in files:
+        if not path.exists():
+            continue
+        name = path.relative_to(root)
+        for number, line in checked_lines(path):
+            for m in RESULTS_LINK.finditer(line):
+                if m.group(2) not in known:
+                    found.append(f"{name}:{number}: link to a missing results row "
+                                 f"'#{m.group(2)}' (docs/results.md has no such heading)")
+            text = RESULTS_LINK.sub(" ", line)
+            text = ANY_LINK_TARGET.sub("]", INLINE_CODE.sub(" ", text))
+            for m in FIGURE.finditer(text):
+                found.append(f"{name}:{number}: '{m.group(0)}' is not a link to a row of "
+                             f"docs/results.md: {line.strip()}")
+    return found
+
+
+def main() -> int:
+    if len(sys.argv) != 2:
+        print(__doc__.strip().splitlines()[-2], file=sys.stderr)
+        return 2
+    found = problems(pathlib.Path(sys.argv[1]))
+    for problem in found:
+        print(problem)
+    print(f"check_docs_numbers: {len(found)} unlinked figure(s)" if found else
+          "check_docs_numbers: every measured figure links to docs/results.md")
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Every measured figure in the user docs links to its row in docs/results.md.
+"""Every measured figure in the user docs links to its row in docs/results.md, and every link
+between the docs leads somewhere.
 
 Checks README.md, docs/*.md (docs/results.md itself excepted) and examples/README.md. A measured
 figure is a number with a unit of time, size, share, speed-up or score: `12 ms`, `3.5 s`,
@@ -10,8 +11,11 @@ with a programming language (```sh, ```cpp, ...: commands and code, whose sizes 
 results), inline code (`--max-seq 2048`), and link targets. Fenced blocks without a language
 (program output) are checked: show output with its figures elided (`…`) and link the row.
 
+Links: every relative link in those files must name an existing file, and an anchor in it (a
+heading of a .md file) must exist.
+
 usage: check_docs_numbers.py REPO_ROOT
-Prints every unlinked figure as FILE:LINE: FIGURE: LINE TEXT and exits 1 when there is one.
+Prints every unlinked figure and broken link as FILE:LINE: ... and exits 1 when there is one.
 """
 import pathlib
 import re
@@ -25,6 +29,7 @@ FIGURE = re.compile(
     rf"(?<![\w.\-/]){NUMBER}\s?{UNIT}(?![\w/])"          # 12 ms, 9.5%, 2.18x, 221 GFLOP/s
     rf"|\b(?:sacreBLEU|BLEU|chrF)(?:\s+of)?\s+{NUMBER}"    # sacreBLEU 35.31
 )
+LINK = re.compile(r"\]\(([^)\s]+)\)")
 RESULTS_LINK = re.compile(r"\[([^\]]*)\]\((?:\.\./)?(?:docs/)?results\.md#([A-Za-z0-9_-]+)\)")
 ANY_LINK_TARGET = re.compile(r"\]\([^)]*\)")
 INLINE_CODE = re.compile(r"`[^`]*`")
@@ -38,13 +43,28 @@ def slug(heading: str) -> str:
     return text.replace(" ", "-")
 
 
-def anchors(results: pathlib.Path) -> set:
+def anchors(markdown: pathlib.Path) -> set:
     found = set()
-    for line in results.read_text(encoding="utf-8").splitlines():
-        m = HEADING.match(line)
+    fenced = False
+    for line in markdown.read_text(encoding="utf-8").splitlines():
+        fenced ^= line.strip().startswith("```")
+        m = None if fenced else HEADING.match(line)
         if m:
             found.add(slug(m.group(1)))
     return found
+
+
+def broken_link(source: pathlib.Path, target: str):
+    """Why a relative link from `source` leads nowhere, or None."""
+    if re.match(r"^[a-z]+:", target):
+        return None  # https:, mailto:
+    path, _, anchor = target.partition("#")
+    resolved = (source.parent / path).resolve() if path else source
+    if not resolved.exists():
+        return f"link to a missing file '{target}'"
+    if anchor and resolved.suffix == ".md" and anchor not in anchors(resolved):
+        return f"link to a missing heading '{target}'"
+    return None
 
 
 def checked_lines(path: pathlib.Path):
@@ -61,7 +81,6 @@ def checked_lines(path: pathlib.Path):
 
 def problems(root: pathlib.Path) -> list:
     results = root / "docs" / "results.md"
-    known = anchors(results)
     files = [root / "README.md", root / "examples" / "README.md"]
     files += sorted(p for p in (root / "docs").glob("*.md") if p != results)
     found = []
@@ -70,10 +89,10 @@ def problems(root: pathlib.Path) -> list:
             continue
         name = path.relative_to(root)
         for number, line in checked_lines(path):
-            for m in RESULTS_LINK.finditer(line):
-                if m.group(2) not in known:
-                    found.append(f"{name}:{number}: link to a missing results row "
-                                 f"'#{m.group(2)}' (docs/results.md has no such heading)")
+            for m in LINK.finditer(INLINE_CODE.sub(" ", line)):
+                why = broken_link(path, m.group(1))
+                if why:
+                    found.append(f"{name}:{number}: {why}")
             text = RESULTS_LINK.sub(" ", line)
             text = ANY_LINK_TARGET.sub("]", INLINE_CODE.sub(" ", text))
             for m in FIGURE.finditer(text):
@@ -89,8 +108,8 @@ def main() -> int:
     found = problems(pathlib.Path(sys.argv[1]))
     for problem in found:
         print(problem)
-    print(f"check_docs_numbers: {len(found)} unlinked figure(s)" if found else
-          "check_docs_numbers: every measured figure links to docs/results.md")
+    print(f"check_docs_numbers: {len(found)} problem(s)" if found else
+          "check_docs_numbers: every measured figure links to docs/results.md, every link resolves")
     return 1 if found else 0
 
 

@@ -10,8 +10,10 @@
 # would keep that prefix. Packages come from scripts/setup.sh (the quick start's set).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ $# -ge 1 ] && [ -n "$1" ] && [[ "$1" != -* ]] ||
-  { echo "usage: scripts/install.sh PREFIX [meson options...]" >&2; exit 2; }
+if [ $# -lt 1 ] || [ -z "$1" ] || [[ "$1" == -* ]]; then
+  echo "usage: scripts/install.sh PREFIX [meson options...]" >&2
+  exit 2
+fi
 prefix=$(realpath -m "$1")
 shift
 build=${SEQGRAD_INSTALL_BUILD:-build-install}

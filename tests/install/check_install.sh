@@ -22,7 +22,7 @@ fail() { echo "install: $*" >&2; exit 1; }
 [[ "$cflags" != *"/include/seqgrad"* ]] || fail "seqgrad.pc puts include/seqgrad on the include path: $cflags"
 [[ $(tr ' ' '\n' <<<"$(pkg-config --libs --static seqgrad)" | grep -c -- '-fopenmp') -le 1 ]] ||
   fail "seqgrad.pc repeats -fopenmp: $(pkg-config --libs --static seqgrad)"
-! grep -rEn '#\s*include\s+"(core|ops|nn|optim|models|tools)/' "$root/include/seqgrad" ||
+! grep -rEn '#\s*include\s+"(core|ops|dist|nn|optim|models|tools)/' "$root/include/seqgrad" ||
   fail "installed headers still include by folder (\"core/...\"): they need <seqgrad/...>"
 rpath="-Wl,-rpath,$(dirname "$(find "$root" -name 'libseqgrad.so' | head -n 1)")"
 examples=$(realpath "$src/../../examples")

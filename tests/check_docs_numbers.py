@@ -12,7 +12,9 @@ results), inline code (`--max-seq 2048`), and link targets. Fenced blocks withou
 (program output) are checked: show output with its figures elided (`…`) and link the row.
 
 Links: every relative link in those files must name an existing file, and an anchor in it (a
-heading of a .md file) must exist.
+heading of a .md file) must exist. Quoted code: a fenced block right after a line
+`<!-- from PATH -->` must appear verbatim in the file PATH (so README's program is the example
+the test command builds).
 
 usage: check_docs_numbers.py REPO_ROOT
 Prints every unlinked figure and broken link as FILE:LINE: ... and exits 1 when there is one.
@@ -34,6 +36,7 @@ RESULTS_LINK = re.compile(r"\[([^\]]*)\]\((?:\.\./)?(?:docs/)?results\.md#([A-Za
 ANY_LINK_TARGET = re.compile(r"\]\([^)]*\)")
 INLINE_CODE = re.compile(r"`[^`]*`")
 HEADING = re.compile(r"^#{1,6}\s+(.*?)\s*$")
+QUOTED_FROM = re.compile(r"^<!--\s*from\s+(\S+)\s*-->$")
 
 
 def slug(heading: str) -> str:
@@ -79,6 +82,27 @@ def checked_lines(path: pathlib.Path):
             yield number, line
 
 
+def stale_quotes(root: pathlib.Path, path: pathlib.Path) -> list:
+    """Fenced blocks marked `<!-- from FILE -->` that FILE no longer contains."""
+    found = []
+    lines = path.read_text(encoding="utf-8").splitlines()
+    for number, line in enumerate(lines, 1):
+        m = QUOTED_FROM.match(line.strip())
+        if not m:
+            continue
+        source = root / m.group(1)
+        start = number + 1  # the fence's opening line, 1-based
+        if start > len(lines) or not lines[start - 1].startswith("```"):
+            found.append(f"{path.relative_to(root)}:{number}: '<!-- from ... -->' is not followed by a fenced block")
+            continue
+        end = next((i for i in range(start, len(lines)) if lines[i].startswith("```")), len(lines))
+        block = "\n".join(lines[start:end])
+        if not source.exists() or block not in source.read_text(encoding="utf-8"):
+            found.append(f"{path.relative_to(root)}:{start}: the block quoted from {m.group(1)} "
+                         f"is not in that file any more; copy it again")
+    return found
+
+
 def problems(root: pathlib.Path) -> list:
     results = root / "docs" / "results.md"
     files = [root / "README.md", root / "examples" / "README.md"]
@@ -88,6 +112,7 @@ def problems(root: pathlib.Path) -> list:
         if not path.exists():
             continue
         name = path.relative_to(root)
+        found += stale_quotes(root, path)
         for number, line in checked_lines(path):
             for m in LINK.finditer(INLINE_CODE.sub(" ", line)):
                 why = broken_link(path, m.group(1))

@@ -2,9 +2,10 @@
 """Every measured figure in the user docs links to its row in docs/results.md, and every link
 between the docs leads somewhere.
 
-Checks README.md, examples/README.md and docs/*.md (the figures of docs/results.md, its rows, excepted). A measured
-figure is a number with a unit of time, size, share, speed-up or score: `12 ms`, `3.5 s`,
-`13 min`, `75.5 MB`, `9.5%`, `2.18x`, `221 GFLOP/s`, `sacreBLEU 35.31`, `6.2 M parameters`. It
+Checks README.md, examples/README.md and docs/*.md (docs/results.md's figures, the rows
+themselves, excepted). A measured figure is a number with a unit of time, size, share, speed-up or
+score: `12 ms`, `3.5 s`, `13 min`, `75.5 MB`, `9.5%`, `2.18x`, `221 GFLOP/s`, `sacreBLEU 35.31`,
+`6.2 M parameters`. It
 passes only inside the text of a link to a results row, `[35.31](docs/results.md#default-preset)`,
 whose anchor must exist. Not checked (the rule for structural numbers): fenced code blocks tagged
 with a programming language (```sh, ```cpp, ...: commands and code, whose sizes are inputs, not

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """The side-by-side table of bench/run.sh: reads the JSON lines written by `seqgrad bench --json` and
 bench/torch_bench.py --json, takes for each (implementation, workload) the median over rounds of
 each round's median, and prints a Markdown table with the speedups against the faster PyTorch

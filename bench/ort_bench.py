@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """onnxruntime's side of bench/run.sh's decoding workloads: greedy and beam-5 decoding of one
 sentence with the benchmark's model exported by `seqgrad export --bench-data` (encoder.onnx once,
 then decoder_step.onnx once per step), on the CPU provider with --threads intra-op threads. The

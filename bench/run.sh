@@ -3,14 +3,15 @@
 # workload at a time and for several rounds (the order flips every round), then prints the table
 # (bench/compare.py). The decoding workloads (greedy_*, beam5_*) also run in onnxruntime (CPU
 # provider, same threads; bench/ort_bench.py) on the same weights exported by `seqgrad export`, when
-# the build has ONNX support and /usr/bin/python3 has onnxruntime. PyTorch runs twice per workload:
+# the build has ONNX support and the Python below has onnxruntime. PyTorch runs twice per workload:
 # with its defaults, and with OMP_WAIT_POLICY=passive, which is much faster for it on a loaded
 # machine; ratios are taken against the faster of the two.
 #
 #   bench/run.sh [--quick] [--rounds N] [--threads N] [--repeats N] [WORKLOAD ...]
 #
 # Environment: SEQGRAD (the seqgrad binary; default: build-perf/tools/seqgrad, else
-# build/tools/seqgrad), OUT (results folder; default bench/results/<date-time>).
+# build/tools/seqgrad), OUT (results folder; default bench/results/<date-time>), PYTHON (default:
+# the project's .venv/bin/python3 from scripts/setup.sh --tests, else /usr/bin/python3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,7 +23,7 @@ while [ $# -gt 0 ]; do
     --rounds) rounds="$2"; shift ;;
     --threads) threads="$2"; shift ;;
     --repeats) repeats=(--repeats "$2"); shift ;;
-    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
     -*) echo "run.sh: unknown option $1" >&2; exit 2 ;;
     *) workloads+=("$1") ;;
   esac
@@ -36,7 +37,8 @@ if [ -z "$seqgrad" ]; then
   done
 fi
 [ -x "$seqgrad" ] || { echo "run.sh: no seqgrad binary (build it, or set SEQGRAD)" >&2; exit 2; }
-python=/usr/bin/python3
+python=${PYTHON:-/usr/bin/python3}
+[ -n "${PYTHON:-}" ] || [ ! -x .venv/bin/python3 ] || python=.venv/bin/python3
 # Both sides on the same OpenBLAS kernels: seqgrad picks SkylakeX on AVX-512 CPUs (core/blas.cpp),
 # where OpenBLAS's own detection may pick another (Cooperlake on this project's AMD EPYC), so the
 # kernels seqgrad reports are exported for PyTorch too unless OPENBLAS_CORETYPE is already set.

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """PyTorch's side of `seqgrad bench`: the same workloads, shapes, data and initial weights.
 
 The seq2seq presets' batches, a test sentence and the initial weights come from

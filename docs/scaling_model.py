@@ -6,8 +6,9 @@ LINKS = {"10 Gbit/s": 10e9 / 8, "100 Gbit/s": 100e9 / 8}  # bytes/s per directio
 MACHINES = (8, 64, 256)
 GLOBAL_BATCH = 64
 
-# preset: (parameters, one machine's time per step on 2 threads in s (README: idle epoch / 454
-# batches), bytes of the buckets before the last one (seqgrad train's closing data-parallel line))
+# word-level preset: (parameters, one machine's time per step on 2 threads in s (an epoch of 454
+# batches: docs/results.md#word-level-default and #word-level-seed), bytes of the buckets before the
+# last one (seqgrad train's closing data-parallel line: docs/results.md#data-parallel))
 PRESETS = {
     "default": (7_002_220, 82.0 / 454, 16.46e6),
     "seed": (26_974_801, 295.0 / 454, (42.81 + 26.59 + 28.89) * 1e6),

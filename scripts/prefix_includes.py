@@ -13,7 +13,7 @@ import re
 import sys
 import tempfile
 
-FOLDERS = ("core", "ops", "nn", "optim", "models", "tools")
+FOLDERS = ("core", "ops", "dist", "nn", "optim", "models", "tools")
 INCLUDE = re.compile(r'^(\s*#\s*include\s+)"((?:%s)/[^"]+)"' % "|".join(FOLDERS), re.M)
 
 

@@ -1,41 +1,72 @@
 #!/usr/bin/env bash
-# Installs what seqgrad needs on Debian 12 (only what is missing), then configures and builds.
-# Usage: scripts/setup.sh [BUILD_DIR] [extra meson options...]
+# Installs the Debian 12 packages seqgrad needs (only the missing ones), then configures and builds.
+#
+#   scripts/setup.sh [--tests] [BUILD_DIR] [meson options...]
+#
+# Without --tests: what building and the quick start need (compiler, meson, BLAS, fmt, JSON, cairo,
+# SentencePiece, oneDNN). With --tests: also what the test suites need (PyTorch, ONNX, OpenMPI,
+# clang for the fuzz targets, cmake for the install check) and the Python packages the parity
+# tests compare against, which go into the project's virtual environment .venv (created with
+# --system-site-packages, so Debian's python3-torch stays visible); the system Python is never
+# changed. An existing BUILD_DIR (default build) is reconfigured with the options given.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+with_tests=0
+if [ "${1:-}" = "--tests" ]; then with_tests=1; shift; fi
 build=${1:-build}
 shift || true
+say() { echo "setup: $*"; }
 
-debian_packages=(g++ ccache meson ninja-build pkg-config libopenblas-dev libopenblas0-openmp libfmt-dev
-                 doctest-dev nlohmann-json3-dev libcairo2-dev python3-torch python3-numpy python3-pip
-                 libonnx-dev libprotobuf-dev libdnnl-dev)
-debian_packages+=(libopenmpi-dev openmpi-bin)  # dist/: the MPI communicator and `mpirun -np N seqgrad train`
-debian_packages+=(clang libclang-rt-14-dev libomp-14-dev)  # tests/fuzz: libFuzzer targets (clang, OpenMP)
-debian_packages+=(libsentencepiece-dev)  # subword vocabularies: seqgrad train --vocab unigram:N | bpe:N
+packages=(g++ meson ninja-build pkg-config libopenblas-dev libopenblas0-pthread libfmt-dev
+          nlohmann-json3-dev libcairo2-dev libsentencepiece-dev libdnnl-dev
+          doctest-dev)  # the build compiles the unit suites too
+if ((with_tests)); then
+  packages+=(ccache cmake python3-venv python3-torch python3-numpy)
+  packages+=(libopenblas0-openmp)                          # PyTorch's side of bench/run.sh
+  packages+=(libonnx-dev libprotobuf-dev)                  # seqgrad export and the onnx suite
+  packages+=(libopenmpi-dev openmpi-bin)                   # dist/ and the mpirun suites
+  packages+=(clang libclang-rt-14-dev libomp-14-dev)       # tests/fuzz: libFuzzer targets
+fi
 missing=()
-for p in "${debian_packages[@]}"; do
+for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if ((${#missing[@]})); then
-  echo "setup: installing Debian packages: ${missing[*]}"
+  say "installing Debian packages: ${missing[*]}"
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  $sudo apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+else
+  say "Debian packages: all ${#packages[@]} present"
 fi
-# Python packages the parity tests compare against (not packaged by Debian 12); onnxruntime and
-# onnx check `seqgrad export`, sentencepiece reads a subword export's models (examples/onnx/
-# translate.py). "numpy<2": Debian's torch 1.13 cannot exchange arrays with numpy 2,
-# which the newest onnx would pull in (through ml_dtypes).
-for mod in safetensors sacrebleu onnxruntime onnx sentencepiece; do
-  /usr/bin/python3 -c "import $mod" 2>/dev/null ||
-    /usr/bin/python3 -m pip install -q --break-system-packages "$mod" "numpy<2" >/dev/null
-done
-# ... and where an earlier install brought numpy 2 (torch.from_numpy then says "Numpy is not
-# available"), go back to numpy 1.x and the ml_dtypes that supports it.
-/usr/bin/python3 -c "import numpy, sys; sys.exit(int(numpy.__version__.split('.')[0]) >= 2)" ||
-  /usr/bin/python3 -m pip install -q --break-system-packages "numpy<2" "ml_dtypes<0.6" >/dev/null
 
-if [ ! -f "$build/build.ninja" ]; then
-  meson setup "$build" --buildtype=release "$@" >/dev/null
+if ((with_tests)); then
+  # The parity tests' references, not packaged by Debian 12; onnxruntime and onnx check `seqgrad
+  # export`, sentencepiece reads a subword export's models (examples/onnx/translate.py). The
+  # constraint keeps Debian's numpy, the one python3-torch 1.13 is built against, instead of a
+  # second numpy in .venv (torch 1.13 cannot exchange arrays with numpy 2).
+  [ -x .venv/bin/python3 ] || { say "creating .venv (python3 -m venv --system-site-packages)";
+                                /usr/bin/python3 -m venv --system-site-packages .venv; }
+  python_missing=()
+  for module in safetensors sacrebleu onnxruntime onnx sentencepiece; do
+    .venv/bin/python3 -c "import $module" 2>/dev/null || python_missing+=("$module")
+  done
+  if ((${#python_missing[@]})); then
+    say "installing into .venv: ${python_missing[*]}"
+    constraints=.venv/constraints.txt
+    /usr/bin/python3 -c 'import numpy; print("numpy==" + numpy.__version__)' > "$constraints"
+    .venv/bin/python3 -m pip install --constraint "$constraints" "${python_missing[@]}"
+  else
+    say "Python packages in .venv: all present"
+  fi
 fi
+
+if [ -f "$build/build.ninja" ]; then
+  say "reconfiguring $build${*:+ with $*}"
+  meson setup --reconfigure "$build" "$@"
+else
+  say "configuring $build${*:+ with $*}"
+  meson setup "$build" --buildtype=release "$@"
+fi
+say "building $build"
 ninja -C "$build"

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Installs the build into a private prefix and builds users' programs against it with pkg-config,
-# as someone writing their own program would: train_xor.cpp (a training program),
-# custom_op.cpp (a differentiable function of their own, gradchecked) and every examples/*.cpp
-# (the seeds' snippets, each asserting what it shows; run in a scratch folder, where
+# as someone writing their own program would: custom_op.cpp (a differentiable function of their
+# own, gradchecked) and every examples/*.cpp (train_xor, the smallest training program, and the
+# attention examples, each asserting what it shows; run in a scratch folder, where
 # 06_visual_attention writes its SVG). Also checks seqgrad.pc: one -I (<prefix>/include, so
-# includes read <seqgrad/nn/nn.h>) and no repeated flags.
+# includes read <seqgrad/nn/nn.h>) and no repeated flags; then builds examples/train_xor.cpp with
+# CMake through find_package(seqgrad) (tests/install/cmake/CMakeLists.txt) and runs it.
 set -euo pipefail
 build=$(realpath "${1:-build}")
 src=$(dirname "$(realpath "$0")")
@@ -21,11 +22,11 @@ fail() { echo "install: $*" >&2; exit 1; }
 [[ "$cflags" != *"/include/seqgrad"* ]] || fail "seqgrad.pc puts include/seqgrad on the include path: $cflags"
 [[ $(tr ' ' '\n' <<<"$(pkg-config --libs --static seqgrad)" | grep -c -- '-fopenmp') -le 1 ]] ||
   fail "seqgrad.pc repeats -fopenmp: $(pkg-config --libs --static seqgrad)"
-! grep -rEn '#\s*include\s+"(core|ops|nn|optim|models|tools)/' "$root/include/seqgrad" ||
+! grep -rEn '#\s*include\s+"(core|ops|dist|nn|optim|models|tools)/' "$root/include/seqgrad" ||
   fail "installed headers still include by folder (\"core/...\"): they need <seqgrad/...>"
 rpath="-Wl,-rpath,$(dirname "$(find "$root" -name 'libseqgrad.so' | head -n 1)")"
 examples=$(realpath "$src/../../examples")
-programs=("$src/train_xor.cpp" "$src/custom_op.cpp" "$examples"/*.cpp)
+programs=("$src/custom_op.cpp" "$examples"/*.cpp)
 # Compile two at a time (the compiles take longer than the programs run), then run them in order.
 compile() {
   # shellcheck disable=SC2086
@@ -43,4 +44,15 @@ for program in "${programs[@]}"; do
   (cd "$prefix/run" && "$prefix/bin_$name") || fail "$name failed (its FAIL lines above say which claim)"
   passed=$((passed + 1))
 done
+
+echo "== CMake: find_package(seqgrad), target_link_libraries(program seqgrad::seqgrad)"
+command -v cmake >/dev/null || fail "cmake is not installed (scripts/setup.sh --tests installs it)"
+[ -f "$(dirname "$pc_dir")/cmake/seqgrad/seqgradConfig.cmake" ] ||
+  fail "no seqgradConfig.cmake beside seqgrad.pc (expected $(dirname "$pc_dir")/cmake/seqgrad/)"
+cmake -S "$src/cmake" -B "$prefix/cmake-build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$root" \
+  -DSEQGRAD_PROGRAM="$examples/train_xor.cpp" >"$prefix/cmake.log" 2>&1 ||
+  { cat "$prefix/cmake.log" >&2; fail "cmake could not configure a find_package(seqgrad) project"; }
+cmake --build "$prefix/cmake-build" || fail "the find_package(seqgrad) project does not build"
+(cd "$prefix/run" && "$prefix/cmake-build/program") || fail "train_xor built with CMake failed"
+passed=$((passed + 1))
 echo "install: $passed passed, 0 failed"

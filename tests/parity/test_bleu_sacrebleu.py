@@ -2,10 +2,9 @@
 # Parity: seqgrad::text::corpus_bleu and corpus_chrf (through tests/parity/bleu_cli) against
 # sacrebleu.corpus_bleu and sacrebleu.corpus_chrf (chrF2 defaults) on real corpora and on tricky
 # synthetic lines, digit for digit. Usage:
-#   /usr/bin/python3 tests/parity/test_bleu_sacrebleu.py BUILD/tests/parity/bleu_cli [SHARED_DATA_DIR]
-# CI installs sacrebleu for the system Python with
-#   /usr/bin/python3 -m pip install --break-system-packages sacrebleu
-# (Debian bookworm has no python3-sacrebleu package). Without sacrebleu the script exits 77
+#   .venv/bin/python3 tests/parity/test_bleu_sacrebleu.py BUILD/tests/parity/bleu_cli [SHARED_DATA_DIR]
+# scripts/setup.sh --tests installs sacrebleu into the project's .venv (Debian bookworm has no
+# python3-sacrebleu package). Without sacrebleu the script exits 77
 # (meson's "skipped").
 import os
 import random

@@ -1,9 +1,8 @@
 #!/usr/bin/python3
 """Interop of seqgrad's safetensors reader/writer with Hugging Face's Python `safetensors`.
 
-CI installs the dependencies with (numpy from Debian; safetensors has no Debian package):
-    apt-get install -y python3-numpy python3-pip
-    /usr/bin/python3 -m pip install --break-system-packages safetensors
+scripts/setup.sh --tests installs the dependencies: numpy from Debian (python3-numpy), safetensors
+(no Debian package) into the project's .venv, which the test runs with.
 (tested with safetensors 0.8.0, numpy 1.24.2)
 
 Usage: test_safetensors_python.py PATH/TO/safetensors_roundtrip

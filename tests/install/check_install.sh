@@ -37,6 +37,7 @@ export -f compile
 export prefix cflags libs rpath
 printf '%s\0' "${programs[@]}" | xargs -0 -n 1 -P 2 bash -c 'compile "$0"' || fail "a program failed to compile"
 mkdir "$prefix/run"
+export SEQGRAD_DATA=$(realpath "$src/../../data")  # 10_fit_translator trains on the bundled Multi30k
 passed=0
 for program in "${programs[@]}"; do
   name=$(basename "$program" .cpp)

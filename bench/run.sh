@@ -78,7 +78,7 @@ pytorch_kernels=$(torch_kernels)
   echo "pytorch: $($python -c 'import torch; print(torch.__version__)') with BLAS $(readlink -f /etc/alternatives/libblas.so.3-x86_64-linux-gnu 2>/dev/null || echo '?'), kernels $pytorch_kernels (OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset})"
 } | tee "$out/machine.txt"
 
-run_seqgrad() { "$seqgrad" bench --threads "$threads" "${quick[@]}" "${repeats[@]}" --json "$results" "$1" | tail -n +2; }
+run_seqgrad() { "$seqgrad" bench --threads "$threads" "${quick[@]}" "${repeats[@]}" --quiet --out-file "$results" "$1"; }
 run_torch() { $python bench/torch_bench.py --data "$out/data" --threads "$threads" "${quick[@]}" "${repeats[@]}" \
                 --json "$results" "$1" | tail -n +2; }
 run_torch_passive() { OMP_WAIT_POLICY=passive $python bench/torch_bench.py --data "$out/data" --threads "$threads" \

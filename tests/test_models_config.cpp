@@ -85,7 +85,7 @@ TEST_CASE("config: validate() names the field and its range") {
   }
   TrainConfig c = models::preset("d2l");
   c.tgt_lang = c.src_lang;
-  CHECK(error_of([&] { c.validate(); }).find("config field tgt_lang = \"en\" equals src_lang") == 0);
+  CHECK(error_of([&] { c.validate(); }).find("config field tgt_lang = \"en\" must differ from src_lang") == 0);
   c = models::preset("d2l");
   c.joint_vocab = true;
   CHECK(error_of([&] { c.validate(); }).find("config field joint_vocab = true shares one subword model") == 0);

@@ -260,7 +260,7 @@ class Quantized(Base):
 
     def quantize(self, checkpoint, name, *flags):
         out = self.path(name + ".safetensors")
-        self.assertOk(run("quantize", "--checkpoint", checkpoint, "--out", out, *flags))
+        self.assertOk(run("quantize", "--checkpoint", checkpoint, "--out-file", out, *flags))
         return out
 
     def outputs(self, checkpoint, folder, inputs_path, name):

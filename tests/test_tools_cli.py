@@ -167,6 +167,58 @@ class Help(Base):
         self.assertFails(run("trian"), r"unknown command 'trian'", status=2)
 
 
+class CliTable(Base):
+    """docs/cli.md's table of shared options holds for every command: each option it lists for a
+    command is in that command's --help, and the commands it names are the program's."""
+
+    def table(self):
+        with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "cli.md")) as f:
+            doc = f.read()
+        section = doc[doc.index("## Shared options"):]
+        section = section[:section.index("\n\n", section.index("|---"))]
+        rows = []
+        for line in section.splitlines()[4:]:
+            option, _, commands = line.strip("|").split("|")
+            options = re.findall(r"--[a-z][a-z-]*", option)
+            # "`eval` (test)": a command that takes some of the row's options names them
+            for cmd, note in re.findall(r"`([a-z]+(?: demo)?)`(?:\s*\(([^)]*)\))?", commands):
+                some = [o for o in options if any(o.startswith("--" + w) for w in re.findall(r"[a-z]+", note))]
+                rows.append((some or options, [cmd]))
+        return doc, rows
+
+    def test_every_command_has_the_options_the_table_gives_it(self):
+        doc, rows = self.table()
+        self.assertGreaterEqual(len(rows), 10)
+        helps = {}
+        for options, commands in rows:
+            self.assertTrue(options and commands, (options, commands))
+            for cmd in commands:
+                if cmd not in helps:
+                    p = run(*cmd.split(), "--help")
+                    self.assertOk(p)
+                    helps[cmd] = p.stdout
+                for option in options:
+                    with self.subTest(command=cmd, option=option):
+                        self.assertRegex(helps[cmd], rf"\n  {option}\b", f"seqgrad {cmd} --help lacks {option}")
+        listed = re.findall(r"`([a-z]+)`", doc[doc.index("Commands:"):doc.index("## Shared options")])
+        program = re.findall(r"^  ([a-z]+) ", run("--help").stdout, re.M)
+        self.assertEqual(sorted(set(listed)), sorted(program))
+
+    def test_help_cmd_required_options_and_json(self):
+        self.assertEqual(run("help", "eval").stdout, run("eval", "--help").stdout)
+        self.assertIn("(required)", run("quantize", "--help").stdout)
+        self.assertFails(run("quantize", "--out-file", self.out("q.safetensors")), r"--checkpoint <file> is required",
+                         status=2)
+        self.assertFails(run("export", "--checkpoint", self.out("x")), r"--out <dir> is required", status=2)
+        info = json.loads(run("info", "--json").stdout)
+        self.assertEqual(sorted(info), ["blas", "cpu_kernels", "threads", "version"])
+        # `demo` is the subcommand wherever it stands before "--", and nothing is created first
+        p = run("attention", "--threads", "1", "demo", "--attention", "additive,dot")
+        self.assertOk(p)
+        self.assertEqual(re.findall(r"^== (\w+)", p.stdout, re.M), ["additive", "dot"])
+        self.assertFalse(os.path.exists("attention"))
+
+
 # ---- bad input to train -------------------------------------------------------------------------
 
 class TrainBadInput(Base):
@@ -196,7 +248,10 @@ class TrainBadInput(Base):
         self.check(["--dropout", "1.5"], r"--dropout must be in \[0, 1\), got 1.5")
         self.check(["--hidden", "0"], r"--hidden must be in \[1, 1048576\], got 0")
         self.check(["--truncate", "0"], r"--truncate must be in \[1, 1048576\], got 0")
-        self.check(["--max-tokens", "0"], r"--max-tokens is deprecated .* use --truncate(.|\n)*--truncate must be in")
+        p = run("train", *TINY, "--subset", "64", "--epochs", "1", "--data-dir", DATA, "--out", self.out("bad"),
+                "--max-tokens", "0")  # the old spelling still works, with a deprecation line
+        self.assertFails(p, r"--max-tokens is deprecated .* use --truncate\nseqgrad train: error: --truncate must be in",
+                         status=2)
         self.check(["--attention", "cosine"], r"--attention must be one of: additive, scaled_dot, hybrid, got cosine")
         self.check(["--threads", "0"], r"--threads must be >= 1")
         self.check(["--beam", "0"], r"--beam must be >= 1")
@@ -213,7 +268,7 @@ class TrainBadInput(Base):
         p = run("train", *TINY, "--data-dir", self.out("no_such_dir"), "--out", self.out("bad"))
         self.assertFails(p, r"data folder '.*no_such_dir' does not exist")
         p = run("train", *TINY, "--src", "xx", "--data-dir", DATA, "--out", self.out("bad"))
-        self.assertFails(p, r"missing file .*multi30k/train.xx")
+        self.assertFails(p, r"--src is not a language of corpus multi30k \(de, en, fr, cs\), got xx", status=2)
         empty = self.out("empty_data")
         os.makedirs(os.path.join(empty, "multi30k"), exist_ok=True)
         p = run("train", *TINY, "--data-dir", empty, "--out", self.out("bad"))
@@ -221,7 +276,7 @@ class TrainBadInput(Base):
 
     def test_too_few_pairs_for_a_vocabulary(self):
         p = run("train", *TINY, "--subset", "2", "--data-dir", DATA, "--out", self.out("bad"))
-        self.assertFails(p, r"vocabularies hold only the special tokens .*--subset")
+        self.assertFails(p, r"vocabularies hold only the special tokens .*config field train_subset")
 
     def test_resume_without_checkpoint(self):
         p = run("train", *TINY, "--resume", "--data-dir", DATA, "--out", self.out("never_trained"))
@@ -329,7 +384,8 @@ class Checkpoints(Base):
         config["model"]["attention"] = "cosine"
         meta["config"] = json.dumps(config)
         write_safetensors(path, header, data)
-        self.assertFails(self.translate(path, "--allow-missing-checksum", "ein mann"), r"attention kind 'cosine'")
+        self.assertFails(self.translate(path, "--allow-missing-checksum", "ein mann"),
+                         r'config field model.attention = "cosine" must be one of: additive, scaled_dot, hybrid')
 
     def test_resume_with_other_settings(self):
         # A resumed run keeps its checkpoint's vocabulary and architecture; asking for others is an error.
@@ -341,7 +397,7 @@ class Checkpoints(Base):
                                (["--preset", "d2l"], r"--preset default, not d2l"),
                                (["--amp", "bf16"], r"--amp off, not bf16")]:
             p = run("train", "--resume", "--out", d, "--data-dir", DATA, "--threads", "1", *flags)
-            self.assertFails(p, r"cannot resume: .*" + pattern)
+            self.assertFails(p, r"cannot resume: .*" + pattern, status=2)  # the flags disagree: a usage error
 
 
 # ---- translate ----------------------------------------------------------------------------------
@@ -391,9 +447,22 @@ class Translate(Base):
 
     def test_heatmaps_and_attention_report(self):
         d = self.out("heatmaps")
-        p = self.translate("--heatmaps", d, "ein mann .")
+        p = self.translate("--out", d, "ein mann .")
         self.assertOk(p)
         self.assertTrue(os.path.getsize(os.path.join(d, "sentence1.png")) > 0)
+        p = self.translate("--heatmaps", d, "ein mann .")  # the old spelling, for one release
+        self.assertOk(p)
+        self.assertIn("--heatmaps is deprecated", p.stderr)
+        # --json: one line per input, the translation as the plain output gives it
+        plain = self.translate("--beam", "2", "--nbest", "2", "ein mann .", "zwei hunde .")
+        p = self.translate("--json", "--beam", "2", "--nbest", "2", "ein mann .", "zwei hunde .")
+        self.assertOk(p)
+        lines = [json.loads(line) for line in p.stdout.splitlines()]
+        self.assertEqual([(j["line"], j["src"], len(j["nbest"])) for j in lines],
+                         [(1, "ein mann .", 2), (2, "zwei hunde .", 2)])
+        best = [l.split("\t") for l in plain.stdout.splitlines()][::2]
+        self.assertEqual([(b[2], float(b[1])) for b in best],
+                         [(j["translation"], round(j["score"], 4)) for j in lines])
         p = run("attention", "--checkpoint", self.ckpt, "--threads", "1", "--out", self.out("att"), "ein mann .")
         self.assertOk(p)
         self.assertTrue(os.path.exists(self.out("att/report.html")))
@@ -598,11 +667,23 @@ class EvalBleu(Base):
     def test_checkpoint_on_the_test_split(self):
         d = self.out("eval_copy")
         shutil.copytree(trained_checkpoint(), d)
-        p = run("eval", "--checkpoint", os.path.join(d, "best.safetensors"), "--data-dir", DATA, "--threads", "1")
+        maps = os.path.join(d, "maps")
+        p = run("eval", "--checkpoint", os.path.join(d, "best.safetensors"), "--data-dir", DATA, "--threads", "1",
+                "--out", maps)
         self.assertOk(p)
         self.assertRegex(p.stdout, r"test: loss [\d.]+, ppl [\d.]+, sacreBLEU [\d.]+, chrF [\d.]+, BLEU [\d.]+ "
                                    r"\(tokenised, lower-cased\) \(greedy\)")
-        self.assertTrue(os.path.exists(os.path.join(d, "attention_test0.png")))
+        self.assertTrue(os.path.exists(os.path.join(maps, "attention_test0.png")))
+        sacrebleu = float(re.search(r"sacreBLEU ([\d.]+)", p.stdout).group(1))
+        # --json: the same scores as one JSON object, every output, and nothing else on stdout
+        p = run("eval", "--checkpoint", os.path.join(d, "best.safetensors"), "--data-dir", DATA, "--threads", "1",
+                "--json")
+        self.assertOk(p)
+        result = json.loads(p.stdout)
+        self.assertAlmostEqual(result["sacrebleu"], sacrebleu, places=2)
+        self.assertEqual((len(result["outputs"]), result["test"]["pairs"], result["decoding"]["search"]),
+                         (1000, 1000, "greedy"))
+        self.assertIn("nrefs:1|case:mixed", result["signatures"]["sacrebleu"])
         p = run("eval", "--checkpoint", os.path.join(d, "best.safetensors"), "--data-dir", self.out("nowhere"))
         self.assertFails(p, r"data folder '.*nowhere' does not exist")
 
@@ -709,7 +790,7 @@ class Conventions(Base):
     def test_same_language_and_dot_attention(self):
         common = [*TINY, "--subset", "64", "--epochs", "1", "--data-dir", DATA, "--out", self.out("bad")]
         self.assertFails(run("train", *common, "--src", "de", "--tgt", "de"),
-                         r"--src and --tgt are both 'de': a translator needs two languages", status=2)
+                         r"--tgt must differ from src_lang \(a translator needs two languages\), got de", status=2)
         self.assertFails(run("train", *common, "--attention", "dot"),
                          r"--attention dot: .* is scaled_dot .*seqgrad attention demo --attention dot", status=2)
 
@@ -780,8 +861,8 @@ class TranslateStream(Base):
     def test_output_folder_errors(self):
         a_file = self.out("a_file")
         open(a_file, "w").close()
-        self.assertFails(self.translate("--heatmaps", os.path.join(a_file, "maps"), "ein mann ."),
-                         r"--heatmaps: cannot create the folder '.*a_file/maps'")
+        self.assertFails(self.translate("--out", os.path.join(a_file, "maps"), "ein mann ."),
+                         r"--out: cannot create the folder '.*a_file/maps'")
         self.assertFails(run("attention", "--checkpoint", self.ckpt, "--out", a_file, "ein mann ."),
                          r"--out: cannot create the folder '.*a_file'")
 
@@ -789,7 +870,7 @@ class TranslateStream(Base):
         path = self.out("notes.txt")
         with open(path, "w") as f:
             f.write("These are my notes, not a checkpoint.\n")
-        for cmd in [["translate", "--checkpoint", path, "x"], ["eval", "--checkpoint", path], ["inspect", path]]:
+        for cmd in [["translate", "--checkpoint", path, "x"], ["eval", "--checkpoint", path], ["inspect", "--checkpoint", path]]:
             self.assertFails(run(*cmd), re.escape(path) + r" is not a safetensors checkpoint")
 
 
@@ -822,7 +903,7 @@ class AttentionReport(Base):
 class Inspect(Base):
     def test_inspect(self):
         ckpt = os.path.join(trained_checkpoint(), "best.safetensors")
-        p = run("inspect", ckpt)
+        p = run("inspect", "--checkpoint", ckpt)
         self.assertOk(p)
         for pattern in [r"preset: default", r"languages: de -> en \(multi30k corpus\)",
                         r"vocabularies: \d+ source tokens, \d+ target tokens", r"additive attention, embed 16, hidden 16",
@@ -904,7 +985,7 @@ class Subword(Base):
         p = run("translate", "--checkpoint", ckpt, "--threads", "1", "Ein Hund läuft im Schnee.")
         self.assertOk(p)
         self.assertNotIn("\u2581", p.stdout)  # detokenised: no "▁" word marks
-        p = run("inspect", ckpt)
+        p = run("inspect", "--checkpoint", ckpt)
         self.assertOk(p)
         self.assertRegex(p.stdout, r"vocabularies: SentencePiece unigram:300 \(one model per language\): 300 source "
                                    r"pieces, 300 target pieces")
@@ -928,9 +1009,9 @@ class Subword(Base):
 
     def test_bad_vocab_flags(self):
         common = ["train", "--preset", "default", "--subset", "64", "--data-dir", DATA, "--out", self.out("bad")]
-        self.assertFails(run(*common, "--vocab", "wordpiece:100"), r"--vocab 'wordpiece:100': expected unigram:SIZE",
+        self.assertFails(run(*common, "--vocab", "wordpiece:100"), r"--vocab expected unigram:SIZE, bpe:SIZE or word \(e.g. unigram:8000\), got wordpiece:100",
                          status=2)
-        self.assertFails(run(*common, "--vocab", "word", "--joint-vocab"), r"--joint-vocab .* needs --vocab", status=2)
+        self.assertFails(run(*common, "--vocab", "word", "--joint-vocab"), r"--joint-vocab shares one subword model .* it needs vocab unigram:N or bpe:N", status=2)
 
 
 if __name__ == "__main__":

@@ -46,7 +46,7 @@ def float_checkpoint():
 def quantized_checkpoint(*flags):
     out = os.path.join(TMP, "int8" + "".join(flags) + ".safetensors")
     if not os.path.exists(out):
-        p = run("quantize", "--checkpoint", float_checkpoint(), "--out", out, *flags)
+        p = run("quantize", "--checkpoint", float_checkpoint(), "--out-file", out, *flags)
         if p.returncode != 0:
             raise AssertionError(f"quantize failed:\n{p.stdout}\n{p.stderr}")
     return out
@@ -104,10 +104,10 @@ class Quantize(unittest.TestCase):
 
     def test_bad_input(self):
         q = quantized_checkpoint()
-        p = run("quantize", "--checkpoint", q, "--out", os.path.join(TMP, "twice.safetensors"))
+        p = run("quantize", "--checkpoint", q, "--out-file", os.path.join(TMP, "twice.safetensors"))
         self.assertFails(p, r"quantize: .* is already quantized")
-        p = run("quantize", "--checkpoint", float_checkpoint(), "--out", float_checkpoint())
-        self.assertFails(p, r"--out .* is the input checkpoint")
+        p = run("quantize", "--checkpoint", float_checkpoint(), "--out-file", float_checkpoint())
+        self.assertFails(p, r"--out-file .* is the input checkpoint")
         header, data = read_safetensors(q)
         # an int8 weight whose scales are missing (renamed away)
         broken = dict(header)

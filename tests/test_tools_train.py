@@ -233,7 +233,7 @@ class ConfigTable(Base):
             with self.subTest(key=key):
                 flag_documented = f"config key {key})" in help_text
                 self.assertEqual(flag_documented, key not in NO_FLAG and not key.startswith("files."), key)
-        p = run("inspect", os.path.join(reference_run(), "last.safetensors"))
+        p = run("inspect", "--checkpoint", os.path.join(reference_run(), "last.safetensors"))
         self.assertOk(p)
         listed = dict(re.findall(r"^  ([\w.]+) = (.*)$", p.stdout, re.M))
         self.assertEqual(set(listed), set(flatten(self.print_config(*TINY, "--epochs", "1"))))
@@ -298,7 +298,7 @@ class OwnCorpus(Base):
         self.assertEqual([m["epoch"] for m in metrics], [1, 2])
         best = os.path.join(out, "best.safetensors")
         # the checkpoint says what it was trained on, with absolute paths
-        p = run("inspect", best)
+        p = run("inspect", "--checkpoint", best)
         self.assertOk(p)
         self.assertIn(f"train {self.files['train', 'de']} and {self.files['train', 'en']}", p.stdout)
         self.assertIn("shuffle buffer 256 pairs", p.stdout)
@@ -481,21 +481,23 @@ class Divergence(Base):
         self.assertFalse(os.path.exists(os.path.join(out, "nan.safetensors")))
 
 
-# ---- bench --json ------------------------------------------------------------------------------
+# ---- bench --json and --out-file -----------------------------------------------------------------
 
 class Bench(Base):
-    def test_json_into_a_missing_folder_is_an_error(self):
-        p = run("bench", "--json", "/nonexistent_dir/b.json", "op_overhead", "--quick")
-        self.assertFails(p, r"seqgrad bench: error: bench --json /nonexistent_dir/b.json: the folder "
+    def test_out_file_into_a_missing_folder_is_an_error(self):
+        p = run("bench", "--out-file", "/nonexistent_dir/b.json", "op_overhead", "--quick")
+        self.assertFails(p, r"seqgrad bench: error: bench --out-file /nonexistent_dir/b.json: the folder "
                             r"/nonexistent_dir does not exist")
-        p = run("bench", "--json", Base.tmp, "op_overhead", "--quick")
+        p = run("bench", "--out-file", Base.tmp, "op_overhead", "--quick")
         self.assertFails(p, r"is a folder, not a file")
 
     def test_json_lines_are_written(self):
         path = self.out("bench.json")
-        self.assertOk(run("bench", "--json", path, "op_overhead", "--quick", "--threads", "1"))
+        p = run("bench", "--json", "--out-file", path, "op_overhead", "--quick", "--threads", "1")
+        self.assertOk(p)
         rows = read_metrics(path)
         self.assertEqual([r["workload"] for r in rows], ["op_record", "op_record_backward"])
+        self.assertEqual([json.loads(line) for line in p.stdout.splitlines()], rows)  # stdout: the same lines
 
 
 def main():

@@ -47,7 +47,9 @@ int64_t max_threads() { return 4 * std::max<int64_t>(1, std::thread::hardware_co
 Args& Args::option(const std::string& name, const std::string& value_name, const std::string& help,
                    const std::string& default_value) {
   order_.push_back(name);
-  options_[name] = {value_name, help, default_value};
+  Option o;
+  o.value_name = value_name, o.help = help, o.default_value = default_value;
+  options_[name] = o;
   return *this;
 }
 
@@ -67,6 +69,12 @@ Args& Args::pair_option(const std::string& name, const std::string& first_name, 
 Args& Args::positional(const std::string& name, const std::string& help) {
   positional_name_ = name;
   positional_help_ = help;
+  return *this;
+}
+
+Args& Args::required() {
+  SG_CHECK(!order_.empty(), "{}: required() before any option", command_);
+  options_[order_.back()].required = true;
   return *this;
 }
 
@@ -143,6 +151,11 @@ bool Args::parse(int argc, char** argv) {
       second_values_[name] = argv[++i];
     }
   }
+  for (const std::string& name : order_) {
+    const Option& o = options_.at(name);
+    SG_CHECK_USAGE(!o.required || has(name), "--{}{} is required", name,
+                   o.value_name.empty() ? "" : fmt::format(" <{}>", o.value_name));
+  }
   return true;
 }
 
@@ -207,7 +220,7 @@ std::string Args::help() const {
     if (o.hidden) continue;
     std::string left = o.value_name.empty() ? "--" + name : fmt::format("--{} <{}>", name, o.value_name);
     if (!o.second_value_name.empty()) left += fmt::format(" <{}>", o.second_value_name);
-    out += fmt::format("  {:<26} {}{}\n", left, o.help,
+    out += fmt::format("  {:<26} {}{}{}\n", left, o.help, o.required ? " (required)" : "",
                        o.default_value.empty() ? "" : fmt::format(" (default: {})", o.default_value));
   }
   return out;

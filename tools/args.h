@@ -57,6 +57,9 @@ class Args {
   Args& pair_option(const std::string& name, const std::string& first_name, const std::string& second_name,
                     const std::string& help);
   Args& positional(const std::string& name, const std::string& help);  // zero or more
+  // Marks the option declared last as required: its help says so, and parse() refuses a command
+  // line without it (a usage error, exit 2).
+  Args& required();
   // Puts the option declared last in a named group (the config flags: tools/train_flags.h).
   Args& group(const std::string& name);
   bool in_group(const std::string& option, const std::string& name) const;
@@ -91,6 +94,7 @@ class Args {
     bool hidden = false;
     std::string second_value_name;  // a pair_option's second value
     std::string group;
+    bool required = false;
   };
   std::string command_, summary_;
   std::vector<std::string> order_;

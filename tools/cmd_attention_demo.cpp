@@ -2,6 +2,7 @@
 // energies (pre-softmax scores), the weights and the contexts, so the formulas in
 // docs/attention.md can be followed number by number. Parameters come from --seed.
 #include <algorithm>
+#include <set>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -10,6 +11,7 @@
 #include <fmt/core.h>
 
 #include "core/rng.h"
+#include "core/threads.h"
 #include "nn/attention.h"
 #include "tools/args.h"
 #include "tools/commands.h"
@@ -196,16 +198,24 @@ int attention_demo_main(int argc, char** argv) {
   tools::Args a("attention demo",
                 "Print each attention kind's energies, weights and contexts for a tiny fixed toy input "
                 "(docs/attention.md has the formulas).");
-  a.option("attention", "kind", "additive | dot | scaled_dot | hybrid | local | chunked | multihead | all", "all")
+  a.option("attention", "list", "comma-separated kinds: additive, dot, scaled_dot, hybrid, local, chunked, multihead; "
+           "or all", "all")
       .deprecated_alias("kind", "attention")
-      .option("seed", "n", "seed for the parameters (the input is fixed)", "0");
+      .option("seed", "n", "seed for the parameters (the input is fixed)", "0")
+      .option("threads", "n", "threads (default: all cores)");
   if (!a.parse(argc, argv)) return 0;
-  std::string kind = a.get("attention");
+  if (a.has("threads")) set_num_threads(a.get_threads());
   const std::vector<std::string> kinds = {"additive", "dot", "scaled_dot", "hybrid", "local", "chunked", "multihead"};
-  SG_CHECK_USAGE(kind == "all" || std::find(kinds.begin(), kinds.end(), kind) != kinds.end(),
-                 "attention demo: unknown --attention '{}'; one of additive, dot, scaled_dot, hybrid, local, chunked, "
-                 "multihead, all",
-                 kind);
+  std::set<std::string> chosen;  // the demos run in `kinds`' order, each once
+  for (size_t start = 0, end = 0; end != std::string::npos; start = end + 1) {
+    end = a.get("attention").find(',', start);
+    const std::string kind = a.get("attention").substr(start, end == std::string::npos ? end : end - start);
+    SG_CHECK_USAGE(kind == "all" || std::find(kinds.begin(), kinds.end(), kind) != kinds.end(),
+                   "attention demo: unknown --attention kind '{}'; choose from additive, dot, scaled_dot, hybrid, "
+                   "local, chunked, multihead, all", kind);
+    if (kind == "all") chosen.insert(kinds.begin(), kinds.end());
+    else chosen.insert(kind);
+  }
   uint64_t seed = static_cast<uint64_t>(a.get_int("seed"));
   NoGradGuard no_grad;
   tools::Toy toy;
@@ -215,7 +225,7 @@ int attention_demo_main(int argc, char** argv) {
   tools::print_vectors("keys", "k", toy.keys);
   tools::print_vectors("values", "v", toy.values);
   for (const std::string& k : kinds) {
-    if (kind != "all" && kind != k) continue;
+    if (!chosen.count(k)) continue;
     manual_seed(seed);
     fmt::print("\n");
     if (k == "additive") tools::demo_additive(toy);

@@ -79,7 +79,8 @@ double load_average() {
 }
 
 struct Reporter {
-  std::string json_path;
+  std::string json_path;  // --out-file: JSON lines appended there
+  bool json = false;      // --json: JSON lines on stdout instead of text
   int threads = 1;
 
   // value: the headline number in `unit`; extra: derived numbers (tokens/s, GFLOP/s, ...).
@@ -89,15 +90,14 @@ struct Reporter {
                                    s.p10, s.p90, s.n);
     for (const auto& [k, v] : extra) line += fmt::format("  {} {:.4g}", k, v);
     if (!note.empty()) line += "  (" + note + ")";
-    fmt::print("{}\n", line);
-    std::fflush(stdout);
-    if (json_path.empty()) return;
     nlohmann::json j = {{"impl", "seqgrad"}, {"workload", workload}, {"unit", unit},   {"median", s.median},
                         {"p10", s.p10},      {"p90", s.p90},         {"min", s.min},   {"max", s.max},
                         {"n", s.n},          {"threads", threads},   {"load", load_average()}};
     for (const auto& [k, v] : extra) j[k] = v;
     if (!note.empty()) j["note"] = note;
-    append_line(json_path, j.dump());  // an IOError naming the file if it cannot be written
+    fmt::print("{}\n", json ? j.dump() : line);
+    std::fflush(stdout);
+    if (!json_path.empty()) append_line(json_path, j.dump());  // an IOError naming the file if it cannot be written
   }
 };
 
@@ -497,7 +497,9 @@ int bench_main(int argc, char** argv) {
       .option("warmup", "n", "untimed runs first", "2")
       .option("quick", "", "a smoke run: 1 warm-up, 2 samples, single iterations (no meaningful timings)")
       .option("data-dir", "dir", "folder holding multi30k/ and fra-eng/", "data")
-      .option("json", "file", "append one JSON line per result to this file")
+      .option("json", "", "one JSON line per result on stdout instead of text")
+      .option("out-file", "file", "also append one JSON line per result to this file")
+      .option("quiet", "", "no header line")
       .option("export", "dir", "write the presets' batches and initial weights for bench/torch_bench.py, then exit")
       .option("list", "", "list the workloads")
       .option("max-seq", "n", "attention_chunked (on demand, not run by default): S = 128, 256, ... up to n", "8192");
@@ -521,16 +523,17 @@ int bench_main(int argc, char** argv) {
     for (const char* preset : {"seed", "d2l"}) export_preset(preset, plan.data_dir, args.get("export"));
     return 0;
   }
-  Reporter out{args.has("json") ? args.get("json") : "", get_num_threads()};
+  Reporter out{args.has("out-file") ? args.get("out-file") : "", args.flag("json"), get_num_threads()};
   if (!out.json_path.empty()) {  // fail now, not after the first workload's minutes
     std::filesystem::path dir = std::filesystem::path(out.json_path).parent_path();
-    SG_CHECK_IO(dir.empty() || std::filesystem::is_directory(dir), "bench --json {}: the folder {} does not exist",
+    SG_CHECK_IO(dir.empty() || std::filesystem::is_directory(dir), "bench --out-file {}: the folder {} does not exist",
                 out.json_path, dir.string());
-    SG_CHECK_IO(!std::filesystem::is_directory(out.json_path), "bench --json {}: is a folder, not a file",
+    SG_CHECK_IO(!std::filesystem::is_directory(out.json_path), "bench --out-file {}: is a folder, not a file",
                 out.json_path);
   }
-  fmt::print("seqgrad bench: {} threads, BLAS {}, CPU kernels {}, load average {:.2f}\n", get_num_threads(),
-             blas::describe(), cpu::kernel_isa(), load_average());
+  if (!args.flag("quiet") && !out.json)
+    fmt::print("seqgrad bench: {} threads, BLAS {}, CPU kernels {}, load average {:.2f}\n", get_num_threads(),
+               blas::describe(), cpu::kernel_isa(), load_average());
   std::vector<std::string> workloads = args.positionals().empty() ? kWorkloads : args.positionals();
   for (const std::string& w : workloads) run_workload(w, plan, out);
   return 0;

@@ -36,19 +36,20 @@ Args compare_args() {
   Args a("compare", "Compare attention kinds (additive, scaled dot, hybrid) on the same data and seed: loss and\n"
                     "validation sacreBLEU, chrF and tokenised BLEU per epoch, time per step, small training\n"
                     "subsets and attention sharpness. Trains on a bundled corpus or your own files (--train SRC TGT\n"
-                    "--valid-files SRC TGT, or the -tsv forms); the largest subset is held in memory, on word\n"
+                    "--valid SRC TGT, or the -tsv forms); the largest subset is held in memory, on word\n"
                     "vocabularies. Writes <out>/report.html (plots and a table) and <out>/compare.json.");
   // compare sets these itself: the kinds (--attention takes a list here), the subsets, the epochs
   // (its own default), word vocabularies held in memory
   add_config_flags(a, {"model.attention", "train_subset", "epochs", "vocab", "joint_vocab", "shuffle_buffer"});
-  add_data_options(a, {.valid_flag = "valid-files", .test = false});
+  add_data_options(a, {.test = false});
+  a.deprecated_alias("valid-files", "valid");
   a.option("attention", "list", "comma-separated attention kinds", "additive,scaled_dot,hybrid")
       .deprecated_alias("kinds", "attention")
       .option("subsets", "list", "comma-separated training-set sizes (first N pairs; 'all' = every pair)",
               "1000,5000")
       .option("epochs", "n", "training epochs per run", "2")
       .option("valid-pairs", "n", "first n validation pairs, used for loss, BLEU and entropy (0 = all)", "500")
-      .deprecated_alias("valid", "valid-pairs")
+      .option("json", "", "print compare.json's content on stdout instead of the tables")
       .option("out", "dir", "folder for report.html and compare.json", "runs/compare")
       .option("timing-steps", "n", "steps per kind in the interleaved time-per-step measurement (0 = skip)", "12")
       .option("threads", "n", "threads (default: all cores)")
@@ -375,7 +376,9 @@ int compare_main(int argc, char** argv) {
 
   std::string out_dir = args.get("out");
   std::filesystem::create_directories(out_dir);
-  fmt::print("compare: {} {}->{}, preset {} (E={} H={} L={}), {} epoch(s), seed {}, {} validation pairs, "
+  const bool text_output = !args.flag("json");
+  if (text_output)
+    fmt::print("compare: {} {}->{}, preset {} (E={} H={} L={}), {} epoch(s), seed {}, {} validation pairs, "
              "{} thread(s)\n",
              models::describe_corpus(config), config.src_lang, config.tgt_lang, config.preset, config.model.embed_size,
              config.model.hidden_size, config.model.num_layers, config.epochs, config.seed, valid_pairs.size(),
@@ -397,8 +400,9 @@ int compare_main(int argc, char** argv) {
   // ---- the table (stdout and report), JSON, plots
   std::vector<std::vector<std::string>> table{table_header()};
   for (const Run& r : runs) table.push_back(table_row(r));
-  fmt::print("\n{}", format_table(table));
-  fmt::print("(last epoch, {} validation pairs, greedy; sacreBLEU is 13a cased on the detokenised output, chrF is\n"
+  if (text_output) fmt::print("\n{}", format_table(table));
+  if (text_output)
+    fmt::print("(last epoch, {} validation pairs, greedy; sacreBLEU is 13a cased on the detokenised output, chrF is\n"
              " chrF2, BLEU tok the tokenised lower-cased BLEU of tutorials; entropy in nats of the teacher-forced\n"
              " attention weights, H/log S = 1 for uniform attention)\n",
              valid_pairs.size());
@@ -406,10 +410,10 @@ int compare_main(int argc, char** argv) {
   for (const Timing& t : timing)
     timing_table.push_back({t.kind, fmt::format("{:.1f}", t.median_ms), fmt::format("{:.1f}", t.mean_ms),
                             fmt::format("{:.0f}", t.tokens_per_s)});
-  if (!timing.empty())
+  if (!timing.empty() && text_output)
     fmt::print("\n{}(time per training step: the kinds take turns on the same {} batches of {} pairs, {} thread(s))\n",
                format_table(timing_table), timing_steps, subsets.back(), get_num_threads());
-  fmt::print("total {:.0f} s\n", total_seconds);
+  if (text_output) fmt::print("total {:.0f} s\n", total_seconds);
 
   nlohmann::json json = {
       {"settings", {{"config", config.to_json()}, {"kinds", split_list(args.get("attention"))}, {"subsets", subsets},
@@ -514,7 +518,8 @@ int compare_main(int argc, char** argv) {
   }
   std::string report_path = out_dir + "/report.html";
   plot::write_html_report(report_path, "seqgrad compare: attention kinds", sections);
-  fmt::print("report: {}\nnumbers: {}\n", report_path, json_path);
+  if (text_output) fmt::print("report: {}\nnumbers: {}\n", report_path, json_path);
+  else fmt::print("{}\n", json.dump());
   for (const Run& r : runs)
     if (!r.stopped.empty()) return 1;
   return 0;

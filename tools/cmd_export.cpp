@@ -10,6 +10,7 @@
 #include "core/autograd.h"
 #include "core/fileio.h"
 #include "core/serialize.h"
+#include "core/threads.h"
 #include "models/seq2seq/checkpoint.h"
 #include "models/text/vocab.h"
 #include "nn/quantized.h"
@@ -144,7 +145,10 @@ int export_main(int argc, char** argv) {
                    "MatMulInteger, int8 embeddings and GRU weights stored int8 (the GRUs compute in float32).\n"
                    "examples/onnx/translate.py translates with them in onnxruntime.");
   a.option("checkpoint", "file", "checkpoint to export", "runs/default/best.safetensors")
-      .option("out", "dir", "output folder (created if missing; existing files are replaced)")
+      .option("out", "dir", "output folder (created once the checkpoint has loaded; existing files are replaced)")
+      .required()
+      .option("threads", "n", "threads (default: all cores)")
+      .option("quiet", "", "no summary line on stdout")
       .option("opset", "n", fmt::format("ONNX opset, {} to {}", onnx::kMinOpset, onnx::kMaxOpset),
               std::to_string(onnx::kDefaultOpset))
       // bench/run.sh: export the benchmark's model, PREFIX.{json,safetensors} from `seqgrad bench --export`
@@ -155,7 +159,7 @@ int export_main(int argc, char** argv) {
       .hidden_option("reference-inputs", "file", "src, src_lengths, tgt to run seqgrad on")
       .hidden_option("reference-outputs", "file", "where seqgrad's outputs for --reference-inputs go");
   if (!a.parse(argc, argv)) return 0;
-  SG_CHECK_VALUE(a.has("out"), "--out DIR is required (the folder for the .onnx files)");
+  if (a.has("threads")) set_num_threads(a.get_threads());
   const int64_t opset = a.get_int("opset");
   onnx::check_options({.opset = opset});  // before loading anything
   SG_CHECK_VALUE(a.has("reference-inputs") == a.has("reference-outputs"),
@@ -168,7 +172,8 @@ int export_main(int argc, char** argv) {
   const models::CheckpointInfo* info = e.info ? &*e.info : nullptr;
   write_export(a.get("out"), graphs, translator_json(*e.model, info, opset), info);
   const size_t int8_weights = nn::quantized_weights(*e.model).size();
-  fmt::print("exported {} attention, {} layer(s), opset {}{} to {}: model.onnx ({:.1f} MB), encoder.onnx, "
+  if (!a.flag("quiet"))
+    fmt::print("exported {} attention, {} layer(s), opset {}{} to {}: model.onnx ({:.1f} MB), encoder.onnx, "
              "decoder_step.onnx, translator.json\n",
              models::attention_kind_name(e.model->config().attention), e.model->config().num_layers, opset,
              int8_weights ? fmt::format(", {} int8 weights (GRUs compute in float32)", int8_weights) : "",

@@ -59,11 +59,15 @@ int inspect_main(int argc, char** argv) {
   Args a("inspect", "What a translator checkpoint holds: preset, language pair, vocabularies, model size, training\n"
                     "progress and settings, the weights' dtypes (quantization) and the data it was trained on;\n"
                     "with the run's metrics.jsonl beside it, the per-epoch losses, sacreBLEU, chrF and tokenised BLEU.");
-  a.option("checkpoint", "file", "the .safetensors file to describe (or give it as the argument)")
-      .positional("checkpoint", "the .safetensors file to describe");
+  a.option("checkpoint", "file", "the .safetensors file to describe")
+      .option("json", "", "the config, train state and weights as one JSON object")
+      .positional("checkpoint", "(deprecated: use --checkpoint) the file to describe");
   if (!a.parse(argc, argv)) return 0;
   const size_t given = a.positionals().size() + (a.has("checkpoint") ? 1 : 0);
-  SG_CHECK_USAGE(given == 1, "inspect: give one checkpoint file (--checkpoint FILE or as the argument), got {}", given);
+  SG_CHECK_USAGE(given == 1, "inspect: give one checkpoint file (--checkpoint FILE), got {}", given);
+  if (!a.positionals().empty())
+    fmt::print(stderr, "warning: the checkpoint as an argument is deprecated and will be removed in the next release; "
+               "use --checkpoint FILE\n");
   const std::string path = a.has("checkpoint") ? a.get("checkpoint") : a.positionals()[0];
   SG_CHECK_IO(std::filesystem::exists(path), "no checkpoint at {}", path);
   check_safetensors_file(path);
@@ -73,6 +77,18 @@ int inspect_main(int argc, char** argv) {
   const models::TrainState state = models::train_state_from_json(c.info.train_state, path);
   int64_t parameters = 0;
   std::string dtypes = weight_dtypes(c, parameters);
+  if (a.flag("json")) {
+    fmt::print("{}\n", nlohmann::json{{"checkpoint", path},
+                                      {"bytes", std::filesystem::file_size(path)},
+                                      {"parameters", parameters},
+                                      {"weights", dtypes},
+                                      {"src_vocab", c.info.src_vocab.size()},
+                                      {"tgt_vocab", c.info.tgt_vocab.size()},
+                                      {"config", t.to_json()},
+                                      {"train_state", models::train_state_to_json(state)}}
+                            .dump());
+    return 0;
+  }
   fmt::print("checkpoint: {} ({:.1f} MB)\n", path, std::filesystem::file_size(path) / 1e6);
   fmt::print("preset: {}\n", t.preset);
   fmt::print("languages: {} -> {} ({} corpus)\n", t.src_lang, t.tgt_lang, t.corpus);

@@ -5,6 +5,7 @@
 
 #include <fmt/core.h>
 
+#include "core/threads.h"
 #include "models/seq2seq/quantized_checkpoint.h"
 #include "tools/args.h"
 #include "tools/commands.h"
@@ -15,16 +16,20 @@ int quantize_main(int argc, char** argv) {
   Args a("quantize", "Dynamic int8 quantization of a translator checkpoint, as PyTorch's quantize_dynamic: every\n"
                      "Linear and GRU weight (and by default the embeddings) becomes int8 with float32 scales;\n"
                      "activations are quantized per call at inference. The output loads wherever a checkpoint does.");
-  a.option("checkpoint", "file", "the float32 checkpoint to quantize")
-      .option("out", "file", "where to write the quantized checkpoint (safetensors, I8 weights + F32 scales)")
+  a.option("checkpoint", "file", "the float32 checkpoint to quantize").required()
+      .option("out-file", "file", "where to write the quantized checkpoint (safetensors, I8 weights + F32 scales)")
+      .required()
+      .deprecated_alias("out", "out-file")
       .option("per-tensor", "", "one scale per weight tensor instead of one per output channel")
-      .option("float-embeddings", "", "keep the embedding tables float32 (a larger file)");
+      .option("float-embeddings", "", "keep the embedding tables float32 (a larger file)")
+      .option("threads", "n", "threads (default: all cores)")
+      .option("quiet", "", "no summary line on stdout");
   if (!a.parse(argc, argv)) return 0;
-  SG_CHECK_VALUE(a.has("checkpoint") && a.has("out"), "quantize: --checkpoint IN and --out OUT are required");
-  const std::string in = a.get("checkpoint"), out = a.get("out");
+  if (a.has("threads")) set_num_threads(a.get_threads());
+  const std::string in = a.get("checkpoint"), out = a.get("out-file");
   SG_CHECK_IO(std::filesystem::exists(in), "quantize: no checkpoint at {}", in);
   SG_CHECK_VALUE(std::filesystem::weakly_canonical(in) != std::filesystem::weakly_canonical(out),
-                 "quantize: --out {} is the input checkpoint; write the quantized one to another file", out);
+                 "quantize: --out-file {} is the input checkpoint; write the quantized one to another file", out);
   models::LoadedCheckpoint checkpoint = models::read_checkpoint(in);
   SG_CHECK_VALUE(checkpoint.quantized.empty(),
                  "quantize: {} is already quantized; quantize the float32 checkpoint (quantizing twice would round "
@@ -39,7 +44,8 @@ int quantize_main(int argc, char** argv) {
   models::CheckpointInfo info = checkpoint.info;
   models::save_quantized_checkpoint(out, model, info, options);
   const auto in_bytes = std::filesystem::file_size(in), out_bytes = std::filesystem::file_size(out);
-  fmt::print("quantized {} weights ({}): {} -> {} ({:.1f} MB -> {:.1f} MB, {:.1f}% of the input file)\n",
+  if (!a.flag("quiet"))
+    fmt::print("quantized {} weights ({}): {} -> {} ({:.1f} MB -> {:.1f} MB, {:.1f}% of the input file)\n",
              names.size(), qscheme_name(options.scheme), in, out, in_bytes / 1e6, out_bytes / 1e6,
              100.0 * out_bytes / in_bytes);
   return 0;

@@ -55,8 +55,8 @@ Args train_args() {
                   "--resume works with any N. SEQGRAD_DIST_TIMEOUT (s, default 300) bounds a wait for a rank.");
   add_config_flags(a);
   add_data_options(a);
+  add_decode_options(a);  // the closing test report decodes as `seqgrad eval` does
   a.option("out", "dir", "run folder for checkpoints, metrics and heatmaps", "runs/<preset>")
-      .option("beam", "n", "beam size for the final test BLEU", "1")
       .option("threads", "n", "threads (default: all cores)")
       .option("resume", "",
               "continue from <out>/last.safetensors with its settings: --epochs may extend\n"
@@ -222,13 +222,21 @@ std::optional<int64_t> hook_step(const Args& a, const char* name) {
 }
 
 // A new run's folder: one that holds a run is refused unless --force deletes that run.
-void check_run_folder(const std::string& out_dir, bool force) {
+// The files of a run in `out_dir` ("last.safetensors, metrics.jsonl"), "" when it holds none; a new
+// run there is refused unless --force.
+std::string held_run(const std::string& out_dir, bool force) {
   std::string held;
   for (const char* name : {"last.safetensors", "best.safetensors", "metrics.jsonl"})
     if (std::filesystem::exists(out_dir + "/" + name)) held += held.empty() ? name : std::string(", ") + name;
   SG_CHECK_VALUE(force || held.empty(),
                  "the run folder {} already holds a run ({}); pass --resume to continue it, --force to delete it "
                  "and start over, or choose another --out", out_dir, held);
+  return held;
+}
+
+// A new run's folder, once locked: --force deletes the run it held.
+void clear_run_folder(const std::string& out_dir, bool force) {
+  std::string held = held_run(out_dir, force);
   // nan.safetensors alone is what a run that diverged before its first epoch leaves: a new run
   // (with another --lr, say) replaces it without --force.
   for (const char* name : {"last.safetensors", "best.safetensors", "metrics.jsonl", "nan.safetensors"})
@@ -268,8 +276,6 @@ int train(int argc, char** argv) {
   }();
   if (!device.is_cpu()) device_memory_for(device, "train --device");
   apply_threads_flag(args);
-  const int64_t beam = args.get_int("beam");
-  SG_CHECK_USAGE(beam >= 1, "--beam must be >= 1, got {}", beam);
   const std::optional<int64_t> stop_after = hook_step(args, "stop-after-steps");
   const std::optional<int64_t> nan_at = hook_step(args, "nan-at-step");
   SG_CHECK_USAGE(!(args.flag("resume") && args.flag("force")), "--resume and --force exclude each other (--resume "
@@ -289,19 +295,22 @@ int train(int argc, char** argv) {
   } else {
     config = config_from_flags(args);
   }
+  const models::DecodeOptions decoding = decode_options(args, config);  // the test report's, checked early
   if (args.flag("print-config")) {
     fmt::print("{}\n", config.to_json().dump(2));
     return 0;
   }
-  std::optional<RunFolder> run_folder;
-  if (writer) {
-    run_folder.emplace(out_dir);  // refused here if another training holds it
-    if (!resumed) check_run_folder(out_dir, args.flag("force"));
-    run_folder->remove_stale_temporaries();
-  }
+  if (writer && !resumed) held_run(out_dir, args.flag("force"));  // refused before the data loads
   std::optional<models::Vocabularies> vocabs;
   if (resumed) vocabs = models::Vocabularies{resumed->info.src_vocab, resumed->info.tgt_vocab};
   models::RunData data = models::load_run_data(config, std::move(vocabs));
+  // the run folder, created once the inputs have loaded and held for the whole run
+  std::optional<RunFolder> run_folder;
+  if (writer) {
+    run_folder.emplace(out_dir);  // refused here if another training holds it
+    if (!resumed) clear_run_folder(out_dir, args.flag("force"));
+    run_folder->remove_stale_temporaries();
+  }
   fmt::print("data: {} {}->{}: {} train, {} valid, {} test pairs\n{}\n", describe_corpus(config), config.src_lang,
              config.tgt_lang, data.corpora.train.pairs, data.corpora.valid.size(), data.corpora.test.size(),
              data.corpora.report);
@@ -395,8 +404,9 @@ int train(int argc, char** argv) {
     return 0;
   }
   Autocast autocast(trainer->precision(), trainer->precision() != GemmPrecision::full);
-  report_test(trainer->model(), src_vocab, tgt_vocab, data.corpora, config, out_dir,
-              models::decode_options(config, beam));
+  models::Evaluation test = evaluate_test(trainer->model(), src_vocab, tgt_vocab, data.corpora, config, decoding);
+  report_test(test, data.corpora, decoding);
+  fmt::print("heatmaps: {}\n", write_test_heatmaps(test, src_vocab, tgt_vocab, data.corpora, out_dir));
   return 0;
 }
 

@@ -94,10 +94,10 @@ struct Translation {
 };
 
 // Tokenizes and encodes the sentences, then decodes the good ones as one batch.
+// Source sentences are cut to `max_tokens` tokens (0: not at all).
 std::vector<Translation> translate_batch(Loaded& l, const std::vector<std::string>& sentences,
-                                         const models::DecodeOptions& options) {
+                                         const models::DecodeOptions& options, int64_t max_tokens) {
   const models::CheckpointInfo& info = l.checkpoint.info;
-  const int64_t max_tokens = info.config.max_tokens > 0 ? 2 * info.config.max_tokens : 0;
   std::vector<Translation> out(sentences.size());
   std::vector<std::vector<int64_t>> ids;
   std::vector<size_t> which;  // the sentence of each encoded row
@@ -144,27 +144,10 @@ std::vector<Translation> translate_batch(Loaded& l, const std::vector<std::strin
   return out;
 }
 
-// The decoding flags over the checkpoint's defaults (models::decode_options: at most 2 x its
-// max_tokens + 10 tokens, as validation and `train`'s test decode).
-models::DecodeOptions decode_options(const Args& a, const models::TrainConfig& config) {
-  models::DecodeOptions o = models::decode_options(config, a.get_int("beam", 1));
-  if (a.has("max-len")) o.max_len = a.get_int("max-len", 1);
-  o.length_penalty = a.get_double("length-penalty");
-  if (a.has("nbest")) {
-    o.nbest = a.get_int("nbest", 1);
-    SG_CHECK_USAGE(o.nbest <= o.beam_size, "--nbest {} needs a beam at least as wide (--beam {}): give --beam {}",
-                   o.nbest, o.beam_size, o.nbest);
-  }
-  return o;
-}
-
 void common_options(Args& a) {
-  a.option("checkpoint", "file", "checkpoint to load", "runs/default/best.safetensors")
-      .option("beam", "n", "beam size (1 = greedy)", "1")
-      .option("length-penalty", "alpha", "beam score = log p / length^alpha", "1.0")
-      .option("max-len", "n", "longest output in tokens (default: 2 x the checkpoint's truncation + 10, as "
-              "validation)")
-      .option("threads", "n", fmt::format("threads, at most {} (default: all cores)", max_threads()))
+  a.option("checkpoint", "file", "checkpoint to load", "runs/default/best.safetensors");
+  add_decode_options(a);
+  a.option("threads", "n", fmt::format("threads, at most {} (default: all cores)", max_threads()))
       .option("merge-pieces", "", "heatmaps: label rows and columns with words, a subword model's pieces merged "
               "(source columns summed, output rows averaged; energies stay per piece)")
       .option("allow-missing-checksum", "", "load a checkpoint that has no checksum (written before seqgrad stored "
@@ -249,6 +232,28 @@ void print_translation(const Translation& t, const text::Vocab& tgt_vocab, size_
     fmt::print("{}\t{:.4f}\t{}\n", number, t.hyps[n].score, tgt_vocab.detokenize(t.out_tokens[n]));
 }
 
+// The same as one JSON line (--json): the input's number and text, the best translation with its
+// score and log-probability, and with --nbest every hypothesis; an input that failed has its error.
+void print_translation_json(const Translation& t, const std::string& source, const text::Vocab& tgt_vocab,
+                            size_t number) {
+  nlohmann::json j{{"line", number}, {"src", source}};
+  if (!t.error.empty()) {
+    j["error"] = t.error;
+  } else {
+    nlohmann::json nbest = nlohmann::json::array();
+    for (size_t n = 0; n < t.hyps.size(); ++n)
+      nbest.push_back({{"translation", tgt_vocab.detokenize(t.out_tokens[n])}, {"tokens", t.out_tokens[n]},
+                       {"score", t.hyps[n].score}, {"log_prob", t.hyps[n].log_prob},
+                       {"finished", t.hyps[n].finished}});
+    j["translation"] = nbest[0]["translation"];
+    j["score"] = nbest[0]["score"];
+    j["truncated"] = t.truncated;
+    j["src_tokens"] = t.src_tokens;
+    j["nbest"] = std::move(nbest);
+  }
+  fmt::print("{}\n", j.dump());
+}
+
 }  // namespace
 
 void check_safetensors_file(const std::string& path) {
@@ -283,16 +288,22 @@ int translate_main(int argc, char** argv) {
                       "vocabulary (SentencePiece) gives cased, detokenised text. Sentences longer than twice the training\n"
                       "length are truncated with a warning. A line that cannot be translated (empty, not UTF-8)\n"
                       "gives an error naming it on stderr and an empty output line; the others go on, and the exit\n"
-                      "status is 1. With --nbest N each sentence gives N lines: number<TAB>score<TAB>translation.");
+                      "status is 1. With --nbest N each sentence gives N lines: number<TAB>score<TAB>translation.\n"
+                      "With --json each input gives one JSON line (docs/cli.md, JSON output).");
   common_options(a);
   a.option("nbest", "n", "print the n best hypotheses of the beam with their scores (needs --beam >= n)")
-      .option("heatmaps", "dir", "also write each sentence's attention heatmap (PNG and SVG) into dir")
+      .option("out", "dir", "also write each sentence's attention heatmap (PNG and SVG) into dir")
+      .deprecated_alias("heatmaps", "out")
+      .option("truncate", "n", "cut each source sentence to n tokens (default: twice the checkpoint's truncation)")
+      .option("json", "", "one JSON line per input: translation, score, log-probability, tokens, n-best")
       .positional("sentence", "text to translate (else one per line on stdin)");
   if (!a.parse(argc, argv)) return 0;
   apply_threads(a);
+  check_decode_flags(a);
   Loaded l = load_model(a);
   models::DecodeOptions options = decode_options(a, l.checkpoint.info.config);
-  if (a.has("heatmaps")) create_output_folder(a.get("heatmaps"), "--heatmaps");  // once the inputs have loaded
+  const int64_t truncate = a.has("truncate") ? a.get_int("truncate", 1) : 2 * l.checkpoint.info.config.max_tokens;
+  if (a.has("out")) create_output_folder(a.get("out"), "--out");  // once the inputs have loaded
   UnknownWords unknown(l.checkpoint.info);
   const bool from_stdin = a.positionals().empty();
   const char* unit = from_stdin ? "line" : "sentence";
@@ -302,7 +313,7 @@ int translate_main(int argc, char** argv) {
   for (;;) {
     std::vector<std::string> sentences = from_stdin ? reader.next_batch(kMaxBatch) : a.positionals();
     if (sentences.empty()) break;
-    std::vector<Translation> done = translate_batch(l, sentences, options);
+    std::vector<Translation> done = translate_batch(l, sentences, options, truncate);
     for (size_t i = 0; i < done.size(); ++i) {
       const Translation& t = done[i];
       std::string where = fmt::format("{} {}", unit, ++number);
@@ -312,12 +323,13 @@ int translate_main(int argc, char** argv) {
       } else {
         if (t.truncated) fmt::print(stderr, "warning: {} truncated to {} tokens\n", where, t.src_tokens.size());
         unknown.check(where, t.src_tokens);
-        if (a.has("heatmaps"))
-          write_attention_heatmap((std::filesystem::path(a.get("heatmaps")) / fmt::format("sentence{}", number)).string(),
+        if (a.has("out"))
+          write_attention_heatmap((std::filesystem::path(a.get("out")) / fmt::format("sentence{}", number)).string(),
                                   marked_unknown(t.src_tokens, l.checkpoint.info.src_vocab), t.out_tokens[0], t.hyps[0],
                                   sentences[i], heatmap_labels(a));
       }
-      print_translation(t, l.checkpoint.info.tgt_vocab, number, options.nbest);
+      if (a.flag("json")) print_translation_json(t, sentences[i], l.checkpoint.info.tgt_vocab, number);
+      else print_translation(t, l.checkpoint.info.tgt_vocab, number, options.nbest);
     }
     std::fflush(stdout);
     if (!from_stdin) break;
@@ -345,6 +357,10 @@ int eval_main(int argc, char** argv) {
   a.option("data-dir", "dir", "folder holding multi30k/ and fra-eng/ (default: the one the checkpoint was trained on)")
       .pair_option("test", "src_file", "tgt_file", "test corpus: two files aligned by line")
       .option("test-tsv", "file", "test corpus: one file of source<TAB>target lines")
+      .option("truncate", "n", "cut test sentences to n tokens (default: the checkpoint's truncation)")
+      .option("out", "dir", "write the sample translations' attention heatmaps into dir")
+      .option("json", "", "the scores, signatures, decoding and every output as one JSON object")
+      .option("quiet", "", "no lines about the checkpoint and the data (the scores still print)")
       .option("hyp", "file", "hypotheses, one per line (scores files instead of a checkpoint)")
       .option("ref", "file", "references, one per line");
   if (!a.parse(argc, argv)) return 0;
@@ -354,14 +370,25 @@ int eval_main(int argc, char** argv) {
     std::vector<std::string> hyp = text::read_lines(a.get("hyp")), ref = text::read_lines(a.get("ref"));
     SG_CHECK_VALUE(hyp.size() == ref.size(), "eval: {} has {} lines but {} has {}", a.get("hyp"), hyp.size(),
                    a.get("ref"), ref.size());
-    fmt::print("{}\n{}\n", text::corpus_bleu(hyp, ref).format(), text::corpus_chrf(hyp, ref).format());
+    text::BleuScore bleu = text::corpus_bleu(hyp, ref);
+    text::ChrfScore chrf = text::corpus_chrf(hyp, ref);
+    if (a.flag("json"))
+      fmt::print("{}\n", nlohmann::json{{"sacrebleu", bleu.score}, {"chrf", chrf.score},
+                                        {"signatures", {{"sacrebleu", text::bleu_signature()},
+                                                        {"chrf", text::chrf_signature()}}}}.dump());
+    else
+      fmt::print("{}\n{}\n", bleu.format(), chrf.format());
     return 0;
   }
+  check_decode_flags(a);
   Loaded l = load_model(a);
   models::TrainConfig c = l.checkpoint.info.config;
   models::DecodeOptions options = decode_options(a, c);
-  fmt::print("checkpoint {}: trained on {} ({} -> {})\n", a.get("checkpoint"), models::describe_corpus(c), c.src_lang,
-             c.tgt_lang);
+  if (a.has("truncate")) c.max_tokens = a.get_int("truncate", 1);
+  const bool chatty = !a.flag("quiet") && !a.flag("json");
+  if (chatty)
+    fmt::print("checkpoint {}: trained on {} ({} -> {})\n", a.get("checkpoint"), models::describe_corpus(c), c.src_lang,
+               c.tgt_lang);
   const bool own_test = apply_test_flags(c, a);
   if (a.has("data-dir")) c.data_dir = a.get("data-dir");
   SG_CHECK_IO(c.corpus == "files" || a.has("data-dir") || std::filesystem::is_directory(c.data_dir),
@@ -369,12 +396,23 @@ int eval_main(int argc, char** argv) {
               "current folder); give the folder holding multi30k/ and fra-eng/ with --data-dir, or a test corpus "
               "with --test SRC_FILE TGT_FILE", c.data_dir, a.get("checkpoint"));
   models::Corpora data = models::load_corpora(c, models::Splits::test_only);
-  fmt::print("test: {} pairs from {}\n", data.test.size(),
-             own_test || c.corpus == "files" ? c.test_files.describe() : c.corpus);
-  models::tokenize_held_splits(data, l.checkpoint.info.src_vocab, l.checkpoint.info.tgt_vocab);
-  std::string dir = std::filesystem::path(a.get("checkpoint")).parent_path().string();
-  report_test(*l.model, l.checkpoint.info.src_vocab, l.checkpoint.info.tgt_vocab, data, c, dir.empty() ? "." : dir,
-              options, heatmap_labels(a));
+  const std::string source = own_test || c.corpus == "files" ? c.test_files.describe() : c.corpus;
+  if (chatty) fmt::print("test: {} pairs from {}\n", data.test.size(), source);
+  const text::Vocab &src_vocab = l.checkpoint.info.src_vocab, &tgt_vocab = l.checkpoint.info.tgt_vocab;
+  models::tokenize_held_splits(data, src_vocab, tgt_vocab);
+  Evaluation test = evaluate_test(*l.model, src_vocab, tgt_vocab, data, c, options);
+  if (a.has("out")) create_output_folder(a.get("out"), "--out");  // once the inputs have loaded
+  if (a.flag("json")) {
+    nlohmann::json j = test_report_json(test, options);
+    j["checkpoint"] = a.get("checkpoint");
+    j["test"] = {{"pairs", data.test.size()}, {"source", source}};
+    fmt::print("{}\n", j.dump());
+  }
+  if (!a.flag("json")) report_test(test, data, options);
+  if (a.has("out")) {
+    std::string maps = write_test_heatmaps(test, src_vocab, tgt_vocab, data, a.get("out"), heatmap_labels(a));
+    if (!a.flag("json")) fmt::print("heatmaps: {}\n", maps);
+  }
   return 0;
 }
 
@@ -395,6 +433,7 @@ int attention_main(int argc, char** argv) {
   a.option("out", "dir", "output folder", "attention").positional("sentence", "text to translate (else stdin)");
   if (!a.parse(argc, argv)) return 0;
   apply_threads(a);
+  check_decode_flags(a);
   Loaded l = load_model(a);
   models::DecodeOptions options = decode_options(a, l.checkpoint.info.config);
   std::string out = create_output_folder(a.get("out"), "--out");  // once the inputs have loaded
@@ -405,7 +444,7 @@ int attention_main(int argc, char** argv) {
     sentences.insert(sentences.end(), lines.begin(), lines.end());
   }
   SG_CHECK_VALUE(!sentences.empty(), "attention: no input sentences");
-  std::vector<Translation> done = translate_batch(l, sentences, options);
+  std::vector<Translation> done = translate_batch(l, sentences, options, 2 * l.checkpoint.info.config.max_tokens);
   std::vector<plot::ReportSection> sections;
   for (size_t i = 0; i < sentences.size(); ++i) {
     const Translation& t = done[i];

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include <fmt/core.h>
+#include <nlohmann/json.hpp>
 
 #include "core/blas.h"
 #include "core/error.h"
@@ -24,9 +25,15 @@ struct Command {
 
 int info_main(int argc, char** argv) {
   seqgrad::tools::Args args("info", "Print the version, the number of threads and which BLAS and CPU kernels run.");
+  args.option("json", "", "the same as one JSON object");
   if (!args.parse(argc, argv)) return 0;
-  fmt::print("seqgrad {}\nthreads: {}\nBLAS: {}\nCPU kernels: {}\n", SEQGRAD_VERSION, seqgrad::get_num_threads(),
-             seqgrad::blas::describe(), seqgrad::cpu::kernel_isa());
+  if (args.flag("json"))
+    fmt::print("{}\n", nlohmann::json{{"version", SEQGRAD_VERSION}, {"threads", seqgrad::get_num_threads()},
+                                      {"blas", seqgrad::blas::describe()}, {"cpu_kernels", seqgrad::cpu::kernel_isa()}}
+                            .dump());
+  else
+    fmt::print("seqgrad {}\nthreads: {}\nBLAS: {}\nCPU kernels: {}\n", SEQGRAD_VERSION, seqgrad::get_num_threads(),
+               seqgrad::blas::describe(), seqgrad::cpu::kernel_isa());
   return 0;
 }
 

@@ -37,9 +37,8 @@ namespace {
 // --corpus NAME (a bundled corpus), or the user's files: --train and --valid (or their -tsv
 // forms), --test optional.
 void apply_data_flags(models::TrainConfig& c, const Args& a) {
-  const std::string valid_flag = a.is_pair_option("valid") ? "valid" : "valid-files";
   std::optional<text::CorpusFiles> train = split_flag(a, "train", "train-tsv"),
-                                   valid = split_flag(a, valid_flag, "valid-tsv"),
+                                   valid = split_flag(a, "valid", "valid-tsv"),
                                    test = split_flag(a, "test", "test-tsv");
   if (a.has("corpus")) {
     SG_CHECK_USAGE(!train && !valid && !test, "--corpus {} names a bundled corpus; --train, --valid and --test give "
@@ -57,9 +56,9 @@ void apply_data_flags(models::TrainConfig& c, const Args& a) {
   }
   if (!train && !valid && !test) return;
   SG_CHECK_USAGE(train.has_value() || c.corpus == "files", "--{} and --test go with --train: your own corpus "
-                 "needs --train SRC_FILE TGT_FILE (or --train-tsv FILE)", valid_flag);
+                 "needs --train SRC_FILE TGT_FILE (or --train-tsv FILE)", "valid");
   SG_CHECK_USAGE(valid.has_value() || c.corpus == "files", "--train needs --{} SRC_FILE TGT_FILE (or --valid-tsv "
-                 "FILE): a validation split picks the best checkpoint", valid_flag);
+                 "FILE): a validation split picks the best checkpoint", "valid");
   if (c.corpus != "files" && !a.has("src") && !a.has("tgt")) c.src_lang = "src", c.tgt_lang = "tgt";
   c.corpus = "files";
   if (train) c.train_files = *train;
@@ -73,7 +72,7 @@ void add_data_options(Args& a, const DataOptions& o) {
   a.option("corpus", "name", "bundled corpus under --data-dir: multi30k | fra-eng (default: the preset's)")
       .pair_option("train", "src_file", "tgt_file", "your training corpus: two files aligned by line")
       .option("train-tsv", "file", "your training corpus as one file of source<TAB>target lines")
-      .pair_option(o.valid_flag, "src_file", "tgt_file", "your validation corpus (needed with --train)")
+      .pair_option("valid", "src_file", "tgt_file", "your validation corpus (needed with --train)")
       .option("valid-tsv", "file", "your validation corpus, tab-separated");
   if (o.test)
     a.pair_option("test", "src_file", "tgt_file", "your test corpus (optional; scored after training)")
@@ -114,7 +113,7 @@ nlohmann::json flag_value(const Args& a, const models::ConfigField& f) {
   return nullptr;
 }
 
-// The flag's text for an error message: what the user typed.
+// What the user typed: the flag's value, or for a boolean the "no-" of --no-flag.
 std::string typed(const Args& a, const models::ConfigField& f) {
   if (f.type != models::FieldType::boolean) return a.get(f.flag);
   return a.has(f.flag) ? "" : "no-";
@@ -128,6 +127,8 @@ models::TrainConfig with_flag_errors(const Args& a, Apply&& apply) {
   } catch (const models::ConfigError& e) {
     const models::ConfigField* f = models::find_config_field(e.field());
     if (f == nullptr || f->flag.empty() || !(a.has(f->flag) || a.has("no-" + f->flag))) throw UsageError(e.what());
+    if (f->type == models::FieldType::boolean)
+      throw UsageError(fmt::format("--{}{} {}", typed(a, *f), f->flag, e.problem()));
     throw UsageError(fmt::format("--{} {}, got {}", f->flag, e.problem(), typed(a, *f)));
   }
 }

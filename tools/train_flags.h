@@ -13,11 +13,9 @@
 namespace seqgrad::tools {
 
 // The corpus options of train and compare: --corpus NAME (a bundled corpus), or the user's files
-// --train SRC TGT | --train-tsv FILE and the validation split as `valid_flag` SRC TGT |
-// --valid-tsv FILE (compare's --valid-pairs counts pairs, so it names the files --valid-files), and
-// with `test` --test SRC TGT | --test-tsv FILE.
+// --train SRC TGT | --train-tsv FILE, --valid SRC TGT | --valid-tsv FILE, and with `test` --test
+// SRC TGT | --test-tsv FILE.
 struct DataOptions {
-  const char* valid_flag = "valid";
   bool test = true;
 };
 void add_data_options(Args& args, const DataOptions& options = {});

@@ -75,25 +75,73 @@ void write_attention_heatmap(const std::string& stem, const std::vector<std::str
   plot::write_heatmap_svg(stem + "_energies.svg", energies);
 }
 
-void report_test(models::Seq2Seq& model, const text::Vocab& src_vocab, const text::Vocab& tgt_vocab,
-                 const models::Corpora& data, const models::TrainConfig& config, const std::string& out_dir,
-                 const models::DecodeOptions& decoding, HeatmapLabels labels) {
+Evaluation evaluate_test(models::Seq2Seq& model, const text::Vocab& src_vocab, const text::Vocab& tgt_vocab,
+                         const models::Corpora& data, const models::TrainConfig& config,
+                         const models::DecodeOptions& decoding) {
   text::EncodeOptions truncate{.max_src_tokens = config.max_tokens, .max_tgt_tokens = config.max_tokens};
   text::EncodedCorpus test = text::encode_pairs(data.test, src_vocab, tgt_vocab, truncate);
-  Evaluation ev = evaluate(model, test, tgt_vocab, data.test, data.test_references, decoding);
-  const std::vector<std::string>& detok = ev.outputs;
+  return evaluate(model, test, tgt_vocab, data.test, data.test_references, decoding);
+}
+
+namespace {
+
+std::string search_name(const models::DecodeOptions& decoding) {
+  return decoding.beam_size > 1 ? fmt::format("beam {}", decoding.beam_size) : "greedy";
+}
+
+}  // namespace
+
+constexpr size_t kTestSamples = 5;  // sample translations (and heatmaps) in a test report
+
+void report_test(const Evaluation& ev, const models::Corpora& data, const models::DecodeOptions& decoding) {
   fmt::print("test: loss {:.3f}, ppl {:.2f}, sacreBLEU {:.2f}, chrF {:.2f}, BLEU {:.2f} (tokenised, lower-cased) "
              "({})\n      sacreBLEU {}, chrF {}\n", ev.loss, std::exp(ev.loss), ev.sacrebleu, ev.chrf,
-             ev.bleu_tokenized, decoding.beam_size > 1 ? fmt::format("beam {}", decoding.beam_size) : "greedy",
-             text::bleu_signature(), text::chrf_signature());
-  for (size_t i = 0; i < std::min<size_t>(5, detok.size()); ++i) {
-    fmt::print("  src: {}\n  ref: {}\n  out: {}\n", data.test_sources[i], data.test_references[i], detok[i]);
+             ev.bleu_tokenized, search_name(decoding), text::bleu_signature(), text::chrf_signature());
+  for (size_t i = 0; i < std::min(kTestSamples, ev.outputs.size()); ++i)
+    fmt::print("  src: {}\n  ref: {}\n  out: {}\n", data.test_sources[i], data.test_references[i], ev.outputs[i]);
+}
+
+std::string write_test_heatmaps(const Evaluation& ev, const text::Vocab& src_vocab, const text::Vocab& tgt_vocab,
+                                const models::Corpora& data, const std::string& out_dir, HeatmapLabels labels) {
+  const size_t samples = std::min(kTestSamples, ev.outputs.size());
+  for (size_t i = 0; i < samples; ++i) {
     std::string stem = (std::filesystem::path(out_dir) / fmt::format("attention_test{}", i)).string();
-    write_attention_heatmap(stem, marked_unknown(data.test[i].src, src_vocab), tgt_vocab.decode(ev.hypotheses[i].tokens), ev.hypotheses[i],
-                            data.test_sources[i], labels);  // titled with the sentence itself
+    write_attention_heatmap(stem, marked_unknown(data.test[i].src, src_vocab), tgt_vocab.decode(ev.hypotheses[i].tokens),
+                            ev.hypotheses[i], data.test_sources[i], labels);  // titled with the sentence itself
   }
-  fmt::print("heatmaps: {}\n", (std::filesystem::path(out_dir) /
-                                 fmt::format("attention_test0..{}.png", std::min<size_t>(5, detok.size()) - 1)).string());
+  return (std::filesystem::path(out_dir) / fmt::format("attention_test0..{}.png", samples ? samples - 1 : 0)).string();
+}
+
+nlohmann::json test_report_json(const Evaluation& ev, const models::DecodeOptions& decoding) {
+  return {{"loss", ev.loss},
+          {"ppl", std::exp(ev.loss)},
+          {"sacrebleu", ev.sacrebleu},
+          {"chrf", ev.chrf},
+          {"bleu_tokenized", ev.bleu_tokenized},
+          {"signatures", {{"sacrebleu", text::bleu_signature()}, {"chrf", text::chrf_signature()}}},
+          {"decoding", {{"search", search_name(decoding)}, {"beam", decoding.beam_size},
+                        {"max_len", decoding.max_len}, {"length_penalty", decoding.length_penalty}}},
+          {"outputs", ev.outputs}};
+}
+
+void check_decode_flags(const Args& a) { decode_options(a, models::TrainConfig{}); }
+
+void add_decode_options(Args& a) {
+  a.option("beam", "n", "beam size (1 = greedy)", "1")
+      .option("length-penalty", "alpha", "beam score = log p / length^alpha", "1.0")
+      .option("max-len", "n", "longest output in tokens (default: 2 x the checkpoint's truncation + 10, as validation)");
+}
+
+models::DecodeOptions decode_options(const Args& a, const models::TrainConfig& config) {
+  models::DecodeOptions o = models::decode_options(config, a.get_int("beam", 1));
+  if (a.has("max-len")) o.max_len = a.get_int("max-len", 1);
+  o.length_penalty = a.get_double("length-penalty");
+  if (a.is_declared("nbest") && a.has("nbest")) {
+    o.nbest = a.get_int("nbest", 1);
+    SG_CHECK_USAGE(o.nbest <= o.beam_size, "--nbest {} needs a beam at least as wide (--beam {}): give --beam {}",
+                   o.nbest, o.beam_size, o.nbest);
+  }
+  return o;
 }
 
 }  // namespace seqgrad::tools

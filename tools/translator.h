@@ -7,7 +7,9 @@
 
 #include "models/seq2seq/decode.h"
 #include "models/seq2seq/checkpoint.h"
+#include "models/seq2seq/run.h"
 #include "models/seq2seq/trainer.h"
+#include "tools/args.h"
 #include "tools/plot/plot.h"
 
 namespace seqgrad::tools {
@@ -19,10 +21,18 @@ using models::evaluate;
 // "▁Hund" "e"), or with words, the pieces merged (merged_into_words).
 enum class HeatmapLabels { tokens, words };
 
-// Test sacreBLEU (13a, cased), chrF and tokenised lower-cased BLEU, sample translations and heatmaps in out_dir.
-void report_test(models::Seq2Seq& model, const text::Vocab& src_vocab, const text::Vocab& tgt_vocab,
-                 const models::Corpora& data, const models::TrainConfig& config, const std::string& out_dir,
-                 const models::DecodeOptions& decoding, HeatmapLabels labels = HeatmapLabels::tokens);
+// The test split decoded and scored: sacreBLEU (13a, cased), chrF and tokenised lower-cased BLEU.
+Evaluation evaluate_test(models::Seq2Seq& model, const text::Vocab& src_vocab, const text::Vocab& tgt_vocab,
+                         const models::Corpora& data, const models::TrainConfig& config,
+                         const models::DecodeOptions& decoding);
+// The test line, the metrics' signatures and five sample translations on stdout.
+void report_test(const Evaluation& test, const models::Corpora& data, const models::DecodeOptions& decoding);
+// The five sample translations' heatmaps in out_dir (attention_test0..4); returns "<out_dir>/attention_test0..4.png".
+std::string write_test_heatmaps(const Evaluation& test, const text::Vocab& src_vocab, const text::Vocab& tgt_vocab,
+                                const models::Corpora& data, const std::string& out_dir,
+                                HeatmapLabels labels = HeatmapLabels::tokens);
+// The same as one JSON object (`eval --json`): the scores, the signatures, the decoding, every output.
+nlohmann::json test_report_json(const Evaluation& test, const models::DecodeOptions& decoding);
 
 // The heatmap of one translation's attention weights (or, with energies, its pre-softmax scores):
 // source tokens across, target tokens down.
@@ -41,6 +51,14 @@ plot::Heatmap merged_into_words(const plot::Heatmap& pieces);
 void write_attention_heatmap(const std::string& path_stem, const std::vector<std::string>& src_tokens,
                              const std::vector<std::string>& tgt_tokens, const models::Hypothesis& hyp,
                              const std::string& title, HeatmapLabels labels = HeatmapLabels::tokens);
+
+// --beam, --length-penalty and --max-len, for every command that decodes (train's test report,
+// translate, eval, attention), and the DecodeOptions they give over the checkpoint's defaults
+// (models::decode_options: at most 2 x its max_tokens + 10 tokens, as validation decodes).
+void add_decode_options(Args& args);
+models::DecodeOptions decode_options(const Args& args, const models::TrainConfig& config);
+// Their usage errors, before anything loads (a command's flags are checked before its checkpoint).
+void check_decode_flags(const Args& args);
 
 // Checks that `path` is a regular file that starts like a safetensors file (an 8-byte header length
 // that fits the file, then '{'), so that any other file is "not a safetensors checkpoint".

@@ -180,8 +180,9 @@ std::string check_vocab(const std::string& s) {
   if (s == "word") return "";
   try {
     text::parse_subword_spec(s, "vocab");
-  } catch (const ValueError& e) {
-    return e.what();
+  } catch (const ValueError& e) {  // "vocab 'x': expected ...": the field and value are named by the caller
+    std::string why = e.what();
+    return why.substr(why.find("': ") == std::string::npos ? 0 : why.find("': ") + 3);
   }
   if (!text::subword_supported())
     return "this build has no SentencePiece support (install libsentencepiece-dev and reconfigure with "
@@ -422,7 +423,7 @@ void TrainConfig::validate() const {
   auto fail = [](const std::string& key, const std::string& value, const std::string& problem) {
     throw ConfigError(key, value, problem);
   };
-  if (src_lang == tgt_lang) fail("tgt_lang", nlohmann::json(tgt_lang).dump(), "equals src_lang: a translator needs two languages");
+  if (src_lang == tgt_lang) fail("tgt_lang", nlohmann::json(tgt_lang).dump(), "must differ from src_lang (a translator needs two languages)");
   if (joint_vocab && vocab == "word")
     fail("joint_vocab", "true", "shares one subword model between the languages: it needs vocab unigram:N or bpe:N, not word");
   for (const auto& [key, lang] : {std::pair{"src_lang", &src_lang}, {"tgt_lang", &tgt_lang}})

@@ -1,4 +1,4 @@
-// libFuzzer target: the translator's checkpoint loader (models/seq2seq/pipeline: read_checkpoint,
+// libFuzzer target: the translator's checkpoint loader (models/seq2seq/checkpoint: read_checkpoint,
 // then building the model its config describes and load_weights) and nn::load_checkpoint.
 //
 // A mutated file almost never keeps a valid CRC, so each input is loaded twice: as it is (the

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <mutex>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "core/ops_hooks.h"
 
@@ -114,6 +115,14 @@ Tensor Grads::output() const {
     impl->requires_grad = true;
   }
   return Tensor(std::move(impl));
+}
+
+const char* intern_op_name(std::string_view name) {
+  // A node-based set: an element's address survives rehashing, so the pointers stay valid.
+  static std::mutex mutex;
+  static std::unordered_set<std::string> names;
+  std::lock_guard<std::mutex> lock(mutex);
+  return names.emplace(name).first->c_str();
 }
 
 bool any_requires_grad(std::span<const Tensor> inputs) {

@@ -5,8 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <numeric>
-#include <set>
 
 #include "core/autograd.h"
 #include "core/rng.h"
@@ -22,43 +20,6 @@ using Inputs = std::vector<Tensor>;
 using X = const Inputs&;
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-constexpr double kKinkMargin = 0.1;
-
-uint64_t hash_name(const std::string& s) {  // FNV-1a: a stable seed per row
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
-
-std::vector<double> generate(const InputSpec& spec, const Shape& shape, uint64_t seed,
-                             const std::vector<double>& kinks) {
-  int64_t n = shape.numel();
-  std::vector<double> v(n);
-  switch (spec.gen) {
-    case Gen::normal:
-      for (int64_t i = 0; i < n; ++i) v[i] = normal_at(seed, 0, i);
-      break;
-    case Gen::positive:
-      for (int64_t i = 0; i < n; ++i) v[i] = 0.5 + 1.5 * uniform_at_f64(seed, 0, i);
-      break;
-    case Gen::distinct: {
-      std::vector<int64_t> order(n);
-      std::iota(order.begin(), order.end(), 0);
-      std::sort(order.begin(), order.end(),
-                [&](int64_t a, int64_t b) { return uniform_at_f64(seed, 0, a) < uniform_at_f64(seed, 0, b); });
-      for (int64_t r = 0; r < n; ++r) v[order[r]] = (static_cast<double>(r) - (n - 1) / 2.0) * 0.3 + 0.05;
-      break;
-    }
-    case Gen::values:
-      SG_CHECK_VALUE(static_cast<int64_t>(spec.values.size()) == n, "op table: {} values for shape {}",
-                     spec.values.size(), shape);
-      return spec.values;
-  }
-  for (double& x : v)
-    for (double k : kinks)
-      if (std::abs(x - k) < kKinkMargin) x = k + std::copysign(kKinkMargin + std::abs(x - k), x - k);
-  return v;
-}
 
 // Each part scaled by its position, flattened and concatenated: one output for multi-output ops
 // (split, chunk), in which every part's gradient is distinguishable.
@@ -186,7 +147,7 @@ std::vector<OpCase> build_op_cases() {
       {.op = "max", .variant = "structured_binding", .inputs = {distinct({2, 3, 2})},
        .fn = [](X x) {
          auto [values, indices] = max(x[0], 1);
-         return mul(values, add(to_dtype(indices, DType::f64), 1.0));  // the indices weigh the values
+         return mul(values, add(to_dtype(indices, values.dtype()), 1.0));  // the indices weigh the values
        }},
       {.op = "min", .variant = "dim", .inputs = {distinct({3, 4})}, .fn = [](X x) { return min(x[0], 1).values; }},
       {.op = "min", .variant = "dim_keepdim", .inputs = {distinct({2, 3, 2})},
@@ -199,7 +160,7 @@ std::vector<OpCase> build_op_cases() {
       {.op = "sort", .variant = "descending_dim0", .inputs = {distinct({3, 2, 2})},
        .fn = [](X x) {
          auto [values, indices] = sort(x[0], 0, true);
-         return mul(values, add(to_dtype(indices, DType::f64), 1.0));
+         return mul(values, add(to_dtype(indices, values.dtype()), 1.0));
        }},
       {.op = "logsumexp", .variant = "dim", .inputs = {in({3, 4})}, .fn = [](X x) { return logsumexp(x[0], {1}); }},
       {.op = "logsumexp", .variant = "all_keepdim", .inputs = {in({2, 3})},
@@ -299,7 +260,7 @@ std::vector<OpCase> build_op_cases() {
       // (then the numerical gradient of row 0 is also zero and every other row is still checked).
       {.op = "embedding", .variant = "padding_idx", .inputs = {in({5, 3}), ids({1, 0, 1, 0, 2, 4}, {2, 3})},
        .fn = [](X x) {
-         Tensor keep = to_dtype(ne(x[1], 0.0), DType::f64).unsqueeze(-1);
+         Tensor keep = to_dtype(ne(x[1], 0.0), x[0].dtype()).unsqueeze(-1);
          return mul(embedding(x[0], x[1], 0), keep);
        }},
 
@@ -311,11 +272,13 @@ std::vector<OpCase> build_op_cases() {
        .fn = [](X x) { return repeat_interleave(x[0], 3); }},
 
       // ---- randomness: reseeded on every call, so every evaluation draws the same mask
+      // kNoFloat32: the mask is drawn in the input's dtype, so float32 and float64 drop other elements
       {.op = "dropout", .variant = "seeded", .inputs = {in({4, 5})},
        .fn = [](X x) {
          manual_seed(1234);
          return dropout(x[0], 0.4);
-       }},
+       },
+       .flags = kNoFloat32},
       {.op = "dropout", .variant = "eval", .inputs = {in({2, 3})}, .fn = [](X x) { return dropout(x[0], 0.4, false); }},
 
       // ---- in-place Tensor methods on non-leaf tensors (recorded as their out-of-place twins)
@@ -662,32 +625,6 @@ std::vector<GoldenCase> build_golden_cases() {
 
 }  // namespace
 
-// ---- spec helpers
-
-InputSpec in(Shape shape, Layout layout) { return {.shape = shape, .layout = layout}; }
-InputSpec positive(Shape shape, Layout layout) { return {.shape = shape, .gen = Gen::positive, .layout = layout}; }
-InputSpec distinct(Shape shape, Layout layout) { return {.shape = shape, .gen = Gen::distinct, .layout = layout}; }
-InputSpec constant(Shape shape) { return {.shape = shape, .requires_grad = false}; }
-InputSpec values(std::vector<double> v, Shape shape) { return {.shape = shape, .gen = Gen::values, .values = std::move(v)}; }
-InputSpec ids(std::vector<double> v, Shape shape) {
-  return {.shape = shape, .gen = Gen::values, .dtype = DType::i64, .values = std::move(v), .requires_grad = false};
-}
-InputSpec mask(std::vector<double> v, Shape shape) {
-  return {.shape = shape, .gen = Gen::values, .dtype = DType::b8, .values = std::move(v), .requires_grad = false};
-}
-
-const char* error_kind_name(ErrorKind kind) {
-  switch (kind) {
-    case ErrorKind::any: return "Error";
-    case ErrorKind::shape: return "ShapeError";
-    case ErrorKind::dtype: return "DTypeError";
-    case ErrorKind::index: return "IndexError";
-    case ErrorKind::value: return "ValueError";
-    case ErrorKind::device: return "DeviceError";
-  }
-  return "?";
-}
-
 const std::vector<OpCase>& op_cases() {
   static const std::vector<OpCase> rows = build_op_cases();
   return rows;
@@ -703,92 +640,17 @@ const std::vector<GoldenCase>& golden_cases() {
   return rows;
 }
 
-std::vector<Tensor> make_inputs(const OpCase& row) {
-  std::vector<Tensor> out;
-  uint64_t seed = hash_name(row.name());
-  for (size_t k = 0; k < row.inputs.size(); ++k) {
-    const InputSpec& spec = row.inputs[k];
-    if (!is_floating(spec.dtype)) {
-      out.push_back(from_vector(spec.values, spec.shape, {.dtype = spec.dtype}));
-      continue;
-    }
-    // Non-contiguous layouts are views of a larger contiguous buffer, made before requires_grad_,
-    // so the input is still a leaf.
-    Shape base = spec.shape;
-    int nd = base.size();
-    if (spec.layout == Layout::transposed) {
-      SG_CHECK_SHAPE(nd >= 2, "op table {}: a transposed input needs 2 dims, got {}", row.name(), base);
-      std::swap(base[nd - 1], base[nd - 2]);
-    } else if (spec.layout == Layout::sliced) {
-      SG_CHECK_SHAPE(nd >= 1, "op table {}: a sliced input needs 1 dim", row.name());
-      base[nd - 1] *= 2;
-    }
-    Tensor t = from_vector(generate(spec, base, seed + 7919 * k, row.kinks), base, {.dtype = spec.dtype});
-    if (spec.layout == Layout::transposed) t = t.transpose(-1, -2);
-    if (spec.layout == Layout::sliced) t = t.slice(-1, 0, base[nd - 1], 2);
-    if (spec.requires_grad) t.requires_grad_();
-    out.push_back(t);
-  }
-  return out;
-}
+std::vector<std::string> op_names() { return builtin_registry().op_names(); }
 
-GradcheckOptions options_for(const OpCase& row) {
-  return {.eps = row.eps, .atol = row.atol, .rtol = row.rtol, .name = row.name()};
-}
-
-std::vector<std::string> op_names() {
-  std::set<std::string> names;
-  for (const OpCase& r : op_cases()) names.insert(r.op);
-  for (const ErrorCase& r : error_cases()) names.insert(r.op);
-  for (const GoldenCase& r : golden_cases()) names.insert(r.op);
-  return {names.begin(), names.end()};
-}
-
-std::string check_error_case(const ErrorCase& row) {
-  try {
-    row.call();
-  } catch (const Error& e) {
-    std::string what = e.what();
-    bool type_ok = false;
-    switch (row.kind) {
-      case ErrorKind::any: type_ok = true; break;
-      case ErrorKind::shape: type_ok = dynamic_cast<const ShapeError*>(&e) != nullptr; break;
-      case ErrorKind::dtype: type_ok = dynamic_cast<const DTypeError*>(&e) != nullptr; break;
-      case ErrorKind::index: type_ok = dynamic_cast<const IndexError*>(&e) != nullptr; break;
-      case ErrorKind::value: type_ok = dynamic_cast<const ValueError*>(&e) != nullptr; break;
-      case ErrorKind::device: type_ok = dynamic_cast<const DeviceError*>(&e) != nullptr; break;
-    }
-    if (!type_ok) return fmt::format("threw the wrong Error subclass (expected {}): {}", error_kind_name(row.kind), what);
-    if (what.find(row.expected) == std::string::npos)
-      return fmt::format("message \"{}\" does not contain \"{}\"", what, row.expected);
-    return "";
-  } catch (const std::exception& e) {
-    return fmt::format("threw a non-seqgrad exception: {}", e.what());
-  }
-  return fmt::format("did not throw (expected {} containing \"{}\")", error_kind_name(row.kind), row.expected);
-}
-
-std::string check_golden_case(const GoldenCase& row) {
-  Tensor y;
-  try {
-    y = row.compute();
-  } catch (const std::exception& e) {
-    return fmt::format("threw: {}", e.what());
-  }
-  if (y.shape() != row.shape) return fmt::format("shape {}, expected {}", y.shape(), row.shape);
-  if (y.dtype() != row.dtype) return fmt::format("dtype {}, expected {}", y.dtype(), row.dtype);
-  std::vector<double> got = y.to_vector<double>();
-  if (got.size() != row.expected.size())
-    return fmt::format("{} values, but the row lists {}", got.size(), row.expected.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    bool same = got[i] == row.expected[i] || (std::isnan(got[i]) && std::isnan(row.expected[i]));
-    if (!same) return fmt::format("element {} is {}, expected {}", i, got[i], row.expected[i]);
-  }
-  return "";
-}
-
-bool matches(const std::string& pattern, const std::string& op, const std::string& name) {
-  return pattern == op || pattern == name;
+const OpCaseRegistry& builtin_registry() {
+  static const OpCaseRegistry registry = [] {
+    OpCaseRegistry r;
+    for (const OpCase& row : op_cases()) r.add(row);
+    for (const ErrorCase& row : error_cases()) r.add(row);
+    for (const GoldenCase& row : golden_cases()) r.add(row);
+    return r;
+  }();
+  return registry;
 }
 
 }  // namespace seqgrad::op_cases

@@ -7,6 +7,8 @@
 #include <limits>
 #include <optional>
 
+#include <fmt/ranges.h>
+
 #include "core/autograd.h"
 #include "core/rng.h"
 #include "ops/ops.h"
@@ -377,9 +379,10 @@ class Checker {
         break;
       }
     }
+    report_.numerical_forwards = report_.forwards - forwards_before;
     GradcheckCheck& c = report_.checks[check];
-    c.name = fmt::format("jacobian ({} mode: {} forwards{}{})", mode_name(opt_.mode),
-                         report_.forwards - forwards_before, notes.empty() ? "" : "; ", fmt::join(notes, "; "));
+    c.name = fmt::format("jacobian ({} mode: {} forwards{}{})", mode_name(opt_.mode), report_.numerical_forwards,
+                         notes.empty() ? "" : "; ", fmt::join(notes, "; "));
   }
 
   // Full: one central difference per element.
@@ -635,7 +638,10 @@ GradcheckReport gradcheck(const GradcheckFn& fn, const std::vector<Tensor>& inpu
 
 // Second order. The checked function maps (inputs..., dy_0, dy_1, ...) to the first-order
 // gradients of sum_j sum(dy_j * fn(inputs)_j) with respect to the inputs that require grad,
-// flattened and concatenated, computed with create_graph so that autograd can differentiate them.
+// computed with create_graph so that autograd can differentiate them again. Each gradient is an
+// output of its own (so a declared sparsity carries over: the gradient of an element-wise or
+// row-wise op is element-wise or row-wise in the inputs and the dys), except in fast mode, which
+// projects them concatenated (one backward instead of one per gradient).
 GradcheckReport gradgradcheck(const GradcheckMultiFn& fn, const std::vector<Tensor>& inputs, GradcheckOptions options) {
   SG_CHECK_VALUE(static_cast<bool>(fn), "gradgradcheck {}: fn is empty", options.name);
   std::vector<Tensor> dys;
@@ -650,7 +656,8 @@ GradcheckReport gradgradcheck(const GradcheckMultiFn& fn, const std::vector<Tens
     SG_CHECK(!dys.empty(), "gradgradcheck {}: fn must return a floating tensor", options.name);
   }
   size_t n = inputs.size();
-  GradcheckFn first_order = [fn, n](const std::vector<Tensor>& args) {
+  bool concatenate = options.mode == GradcheckMode::fast;
+  GradcheckMultiFn first_order = [fn, n, concatenate](const std::vector<Tensor>& args) {
     std::vector<Tensor> xs(args.begin(), args.begin() + static_cast<std::ptrdiff_t>(n));
     std::vector<Tensor> wrt;
     for (const Tensor& x : xs)
@@ -664,18 +671,17 @@ GradcheckReport gradgradcheck(const GradcheckMultiFn& fn, const std::vector<Tens
     }
     std::vector<Tensor> grads(wrt.size());
     if (!roots.empty()) grads = autograd::grad(roots, wrt, seeds, {.create_graph = true, .allow_unused = true});
-    std::vector<Tensor> parts;
     for (size_t k = 0; k < grads.size(); ++k)
-      parts.push_back(grads[k].defined() ? grads[k].reshape({-1})
-                                         : zeros({wrt[k].numel()}, {.dtype = wrt[k].dtype()}));
-    return cat(parts);
+      if (!grads[k].defined()) grads[k] = zeros(wrt[k].shape(), {.dtype = wrt[k].dtype()});
+    if (!concatenate) return grads;
+    std::vector<Tensor> parts;
+    for (const Tensor& g : grads) parts.push_back(g.reshape({-1}));
+    return std::vector<Tensor>{cat(parts)};
   };
   std::vector<Tensor> args = inputs;
   args.insert(args.end(), dys.begin(), dys.end());
   options.name += " (second order)";
-  if (options.mode == GradcheckMode::compressed) options.mode = GradcheckMode::full;
-  options.jacobian = Jacobian::dense();
-  return Checker(as_multi(first_order), args, options, /*evaluate_with_grad=*/true).run();
+  return Checker(first_order, args, options, /*evaluate_with_grad=*/true).run();
 }
 
 GradcheckReport gradgradcheck(const GradcheckFn& fn, const std::vector<Tensor>& inputs, GradcheckOptions options) {

@@ -104,6 +104,7 @@ struct GradcheckReport {
   std::vector<GradcheckCheck> checks;  // the Jacobian comparison and every invariant, in order
   std::vector<std::string> failures;   // every failed check, one line each
   int forwards = 0, backwards = 0;     // evaluations spent (the cost of the check)
+  int numerical_forwards = 0;          // of which the numerical Jacobian took (what the mode changes)
   bool ok() const { return failures.empty(); }
   double max_abs_err() const;
   double max_rel_err() const;
@@ -125,7 +126,7 @@ GradcheckReport gradcheck(const GradcheckMultiFn& fn, const std::vector<Tensor>&
 
 // Second order: gradchecks (inputs, dy...) -> autograd::grad(fn(inputs), inputs, dy, create_graph),
 // with each dy a random upstream gradient of its output's shape that is itself checked. The
-// declared sparsity does not carry over: compressed mode checks the second order in full.
+// declared sparsity carries over (the gradient of an element-wise op is element-wise in x and dy).
 GradcheckReport gradgradcheck(const GradcheckFn& fn, const std::vector<Tensor>& inputs,
                               GradcheckOptions options = {});
 GradcheckReport gradgradcheck(const GradcheckMultiFn& fn, const std::vector<Tensor>& inputs,

@@ -43,4 +43,10 @@ for program in "${programs[@]}"; do
   (cd "$prefix/run" && "$prefix/bin_$name") || fail "$name failed (its FAIL lines above say which claim)"
   passed=$((passed + 1))
 done
+# docs/adding-an-op.md exactly as written: an op's plugin built with pkg-config, then `seqgrad gradcheck --plugin`
+libdir=$(dirname "$(find "$root" -name 'libseqgrad.so' | head -n 1)")
+PATH="$root/bin:$PATH" LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+  /usr/bin/python3 "$src/check_doc_commands.py" "$(realpath "$src/../../docs/adding-an-op.md")" ||
+  fail "docs/adding-an-op.md does not run as written (its FAIL lines above say where)"
+passed=$((passed + 1))
 echo "install: $passed passed, 0 failed"

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "core/threads.h"
@@ -77,15 +78,18 @@ bool selected(const std::vector<std::string>& patterns, const std::string& op, c
 }
 
 // Every pattern must select something: a typo should not pass silently.
-void check_patterns(const oc::OpCaseRegistry& table, const std::vector<std::string>& patterns, const std::string& source) {
+void check_patterns(const oc::OpCaseRegistry& table, const std::vector<std::string>& patterns, const std::string& source,
+                    bool plugin) {
   std::vector<std::string> names = table.op_names();
   for (const std::string& p : patterns) {
     bool found = false;
     for (const oc::OpCase& r : table.op_cases()) found = found || oc::matches(p, r.op, r.name());
     for (const oc::ErrorCase& r : table.error_cases()) found = found || oc::matches(p, r.op, r.name());
     for (const oc::GoldenCase& r : table.golden_cases()) found = found || oc::matches(p, r.op, r.name());
-    SG_CHECK_USAGE(found, "no op or row named '{}' in {}{}; its ops: {} (--list lists every row)", p, source,
-                   seqgrad::tools::did_you_mean(p, names), fmt::join(names, ", "));
+    SG_CHECK_USAGE(found, "no op or row named '{}' in {}{}; its ops: {} (--list lists every row){}", p, source,
+                   seqgrad::tools::did_you_mean(p, names), fmt::join(names, ", "),
+                   plugin ? "" : ". To check an op of your own, build its rows into a plugin and pass --plugin "
+                                 "(docs/adding-an-op.md)");
   }
 }
 
@@ -217,7 +221,7 @@ int gradcheck_main(int argc, char** argv) {
     return 0;
   }
   const std::vector<std::string>& patterns = args.positionals();
-  check_patterns(*table, patterns, source);
+  check_patterns(*table, patterns, source, args.has("plugin"));
 
   bool text = settings.json_path != "-";
   auto start = std::chrono::steady_clock::now();

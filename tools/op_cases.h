@@ -2,8 +2,7 @@
 // `seqgrad gradcheck`), the error-message checks and the golden values of non-differentiable ops.
 // Adding an op means adding rows: in the tree, to tools/op_cases.cpp; out of the tree, to a plugin
 // that `seqgrad gradcheck --plugin` loads (SG_REGISTER_OP_CASES below; docs/adding-an-op.md).
-// This header, the spec helpers and the checks (tools/op_cases_run.cpp) are installed with
-// libseqgrad; the in-tree rows are not.
+// This header, the checks (tools/op_cases_run.cpp) and the in-tree rows are installed with libseqgrad.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -102,7 +101,7 @@ struct GoldenCase {
   std::string name() const { return variant.empty() ? op : op + "/" + variant; }
 };
 
-// The in-tree rows (tools/op_cases.cpp; not part of the installed library).
+// The in-tree rows (tools/op_cases.cpp).
 const std::vector<OpCase>& op_cases();
 const std::vector<ErrorCase>& error_cases();
 const std::vector<GoldenCase>& golden_cases();

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <optional>
 
 #include <fmt/ranges.h>
 
@@ -566,12 +565,12 @@ class Checker {
   mutable std::vector<std::vector<double>> weight_values_;
 };
 
-GradcheckMultiFn as_multi(const GradcheckFn& fn) {
-  SG_CHECK_VALUE(static_cast<bool>(fn), "gradcheck: fn is empty");
-  return [fn](const std::vector<Tensor>& in) { return std::vector<Tensor>{fn(in)}; };
-}
-
 }  // namespace
+
+GradcheckMultiFn one_output(GradcheckFn fn) {
+  SG_CHECK_VALUE(static_cast<bool>(fn), "gradcheck: fn is empty");
+  return [fn = std::move(fn)](const std::vector<Tensor>& in) { return std::vector<Tensor>{fn(in)}; };
+}
 
 const char* mode_name(GradcheckMode mode) {
   switch (mode) {
@@ -633,7 +632,7 @@ GradcheckReport gradcheck(const GradcheckMultiFn& fn, const std::vector<Tensor>&
 
 GradcheckReport gradcheck(const GradcheckFn& fn, const std::vector<Tensor>& inputs, GradcheckOptions options) {
   SG_CHECK_VALUE(static_cast<bool>(fn), "gradcheck {}: fn is empty", options.name);
-  return gradcheck(as_multi(fn), inputs, std::move(options));
+  return gradcheck(one_output(fn), inputs, std::move(options));
 }
 
 // Second order. The checked function maps (inputs..., dy_0, dy_1, ...) to the first-order
@@ -686,7 +685,7 @@ GradcheckReport gradgradcheck(const GradcheckMultiFn& fn, const std::vector<Tens
 
 GradcheckReport gradgradcheck(const GradcheckFn& fn, const std::vector<Tensor>& inputs, GradcheckOptions options) {
   SG_CHECK_VALUE(static_cast<bool>(fn), "gradgradcheck {}: fn is empty", options.name);
-  return gradgradcheck(as_multi(fn), inputs, std::move(options));
+  return gradgradcheck(one_output(fn), inputs, std::move(options));
 }
 
 }  // namespace seqgrad

@@ -17,6 +17,9 @@ using GradcheckFn = std::function<Tensor(const std::vector<Tensor>&)>;
 // with its own random weights); integer and bool outputs (indices) are ignored.
 using GradcheckMultiFn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
 
+// fn as a function with one output.
+GradcheckMultiFn one_output(GradcheckFn fn);
+
 // How the numerical Jacobian is found.
 enum class GradcheckMode : uint8_t {
   // Central differences per input element: 2 forwards per element. The default.

@@ -117,11 +117,7 @@ const char* error_kind_name(ErrorKind kind) {
   return "?";
 }
 
-GradcheckMultiFn OpCase::multi_fn() const {
-  if (outputs) return outputs;
-  GradcheckFn one = fn;
-  return [one](const std::vector<Tensor>& x) { return std::vector<Tensor>{one(x)}; };
-}
+GradcheckMultiFn OpCase::multi_fn() const { return outputs ? outputs : one_output(fn); }
 
 // ---- the registry and plugins
 
@@ -337,20 +333,26 @@ RowResult check_op_case(const OpCase& row, const CheckOptions& options) {
   return result;
 }
 
-RowResult check_error_row(const ErrorCase& row) {
+namespace {
+
+// An error or golden row's result: `check` returns "" or what went wrong.
+template <class Check>
+RowResult timed_row(std::string name, const char* kind, Check&& check) {
   auto start = std::chrono::steady_clock::now();
-  RowResult result{.name = row.name(), .kind = "error", .problem = check_error_case(row)};
+  RowResult result{.name = std::move(name), .kind = kind, .problem = check()};
   result.ok = result.problem.empty();
   result.seconds = seconds_since(start);
   return result;
 }
 
+}  // namespace
+
+RowResult check_error_row(const ErrorCase& row) {
+  return timed_row(row.name(), "error", [&] { return check_error_case(row); });
+}
+
 RowResult check_golden_row(const GoldenCase& row) {
-  auto start = std::chrono::steady_clock::now();
-  RowResult result{.name = row.name(), .kind = "golden", .problem = check_golden_case(row)};
-  result.ok = result.problem.empty();
-  result.seconds = seconds_since(start);
-  return result;
+  return timed_row(row.name(), "golden", [&] { return check_golden_case(row); });
 }
 
 std::string RowResult::format() const {

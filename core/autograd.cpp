@@ -379,7 +379,8 @@ void run_backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>&
     if (!roots[i]) {  // a leaf passed as output: its gradient is the seed itself (summed if passed twice)
       if (targets.leaf_grads) {
         auto it = targets.leaf_grads->find(outputs[i].impl());
-        if (it != targets.leaf_grads->end()) it->second = it->second.defined() ? add_grads(it->second, seeds[i]) : seeds[i];
+        if (it != targets.leaf_grads->end())
+          it->second = it->second.defined() ? add_grads(it->second, seeds[i]) : seeds[i];
       } else {
         accumulate_leaf(*outputs[i].impl(), seeds[i], create_graph);
       }

@@ -5,9 +5,11 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
-#include <fmt/format.h>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
+
+#include <fmt/format.h>
 
 #include "core/autograd.h"
 #include "ops/ops.h"
@@ -506,8 +508,10 @@ TEST_CASE("registry: refuses unnamed rows, rows without a function and duplicate
 TEST_CASE("load_plugin: a missing file, a library without the entry point, and a real plugin") {
   oc::OpCaseRegistry r;
   CHECK_THROWS_WITH_AS(oc::load_plugin("/nonexistent/libmyops.so", r), doctest::Contains("no such file"), IOError);
-  CHECK_THROWS_WITH_AS(oc::load_plugin("/lib/x86_64-linux-gnu/libm.so.6", r),
-                       doctest::Contains("no function seqgrad_register_op_cases"), ValueError);
+  // a shared library that is not a plugin: the C library's libm (where this system keeps it)
+  if (const char* libm = "/lib/x86_64-linux-gnu/libm.so.6"; std::filesystem::exists(libm))
+    CHECK_THROWS_WITH_AS(oc::load_plugin(libm, r), doctest::Contains("no function seqgrad_register_op_cases"),
+                         ValueError);
   const char* path = std::getenv("SEQGRAD_GRADCHECK_PLUGIN");
   if (path == nullptr) return;  // set by meson (tests/meson.build) to the example plugin it builds
   oc::load_plugin(path, r);

@@ -91,9 +91,11 @@ class GradcheckCli(unittest.TestCase):
         p = gradcheck("--plugin", "/nonexistent/libmyops.so")
         self.assertStatus(p, 1)
         self.assertIn("plugin '/nonexistent/libmyops.so': no such file", p.stderr)
-        p = gradcheck("--plugin", "/lib/x86_64-linux-gnu/libm.so.6")
-        self.assertStatus(p, 1)
-        self.assertIn("no function seqgrad_register_op_cases", p.stderr)
+        libm = "/lib/x86_64-linux-gnu/libm.so.6"  # a shared library that is not a plugin
+        if os.path.exists(libm):
+            p = gradcheck("--plugin", libm)
+            self.assertStatus(p, 1)
+            self.assertIn("no function seqgrad_register_op_cases", p.stderr)
         with tempfile.NamedTemporaryFile(suffix=".so") as f:
             f.write(b"not a library")
             f.flush()

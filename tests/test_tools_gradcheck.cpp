@@ -527,7 +527,7 @@ TEST_CASE("load_plugin: a missing file, a library without the entry point, and a
 TEST_CASE("float32 agreement: a row whose float32 path differs from float64 fails it") {
   oc::OpCase good{.op = "tanh", .inputs = {oc::in({2, 3})}, .fn = [](X x) { return tanh(x[0]); }};
   CHECK(oc::check_float32_agreement(good, 1) == "");
-  // rounds its input to float16-like precision only in float32: values disagree
+  // adds 0.01 in float32 only: the values disagree
   oc::OpCase bad{.op = "coarse", .inputs = {oc::in({2, 3})}, .fn = [](X x) {
     return x[0].dtype() == DType::f32 ? add(x[0], 1e-2) : x[0] * 1.0;
   }};

@@ -132,13 +132,13 @@ std::string indent(const std::string& text) {
 // One line per row: status, name, then what was checked.
 std::string summary_line(const oc::RowResult& r) {
   std::string what;
-  if (r.kind == "gradcheck") {
+  if (r.kind == oc::RowKind::gradcheck) {
     what = r.problem.empty() ? fmt::format("max abs {:8.2e}  max rel {:8.2e}  ", r.first.max_abs_err(),
                                            r.first.max_rel_err())
                              : "";
     what += r.second_ran ? fmt::format("2nd order: max abs {:8.2e}  ", r.second.max_abs_err()) : "2nd order: skipped  ";
-    what += "float32: " + (r.float32.rfind("skipped", 0) == 0 ? std::string("skipped") : r.float32 == "ok" ? "ok" : "FAIL");
-  } else if (r.kind == "error") {
+    what += fmt::format("float32: {}", !r.float32.ran ? "skipped" : r.float32.ok ? "ok" : "FAIL");
+  } else if (r.kind == oc::RowKind::error) {
     what = "error row";
   } else {
     what = "golden row";
@@ -146,10 +146,13 @@ std::string summary_line(const oc::RowResult& r) {
   return fmt::format("{}  {}  {}  {:6.3f}s\n", r.ok ? "ok  " : "FAIL", pad(r.name, 34), what, r.seconds);
 }
 
+json check_json(const seqgrad::GradcheckCheck& c) {
+  return {{"name", c.name}, {"ok", c.ok}, {"ran", c.ran}, {"detail", c.detail}};
+}
+
 json report_json(const seqgrad::GradcheckReport& r) {
   json checks = json::array(), inputs = json::array();
-  for (const seqgrad::GradcheckCheck& c : r.checks)
-    checks.push_back({{"name", c.name}, {"ok", c.ok}, {"ran", c.ran}, {"detail", c.detail}});
+  for (const seqgrad::GradcheckCheck& c : r.checks) checks.push_back(check_json(c));
   for (const seqgrad::GradcheckInput& in : r.inputs) {
     json worst = json::array();
     for (const seqgrad::GradcheckElement& e : in.worst)
@@ -165,12 +168,12 @@ json report_json(const seqgrad::GradcheckReport& r) {
 }
 
 json row_json(const oc::RowResult& r) {
-  json j = {{"name", r.name}, {"kind", r.kind}, {"ok", r.ok}, {"seconds", r.seconds}};
+  json j = {{"name", r.name}, {"kind", oc::row_kind_name(r.kind)}, {"ok", r.ok}, {"seconds", r.seconds}};
   if (!r.problem.empty()) j["problem"] = r.problem;
-  if (r.kind != "gradcheck") return j;
+  if (r.kind != oc::RowKind::gradcheck) return j;
   if (!r.first.checks.empty()) j["first_order"] = report_json(r.first);
   if (r.second_ran) j["second_order"] = report_json(r.second);
-  j["float32"] = r.float32;
+  j["float32"] = check_json(r.float32);
   return j;
 }
 

@@ -58,7 +58,7 @@ struct OpCase {
   std::string op = {};       // the ops.h function; `seqgrad gradcheck OP` selects every row of an op
   std::string variant = {};  // what this row exercises ("batched_broadcast", "noncontiguous", ...)
   std::vector<InputSpec> inputs = {};
-  GradcheckFn fn = {};        // one output; for an op with several, leave it empty and set `outputs`
+  GradcheckFn fn = {};       // one output; for an op with several, leave it empty and set `outputs`
   // Keep away from kinks: generated floating values are moved at least 0.1 away from these
   // points (0 for relu/abs, the bounds for clamp), where the derivative jumps.
   std::vector<double> kinks = {};
@@ -172,14 +172,17 @@ constexpr Float32Tolerances kFloat32Tolerances{};
 // The float32 agreement check: |y32 - y64| <= atol + rtol |y64| for values and gradients.
 constexpr double kAgreementAtol = 1e-4, kAgreementRtol = 1e-3;
 
+enum class RowKind : uint8_t { gradcheck, error, golden };
+const char* row_kind_name(RowKind kind);
+
 struct RowResult {
   std::string name = {};
-  std::string kind = {};  // "gradcheck", "error" or "golden"
+  RowKind kind = RowKind::gradcheck;
   bool ok = true;
   GradcheckReport first = {}, second = {};  // gradcheck rows
   bool second_ran = false;
-  std::string float32 = {};  // the agreement check: "ok", "skipped (...)" or what differed
-  std::string problem = {};  // error and golden rows: what went wrong; gradcheck rows: a throw
+  GradcheckCheck float32 = {};  // gradcheck rows: the float32 agreement (ran = false: skipped, and why)
+  std::string problem = {};     // error and golden rows: what went wrong; gradcheck rows: a throw
   double seconds = 0;
   std::string format() const;  // the reports and problems, for a failing row
 };

@@ -297,7 +297,7 @@ std::string check_float32_agreement(const OpCase& row, uint64_t seed) {
 
 RowResult check_op_case(const OpCase& row, const CheckOptions& options) {
   auto start = std::chrono::steady_clock::now();
-  RowResult result{.name = row.name(), .kind = "gradcheck"};
+  RowResult result{.name = row.name(), .kind = RowKind::gradcheck};
   GradcheckOptions opt = options_for(row);
   if (options.dtype == DType::f32) {
     opt.eps = kFloat32Tolerances.eps, opt.atol = kFloat32Tolerances.atol, opt.rtol = kFloat32Tolerances.rtol;
@@ -321,13 +321,15 @@ RowResult check_op_case(const OpCase& row, const CheckOptions& options) {
     result.ok = false;
     result.problem = fmt::format("threw: {}", e.what());
   }
-  if (!options.float32_agreement) result.float32 = "skipped (switched off)";
-  else if (!row.float32()) result.float32 = "skipped (the row opts out)";
-  else if (options.dtype == DType::f32) result.float32 = "skipped (the check runs in float32)";
+  GradcheckCheck& agreement = result.float32;
+  agreement.name = "float32 and float64 agree on values and gradients";
+  if (!options.float32_agreement) agreement.ran = false, agreement.detail = "switched off";
+  else if (!row.float32()) agreement.ran = false, agreement.detail = "the row opts out";
+  else if (options.dtype == DType::f32) agreement.ran = false, agreement.detail = "the check runs in float32";
   else {
-    std::string problem = check_float32_agreement(row, opt.seed);
-    result.float32 = problem.empty() ? "ok" : problem;
-    result.ok = result.ok && problem.empty();
+    agreement.detail = check_float32_agreement(row, opt.seed);
+    agreement.ok = agreement.detail.empty();
+    result.ok = result.ok && agreement.ok;
   }
   result.seconds = seconds_since(start);
   return result;
@@ -337,7 +339,7 @@ namespace {
 
 // An error or golden row's result: `check` returns "" or what went wrong.
 template <class Check>
-RowResult timed_row(std::string name, const char* kind, Check&& check) {
+RowResult timed_row(std::string name, RowKind kind, Check&& check) {
   auto start = std::chrono::steady_clock::now();
   RowResult result{.name = std::move(name), .kind = kind, .problem = check()};
   result.ok = result.problem.empty();
@@ -348,19 +350,28 @@ RowResult timed_row(std::string name, const char* kind, Check&& check) {
 }  // namespace
 
 RowResult check_error_row(const ErrorCase& row) {
-  return timed_row(row.name(), "error", [&] { return check_error_case(row); });
+  return timed_row(row.name(), RowKind::error, [&] { return check_error_case(row); });
 }
 
 RowResult check_golden_row(const GoldenCase& row) {
-  return timed_row(row.name(), "golden", [&] { return check_golden_case(row); });
+  return timed_row(row.name(), RowKind::golden, [&] { return check_golden_case(row); });
+}
+
+const char* row_kind_name(RowKind kind) {
+  switch (kind) {
+    case RowKind::gradcheck: return "gradcheck";
+    case RowKind::error: return "error";
+    case RowKind::golden: return "golden";
+  }
+  return "?";
 }
 
 std::string RowResult::format() const {
   std::string out;
-  if (kind == "gradcheck") {
+  if (kind == RowKind::gradcheck) {
     if (!first.checks.empty() && !first.ok()) out += first.format();
     if (second_ran && !second.ok()) out += second.format();
-    if (float32 != "ok" && float32.rfind("skipped", 0) != 0) out += fmt::format("float32 vs float64: {}\n", float32);
+    if (!float32.ok) out += fmt::format("FAIL  {}: {}\n", float32.name, float32.detail);
   }
   if (!problem.empty()) out += problem + "\n";
   return out;

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <mutex>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "core/ops_hooks.h"
 
@@ -114,6 +115,14 @@ Tensor Grads::output() const {
     impl->requires_grad = true;
   }
   return Tensor(std::move(impl));
+}
+
+const char* intern_op_name(std::string_view name) {
+  // A node-based set: an element's address survives rehashing, so the pointers stay valid.
+  static std::mutex mutex;
+  static std::unordered_set<std::string> names;
+  std::lock_guard<std::mutex> lock(mutex);
+  return names.emplace(name).first->c_str();
 }
 
 bool any_requires_grad(std::span<const Tensor> inputs) {
@@ -367,10 +376,11 @@ void run_backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>&
   std::vector<std::shared_ptr<Node>> order = collect_graph(roots, passes_running > 1 ? &scope.saved : nullptr,
                                                           targets.leaf_grads == nullptr);
   for (size_t i = 0; i < outputs.size(); ++i) {
-    if (!roots[i]) {  // a leaf passed as output: its gradient is the seed itself
+    if (!roots[i]) {  // a leaf passed as output: its gradient is the seed itself (summed if passed twice)
       if (targets.leaf_grads) {
         auto it = targets.leaf_grads->find(outputs[i].impl());
-        if (it != targets.leaf_grads->end()) it->second = seeds[i];
+        if (it != targets.leaf_grads->end())
+          it->second = it->second.defined() ? add_grads(it->second, seeds[i]) : seeds[i];
       } else {
         accumulate_leaf(*outputs[i].impl(), seeds[i], create_graph);
       }

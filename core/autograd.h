@@ -5,6 +5,8 @@
 #include <initializer_list>
 #include <memory>
 #include <span>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/tensor.h"
@@ -116,6 +118,8 @@ Tensor record_node(const char* op, Tensor y, std::span<const Tensor> inputs, Bac
 
 // check -> compute -> record: attaches `backward` to y when grad mode is on and an input requires
 // grad; otherwise returns y untouched without building anything.
+// `op` is stored as a pointer, not copied: it must outlive the graph. A string literal always
+// does; for a name built at run time, pass intern_op_name(name) (or the std::string overload).
 template <class F>
 Tensor record(const char* op, Tensor y, std::span<const Tensor> inputs, F&& backward,
               SaveOutput save_output = SaveOutput::no) {
@@ -127,6 +131,45 @@ Tensor record(const char* op, Tensor y, std::initializer_list<Tensor> inputs, F&
               SaveOutput save_output = SaveOutput::no) {
   return record(op, std::move(y), std::span<const Tensor>(inputs.begin(), inputs.size()),
                 std::forward<F>(backward), save_output);
+}
+
+// A stable copy of `name` for record(): the same pointer for equal names, alive until exit.
+const char* intern_op_name(std::string_view name);
+template <class F>
+Tensor record(const std::string& op, Tensor y, std::initializer_list<Tensor> inputs, F&& backward,
+              SaveOutput save_output = SaveOutput::no) {
+  return record(intern_op_name(op), std::move(y), std::span<const Tensor>(inputs.begin(), inputs.size()),
+                std::forward<F>(backward), save_output);
+}
+
+// An op with several differentiable outputs (values and a running statistic, a split, ...):
+// records ys[j] with one backward shared by all of them,
+//   backward(std::span<const Tensor> dys, Grads& g)
+// where dys[j] is output j's upstream gradient, or undefined when output j gets none in this
+// call: skip its terms. Each output is its own graph node, so backward runs once per output that
+// receives a gradient, with only that dys[j] defined; the gradients add up to the same result
+// as one call with every dy because backward is linear in the dys. Returns the recorded outputs.
+template <class F>
+std::vector<Tensor> record_outputs(const char* op, std::vector<Tensor> ys, std::span<const Tensor> inputs,
+                                   F&& backward) {
+  if (!GradMode::is_enabled() || !any_requires_grad(inputs)) return ys;
+  auto shared = std::make_shared<std::decay_t<F>>(std::forward<F>(backward));
+  size_t n = ys.size();
+  for (size_t j = 0; j < n; ++j) {
+    if (!ys[j].defined()) continue;
+    ys[j] = record_node(op, std::move(ys[j]), inputs, [shared, j, n](const Tensor& dy, Grads& g) {
+      std::vector<Tensor> dys(n);
+      dys[j] = dy;
+      (*shared)(std::span<const Tensor>(dys), g);
+    }, SaveOutput::no);
+  }
+  return ys;
+}
+template <class F>
+std::vector<Tensor> record_outputs(const char* op, std::vector<Tensor> ys, std::initializer_list<Tensor> inputs,
+                                   F&& backward) {
+  return record_outputs(op, std::move(ys), std::span<const Tensor>(inputs.begin(), inputs.size()),
+                        std::forward<F>(backward));
 }
 
 namespace autograd {

@@ -1,36 +1,72 @@
-// `seqgrad gradcheck`: runs the op table (tools/op_cases.h) from the command line, one line per
-// row, so a new op can be checked without the test suite: gradcheck and gradgradcheck in
-// float64, the error-message rows and the golden values.
-#include <cstring>
+// `seqgrad gradcheck`: runs op-table rows from the command line, one line per row: the in-tree
+// table (tools/op_cases.cpp) or the rows of your own op from a plugin (--plugin; see
+// docs/adding-an-op.md), with every check the tests run (tools/op_cases.h: check_op_case).
+#include <chrono>
+#include <cstdio>
+#include <fstream>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
 
-#include "tools/op_cases.h"
+#include "core/threads.h"
+#include "tools/args.h"
 #include "tools/commands.h"
 #include "tools/gradcheck.h"
+#include "tools/op_cases.h"
 
 namespace {
 
 namespace oc = seqgrad::op_cases;
+using seqgrad::UsageError;
+using nlohmann::json;
 
-constexpr const char* kUsage = R"(usage: seqgrad gradcheck [OP ...] [--list] [--help]
+constexpr const char* kSummary = R"(Checks op-table rows: the in-tree table, or your own op's rows from --plugin. Per row:
+  gradcheck       float64 central differences vs autograd, outputs reduced with fixed random
+                  weights; each invariant on its own line: gradient shapes and dtypes, backward
+                  twice -> the same gradients, zero grad_output -> zero gradients, inputs
+                  unchanged by forward and backward
+  second order    the same for the first-order gradients, where the row allows
+  float32         float32 and float64 agree on values and gradients, where the row allows
+  error rows      the bad call throws the right Error subclass with the expected words
+  golden rows     non-differentiable ops give known values
+ROW is an op name (matmul) or one row (matmul/batched_broadcast); none selects every row.
+Inputs avoid the kinks the row declares and use its layouts (transposed, sliced). A failing
+gradcheck prints its report with the worst elements (docs/adding-an-op.md: how to read it).
+Exit status: 0 when every selected row passes, 1 when one fails, 2 for a usage error.)";
 
-Checks the rows of the op table (tools/op_cases.cpp) for the named ops, or for every op:
-  gradcheck       float64 central differences vs autograd, output reduced with fixed random
-                  weights; also zero upstream gradient -> zero gradients, backward twice ->
-                  identical gradients, gradient shapes and dtypes
-  gradgradcheck   the same for the first-order gradients (second order), where the row allows
-  error rows      the bad call throws the right Error subclass with the expected message
-  golden rows     non-differentiable ops (comparisons, argmax, topk, ...) give known values
-OP is an op name (matmul) or one row (matmul/batched_broadcast). Prints one line per row and,
-for a failing gradcheck, the report with the worst elements. Exit status: 0 when every selected
-row passes, 1 when one fails, 2 for a usage error.
+struct Settings {
+  oc::CheckOptions check;
+  std::string json_path;  // "" none, "-" stdout
+};
 
-  --list   print the op names and every row, then exit
-  --help   print this help
-)";
+double parse_positive(const seqgrad::tools::Args& args, const char* name) {
+  double v = args.get_double(name);
+  SG_CHECK_USAGE(v > 0, "--{} must be positive, got {}", name, args.get(name));
+  return v;
+}
+
+Settings read_settings(const seqgrad::tools::Args& args) {
+  Settings s;
+  SG_CHECK_USAGE(!(args.flag("fast") && args.flag("compress")), "--fast and --compress exclude each other: "
+                 "--fast samples the Jacobian, --compress checks all of it where a row declares its sparsity");
+  if (args.flag("fast")) s.check.mode = seqgrad::GradcheckMode::fast;
+  if (args.flag("compress")) s.check.mode = seqgrad::GradcheckMode::compressed;
+  std::string dtype = args.get("dtype");
+  SG_CHECK_USAGE(dtype == "float64" || dtype == "float32", "--dtype must be float64 or float32, got '{}'", dtype);
+  s.check.dtype = dtype == "float32" ? seqgrad::DType::f32 : seqgrad::DType::f64;
+  if (args.has("eps")) s.check.eps = parse_positive(args, "eps");
+  if (args.has("atol")) s.check.atol = parse_positive(args, "atol");
+  if (args.has("rtol")) s.check.rtol = parse_positive(args, "rtol");
+  if (args.has("seed")) s.check.seed = static_cast<uint64_t>(args.get_int("seed", 0));
+  if (args.has("threads")) seqgrad::set_num_threads(args.get_threads());
+  s.check.second_order = !args.flag("no-second-order");
+  s.check.float32_agreement = !args.flag("no-float32");
+  if (args.has("json")) s.json_path = args.get("json");
+  return s;
+}
 
 std::string pad(const std::string& s, size_t width) { return s.size() >= width ? s : s + std::string(width - s.size(), ' '); }
 
@@ -41,10 +77,26 @@ bool selected(const std::vector<std::string>& patterns, const std::string& op, c
   return false;
 }
 
-void list_rows() {
-  fmt::print("ops ({}):\n", oc::op_names().size());
+// Every pattern must select something: a typo should not pass silently.
+void check_patterns(const oc::OpCaseRegistry& table, const std::vector<std::string>& patterns, const std::string& source,
+                    bool plugin) {
+  std::vector<std::string> names = table.op_names();
+  for (const std::string& p : patterns) {
+    bool found = false;
+    for (const oc::OpCase& r : table.op_cases()) found = found || oc::matches(p, r.op, r.name());
+    for (const oc::ErrorCase& r : table.error_cases()) found = found || oc::matches(p, r.op, r.name());
+    for (const oc::GoldenCase& r : table.golden_cases()) found = found || oc::matches(p, r.op, r.name());
+    SG_CHECK_USAGE(found, "no op or row named '{}' in {}{}; its ops: {} (--list lists every row){}", p, source,
+                   seqgrad::tools::did_you_mean(p, names), fmt::join(names, ", "),
+                   plugin ? "" : ". To check an op of your own, build its rows into a plugin and pass --plugin "
+                                 "(docs/adding-an-op.md)");
+  }
+}
+
+void list_rows(const oc::OpCaseRegistry& table) {
+  fmt::print("ops ({}):\n", table.op_names().size());
   std::string line;
-  for (const std::string& op : oc::op_names()) {
+  for (const std::string& op : table.op_names()) {
     if (!line.empty() && line.size() + op.size() > 96) {
       fmt::print("  {}\n", line);
       line.clear();
@@ -53,108 +105,158 @@ void list_rows() {
     line += op;
   }
   if (!line.empty()) fmt::print("  {}\n", line);
-  fmt::print("gradcheck rows ({}):\n", oc::op_cases().size());
-  for (const oc::OpCase& row : oc::op_cases())
-    fmt::print("  {}{}\n", row.name(), row.gradgrad() ? "" : "  (first order only)");
-  fmt::print("error rows ({}):\n", oc::error_cases().size());
-  for (const oc::ErrorCase& row : oc::error_cases()) fmt::print("  {}\n", row.name());
-  fmt::print("golden rows ({}):\n", oc::golden_cases().size());
-  for (const oc::GoldenCase& row : oc::golden_cases()) fmt::print("  {}\n", row.name());
+  fmt::print("gradcheck rows ({}):\n", table.op_cases().size());
+  for (const oc::OpCase& row : table.op_cases()) {
+    std::string notes;
+    if (!row.gradgrad()) notes += "  (first order only)";
+    if (row.jacobian.kind == seqgrad::Jacobian::Kind::elementwise) notes += "  (elementwise)";
+    if (row.jacobian.kind == seqgrad::Jacobian::Kind::rowwise) notes += fmt::format("  (rowwise, dim {})", row.jacobian.dim);
+    fmt::print("  {}{}\n", row.name(), notes);
+  }
+  fmt::print("error rows ({}):\n", table.error_cases().size());
+  for (const oc::ErrorCase& row : table.error_cases()) fmt::print("  {}\n", row.name());
+  fmt::print("golden rows ({}):\n", table.golden_cases().size());
+  for (const oc::GoldenCase& row : table.golden_cases()) fmt::print("  {}\n", row.name());
 }
 
 std::string indent(const std::string& text) {
   std::string out;
-  size_t start = 0;
-  while (start < text.size()) {
-    size_t end = text.find('\n', start);
-    if (end == std::string::npos) end = text.size();
+  for (size_t start = 0; start < text.size();) {
+    size_t end = std::min(text.find('\n', start), text.size());
     out += "      " + text.substr(start, end - start) + "\n";
     start = end + 1;
   }
   return out;
 }
 
+// One line per row: status, name, then what was checked.
+std::string summary_line(const oc::RowResult& r) {
+  std::string what;
+  if (r.kind == oc::RowKind::gradcheck) {
+    what = r.problem.empty() ? fmt::format("max abs {:8.2e}  max rel {:8.2e}  ", r.first.max_abs_err(),
+                                           r.first.max_rel_err())
+                             : "";
+    what += r.second_ran ? fmt::format("2nd order: max abs {:8.2e}  ", r.second.max_abs_err()) : "2nd order: skipped  ";
+    what += fmt::format("float32: {}", !r.float32.ran ? "skipped" : r.float32.ok ? "ok" : "FAIL");
+  } else if (r.kind == oc::RowKind::error) {
+    what = "error row";
+  } else {
+    what = "golden row";
+  }
+  return fmt::format("{}  {}  {}  {:6.3f}s\n", r.ok ? "ok  " : "FAIL", pad(r.name, 34), what, r.seconds);
+}
+
+json check_json(const seqgrad::GradcheckCheck& c) {
+  return {{"name", c.name}, {"ok", c.ok}, {"ran", c.ran}, {"detail", c.detail}};
+}
+
+json report_json(const seqgrad::GradcheckReport& r) {
+  json checks = json::array(), inputs = json::array();
+  for (const seqgrad::GradcheckCheck& c : r.checks) checks.push_back(check_json(c));
+  for (const seqgrad::GradcheckInput& in : r.inputs) {
+    json worst = json::array();
+    for (const seqgrad::GradcheckElement& e : in.worst)
+      worst.push_back({{"index", e.index}, {"numerical", e.numerical}, {"analytical", e.analytical},
+                       {"abs_err", e.abs_err}, {"rel_err", e.rel_err}});
+    inputs.push_back({{"input", in.input}, {"output", in.output}, {"shape", fmt::format("{}", in.shape)},
+                      {"method", seqgrad::mode_name(in.method)}, {"failed_elements", in.failed_elements},
+                      {"max_abs_err", in.max_abs_err}, {"max_rel_err", in.max_rel_err}, {"worst", worst}});
+  }
+  return {{"ok", r.ok()}, {"max_abs_err", r.max_abs_err()}, {"max_rel_err", r.max_rel_err()},
+          {"eps", r.eps}, {"atol", r.atol}, {"rtol", r.rtol}, {"forwards", r.forwards}, {"backwards", r.backwards},
+          {"checks", checks}, {"inputs", inputs}, {"failures", r.failures}};
+}
+
+json row_json(const oc::RowResult& r) {
+  json j = {{"name", r.name}, {"kind", oc::row_kind_name(r.kind)}, {"ok", r.ok}, {"seconds", r.seconds}};
+  if (!r.problem.empty()) j["problem"] = r.problem;
+  if (r.kind != oc::RowKind::gradcheck) return j;
+  if (!r.first.checks.empty()) j["first_order"] = report_json(r.first);
+  if (r.second_ran) j["second_order"] = report_json(r.second);
+  j["float32"] = check_json(r.float32);
+  return j;
+}
+
+void write_json(const std::string& path, const json& doc) {
+  if (path == "-") {
+    fmt::print("{}\n", doc.dump(2));
+    return;
+  }
+  std::ofstream out(path);
+  SG_CHECK_IO(out.good(), "--json: cannot write '{}'", path);
+  out << doc.dump(2) << "\n";
+  SG_CHECK_IO(out.good(), "--json: writing '{}' failed", path);
+}
+
 }  // namespace
 
 int gradcheck_main(int argc, char** argv) {
-  std::vector<std::string> patterns;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      fmt::print("{}", kUsage);
-      return 0;
-    }
-    if (arg == "--list") {
-      list_rows();
-      return 0;
-    }
-    if (!arg.empty() && arg[0] == '-') {
-      fmt::print(stderr, "seqgrad gradcheck: unknown option '{}'\n\n{}", arg, kUsage);
-      return 2;
-    }
-    patterns.push_back(arg);
-  }
-  // Every pattern must select something: a typo should not pass silently.
-  for (const std::string& p : patterns) {
-    bool found = false;
-    for (const oc::OpCase& r : oc::op_cases()) found = found || oc::matches(p, r.op, r.name());
-    for (const oc::ErrorCase& r : oc::error_cases()) found = found || oc::matches(p, r.op, r.name());
-    for (const oc::GoldenCase& r : oc::golden_cases()) found = found || oc::matches(p, r.op, r.name());
-    if (!found) {
-      std::string names;
-      for (const std::string& op : oc::op_names()) names += (names.empty() ? "" : ", ") + op;
-      fmt::print(stderr, "seqgrad gradcheck: no op or row named '{}'. Valid op names: {}\n"
-                         "(`seqgrad gradcheck --list` also lists every row)\n", p, names);
-      return 2;
-    }
-  }
+  seqgrad::tools::Args args("gradcheck", kSummary);
+  args.positional("ROW", "an op name or op/variant; none: every row")
+      .option("plugin", "lib.so", "check the rows this shared library registers (SG_REGISTER_OP_CASES) instead of the "
+              "in-tree table")
+      .option("list", "", "list the ops and rows, then exit")
+      .option("fast", "", "fast mode: one random projection vᵀJu per (input, output) instead of the full Jacobian")
+      .option("compress", "", "full Jacobian, perturbing independent columns together where a row declares sparsity")
+      .option("eps", "x", "central-difference step (default: the row's, 1e-6)")
+      .option("atol", "x", "absolute tolerance (default: the row's, 1e-5)")
+      .option("rtol", "x", "relative tolerance (default: the row's, 1e-3)")
+      .option("seed", "n", "seed of the random output weights and projections")
+      .option("threads", "n", "threads (default: all cores)")
+      .option("dtype", "float64|float32", "the dtype gradcheck runs in; float32 uses eps 1e-2, atol 1e-2, rtol 1e-2",
+              "float64")
+      .option("no-second-order", "", "skip the second-order checks")
+      .option("no-float32", "", "skip the float32-vs-float64 agreement checks")
+      .option("json", "file", "also write every row's result as JSON to this file ('-': stdout, instead of the text)");
+  if (!args.parse(argc, argv)) return 0;
+  Settings settings = seqgrad::tools::checking_flags([&] { return read_settings(args); });
 
-  int rows = 0, failed = 0;
-  for (const oc::OpCase& row : oc::op_cases()) {
-    if (!selected(patterns, row.op, row.name())) continue;
-    ++rows;
-    std::string details;
-    seqgrad::GradcheckReport first, second;
-    bool ok = true;
-    try {
-      first = seqgrad::gradcheck(row.fn, oc::make_inputs(row), oc::options_for(row));
-      ok = first.ok();
-      if (!ok) details += first.format();
-      if (row.gradgrad()) {
-        second = seqgrad::gradgradcheck(row.fn, oc::make_inputs(row), oc::options_for(row));
-        if (!second.ok()) details += second.format();
-        ok = ok && second.ok();
-      }
-    } catch (const std::exception& e) {
-      ok = false;
-      details += fmt::format("threw: {}\n", e.what());
+  oc::OpCaseRegistry plugin_rows;
+  const oc::OpCaseRegistry* table = &oc::builtin_registry();
+  std::string source = "the in-tree table";
+  if (args.has("plugin")) {
+    oc::load_plugin(args.get("plugin"), plugin_rows);
+    table = &plugin_rows;
+    source = fmt::format("plugin '{}'", args.get("plugin"));
+  }
+  if (args.flag("list")) {
+    list_rows(*table);
+    return 0;
+  }
+  const std::vector<std::string>& patterns = args.positionals();
+  check_patterns(*table, patterns, source, args.has("plugin"));
+
+  bool text = settings.json_path != "-";
+  auto start = std::chrono::steady_clock::now();
+  std::vector<oc::RowResult> results;
+  auto report = [&](oc::RowResult r) {
+    if (text) {
+      fmt::print("{}", summary_line(r));
+      if (!r.ok) fmt::print("{}", indent(r.format()));
+      std::fflush(stdout);
     }
-    std::string second_order = row.gradgrad() ? fmt::format("2nd order: max abs {:8.2e}  max rel {:8.2e}",
-                                                            second.max_abs_err(), second.max_rel_err())
-                                              : "2nd order: skipped";
-    fmt::print("{}  {}  max abs {:8.2e}  max rel {:8.2e}   {}\n", ok ? "ok  " : "FAIL", pad(row.name(), 34),
-               first.max_abs_err(), first.max_rel_err(), second_order);
-    if (!ok) {
-      ++failed;
-      fmt::print("{}", indent(details));
-    }
+    results.push_back(std::move(r));
+  };
+  for (const oc::OpCase& row : table->op_cases())
+    if (selected(patterns, row.op, row.name())) report(oc::check_op_case(row, settings.check));
+  for (const oc::ErrorCase& row : table->error_cases())
+    if (selected(patterns, row.op, row.name())) report(oc::check_error_row(row));
+  for (const oc::GoldenCase& row : table->golden_cases())
+    if (selected(patterns, row.op, row.name())) report(oc::check_golden_row(row));
+
+  int failed = 0;
+  for (const oc::RowResult& r : results) failed += r.ok ? 0 : 1;
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const char* mode = seqgrad::mode_name(settings.check.mode);
+  if (text)
+    fmt::print("{} of {} rows passed{} ({} mode, {:.2f} s)\n", results.size() - failed, results.size(),
+               failed ? fmt::format("; {} FAILED", failed) : "", mode, seconds);
+  if (!settings.json_path.empty()) {
+    json rows = json::array();
+    for (const oc::RowResult& r : results) rows.push_back(row_json(r));
+    write_json(settings.json_path, {{"source", source}, {"mode", mode}, {"dtype", args.get("dtype")},
+                                    {"rows", rows}, {"passed", results.size() - failed}, {"failed", failed},
+                                    {"seconds", seconds}});
   }
-  for (const oc::ErrorCase& row : oc::error_cases()) {
-    if (!selected(patterns, row.op, row.name())) continue;
-    ++rows;
-    std::string problem = oc::check_error_case(row);
-    fmt::print("{}  {}  error row: {}\n", problem.empty() ? "ok  " : "FAIL", pad(row.name(), 34),
-               problem.empty() ? fmt::format("throws {} \"{}\"", oc::error_kind_name(row.kind), row.expected) : problem);
-    failed += !problem.empty();
-  }
-  for (const oc::GoldenCase& row : oc::golden_cases()) {
-    if (!selected(patterns, row.op, row.name())) continue;
-    ++rows;
-    std::string problem = oc::check_golden_case(row);
-    fmt::print("{}  {}  golden row{}{}\n", problem.empty() ? "ok  " : "FAIL", pad(row.name(), 34),
-               problem.empty() ? "" : ": ", problem);
-    failed += !problem.empty();
-  }
-  fmt::print("{} of {} rows passed{}\n", rows - failed, rows, failed ? fmt::format("; {} FAILED", failed) : "");
   return failed ? 1 : 0;
 }

@@ -1,9 +1,12 @@
-// gradcheck / gradgradcheck: analytical gradients (autograd) against central differences.
+// gradcheck / gradgradcheck: analytical gradients (autograd) against central differences, in
+// full, fast (random projections) or compressed (declared sparsity) mode, plus the invariants.
 #include "tools/gradcheck.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
+
+#include <fmt/ranges.h>
 
 #include "core/autograd.h"
 #include "core/rng.h"
@@ -11,6 +14,14 @@
 
 namespace seqgrad {
 namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// The report's check lines, in the order they run.
+constexpr const char* kShapesCheck = "gradient shapes and dtypes equal the inputs'";
+constexpr const char* kRepeatCheck = "backward twice gives the same gradients";
+constexpr const char* kZeroCheck = "zero grad_output gives zero gradients";
+constexpr const char* kUnchangedCheck = "inputs unchanged by forward and backward";
 
 // Storage offsets (in elements) of every element of t, in row-major order of its index.
 std::vector<int64_t> element_offsets(const Tensor& t) {
@@ -51,20 +62,11 @@ void write_at(const Tensor& t, int64_t offset, double v) {
   else static_cast<float*>(base)[offset] = static_cast<float>(v);
 }
 
-// The fixed weights that reduce the output to a scalar: standard normal, seeded.
-Tensor weights_like(const Tensor& y, uint64_t seed) {
-  std::vector<double> w(y.numel());
-  for (size_t i = 0; i < w.size(); ++i) w[i] = normal_at(seed, 0, i);
-  return from_vector(w, y.shape(), {.dtype = y.dtype(), .device = y.device()});
-}
-
-// sum_i w_i (plus_i - minus_i), differenced element by element before weighting, so large
-// outputs that the perturbation does not touch cancel exactly instead of swamping the sum.
-double weighted_difference(const std::vector<double>& plus, const std::vector<double>& minus,
-                           const std::vector<double>& w) {
-  double s = 0;
-  for (size_t i = 0; i < plus.size(); ++i) s += w[i] * (plus[i] - minus[i]);
-  return s;
+// Fixed standard-normal values, one stream per (seed, stream): output weights v and fast-mode u.
+Tensor random_like(const Tensor& t, uint64_t seed, uint64_t stream) {
+  std::vector<double> w(t.numel());
+  for (size_t i = 0; i < w.size(); ++i) w[i] = normal_at(seed, stream, i);
+  return from_vector(w, t.shape(), {.dtype = t.dtype(), .device = t.device()});
 }
 
 std::string index_string(const std::vector<int64_t>& index) {
@@ -79,199 +81,505 @@ std::vector<double> values_or_zeros(const Tensor& g, int64_t numel) {
   return g.defined() ? g.to_vector<double>() : std::vector<double>(numel, 0.0);
 }
 
-// Runs backward on y's retained graph again (same weights: the gradients must be identical) and
-// with a zero upstream gradient (the gradients must be zero), adding a failure line for each input
-// that disagrees.
-void check_backward_again(const Tensor& y, const Tensor& w, const std::vector<int>& wrt,
-                          const std::vector<Tensor>& wrt_tensors, const std::vector<Tensor>& analytical,
-                          const GradcheckOptions& opt, GradcheckReport& report) {
-  if (opt.check_repeat) {
-    std::vector<Tensor> again = autograd::grad({y}, wrt_tensors, {w}, {.retain_graph = true, .allow_unused = true});
-    for (size_t k = 0; k < wrt.size(); ++k) {
-      int64_t n = wrt_tensors[k].numel();
-      std::vector<double> a = values_or_zeros(analytical[k], n), b = values_or_zeros(again[k], n);
-      for (int64_t e = 0; e < n; ++e) {
-        if (a[e] != b[e] && !(std::isnan(a[e]) && std::isnan(b[e]))) {
-          report.failures.push_back(fmt::format(
-              "input {}: a second backward gives a different gradient at {} ({:.9g} then {:.9g})", wrt[k],
-              index_string(unravel(e, wrt_tensors[k].shape())), a[e], b[e]));
-          break;
-        }
-      }
-    }
-  }
-  if (opt.check_zero_grad) {
-    std::vector<Tensor> zero = autograd::grad({y}, wrt_tensors, {zeros_like(y)}, {.allow_unused = true});
-    for (size_t k = 0; k < wrt.size(); ++k) {
-      if (!zero[k].defined()) continue;
-      std::vector<double> z = zero[k].to_vector<double>();
-      for (size_t e = 0; e < z.size(); ++e) {
-        if (z[e] != 0) {
-          report.failures.push_back(fmt::format(
-              "input {}: a zero upstream gradient gives a non-zero gradient at {} ({:.9g})", wrt[k],
-              index_string(unravel(static_cast<int64_t>(e), wrt_tensors[k].shape())), z[e]));
-          break;
-        }
-      }
-    }
-  }
-}
+bool same_value(double a, double b) { return a == b || (std::isnan(a) && std::isnan(b)); }
 
-GradcheckReport gradcheck_impl(const GradcheckFn& fn, const std::vector<Tensor>& inputs,
-                               const GradcheckOptions& opt, bool evaluate_with_grad) {
-  GradcheckReport report;
-  report.op = opt.name;
-  report.eps = opt.eps;
-  report.atol = opt.atol;
-  report.rtol = opt.rtol;
-  SG_CHECK_VALUE(static_cast<bool>(fn), "gradcheck {}: fn is empty", opt.name);
-  SG_CHECK_VALUE(opt.eps > 0, "gradcheck {}: eps = {} must be positive", opt.name, opt.eps);
+// The state of one check run: the function, the inputs checked, the outputs' weights, the report.
+class Checker {
+ public:
+  Checker(const GradcheckMultiFn& fn, const std::vector<Tensor>& inputs, const GradcheckOptions& opt,
+          bool evaluate_with_grad)
+      : fn_(fn), inputs_(inputs), opt_(opt), evaluate_with_grad_(evaluate_with_grad) {
+    report_.op = opt.name;
+    report_.eps = opt.eps;
+    report_.atol = opt.atol;
+    report_.rtol = opt.rtol;
+    report_.mode = opt.mode;
+  }
+
+  GradcheckReport run() {
+    select_inputs();
+    EnableGradGuard enable_grad;  // recorded even if the caller is under NoGradGuard
+    std::vector<std::vector<double>> before = snapshot();
+    if (!analytical()) return std::move(report_);
+    std::vector<std::vector<double>> after_forward = forward_snapshot_;
+    if (!check_shapes()) return std::move(report_);
+    check_backward_again();
+    check_unchanged(before, after_forward);
+    outputs_.clear();  // frees the graph before the numerical pass
+    numerical();
+    return std::move(report_);
+  }
+
+ private:
+  // ---- bookkeeping
+
+  size_t add_check(const char* name) {
+    report_.checks.push_back({.name = name});
+    return report_.checks.size() - 1;
+  }
+  void fail(size_t check, std::string line) {
+    GradcheckCheck& c = report_.checks[check];
+    c.ok = false;
+    c.detail += (c.detail.empty() ? "" : "\n") + line;
+    report_.failures.push_back(std::move(line));
+  }
+  void skip(const char* name, std::string why) { report_.checks.push_back({.name = name, .ran = false, .detail = why}); }
 
   // 1. Which inputs are checked, and can they be perturbed element by element?
-  std::vector<int> wrt;
-  std::vector<Tensor> wrt_tensors;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    const Tensor& x = inputs[i];
-    if (!x.defined() || !x.requires_grad()) continue;
-    SG_CHECK_VALUE(x.is_leaf(), "gradcheck {}: input {} (shape {}) requires grad but is not a leaf; pass "
-                   "a leaf (detach() it and call requires_grad_())", opt.name, i, x.shape());
-    SG_CHECK_DTYPE(x.dtype() == DType::f64 || (x.dtype() == DType::f32 && opt.allow_float32),
-                   "gradcheck {}: input {} (shape {}) is {}; gradcheck runs in float64 (set allow_float32 "
-                   "with eps ~1e-2 and loose tolerances to check float32)", opt.name, i, x.shape(), x.dtype());
-    SG_CHECK_DEVICE(x.device().is_cpu(), "gradcheck {}: input {} is on {}; gradcheck runs on the CPU", opt.name,
-                    i, x.device());
-    std::vector<int64_t> offs = element_offsets(x);
-    std::sort(offs.begin(), offs.end());
-    SG_CHECK_VALUE(std::adjacent_find(offs.begin(), offs.end()) == offs.end(),
-                   "gradcheck {}: input {} (shape {}, strides {}) has elements that share memory (an expanded "
-                   "view); pass a tensor whose elements are distinct", opt.name, i, x.shape(), x.strides());
-    wrt.push_back(static_cast<int>(i));
-    wrt_tensors.push_back(x);
+  void select_inputs() {
+    SG_CHECK_VALUE(static_cast<bool>(fn_), "gradcheck {}: fn is empty", opt_.name);
+    SG_CHECK_VALUE(opt_.eps > 0, "gradcheck {}: eps = {} must be positive", opt_.name, opt_.eps);
+    SG_CHECK_VALUE(opt_.nondet_tol >= 0, "gradcheck {}: nondet_tol = {} must not be negative", opt_.name,
+                   opt_.nondet_tol);
+    for (size_t i = 0; i < inputs_.size(); ++i) {
+      const Tensor& x = inputs_[i];
+      if (!x.defined() || !x.requires_grad()) continue;
+      SG_CHECK_VALUE(x.is_leaf(), "gradcheck {}: input {} (shape {}) requires grad but is not a leaf; pass "
+                     "a leaf (detach() it and call requires_grad_())", opt_.name, i, x.shape());
+      SG_CHECK_DTYPE(x.dtype() == DType::f64 || (x.dtype() == DType::f32 && opt_.allow_float32),
+                     "gradcheck {}: input {} (shape {}) is {}; gradcheck runs in float64 (set allow_float32 "
+                     "with eps ~1e-2 and loose tolerances to check float32)", opt_.name, i, x.shape(), x.dtype());
+      SG_CHECK_DEVICE(x.device().is_cpu(), "gradcheck {}: input {} is on {}; gradcheck runs on the CPU", opt_.name,
+                      i, x.device());
+      std::vector<int64_t> offs = element_offsets(x);
+      std::sort(offs.begin(), offs.end());
+      SG_CHECK_VALUE(std::adjacent_find(offs.begin(), offs.end()) == offs.end(),
+                     "gradcheck {}: input {} (shape {}, strides {}) has elements that share memory (an expanded "
+                     "view); pass a tensor whose elements are distinct", opt_.name, i, x.shape(), x.strides());
+      wrt_.push_back(static_cast<int>(i));
+      wrt_tensors_.push_back(x);
+    }
+    SG_CHECK_VALUE(!wrt_.empty(), "gradcheck {}: no input requires grad; call requires_grad_() on the inputs to "
+                   "check", opt_.name);
   }
-  SG_CHECK_VALUE(!wrt.empty(), "gradcheck {}: no input requires grad; call requires_grad_() on the inputs to "
-                 "check", opt.name);
 
-  auto evaluate = [&]() -> Tensor {
-    if (evaluate_with_grad) return fn(inputs);
-    NoGradGuard no_grad;
-    return fn(inputs);
-  };
+  // The values of every defined input (integer and bool ones too): forward and backward must
+  // leave them as they were.
+  std::vector<std::vector<double>> snapshot() const {
+    std::vector<std::vector<double>> values;
+    for (const Tensor& x : inputs_) values.push_back(x.defined() ? x.to_vector<double>() : std::vector<double>{});
+    return values;
+  }
 
-  // 2. Analytical gradients of sum(w * y) (recorded even if the caller is under NoGradGuard).
-  EnableGradGuard enable_grad;
-  Tensor y, w;
-  std::vector<Tensor> analytical;
-  try {
-    y = fn(inputs);
-    SG_CHECK(y.defined(), "fn returned an undefined tensor");
-    SG_CHECK_DTYPE(is_floating(y.dtype()), "fn returned a {} tensor; it must return a floating tensor", y.dtype());
-    w = weights_like(y, opt.seed);
-    // An output without history does not depend on the inputs as far as autograd knows: every
-    // analytical gradient is zero, which the numerical pass then confirms or refutes.
-    if (y.requires_grad())
-      analytical = autograd::grad({y}, wrt_tensors, {w}, {.retain_graph = true, .allow_unused = true});
-    else
-      analytical.resize(wrt.size());
-  } catch (const std::exception& e) {
-    report.failures.push_back(fmt::format("forward/backward threw: {}", e.what()));
-    return report;
+  // The floating outputs of fn, by position in its result; integer and bool outputs are skipped.
+  std::vector<Tensor> call(bool with_grad) {
+    std::vector<Tensor> all;
+    if (with_grad) {
+      all = fn_(inputs_);
+    } else {
+      NoGradGuard no_grad;
+      all = fn_(inputs_);
+    }
+    ++report_.forwards;
+    std::vector<Tensor> out;
+    for (size_t j = 0; j < all.size(); ++j) {
+      SG_CHECK(all[j].defined(), "fn returned an undefined tensor as output {}", j);
+      if (is_floating(all[j].dtype())) out.push_back(all[j]);
+    }
+    SG_CHECK(!out.empty(), "fn returned no floating tensor; it must return at least one");
+    return out;
+  }
+
+  // 2. Analytical gradients of sum_j sum(w_j * y_j) (and per output in fast mode).
+  bool analytical() {
+    try {
+      outputs_ = call(true);
+      forward_snapshot_ = snapshot();
+      for (size_t j = 0; j < outputs_.size(); ++j) weights_.push_back(random_like(outputs_[j], opt_.seed, j));
+      combined_ = backward(outputs_, weights_, /*retain=*/true);
+      if (opt_.mode == GradcheckMode::fast) {
+        for (size_t j = 0; j < outputs_.size(); ++j)
+          per_output_.push_back(outputs_.size() == 1 ? combined_ : backward({outputs_[j]}, {weights_[j]}, true));
+      }
+    } catch (const std::exception& e) {
+      fail(add_check("forward and backward run"), fmt::format("forward/backward threw: {}", e.what()));
+      return false;
+    }
+    return true;
+  }
+
+  // Gradients of sum(w * y) over the given outputs; outputs without history (that autograd sees
+  // as independent of the inputs) contribute zeros, which the numerical pass confirms or refutes.
+  std::vector<Tensor> backward(const std::vector<Tensor>& ys, const std::vector<Tensor>& ws, bool retain,
+                               bool zero = false) {
+    std::vector<Tensor> roots, seeds;
+    for (size_t j = 0; j < ys.size(); ++j) {
+      if (!ys[j].requires_grad()) continue;
+      roots.push_back(ys[j]);
+      seeds.push_back(zero ? zeros_like(ys[j]) : ws[j]);
+    }
+    if (roots.empty()) return std::vector<Tensor>(wrt_.size());
+    ++report_.backwards;
+    return autograd::grad(roots, wrt_tensors_, seeds, {.retain_graph = retain, .allow_unused = true});
   }
 
   // 3. Every gradient has its input's shape and dtype.
-  bool shapes_ok = true;
-  for (size_t k = 0; k < wrt.size(); ++k) {
-    const Tensor& g = analytical[k];
-    const Tensor& x = wrt_tensors[k];
-    if (!g.defined()) continue;
-    if (g.shape() != x.shape() || g.dtype() != x.dtype()) {
-      report.failures.push_back(fmt::format("input {}: gradient is {} {}, expected the input's {} {}", wrt[k],
-                                            g.shape(), g.dtype(), x.shape(), x.dtype()));
-      shapes_ok = false;
+  bool check_shapes() {
+    size_t check = add_check(kShapesCheck);
+    for (size_t k = 0; k < wrt_.size(); ++k) {
+      const Tensor& g = combined_[k];
+      const Tensor& x = wrt_tensors_[k];
+      if (g.defined() && (g.shape() != x.shape() || g.dtype() != x.dtype()))
+        fail(check, fmt::format("input {}: gradient is {} {}, expected the input's {} {}", wrt_[k], g.shape(),
+                                g.dtype(), x.shape(), x.dtype()));
     }
+    return report_.checks[check].ok;
   }
-  if (!shapes_ok) return report;
 
-  // 4. Backward twice gives identical gradients; a zero upstream gradient gives zero gradients.
-  if (y.requires_grad()) {
+  // 4. Backward twice gives the same gradients (within nondet_tol); a zero upstream gradient gives
+  // zero gradients.
+  void check_backward_again() {
+    if (!opt_.check_repeat) skip(kRepeatCheck, "switched off");
+    else run_invariant(kRepeatCheck, [&](size_t check) { compare_repeat(check); });
+    if (!opt_.check_zero_grad) skip(kZeroCheck, "switched off");
+    else run_invariant(kZeroCheck, [&](size_t check) { compare_zero(check); });
+  }
+
+  template <class F>
+  void run_invariant(const char* name, F&& body) {
+    size_t check = add_check(name);
     try {
-      check_backward_again(y, w, wrt, wrt_tensors, analytical, opt, report);
+      body(check);
     } catch (const std::exception& e) {
-      report.failures.push_back(fmt::format("repeated backward threw: {}", e.what()));
+      fail(check, fmt::format("repeated backward threw: {}", e.what()));
     }
   }
-  y = Tensor();  // frees the graph before the numerical pass
 
-  // 5. Numerical gradients by central differences, element by element, restoring each value.
-  std::vector<double> wv = w.to_vector<double>();
-  for (size_t k = 0; k < wrt.size(); ++k) {
-    const Tensor& x = wrt_tensors[k];
-    std::vector<int64_t> offs = element_offsets(x);
-    std::vector<double> a = values_or_zeros(analytical[k], x.numel());
-    GradcheckInput in;
-    in.input = wrt[k];
-    in.shape = x.shape();
-    in.dtype = x.dtype();
-    struct Ranked {
-      double badness;
-      GradcheckElement element;
-    };
-    std::vector<Ranked> ranked;
-    for (size_t e = 0; e < offs.size(); ++e) {
-      double orig = read_at(x, offs[e]);
-      double difference = 0, step = 0;
-      try {
-        // Values are copied out at once: the output may be a view of the input being perturbed.
-        // The step is what was actually stored (x ± eps rounds, coarsely so in float32).
-        write_at(x, offs[e], orig + opt.eps);
-        step = read_at(x, offs[e]);
-        Tensor plus = evaluate();
-        std::vector<double> plus_values = plus.to_vector<double>();
-        write_at(x, offs[e], orig - opt.eps);
-        step -= read_at(x, offs[e]);
-        Tensor minus = evaluate();
-        std::vector<double> minus_values = minus.to_vector<double>();
-        write_at(x, offs[e], orig);
-        SG_CHECK_SHAPE(plus.shape() == w.shape() && minus.shape() == w.shape(),
-                       "the output shape changed from {} to {} under perturbation", w.shape(), plus.shape());
-        difference = weighted_difference(plus_values, minus_values, wv);
-      } catch (const std::exception& ex) {
-        write_at(x, offs[e], orig);
-        report.failures.push_back(fmt::format("input {}: fn threw while perturbing element {}: {}", wrt[k],
-                                              index_string(unravel(static_cast<int64_t>(e), x.shape())), ex.what()));
-        return report;
+  void compare_repeat(size_t check) {
+    std::vector<Tensor> again = backward(outputs_, weights_, /*retain=*/true);
+    for (size_t k = 0; k < wrt_.size(); ++k) {
+      int64_t n = wrt_tensors_[k].numel();
+      std::vector<double> a = values_or_zeros(combined_[k], n), b = values_or_zeros(again[k], n);
+      for (int64_t e = 0; e < n; ++e) {
+        bool same = opt_.nondet_tol > 0 ? std::abs(a[e] - b[e]) <= opt_.nondet_tol : same_value(a[e], b[e]);
+        if (same) continue;
+        fail(check, fmt::format("input {}: a second backward gives a different gradient at {} ({:.9g} then {:.9g}{})",
+                                wrt_[k], index_string(unravel(e, wrt_tensors_[k].shape())), a[e], b[e],
+                                opt_.nondet_tol > 0 ? fmt::format(", nondet_tol {:g}", opt_.nondet_tol) : ""));
+        break;
       }
-      GradcheckElement el;
-      el.index = unravel(static_cast<int64_t>(e), x.shape());
-      el.numerical = difference / step;
-      el.analytical = a[e];
-      el.abs_err = std::abs(el.analytical - el.numerical);
-      el.rel_err = el.abs_err / std::max(std::abs(el.numerical), opt.atol);
-      double tolerance = opt.atol + opt.rtol * std::abs(el.numerical);
-      bool finite = std::isfinite(el.numerical) && std::isfinite(el.analytical);
-      double badness = finite ? el.abs_err / tolerance : std::numeric_limits<double>::infinity();
-      if (!finite || el.abs_err > tolerance) ++in.failed_elements;
-      if (!finite) el.abs_err = el.rel_err = std::numeric_limits<double>::infinity();
-      in.max_abs_err = std::max(in.max_abs_err, el.abs_err);
-      in.max_rel_err = std::max(in.max_rel_err, el.rel_err);
-      ranked.push_back({badness, std::move(el)});
     }
-    std::stable_sort(ranked.begin(), ranked.end(),
-                     [](const Ranked& l, const Ranked& r) { return l.badness > r.badness; });
-    for (size_t e = 0; e < ranked.size() && static_cast<int>(e) < opt.worst; ++e)
-      in.worst.push_back(ranked[e].element);
-    if (in.failed_elements > 0) {
-      const GradcheckElement& bad = in.worst.front();
-      report.failures.push_back(fmt::format(
-          "input {} {}: {} of {} gradient elements differ; worst at {}: numerical {:.9g}, analytical {:.9g}",
-          in.input, in.shape, in.failed_elements, x.numel(), index_string(bad.index), bad.numerical,
-          bad.analytical));
-    }
-    report.inputs.push_back(std::move(in));
   }
-  return report;
-}
+
+  void compare_zero(size_t check) {
+    std::vector<Tensor> zero = backward(outputs_, weights_, /*retain=*/true, /*zero=*/true);
+    for (size_t k = 0; k < wrt_.size(); ++k) {
+      if (!zero[k].defined()) continue;
+      std::vector<double> z = zero[k].to_vector<double>();
+      for (size_t e = 0; e < z.size(); ++e) {
+        if (z[e] == 0) continue;
+        fail(check, fmt::format("input {}: a zero upstream gradient gives a non-zero gradient at {} ({:.9g})",
+                                wrt_[k], index_string(unravel(static_cast<int64_t>(e), wrt_tensors_[k].shape())),
+                                z[e]));
+        break;
+      }
+    }
+  }
+
+  // 5. Neither forward nor the backwards above wrote into an input.
+  void check_unchanged(const std::vector<std::vector<double>>& before,
+                       const std::vector<std::vector<double>>& after_forward) {
+    if (!opt_.check_inputs_unchanged) return skip(kUnchangedCheck, "switched off");
+    size_t check = add_check(kUnchangedCheck);
+    std::vector<std::vector<double>> after_backward = snapshot();
+    for (size_t i = 0; i < inputs_.size(); ++i) {
+      const std::vector<double>& mid = after_forward[i];
+      bool by_forward = mid != before[i];
+      const std::vector<double>& changed = by_forward ? mid : after_backward[i];
+      for (size_t e = 0; e < changed.size(); ++e) {
+        if (same_value(before[i][e], changed[e])) continue;
+        fail(check, fmt::format("input {} {}: {} wrote into it at {} ({:.9g} -> {:.9g})", i, inputs_[i].shape(),
+                                by_forward ? "forward" : "backward",
+                                index_string(unravel(static_cast<int64_t>(e), inputs_[i].shape())), before[i][e],
+                                changed[e]));
+        break;
+      }
+      // Put the values back, so the numerical pass differentiates around the point the caller gave.
+      if (changed != before[i]) {
+        std::vector<int64_t> offs = element_offsets(inputs_[i]);
+        if (is_floating(inputs_[i].dtype()))
+          for (size_t e = 0; e < offs.size(); ++e) write_at(inputs_[i], offs[e], before[i][e]);
+      }
+    }
+  }
+
+  // ---- 6. numerical gradients
+
+  // Evaluates fn at x + d and x - d, where d = eps * direction on the given elements of x (by
+  // storage offset), and restores x. Returns each output's difference y(x + d) - y(x - d) and each
+  // element's actual step (what was stored: x ± eps rounds, coarsely so in float32).
+  struct Difference {
+    std::vector<std::vector<double>> dy;
+    std::vector<double> step;
+  };
+  Difference central_difference(const Tensor& x, const std::vector<int64_t>& offs,
+                                const std::vector<double>& direction) {
+    std::vector<double> orig(offs.size());
+    for (size_t e = 0; e < offs.size(); ++e) orig[e] = read_at(x, offs[e]);
+    auto restore = [&] {
+      for (size_t e = 0; e < offs.size(); ++e) write_at(x, offs[e], orig[e]);
+    };
+    Difference d;
+    d.step.resize(offs.size());
+    try {
+      std::vector<std::vector<double>> plus = evaluate_at(x, offs, orig, direction, +1, d.step);
+      std::vector<std::vector<double>> minus = evaluate_at(x, offs, orig, direction, -1, d.step);
+      restore();
+      for (size_t j = 0; j < plus.size(); ++j) {
+        std::vector<double> diff(plus[j].size());
+        for (size_t o = 0; o < diff.size(); ++o) diff[o] = plus[j][o] - minus[j][o];
+        d.dy.push_back(std::move(diff));
+      }
+    } catch (...) {
+      restore();
+      throw;
+    }
+    return d;
+  }
+
+  // One side of the difference; adds (sign = +1) or subtracts (-1) what was stored into `step`.
+  std::vector<std::vector<double>> evaluate_at(const Tensor& x, const std::vector<int64_t>& offs,
+                                               const std::vector<double>& orig, const std::vector<double>& direction,
+                                               int sign, std::vector<double>& step) {
+    for (size_t e = 0; e < offs.size(); ++e) {
+      write_at(x, offs[e], orig[e] + sign * opt_.eps * direction[e]);
+      step[e] += sign * read_at(x, offs[e]);
+    }
+    std::vector<Tensor> ys = call(evaluate_with_grad_);
+    SG_CHECK(ys.size() == weights_.size(), "the number of floating outputs changed from {} to {} under perturbation",
+             weights_.size(), ys.size());
+    // Values are copied out at once: an output may be a view of the input being perturbed.
+    std::vector<std::vector<double>> values;
+    for (size_t j = 0; j < ys.size(); ++j) {
+      SG_CHECK_SHAPE(ys[j].shape() == weights_[j].shape(), "output {}'s shape changed from {} to {} under perturbation",
+                     j, weights_[j].shape(), ys[j].shape());
+      values.push_back(ys[j].to_vector<double>());
+    }
+    return values;
+  }
+
+  void numerical() {
+    size_t check = report_.checks.size();
+    report_.checks.push_back({});
+    int forwards_before = report_.forwards;
+    std::vector<std::string> notes;
+    for (size_t k = 0; k < wrt_.size(); ++k) {
+      try {
+        if (opt_.mode == GradcheckMode::fast) {
+          fast_input(k, check);
+          continue;
+        }
+        std::string why_not;
+        if (opt_.mode == GradcheckMode::compressed && compressible(k, why_not)) compressed_input(k, check);
+        else full_input(k, check);
+        if (!why_not.empty()) notes.push_back(why_not);
+      } catch (const std::exception& ex) {
+        fail(check, fmt::format("input {}: fn threw while perturbing it: {}", wrt_[k], ex.what()));
+        break;
+      }
+    }
+    report_.numerical_forwards = report_.forwards - forwards_before;
+    GradcheckCheck& c = report_.checks[check];
+    c.name = fmt::format("jacobian ({} mode: {} forwards{}{})", mode_name(opt_.mode), report_.numerical_forwards,
+                         notes.empty() ? "" : "; ", fmt::join(notes, "; "));
+  }
+
+  // Full: one central difference per element.
+  void full_input(size_t k, size_t check) {
+    const Tensor& x = wrt_tensors_[k];
+    std::vector<int64_t> offs = element_offsets(x);
+    std::vector<double> numerical(offs.size());
+    for (size_t e = 0; e < offs.size(); ++e) {
+      Difference d = central_difference(x, {offs[e]}, {1.0});
+      numerical[e] = weighted(d.dy) / d.step[0];
+    }
+    judge_elements(k, numerical, GradcheckMode::full, 0, check);
+  }
+
+  double weighted(const std::vector<std::vector<double>>& dy) const {
+    // sum_j sum_o w_jo dy_jo, differenced element by element before weighting, so large outputs
+    // that the perturbation does not touch cancel exactly instead of swamping the sum.
+    double s = 0;
+    for (size_t j = 0; j < dy.size(); ++j) s += dot(weights_values(j), dy[j]);
+    return s;
+  }
+
+  const std::vector<double>& weights_values(size_t j) const {
+    if (weight_values_.empty())
+      for (const Tensor& w : weights_) weight_values_.push_back(w.to_vector<double>());
+    return weight_values_[j];
+  }
+
+  static double dot(const std::vector<double>& a, const std::vector<double>& b) {
+    double s = 0;
+    for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+    return s;
+  }
+
+  // The declared sparsity fits input k when every output has its shape (so element e of the input
+  // and element e of an output share an index) and a rowwise dim exists.
+  bool compressible(size_t k, std::string& why_not) const {
+    const Jacobian& jac = opt_.jacobian;
+    if (jac.kind == Jacobian::Kind::dense) return false;
+    const Tensor& x = wrt_tensors_[k];
+    for (const Tensor& w : weights_) {
+      if (w.shape() != x.shape()) {
+        why_not = fmt::format("input {} {} in full: an output is {}", wrt_[k], x.shape(), w.shape());
+        return false;
+      }
+    }
+    if (jac.kind == Jacobian::Kind::rowwise && (jac.dim < -x.ndim() || jac.dim >= x.ndim())) {
+      why_not = fmt::format("input {} {} in full: rowwise dim {} out of range", wrt_[k], x.shape(), jac.dim);
+      return false;
+    }
+    return x.numel() > 0;
+  }
+
+  // Compressed: elements in different rows never touch the same output element, so one central
+  // difference moves every element at one position of its row (a colour) at once; each output
+  // difference then belongs to the one moved element of its row.
+  void compressed_input(size_t k, size_t check) {
+    const Tensor& x = wrt_tensors_[k];
+    const Shape& shape = x.shape();
+    int64_t colours = 1, stride = 1;  // elementwise: every row has one element
+    if (opt_.jacobian.kind == Jacobian::Kind::rowwise) {
+      int dim = opt_.jacobian.dim < 0 ? opt_.jacobian.dim + x.ndim() : opt_.jacobian.dim;
+      colours = shape[dim];
+      for (int d = dim + 1; d < x.ndim(); ++d) stride *= shape[d];
+    }
+    std::vector<int64_t> offs = element_offsets(x);
+    int64_t n = static_cast<int64_t>(offs.size());
+    std::vector<double> numerical(n);
+    for (int64_t c = 0; c < colours; ++c) {
+      std::vector<int64_t> members, moved;  // flat indices of colour c, and their storage offsets
+      for (int64_t e = 0; e < n; ++e)
+        if ((e / stride) % colours == c) members.push_back(e), moved.push_back(offs[e]);
+      Difference d = central_difference(x, moved, std::vector<double>(moved.size(), 1.0));
+      for (size_t m = 0; m < members.size(); ++m) {
+        int64_t e = members[m];
+        double s = 0;
+        for (int64_t c2 = 0; c2 < colours; ++c2) {  // the row of e: e + (c2 - c) * stride
+          int64_t o = e + (c2 - c) * stride;
+          for (size_t j = 0; j < d.dy.size(); ++j) s += weights_values(j)[o] * d.dy[j][o];
+        }
+        numerical[e] = s / d.step[m];
+      }
+    }
+    judge_elements(k, numerical, GradcheckMode::compressed, static_cast<int>(colours), check);
+  }
+
+  // Compares input k's numerical gradient with the analytical one element by element.
+  void judge_elements(size_t k, const std::vector<double>& numerical, GradcheckMode method, int colours,
+                      size_t check) {
+    const Tensor& x = wrt_tensors_[k];
+    std::vector<double> a = values_or_zeros(combined_[k], x.numel());
+    GradcheckInput in = input_summary(k, -1, method);
+    in.colours = colours;
+    std::vector<Ranked> ranked;
+    for (size_t e = 0; e < numerical.size(); ++e) {
+      double tolerance = opt_.atol + opt_.rtol * std::abs(numerical[e]);
+      ranked.push_back(rank(in, unravel(static_cast<int64_t>(e), x.shape()), numerical[e], a[e], tolerance));
+    }
+    finish_input(std::move(in), ranked, check, [&](const GradcheckInput& done) {
+      const GradcheckElement& bad = done.worst.front();
+      return fmt::format("input {} {}: {} of {} gradient elements differ; worst at {}: numerical {:.9g}, "
+                         "analytical {:.9g}", done.input, done.shape, done.failed_elements, x.numel(),
+                         index_string(bad.index), bad.numerical, bad.analytical);
+    });
+  }
+
+  // Fast: per output j, the projection of the input's actual step d onto the Jacobian, weighted
+  // by w_j: numerical w_jᵀ(y(x + d) - y(x - d)) against analytical (Jᵀw_j)ᵀd, both over 2 eps.
+  // The tolerance is the per-element one (atol + rtol |g|) projected the same way, so a gradient
+  // that passes full mode passes here too.
+  void fast_input(size_t k, size_t check) {
+    const Tensor& x = wrt_tensors_[k];
+    std::vector<int64_t> offs = element_offsets(x);
+    std::vector<double> u = random_like(x, opt_.seed, 1000 + wrt_[k]).to_vector<double>();
+    Difference d = central_difference(x, offs, u);
+    for (size_t j = 0; j < weights_.size(); ++j) {
+      std::vector<double> g = values_or_zeros(per_output_[j][k], x.numel());
+      double numerical = dot(weights_values(j), d.dy[j]) / (2 * opt_.eps);
+      double analytical = dot(g, d.step) / (2 * opt_.eps);
+      double tolerance = 0;
+      for (size_t e = 0; e < g.size(); ++e)
+        tolerance += std::abs(d.step[e]) / (2 * opt_.eps) * (opt_.atol + opt_.rtol * std::abs(g[e]));
+      GradcheckInput in = input_summary(k, static_cast<int>(j), GradcheckMode::fast);
+      std::vector<Ranked> ranked = {rank(in, {}, numerical, analytical, tolerance)};
+      finish_input(std::move(in), ranked, check, [&](const GradcheckInput& done) {
+        const GradcheckElement& bad = done.worst.front();
+        return fmt::format("input {} {}, output {}: the projection vᵀJu differs: numerical {:.9g}, analytical "
+                           "{:.9g} (tolerance {:.3g})", done.input, done.shape, j, bad.numerical, bad.analytical,
+                           tolerance);
+      });
+    }
+  }
+
+  struct Ranked {
+    double badness;  // error over tolerance
+    GradcheckElement element;
+  };
+
+  GradcheckInput input_summary(size_t k, int output, GradcheckMode method) const {
+    GradcheckInput in;
+    in.input = wrt_[k];
+    in.output = output;
+    in.shape = wrt_tensors_[k].shape();
+    in.dtype = wrt_tensors_[k].dtype();
+    in.method = method;
+    return in;
+  }
+
+  Ranked rank(GradcheckInput& in, std::vector<int64_t> index, double numerical, double analytical,
+              double tolerance) const {
+    GradcheckElement el{.index = std::move(index), .numerical = numerical, .analytical = analytical};
+    el.abs_err = std::abs(analytical - numerical);
+    el.rel_err = el.abs_err / std::max(std::abs(numerical), opt_.atol);
+    bool finite = std::isfinite(numerical) && std::isfinite(analytical);
+    double badness = finite ? el.abs_err / tolerance : kInf;
+    if (!finite || el.abs_err > tolerance) ++in.failed_elements;
+    if (!finite) el.abs_err = el.rel_err = kInf;
+    in.max_abs_err = std::max(in.max_abs_err, el.abs_err);
+    in.max_rel_err = std::max(in.max_rel_err, el.rel_err);
+    return {badness, std::move(el)};
+  }
+
+  template <class Describe>
+  void finish_input(GradcheckInput in, std::vector<Ranked>& ranked, size_t check, Describe&& describe) {
+    std::stable_sort(ranked.begin(), ranked.end(), [](const Ranked& l, const Ranked& r) { return l.badness > r.badness; });
+    for (size_t e = 0; e < ranked.size() && static_cast<int>(e) < opt_.worst; ++e) in.worst.push_back(ranked[e].element);
+    if (in.failed_elements > 0) fail(check, describe(in));
+    report_.inputs.push_back(std::move(in));
+  }
+
+  const GradcheckMultiFn& fn_;
+  const std::vector<Tensor>& inputs_;
+  const GradcheckOptions& opt_;
+  bool evaluate_with_grad_;
+  GradcheckReport report_;
+  std::vector<int> wrt_;
+  std::vector<Tensor> wrt_tensors_;
+  std::vector<Tensor> outputs_, weights_, combined_;
+  std::vector<std::vector<Tensor>> per_output_;  // fast mode: gradients of each output alone
+  std::vector<std::vector<double>> forward_snapshot_;
+  mutable std::vector<std::vector<double>> weight_values_;
+};
 
 }  // namespace
+
+GradcheckMultiFn one_output(GradcheckFn fn) {
+  SG_CHECK_VALUE(static_cast<bool>(fn), "gradcheck: fn is empty");
+  return [fn = std::move(fn)](const std::vector<Tensor>& in) { return std::vector<Tensor>{fn(in)}; };
+}
+
+const char* mode_name(GradcheckMode mode) {
+  switch (mode) {
+    case GradcheckMode::full: return "full";
+    case GradcheckMode::fast: return "fast";
+    case GradcheckMode::compressed: return "compressed";
+  }
+  return "?";
+}
 
 double GradcheckReport::max_abs_err() const {
   double m = 0;
@@ -287,56 +595,97 @@ double GradcheckReport::max_rel_err() const {
 
 std::string GradcheckReport::format() const {
   std::string out = fmt::format("gradcheck {}: {} (max abs err {:.3g}, max rel err {:.3g}; eps {:g}, atol {:g}, "
-                                "rtol {:g})\n",
-                                op, ok() ? "ok" : "FAILED", max_abs_err(), max_rel_err(), eps, atol, rtol);
-  for (const std::string& f : failures) out += fmt::format("  FAIL {}\n", f);
+                                "rtol {:g}; {} mode, {} forwards, {} backwards)\n",
+                                op, ok() ? "ok" : "FAILED", max_abs_err(), max_rel_err(), eps, atol, rtol,
+                                mode_name(mode), forwards, backwards);
+  for (const GradcheckCheck& c : checks) {
+    out += fmt::format("  {:<5} {}{}\n", !c.ran ? "skip" : c.ok ? "ok" : "FAIL", c.name,
+                       !c.ran ? fmt::format(" ({})", c.detail) : "");
+    if (c.ran && !c.ok) {
+      for (size_t start = 0; start < c.detail.size();) {
+        size_t end = std::min(c.detail.find('\n', start), c.detail.size());
+        out += fmt::format("        {}\n", c.detail.substr(start, end - start));
+        start = end + 1;
+      }
+    }
+  }
   for (const GradcheckInput& in : inputs) {
-    out += fmt::format("  input {} {} {}: {} element(s) outside tolerance, max abs err {:.3g}, max rel err {:.3g}\n",
-                       in.input, in.shape, in.dtype, in.failed_elements, in.max_abs_err, in.max_rel_err);
+    std::string which = in.output >= 0 ? fmt::format(", output {}", in.output) : "";
+    std::string how = in.method == GradcheckMode::compressed ? fmt::format(", {} colours", in.colours) : "";
+    out += fmt::format("  input {} {} {}{} ({}{}): {} element(s) outside tolerance, max abs err {:.3g}, max rel err "
+                       "{:.3g}\n", in.input, in.shape, in.dtype, which, mode_name(in.method), how, in.failed_elements,
+                       in.max_abs_err, in.max_rel_err);
     if (in.worst.empty()) continue;
-    out += fmt::format("    {:<16} {:>16} {:>16} {:>11} {:>11}\n", "index", "numerical", "analytical", "abs err",
-                       "rel err");
+    out += fmt::format("    {:<16} {:>16} {:>16} {:>11} {:>11}\n", in.method == GradcheckMode::fast ? "projection" : "index",
+                       "numerical", "analytical", "abs err", "rel err");
     for (const GradcheckElement& e : in.worst)
-      out += fmt::format("    {:<16} {:>16.9g} {:>16.9g} {:>11.3g} {:>11.3g}\n", index_string(e.index),
-                         e.numerical, e.analytical, e.abs_err, e.rel_err);
+      out += fmt::format("    {:<16} {:>16.9g} {:>16.9g} {:>11.3g} {:>11.3g}\n",
+                         in.method == GradcheckMode::fast ? "vᵀJu" : index_string(e.index), e.numerical, e.analytical,
+                         e.abs_err, e.rel_err);
   }
   return out;
 }
 
-GradcheckReport gradcheck(const GradcheckFn& fn, const std::vector<Tensor>& inputs, GradcheckOptions options) {
-  return gradcheck_impl(fn, inputs, options, /*evaluate_with_grad=*/false);
+GradcheckReport gradcheck(const GradcheckMultiFn& fn, const std::vector<Tensor>& inputs, GradcheckOptions options) {
+  return Checker(fn, inputs, options, /*evaluate_with_grad=*/false).run();
 }
 
-// Second order. The checked function maps (inputs..., dy) to the first-order gradients of
-// sum(dy * fn(inputs)) with respect to the inputs that require grad, flattened and concatenated,
-// computed with create_graph so that autograd can differentiate them again.
-GradcheckReport gradgradcheck(const GradcheckFn& fn, const std::vector<Tensor>& inputs, GradcheckOptions options) {
+GradcheckReport gradcheck(const GradcheckFn& fn, const std::vector<Tensor>& inputs, GradcheckOptions options) {
+  SG_CHECK_VALUE(static_cast<bool>(fn), "gradcheck {}: fn is empty", options.name);
+  return gradcheck(one_output(fn), inputs, std::move(options));
+}
+
+// Second order. The checked function maps (inputs..., dy_0, dy_1, ...) to the first-order
+// gradients of sum_j sum(dy_j * fn(inputs)_j) with respect to the inputs that require grad,
+// computed with create_graph so that autograd can differentiate them again. Each gradient is an
+// output of its own (so a declared sparsity carries over: the gradient of an element-wise or
+// row-wise op is element-wise or row-wise in the inputs and the dys), except in fast mode, which
+// projects them concatenated (one backward instead of one per gradient).
+GradcheckReport gradgradcheck(const GradcheckMultiFn& fn, const std::vector<Tensor>& inputs, GradcheckOptions options) {
   SG_CHECK_VALUE(static_cast<bool>(fn), "gradgradcheck {}: fn is empty", options.name);
-  Tensor y = fn(inputs);
-  SG_CHECK(y.defined() && is_floating(y.dtype()), "gradgradcheck {}: fn must return a floating tensor",
-           options.name);
-  std::vector<double> dy_values(y.numel());
-  for (size_t i = 0; i < dy_values.size(); ++i) dy_values[i] = normal_at(options.seed + 1, 0, i);
-  Tensor dy = from_vector(dy_values, y.shape(), {.dtype = y.dtype(), .requires_grad = true});
-  y = Tensor();
+  std::vector<Tensor> dys;
+  {
+    EnableGradGuard enable_grad;
+    std::vector<Tensor> ys = fn(inputs);
+    for (size_t j = 0; j < ys.size(); ++j) {
+      SG_CHECK(ys[j].defined(), "gradgradcheck {}: fn returned an undefined tensor as output {}", options.name, j);
+      if (!is_floating(ys[j].dtype())) continue;
+      dys.push_back(random_like(ys[j], options.seed + 1, j).detach().requires_grad_());
+    }
+    SG_CHECK(!dys.empty(), "gradgradcheck {}: fn must return a floating tensor", options.name);
+  }
   size_t n = inputs.size();
-  GradcheckFn first_order = [fn, n](const std::vector<Tensor>& args) {
+  bool concatenate = options.mode == GradcheckMode::fast;
+  GradcheckMultiFn first_order = [fn, n, concatenate](const std::vector<Tensor>& args) {
     std::vector<Tensor> xs(args.begin(), args.begin() + static_cast<std::ptrdiff_t>(n));
     std::vector<Tensor> wrt;
     for (const Tensor& x : xs)
       if (x.defined() && x.requires_grad()) wrt.push_back(x);
-    Tensor out = fn(xs);
-    std::vector<Tensor> grads = autograd::grad({out}, wrt, {args[n]}, {.create_graph = true, .allow_unused = true});
-    std::vector<Tensor> parts;
+    std::vector<Tensor> roots, seeds;
+    size_t j = 0;
+    for (const Tensor& y : fn(xs)) {
+      if (!is_floating(y.dtype())) continue;
+      if (y.requires_grad()) roots.push_back(y), seeds.push_back(args[n + j]);
+      ++j;
+    }
+    std::vector<Tensor> grads(wrt.size());
+    if (!roots.empty()) grads = autograd::grad(roots, wrt, seeds, {.create_graph = true, .allow_unused = true});
     for (size_t k = 0; k < grads.size(); ++k)
-      parts.push_back(grads[k].defined() ? grads[k].reshape({-1})
-                                         : zeros({wrt[k].numel()}, {.dtype = wrt[k].dtype()}));
-    return cat(parts);
+      if (!grads[k].defined()) grads[k] = zeros(wrt[k].shape(), {.dtype = wrt[k].dtype()});
+    if (!concatenate) return grads;
+    std::vector<Tensor> parts;
+    for (const Tensor& g : grads) parts.push_back(g.reshape({-1}));
+    return std::vector<Tensor>{cat(parts)};
   };
   std::vector<Tensor> args = inputs;
-  args.push_back(dy);
+  args.insert(args.end(), dys.begin(), dys.end());
   options.name += " (second order)";
-  return gradcheck_impl(first_order, args, options, /*evaluate_with_grad=*/true);
+  return Checker(first_order, args, options, /*evaluate_with_grad=*/true).run();
+}
+
+GradcheckReport gradgradcheck(const GradcheckFn& fn, const std::vector<Tensor>& inputs, GradcheckOptions options) {
+  SG_CHECK_VALUE(static_cast<bool>(fn), "gradgradcheck {}: fn is empty", options.name);
+  return gradgradcheck(one_output(fn), inputs, std::move(options));
 }
 
 }  // namespace seqgrad

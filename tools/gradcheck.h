@@ -1,5 +1,6 @@
 // Finite-difference gradient checks: compare the analytical gradients autograd computes with
-// central differences, in float64, and report the worst elements instead of a bool.
+// central differences, in float64, and report the worst elements and every invariant instead of
+// a bool. How to use it on your own op: docs/adding-an-op.md.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -12,20 +13,63 @@ namespace seqgrad {
 
 // The function under test: inputs -> one floating tensor of any shape.
 using GradcheckFn = std::function<Tensor(const std::vector<Tensor>&)>;
+// An op with several outputs: inputs -> its outputs. Floating outputs are checked (each reduced
+// with its own random weights); integer and bool outputs (indices) are ignored.
+using GradcheckMultiFn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
+
+// fn as a function with one output.
+GradcheckMultiFn one_output(GradcheckFn fn);
+
+// How the numerical Jacobian is found.
+enum class GradcheckMode : uint8_t {
+  // Central differences per input element: 2 forwards per element. The default.
+  full,
+  // PyTorch's fast_mode: per (input, output) pair one projection vᵀJu with random u and v, from
+  // one backward per output and two forwards per input. Samples the Jacobian instead of covering it.
+  fast,
+  // The full Jacobian, with the columns that never touch the same output perturbed together (the
+  // sparsity GradcheckOptions::jacobian declares): 2 forwards per colour. Inputs the declaration
+  // does not fit (a shape other than the outputs') fall back to full.
+  compressed,
+};
+const char* mode_name(GradcheckMode mode);
+
+// The Jacobian's declared sparsity (for GradcheckMode::compressed), for inputs of the outputs' shape.
+struct Jacobian {
+  enum class Kind : uint8_t {
+    dense,        // anything may depend on anything: no compression
+    elementwise,  // output element i depends only on input element i: diagonal, 1 colour
+    rowwise,      // output element i depends on the input's elements in i's row along `dim`
+                  // (softmax-like): block-diagonal, one colour per position in the row
+  };
+  Kind kind = Kind::dense;
+  int dim = -1;  // rowwise: the dimension the rows run along
+
+  static Jacobian dense() { return {}; }
+  static Jacobian elementwise() { return {.kind = Kind::elementwise}; }
+  static Jacobian rowwise(int dim) { return {.kind = Kind::rowwise, .dim = dim}; }
+};
 
 struct GradcheckOptions {
   double eps = 1e-6;   // central-difference step
   double atol = 1e-5;  // an element passes when |analytical - numerical| <= atol + rtol * |numerical|
   double rtol = 1e-3;
   std::string name = "fn";       // op name used in the report
-  uint64_t seed = 0x5eed;        // seeds the fixed random weights that reduce the output to a scalar
+  uint64_t seed = 0x5eed;        // seeds the random weights (v) and, in fast mode, the directions (u)
   int worst = 5;                 // elements listed per input in the report
   bool allow_float32 = false;    // float32 inputs are refused unless set (then loosen eps/tolerances)
   bool check_zero_grad = true;   // a zero upstream gradient must give zero gradients
-  bool check_repeat = true;      // a second backward must give identical gradients
+  bool check_repeat = true;      // a second backward must give the same gradients
+  GradcheckMode mode = GradcheckMode::full;
+  Jacobian jacobian = {};        // declared sparsity, used by GradcheckMode::compressed
+  // A second backward may differ by this much per element: for ops declared nondeterministic
+  // (atomics, a reduction order that varies). 0 demands identical gradients.
+  double nondet_tol = 0;
+  bool check_inputs_unchanged = true;  // forward and backward must not write into their inputs
 };
 
-// One element of one input: where it is and how far the two gradients are apart.
+// One element of one input: where it is and how far the two gradients are apart. In fast mode
+// one "element" is the projection vᵀJu of an (input, output) pair, with an empty index.
 struct GradcheckElement {
   std::vector<int64_t> index;  // multi-index into the input
   double numerical = 0;
@@ -35,39 +79,60 @@ struct GradcheckElement {
 };
 
 struct GradcheckInput {
-  int input = 0;  // index into the inputs vector
+  int input = 0;    // index into the inputs vector
+  int output = -1;  // fast mode: the output of the pair; -1: every output (weighted and summed)
   Shape shape;
   DType dtype = DType::f64;
+  GradcheckMode method = GradcheckMode::full;  // how this input's numerical gradient was found
+  int colours = 0;                             // compressed: forward pairs spent on this input
   double max_abs_err = 0;
   double max_rel_err = 0;
   int failed_elements = 0;
   std::vector<GradcheckElement> worst;  // worst first (by error over tolerance)
 };
 
+// One invariant and whether it held: each gets its own line in the report.
+struct GradcheckCheck {
+  std::string name = {};    // "backward twice gives the same gradients", ...
+  bool ok = true;
+  bool ran = true;          // false: skipped (switched off)
+  std::string detail = {};  // every violation (one per line), or why it was skipped
+};
+
 struct GradcheckReport {
   std::string op;
   double eps = 0, atol = 0, rtol = 0;  // the options the check ran with
-  std::vector<GradcheckInput> inputs;  // one per input that requires grad
+  GradcheckMode mode = GradcheckMode::full;
+  std::vector<GradcheckInput> inputs;  // one per input that requires grad (fast: per input and output)
+  std::vector<GradcheckCheck> checks;  // the Jacobian comparison and every invariant, in order
   std::vector<std::string> failures;   // every failed check, one line each
+  int forwards = 0, backwards = 0;     // evaluations spent (the cost of the check)
+  int numerical_forwards = 0;          // of which the numerical Jacobian took (what the mode changes)
   bool ok() const { return failures.empty(); }
   double max_abs_err() const;
   double max_rel_err() const;
-  // A multi-line report: a summary, then per input the worst elements as a table.
+  // A multi-line report: a summary, one line per check, then per input the worst elements.
   std::string format() const;
 };
 
-// Checks d sum(w * fn(inputs)) / d inputs[i] for every input that requires grad (float64
-// leaves; integer and bool inputs are passed through). w is a fixed random tensor, so every
+// Checks d sum_j sum(w_j * fn(inputs)_j) / d inputs[i] for every input that requires grad (float64
+// leaves; integer and bool inputs are passed through). Each w_j is a fixed random tensor, so every
 // output element counts. Inputs are perturbed in place through their strides (non-contiguous
 // inputs are fine) and restored; inputs whose elements overlap in memory (expanded) are refused.
-// Also checks: each gradient has its input's shape and dtype, a zero upstream gradient gives
-// zero gradients, and backward twice gives identical gradients.
+// Also checks, each on its own report line: each gradient has its input's shape and dtype, a zero
+// upstream gradient gives zero gradients, backward twice gives the same gradients, and neither
+// forward nor backward modifies the inputs.
 GradcheckReport gradcheck(const GradcheckFn& fn, const std::vector<Tensor>& inputs,
                           GradcheckOptions options = {});
+GradcheckReport gradcheck(const GradcheckMultiFn& fn, const std::vector<Tensor>& inputs,
+                          GradcheckOptions options = {});
 
-// Second order: gradchecks (inputs, dy) -> autograd::grad(fn(inputs), inputs, dy, create_graph),
-// with dy a random upstream gradient of the output's shape that is itself checked.
+// Second order: gradchecks (inputs, dy...) -> autograd::grad(fn(inputs), inputs, dy, create_graph),
+// with each dy a random upstream gradient of its output's shape that is itself checked. The
+// declared sparsity carries over (the gradient of an element-wise op is element-wise in x and dy).
 GradcheckReport gradgradcheck(const GradcheckFn& fn, const std::vector<Tensor>& inputs,
+                              GradcheckOptions options = {});
+GradcheckReport gradgradcheck(const GradcheckMultiFn& fn, const std::vector<Tensor>& inputs,
                               GradcheckOptions options = {});
 
 }  // namespace seqgrad

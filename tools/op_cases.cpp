@@ -5,8 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <numeric>
-#include <set>
 
 #include "core/autograd.h"
 #include "core/rng.h"
@@ -22,43 +20,6 @@ using Inputs = std::vector<Tensor>;
 using X = const Inputs&;
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-constexpr double kKinkMargin = 0.1;
-
-uint64_t hash_name(const std::string& s) {  // FNV-1a: a stable seed per row
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
-
-std::vector<double> generate(const InputSpec& spec, const Shape& shape, uint64_t seed,
-                             const std::vector<double>& kinks) {
-  int64_t n = shape.numel();
-  std::vector<double> v(n);
-  switch (spec.gen) {
-    case Gen::normal:
-      for (int64_t i = 0; i < n; ++i) v[i] = normal_at(seed, 0, i);
-      break;
-    case Gen::positive:
-      for (int64_t i = 0; i < n; ++i) v[i] = 0.5 + 1.5 * uniform_at_f64(seed, 0, i);
-      break;
-    case Gen::distinct: {
-      std::vector<int64_t> order(n);
-      std::iota(order.begin(), order.end(), 0);
-      std::sort(order.begin(), order.end(),
-                [&](int64_t a, int64_t b) { return uniform_at_f64(seed, 0, a) < uniform_at_f64(seed, 0, b); });
-      for (int64_t r = 0; r < n; ++r) v[order[r]] = (static_cast<double>(r) - (n - 1) / 2.0) * 0.3 + 0.05;
-      break;
-    }
-    case Gen::values:
-      SG_CHECK_VALUE(static_cast<int64_t>(spec.values.size()) == n, "op table: {} values for shape {}",
-                     spec.values.size(), shape);
-      return spec.values;
-  }
-  for (double& x : v)
-    for (double k : kinks)
-      if (std::abs(x - k) < kKinkMargin) x = k + std::copysign(kKinkMargin + std::abs(x - k), x - k);
-  return v;
-}
 
 // Each part scaled by its position, flattened and concatenated: one output for multi-output ops
 // (split, chunk), in which every part's gradient is distinguishable.
@@ -79,96 +40,99 @@ Tensor b8(std::initializer_list<double> v) { return tensor(v, {.dtype = DType::b
 
 std::vector<OpCase> build_op_cases() {
   const Layout T = Layout::transposed, S = Layout::sliced;
+  // Declared Jacobian sparsity (`seqgrad gradcheck --compress`): element-wise, or rows along a dim.
+  const Jacobian E = Jacobian::elementwise();
+  auto R = [](int dim) { return Jacobian::rowwise(dim); };
   std::vector<OpCase> rows = {
       // ---- element-wise, broadcasting, scalars
-      {.op = "add", .variant = "same_shape", .inputs = {in({2, 3}), in({2, 3})}, .fn = [](X x) { return add(x[0], x[1]); }},
+      {.op = "add", .variant = "same_shape", .inputs = {in({2, 3}), in({2, 3})}, .fn = [](X x) { return add(x[0], x[1]); }, .jacobian = E},
       {.op = "add", .variant = "broadcast_row", .inputs = {in({2, 3}), in({3})}, .fn = [](X x) { return add(x[0], x[1]); }},
       {.op = "add", .variant = "broadcast_both", .inputs = {in({2, 1, 3}), in({4, 1})},
        .fn = [](X x) { return x[0] + x[1]; }},
       {.op = "add", .variant = "noncontiguous", .inputs = {in({3, 4}, T), in({3, 4}, S)},
-       .fn = [](X x) { return add(x[0], x[1]); }},
-      {.op = "add", .variant = "scalar", .inputs = {in({2, 3})}, .fn = [](X x) { return add(x[0], 1.5) + 2.0; }},
-      {.op = "add", .variant = "one_input_twice", .inputs = {in({2, 3})}, .fn = [](X x) { return add(x[0], x[0]); }},
+       .fn = [](X x) { return add(x[0], x[1]); }, .jacobian = E},
+      {.op = "add", .variant = "scalar", .inputs = {in({2, 3})}, .fn = [](X x) { return add(x[0], 1.5) + 2.0; }, .jacobian = E},
+      {.op = "add", .variant = "one_input_twice", .inputs = {in({2, 3})}, .fn = [](X x) { return add(x[0], x[0]); }, .jacobian = E},
       {.op = "sub", .variant = "broadcast", .inputs = {in({2, 3}), in({2, 1})}, .fn = [](X x) { return sub(x[0], x[1]); }},
-      {.op = "sub", .variant = "scalar_operators", .inputs = {in({3})}, .fn = [](X x) { return (2.0 - x[0]) - 0.5; }},
+      {.op = "sub", .variant = "scalar_operators", .inputs = {in({3})}, .fn = [](X x) { return (2.0 - x[0]) - 0.5; }, .jacobian = E},
       {.op = "mul", .variant = "broadcast", .inputs = {in({2, 3}), in({1, 3})}, .fn = [](X x) { return mul(x[0], x[1]); }},
-      {.op = "mul", .variant = "transposed", .inputs = {in({3, 2}, T), in({3, 2})}, .fn = [](X x) { return x[0] * x[1]; }},
-      {.op = "mul", .variant = "scalar", .inputs = {in({2, 3})}, .fn = [](X x) { return -1.5 * mul(x[0], 2.0); }},
-      {.op = "mul", .variant = "square_by_reuse", .inputs = {in({4})}, .fn = [](X x) { return mul(x[0], x[0]); }},
+      {.op = "mul", .variant = "transposed", .inputs = {in({3, 2}, T), in({3, 2})}, .fn = [](X x) { return x[0] * x[1]; }, .jacobian = E},
+      {.op = "mul", .variant = "scalar", .inputs = {in({2, 3})}, .fn = [](X x) { return -1.5 * mul(x[0], 2.0); }, .jacobian = E},
+      {.op = "mul", .variant = "square_by_reuse", .inputs = {in({4})}, .fn = [](X x) { return mul(x[0], x[0]); }, .jacobian = E},
       // denominators kept at least 0.1 from 0
       {.op = "div", .variant = "broadcast", .inputs = {in({2, 3}), in({3})}, .fn = [](X x) { return div(x[0], x[1]); },
        .kinks = {0.0}},
       {.op = "div", .variant = "scalar_operators", .inputs = {in({2, 2})}, .fn = [](X x) { return 1.0 / x[0] + x[0] / 4.0; },
-       .kinks = {0.0}},
-      {.op = "pow", .variant = "tensor", .inputs = {positive({2, 3}), in({2, 3})}, .fn = [](X x) { return pow(x[0], x[1]); }},
+       .kinks = {0.0}, .jacobian = E},
+      {.op = "pow", .variant = "tensor", .inputs = {positive({2, 3}), in({2, 3})}, .fn = [](X x) { return pow(x[0], x[1]); }, .jacobian = E},
       {.op = "pow", .variant = "tensor_broadcast", .inputs = {positive({2, 3}), in({3})},
        .fn = [](X x) { return pow(x[0], x[1]); }},
-      {.op = "pow", .variant = "scalar_fractional", .inputs = {positive({2, 3})}, .fn = [](X x) { return pow(x[0], 2.5); }},
-      {.op = "pow", .variant = "scalar_square", .inputs = {in({2, 3})}, .fn = [](X x) { return pow(x[0], 2.0); }},
-      {.op = "pow", .variant = "scalar_cube", .inputs = {in({4})}, .fn = [](X x) { return x[0].pow(3.0); }},
-      {.op = "pow", .variant = "scalar_negative", .inputs = {positive({3})}, .fn = [](X x) { return pow(x[0], -1.5); }},
-      {.op = "pow", .variant = "scalar_zero", .inputs = {in({3})}, .fn = [](X x) { return pow(x[0], 0.0); }},
-      {.op = "neg", .variant = "transposed", .inputs = {in({2, 3}, T)}, .fn = [](X x) { return neg(x[0]); }},
-      {.op = "exp", .variant = "", .inputs = {in({2, 3})}, .fn = [](X x) { return exp(x[0]); }},
-      {.op = "exp", .variant = "sliced", .inputs = {in({2, 3}, S)}, .fn = [](X x) { return x[0].exp(); }},
-      {.op = "log", .variant = "", .inputs = {positive({2, 3})}, .fn = [](X x) { return log(x[0]); }},
-      {.op = "log", .variant = "transposed", .inputs = {positive({2, 3}, T)}, .fn = [](X x) { return x[0].log(); }},
-      {.op = "sqrt", .variant = "", .inputs = {positive({2, 3})}, .fn = [](X x) { return sqrt(x[0]); }},
-      {.op = "tanh", .variant = "", .inputs = {in({2, 3})}, .fn = [](X x) { return tanh(x[0]); }},
-      {.op = "tanh", .variant = "transposed", .inputs = {in({3, 2}, T)}, .fn = [](X x) { return x[0].tanh(); }},
-      {.op = "sigmoid", .variant = "", .inputs = {in({2, 3})}, .fn = [](X x) { return sigmoid(x[0]); }},
+      {.op = "pow", .variant = "scalar_fractional", .inputs = {positive({2, 3})}, .fn = [](X x) { return pow(x[0], 2.5); }, .jacobian = E},
+      {.op = "pow", .variant = "scalar_square", .inputs = {in({2, 3})}, .fn = [](X x) { return pow(x[0], 2.0); }, .jacobian = E},
+      {.op = "pow", .variant = "scalar_cube", .inputs = {in({4})}, .fn = [](X x) { return x[0].pow(3.0); }, .jacobian = E},
+      {.op = "pow", .variant = "scalar_negative", .inputs = {positive({3})}, .fn = [](X x) { return pow(x[0], -1.5); }, .jacobian = E},
+      {.op = "pow", .variant = "scalar_zero", .inputs = {in({3})}, .fn = [](X x) { return pow(x[0], 0.0); }, .jacobian = E},
+      {.op = "neg", .variant = "transposed", .inputs = {in({2, 3}, T)}, .fn = [](X x) { return neg(x[0]); }, .jacobian = E},
+      {.op = "exp", .variant = "", .inputs = {in({2, 3})}, .fn = [](X x) { return exp(x[0]); }, .jacobian = E},
+      {.op = "exp", .variant = "sliced", .inputs = {in({2, 3}, S)}, .fn = [](X x) { return x[0].exp(); }, .jacobian = E},
+      {.op = "log", .variant = "", .inputs = {positive({2, 3})}, .fn = [](X x) { return log(x[0]); }, .jacobian = E},
+      {.op = "log", .variant = "transposed", .inputs = {positive({2, 3}, T)}, .fn = [](X x) { return x[0].log(); }, .jacobian = E},
+      {.op = "sqrt", .variant = "", .inputs = {positive({2, 3})}, .fn = [](X x) { return sqrt(x[0]); }, .jacobian = E},
+      {.op = "tanh", .variant = "", .inputs = {in({2, 3})}, .fn = [](X x) { return tanh(x[0]); }, .jacobian = E},
+      {.op = "tanh", .variant = "transposed", .inputs = {in({3, 2}, T)}, .fn = [](X x) { return x[0].tanh(); }, .jacobian = E},
+      {.op = "sigmoid", .variant = "", .inputs = {in({2, 3})}, .fn = [](X x) { return sigmoid(x[0]); }, .jacobian = E},
       {.op = "sigmoid", .variant = "saturated", .inputs = {values({-30, -4, 0.5, 4, 30}, {5})},
-       .fn = [](X x) { return x[0].sigmoid(); }},
-      {.op = "relu", .variant = "", .inputs = {in({3, 4})}, .fn = [](X x) { return relu(x[0]); }, .kinks = {0.0}},
-      {.op = "abs", .variant = "", .inputs = {in({3, 4})}, .fn = [](X x) { return abs(x[0]); }, .kinks = {0.0}},
+       .fn = [](X x) { return x[0].sigmoid(); }, .jacobian = E},
+      {.op = "relu", .variant = "", .inputs = {in({3, 4})}, .fn = [](X x) { return relu(x[0]); }, .kinks = {0.0}, .jacobian = E},
+      {.op = "abs", .variant = "", .inputs = {in({3, 4})}, .fn = [](X x) { return abs(x[0]); }, .kinks = {0.0}, .jacobian = E},
       {.op = "clamp", .variant = "", .inputs = {in({3, 4})}, .fn = [](X x) { return clamp(x[0], -0.5, 0.7); },
-       .kinks = {-0.5, 0.7}},
+       .kinks = {-0.5, 0.7}, .jacobian = E},
       {.op = "maximum", .variant = "broadcast", .inputs = {in({2, 3}), in({3})},
        .fn = [](X x) { return maximum(x[0], x[1]); }},
       {.op = "minimum", .variant = "broadcast", .inputs = {in({2, 1}), in({2, 3})},
        .fn = [](X x) { return minimum(x[0], x[1]); }},
       // ties: gradcheck cannot see the kink's even split (only one side of it), so a tie is built
       // with one input on both sides: maximum(x, x) = x has derivative 1 = ½ + ½
-      {.op = "maximum", .variant = "tie_splits_evenly", .inputs = {in({4})}, .fn = [](X x) { return maximum(x[0], x[0]); }},
-      {.op = "minimum", .variant = "tie_splits_evenly", .inputs = {in({4})}, .fn = [](X x) { return minimum(x[0], x[0]); }},
-      {.op = "log1p", .variant = "", .inputs = {positive({2, 3})}, .fn = [](X x) { return log1p(x[0]); }},
+      {.op = "maximum", .variant = "tie_splits_evenly", .inputs = {in({4})}, .fn = [](X x) { return maximum(x[0], x[0]); }, .jacobian = E},
+      {.op = "minimum", .variant = "tie_splits_evenly", .inputs = {in({4})}, .fn = [](X x) { return minimum(x[0], x[0]); }, .jacobian = E},
+      {.op = "log1p", .variant = "", .inputs = {positive({2, 3})}, .fn = [](X x) { return log1p(x[0]); }, .jacobian = E},
       {.op = "log1p", .variant = "near_zero", .inputs = {values({-0.5, -1e-3, 1e-8, 0.25}, {4})},
-       .fn = [](X x) { return log1p(x[0]); }},
-      {.op = "expm1", .variant = "", .inputs = {in({2, 3})}, .fn = [](X x) { return expm1(x[0]); }},
-      {.op = "erf", .variant = "", .inputs = {in({2, 3})}, .fn = [](X x) { return erf(x[0]); }},
-      {.op = "log_sigmoid", .variant = "", .inputs = {in({2, 3})}, .fn = [](X x) { return log_sigmoid(x[0]); }},
+       .fn = [](X x) { return log1p(x[0]); }, .jacobian = E},
+      {.op = "expm1", .variant = "", .inputs = {in({2, 3})}, .fn = [](X x) { return expm1(x[0]); }, .jacobian = E},
+      {.op = "erf", .variant = "", .inputs = {in({2, 3})}, .fn = [](X x) { return erf(x[0]); }, .jacobian = E},
+      {.op = "log_sigmoid", .variant = "", .inputs = {in({2, 3})}, .fn = [](X x) { return log_sigmoid(x[0]); }, .jacobian = E},
       {.op = "log_sigmoid", .variant = "saturated", .inputs = {values({-40, -5, 0.5, 5, 40}, {5})},
-       .fn = [](X x) { return log_sigmoid(x[0]); }},
-      {.op = "silu", .variant = "", .inputs = {in({2, 3})}, .fn = [](X x) { return silu(x[0]); }},
+       .fn = [](X x) { return log_sigmoid(x[0]); }, .jacobian = E},
+      {.op = "silu", .variant = "", .inputs = {in({2, 3})}, .fn = [](X x) { return silu(x[0]); }, .jacobian = E},
       {.op = "hardsigmoid", .variant = "", .inputs = {values({-4, -2.5, -0.5, 0.7, 2.9, 3.5}, {2, 3})},
-       .fn = [](X x) { return hardsigmoid(x[0]); }},
+       .fn = [](X x) { return hardsigmoid(x[0]); }, .jacobian = E},
       {.op = "hardswish", .variant = "", .inputs = {values({-4, -2.5, -0.5, 0.7, 2.9, 3.5}, {2, 3})},
-       .fn = [](X x) { return hardswish(x[0]); }},
-      {.op = "mish", .variant = "", .inputs = {in({2, 3})}, .fn = [](X x) { return mish(x[0]); }},
+       .fn = [](X x) { return hardswish(x[0]); }, .jacobian = E},
+      {.op = "mish", .variant = "", .inputs = {in({2, 3})}, .fn = [](X x) { return mish(x[0]); }, .jacobian = E},
       {.op = "mish", .variant = "wide", .inputs = {values({-30, -4, -0.5, 0.5, 4, 25}, {2, 3})},
-       .fn = [](X x) { return mish(x[0]); }},
-      {.op = "softplus", .variant = "", .inputs = {in({2, 3})}, .fn = [](X x) { return softplus(x[0]); }},
+       .fn = [](X x) { return mish(x[0]); }, .jacobian = E},
+      {.op = "softplus", .variant = "", .inputs = {in({2, 3})}, .fn = [](X x) { return softplus(x[0]); }, .jacobian = E},
       // beta 2, threshold 1: x > 0.5 is the linear branch (kink at 0.5 kept away from)
       {.op = "softplus", .variant = "beta_threshold", .inputs = {in({3, 4})},
-       .fn = [](X x) { return softplus(x[0], 2.0, 1.0); }, .kinks = {0.5}},
-      {.op = "gelu", .variant = "", .inputs = {in({2, 3})}, .fn = [](X x) { return gelu(x[0]); }},
+       .fn = [](X x) { return softplus(x[0], 2.0, 1.0); }, .kinks = {0.5}, .jacobian = E},
+      {.op = "gelu", .variant = "", .inputs = {in({2, 3})}, .fn = [](X x) { return gelu(x[0]); }, .jacobian = E},
       {.op = "gelu", .variant = "tanh", .inputs = {in({2, 3})},
-       .fn = [](X x) { return gelu(x[0], GeluApproximate::tanh); }},
+       .fn = [](X x) { return gelu(x[0], GeluApproximate::tanh); }, .jacobian = E},
       {.op = "where", .variant = "scalar_operands", .inputs = {mask({1, 0, 0, 1, 1, 0}, {2, 3}), in({2, 3})},
-       .fn = [](X x) { return where(x[0], x[1], 0.5) + where(x[0], -1.0, x[1]); }},
+       .fn = [](X x) { return where(x[0], x[1], 0.5) + where(x[0], -1.0, x[1]); }, .jacobian = E},
       {.op = "where", .variant = "", .inputs = {mask({1, 0, 0, 1, 1, 0}, {2, 3}), in({2, 3}), in({2, 3})},
-       .fn = [](X x) { return where(x[0], x[1], x[2]); }},
+       .fn = [](X x) { return where(x[0], x[1], x[2]); }, .jacobian = E},
       {.op = "where", .variant = "broadcast", .inputs = {mask({1, 0, 1}, {3}), in({2, 3}), in({2, 1})},
        .fn = [](X x) { return where(x[0], x[1], x[2]); }},
       {.op = "masked_fill", .variant = "", .inputs = {in({2, 3}), mask({1, 0, 0, 1, 1, 0}, {2, 3})},
-       .fn = [](X x) { return masked_fill(x[0], x[1], -1.0); }},
+       .fn = [](X x) { return masked_fill(x[0], x[1], -1.0); }, .jacobian = E},
       {.op = "masked_fill", .variant = "broadcast_mask", .inputs = {in({2, 3}), mask({0, 1, 0}, {3})},
        .fn = [](X x) { return x[0].masked_fill(x[1], -1e9); }},
       // fused backward helpers: autograd records the composed twin, the numerical pass runs the fused kernel
       {.op = "tanh_backward", .variant = "", .inputs = {in({2, 3}), in({2, 3})},
-       .fn = [](X x) { return tanh_backward(x[0], x[1]); }},
+       .fn = [](X x) { return tanh_backward(x[0], x[1]); }, .jacobian = E},
       {.op = "sigmoid_backward", .variant = "", .inputs = {in({2, 3}), in({2, 3})},
-       .fn = [](X x) { return sigmoid_backward(x[0], x[1]); }},
+       .fn = [](X x) { return sigmoid_backward(x[0], x[1]); }, .jacobian = E},
 
       // ---- reductions
       {.op = "sum", .variant = "all", .inputs = {in({2, 3})}, .fn = [](X x) { return sum(x[0]); }},
@@ -186,7 +150,7 @@ std::vector<OpCase> build_op_cases() {
       {.op = "max", .variant = "structured_binding", .inputs = {distinct({2, 3, 2})},
        .fn = [](X x) {
          auto [values, indices] = max(x[0], 1);
-         return mul(values, add(to_dtype(indices, DType::f64), 1.0));  // the indices weigh the values
+         return mul(values, add(to_dtype(indices, values.dtype()), 1.0));  // the indices weigh the values
        }},
       {.op = "min", .variant = "dim", .inputs = {distinct({3, 4})}, .fn = [](X x) { return min(x[0], 1).values; }},
       {.op = "min", .variant = "dim_keepdim", .inputs = {distinct({2, 3, 2})},
@@ -199,7 +163,7 @@ std::vector<OpCase> build_op_cases() {
       {.op = "sort", .variant = "descending_dim0", .inputs = {distinct({3, 2, 2})},
        .fn = [](X x) {
          auto [values, indices] = sort(x[0], 0, true);
-         return mul(values, add(to_dtype(indices, DType::f64), 1.0));
+         return mul(values, add(to_dtype(indices, values.dtype()), 1.0));
        }},
       {.op = "logsumexp", .variant = "dim", .inputs = {in({3, 4})}, .fn = [](X x) { return logsumexp(x[0], {1}); }},
       {.op = "logsumexp", .variant = "all_keepdim", .inputs = {in({2, 3})},
@@ -231,13 +195,13 @@ std::vector<OpCase> build_op_cases() {
        .fn = [](X x) { return linear(x[0], x[1], x[2]); }},
 
       // ---- softmax family
-      {.op = "softmax", .variant = "last", .inputs = {in({2, 3})}, .fn = [](X x) { return softmax(x[0], -1); }},
-      {.op = "softmax", .variant = "dim0", .inputs = {in({3, 2})}, .fn = [](X x) { return softmax(x[0], 0); }},
-      {.op = "softmax", .variant = "middle", .inputs = {in({2, 3, 2})}, .fn = [](X x) { return x[0].softmax(1); }},
-      {.op = "softmax", .variant = "transposed", .inputs = {in({3, 4}, T)}, .fn = [](X x) { return softmax(x[0], 1); }},
-      {.op = "log_softmax", .variant = "last", .inputs = {in({2, 3})}, .fn = [](X x) { return log_softmax(x[0], -1); }},
-      {.op = "log_softmax", .variant = "dim0", .inputs = {in({3, 2})}, .fn = [](X x) { return log_softmax(x[0], 0); }},
-      {.op = "log_softmax", .variant = "sliced", .inputs = {in({2, 3}, S)}, .fn = [](X x) { return x[0].log_softmax(-1); }},
+      {.op = "softmax", .variant = "last", .inputs = {in({2, 3})}, .fn = [](X x) { return softmax(x[0], -1); }, .jacobian = R(-1)},
+      {.op = "softmax", .variant = "dim0", .inputs = {in({3, 2})}, .fn = [](X x) { return softmax(x[0], 0); }, .jacobian = R(0)},
+      {.op = "softmax", .variant = "middle", .inputs = {in({2, 3, 2})}, .fn = [](X x) { return x[0].softmax(1); }, .jacobian = R(1)},
+      {.op = "softmax", .variant = "transposed", .inputs = {in({3, 4}, T)}, .fn = [](X x) { return softmax(x[0], 1); }, .jacobian = R(1)},
+      {.op = "log_softmax", .variant = "last", .inputs = {in({2, 3})}, .fn = [](X x) { return log_softmax(x[0], -1); }, .jacobian = R(-1)},
+      {.op = "log_softmax", .variant = "dim0", .inputs = {in({3, 2})}, .fn = [](X x) { return log_softmax(x[0], 0); }, .jacobian = R(0)},
+      {.op = "log_softmax", .variant = "sliced", .inputs = {in({2, 3}, S)}, .fn = [](X x) { return x[0].log_softmax(-1); }, .jacobian = R(-1)},
 
       // ---- shape ops
       {.op = "view", .variant = "", .inputs = {in({2, 6})}, .fn = [](X x) { return view(x[0], {3, -1}); }},
@@ -256,8 +220,8 @@ std::vector<OpCase> build_op_cases() {
       {.op = "slice", .variant = "step", .inputs = {in({3, 7})}, .fn = [](X x) { return slice(x[0], 1, 1, 6, 2); }},
       {.op = "slice", .variant = "negative_start", .inputs = {in({5})}, .fn = [](X x) { return x[0].slice(0, -3, 5); }},
       {.op = "select", .variant = "", .inputs = {in({3, 4})}, .fn = [](X x) { return select(x[0], 1, -1); }},
-      {.op = "contiguous", .variant = "", .inputs = {in({3, 4}, T)}, .fn = [](X x) { return contiguous(x[0]); }},
-      {.op = "clone", .variant = "", .inputs = {in({2, 3}, S)}, .fn = [](X x) { return clone(x[0]); }},
+      {.op = "contiguous", .variant = "", .inputs = {in({3, 4}, T)}, .fn = [](X x) { return contiguous(x[0]); }, .jacobian = E},
+      {.op = "clone", .variant = "", .inputs = {in({2, 3}, S)}, .fn = [](X x) { return clone(x[0]); }, .jacobian = E},
       // a float32 round trip: exact for the linear map, but the step must exceed float32 rounding
       {.op = "to", .variant = "float32_roundtrip", .inputs = {in({2, 3})},
        .fn = [](X x) { return to_dtype(mul(to_dtype(x[0], DType::f32), 3.0), DType::f64); },
@@ -299,7 +263,7 @@ std::vector<OpCase> build_op_cases() {
       // (then the numerical gradient of row 0 is also zero and every other row is still checked).
       {.op = "embedding", .variant = "padding_idx", .inputs = {in({5, 3}), ids({1, 0, 1, 0, 2, 4}, {2, 3})},
        .fn = [](X x) {
-         Tensor keep = to_dtype(ne(x[1], 0.0), DType::f64).unsqueeze(-1);
+         Tensor keep = to_dtype(ne(x[1], 0.0), x[0].dtype()).unsqueeze(-1);
          return mul(embedding(x[0], x[1], 0), keep);
        }},
 
@@ -311,11 +275,13 @@ std::vector<OpCase> build_op_cases() {
        .fn = [](X x) { return repeat_interleave(x[0], 3); }},
 
       // ---- randomness: reseeded on every call, so every evaluation draws the same mask
+      // kNoFloat32: the mask is drawn in the input's dtype, so float32 and float64 drop other elements
       {.op = "dropout", .variant = "seeded", .inputs = {in({4, 5})},
        .fn = [](X x) {
          manual_seed(1234);
          return dropout(x[0], 0.4);
-       }},
+       },
+       .flags = kNoFloat32},
       {.op = "dropout", .variant = "eval", .inputs = {in({2, 3})}, .fn = [](X x) { return dropout(x[0], 0.4, false); }},
 
       // ---- in-place Tensor methods on non-leaf tensors (recorded as their out-of-place twins)
@@ -324,13 +290,13 @@ std::vector<OpCase> build_op_cases() {
          Tensor h = mul(x[0], 1.0);
          h.add_(x[1], 0.5);
          return h;
-       }},
+       }, .jacobian = E},
       {.op = "mul_", .variant = "", .inputs = {in({2, 3}), in({2, 3})},
        .fn = [](X x) {
          Tensor h = mul(x[0], 1.0);
          h.mul_(x[1]);
          return h.mul_(2.0);
-       }},
+       }, .jacobian = E},
       {.op = "copy_", .variant = "broadcast", .inputs = {in({2, 3}), in({3})},
        .fn = [](X x) {
          Tensor h = mul(x[0], 2.0);
@@ -340,21 +306,21 @@ std::vector<OpCase> build_op_cases() {
        .fn = [](X x) {
          Tensor h = mul(x[0], 3.0);
          return h.masked_fill_(x[1], 0.25);
-       }},
+       }, .jacobian = E},
       {.op = "clamp_", .variant = "", .inputs = {in({3, 3})},
        .fn = [](X x) {
          Tensor h = mul(x[0], 1.0);
          return h.clamp_(-0.5, 0.5);
        },
-       .kinks = {-0.5, 0.5}},
+       .kinks = {-0.5, 0.5}, .jacobian = E},
       // ---- nn-level ops (nn/): the fused ones are checked through their fused path; their
       // second order goes through the composed twin
       {.op = "masked_softmax", .variant = "per_batch", .inputs = {in({2, 3, 4}), ids({4, 2}, {2})},
-       .fn = [](X x) { return nn::masked_softmax(x[0], x[1]); }},
+       .fn = [](X x) { return nn::masked_softmax(x[0], x[1]); }, .jacobian = R(-1)},
       {.op = "masked_softmax", .variant = "per_query_with_empty_row", .inputs = {in({2, 3, 4}), ids({4, 0, 1, 2, 3, 4}, {2, 3})},
-       .fn = [](X x) { return nn::masked_softmax(x[0], x[1]); }},
+       .fn = [](X x) { return nn::masked_softmax(x[0], x[1]); }, .jacobian = R(-1)},
       {.op = "masked_softmax", .variant = "bool_mask", .inputs = {in({2, 4}), mask({0, 1, 0, 0, 1, 1, 1, 1}, {2, 4})},
-       .fn = [](X x) { return nn::softmax_with_mask(x[0], x[1]); }},
+       .fn = [](X x) { return nn::softmax_with_mask(x[0], x[1]); }, .jacobian = R(-1)},
       {.op = "cross_entropy", .variant = "smoothed_ignore_index", .inputs = {in({4, 5}), ids({1, 0, 4, 2}, {4})},
        .fn = [](X x) { return nn::cross_entropy(x[0], x[1], {.label_smoothing = 0.1, .ignore_index = 0}); }},
       {.op = "cross_entropy", .variant = "sum", .inputs = {in({3, 4}), ids({3, 0, 1}, {3})},
@@ -662,32 +628,6 @@ std::vector<GoldenCase> build_golden_cases() {
 
 }  // namespace
 
-// ---- spec helpers
-
-InputSpec in(Shape shape, Layout layout) { return {.shape = shape, .layout = layout}; }
-InputSpec positive(Shape shape, Layout layout) { return {.shape = shape, .gen = Gen::positive, .layout = layout}; }
-InputSpec distinct(Shape shape, Layout layout) { return {.shape = shape, .gen = Gen::distinct, .layout = layout}; }
-InputSpec constant(Shape shape) { return {.shape = shape, .requires_grad = false}; }
-InputSpec values(std::vector<double> v, Shape shape) { return {.shape = shape, .gen = Gen::values, .values = std::move(v)}; }
-InputSpec ids(std::vector<double> v, Shape shape) {
-  return {.shape = shape, .gen = Gen::values, .dtype = DType::i64, .values = std::move(v), .requires_grad = false};
-}
-InputSpec mask(std::vector<double> v, Shape shape) {
-  return {.shape = shape, .gen = Gen::values, .dtype = DType::b8, .values = std::move(v), .requires_grad = false};
-}
-
-const char* error_kind_name(ErrorKind kind) {
-  switch (kind) {
-    case ErrorKind::any: return "Error";
-    case ErrorKind::shape: return "ShapeError";
-    case ErrorKind::dtype: return "DTypeError";
-    case ErrorKind::index: return "IndexError";
-    case ErrorKind::value: return "ValueError";
-    case ErrorKind::device: return "DeviceError";
-  }
-  return "?";
-}
-
 const std::vector<OpCase>& op_cases() {
   static const std::vector<OpCase> rows = build_op_cases();
   return rows;
@@ -703,92 +643,17 @@ const std::vector<GoldenCase>& golden_cases() {
   return rows;
 }
 
-std::vector<Tensor> make_inputs(const OpCase& row) {
-  std::vector<Tensor> out;
-  uint64_t seed = hash_name(row.name());
-  for (size_t k = 0; k < row.inputs.size(); ++k) {
-    const InputSpec& spec = row.inputs[k];
-    if (!is_floating(spec.dtype)) {
-      out.push_back(from_vector(spec.values, spec.shape, {.dtype = spec.dtype}));
-      continue;
-    }
-    // Non-contiguous layouts are views of a larger contiguous buffer, made before requires_grad_,
-    // so the input is still a leaf.
-    Shape base = spec.shape;
-    int nd = base.size();
-    if (spec.layout == Layout::transposed) {
-      SG_CHECK_SHAPE(nd >= 2, "op table {}: a transposed input needs 2 dims, got {}", row.name(), base);
-      std::swap(base[nd - 1], base[nd - 2]);
-    } else if (spec.layout == Layout::sliced) {
-      SG_CHECK_SHAPE(nd >= 1, "op table {}: a sliced input needs 1 dim", row.name());
-      base[nd - 1] *= 2;
-    }
-    Tensor t = from_vector(generate(spec, base, seed + 7919 * k, row.kinks), base, {.dtype = spec.dtype});
-    if (spec.layout == Layout::transposed) t = t.transpose(-1, -2);
-    if (spec.layout == Layout::sliced) t = t.slice(-1, 0, base[nd - 1], 2);
-    if (spec.requires_grad) t.requires_grad_();
-    out.push_back(t);
-  }
-  return out;
-}
+std::vector<std::string> op_names() { return builtin_registry().op_names(); }
 
-GradcheckOptions options_for(const OpCase& row) {
-  return {.eps = row.eps, .atol = row.atol, .rtol = row.rtol, .name = row.name()};
-}
-
-std::vector<std::string> op_names() {
-  std::set<std::string> names;
-  for (const OpCase& r : op_cases()) names.insert(r.op);
-  for (const ErrorCase& r : error_cases()) names.insert(r.op);
-  for (const GoldenCase& r : golden_cases()) names.insert(r.op);
-  return {names.begin(), names.end()};
-}
-
-std::string check_error_case(const ErrorCase& row) {
-  try {
-    row.call();
-  } catch (const Error& e) {
-    std::string what = e.what();
-    bool type_ok = false;
-    switch (row.kind) {
-      case ErrorKind::any: type_ok = true; break;
-      case ErrorKind::shape: type_ok = dynamic_cast<const ShapeError*>(&e) != nullptr; break;
-      case ErrorKind::dtype: type_ok = dynamic_cast<const DTypeError*>(&e) != nullptr; break;
-      case ErrorKind::index: type_ok = dynamic_cast<const IndexError*>(&e) != nullptr; break;
-      case ErrorKind::value: type_ok = dynamic_cast<const ValueError*>(&e) != nullptr; break;
-      case ErrorKind::device: type_ok = dynamic_cast<const DeviceError*>(&e) != nullptr; break;
-    }
-    if (!type_ok) return fmt::format("threw the wrong Error subclass (expected {}): {}", error_kind_name(row.kind), what);
-    if (what.find(row.expected) == std::string::npos)
-      return fmt::format("message \"{}\" does not contain \"{}\"", what, row.expected);
-    return "";
-  } catch (const std::exception& e) {
-    return fmt::format("threw a non-seqgrad exception: {}", e.what());
-  }
-  return fmt::format("did not throw (expected {} containing \"{}\")", error_kind_name(row.kind), row.expected);
-}
-
-std::string check_golden_case(const GoldenCase& row) {
-  Tensor y;
-  try {
-    y = row.compute();
-  } catch (const std::exception& e) {
-    return fmt::format("threw: {}", e.what());
-  }
-  if (y.shape() != row.shape) return fmt::format("shape {}, expected {}", y.shape(), row.shape);
-  if (y.dtype() != row.dtype) return fmt::format("dtype {}, expected {}", y.dtype(), row.dtype);
-  std::vector<double> got = y.to_vector<double>();
-  if (got.size() != row.expected.size())
-    return fmt::format("{} values, but the row lists {}", got.size(), row.expected.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    bool same = got[i] == row.expected[i] || (std::isnan(got[i]) && std::isnan(row.expected[i]));
-    if (!same) return fmt::format("element {} is {}, expected {}", i, got[i], row.expected[i]);
-  }
-  return "";
-}
-
-bool matches(const std::string& pattern, const std::string& op, const std::string& name) {
-  return pattern == op || pattern == name;
+const OpCaseRegistry& builtin_registry() {
+  static const OpCaseRegistry registry = [] {
+    OpCaseRegistry r;
+    for (const OpCase& row : op_cases()) r.add(row);
+    for (const ErrorCase& row : error_cases()) r.add(row);
+    for (const GoldenCase& row : golden_cases()) r.add(row);
+    return r;
+  }();
+  return registry;
 }
 
 }  // namespace seqgrad::op_cases

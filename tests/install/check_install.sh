@@ -56,4 +56,11 @@ cmake -S "$src/cmake" -B "$prefix/cmake-build" -DCMAKE_BUILD_TYPE=Release -DCMAK
 cmake --build "$prefix/cmake-build" || fail "the find_package(seqgrad) project does not build"
 (cd "$prefix/run" && "$prefix/cmake-build/program") || fail "train_xor built with CMake failed"
 passed=$((passed + 1))
+
+# docs/adding-an-op.md exactly as written: an op's plugin built with pkg-config, then `seqgrad gradcheck --plugin`
+libdir=$(dirname "$(find "$root" -name 'libseqgrad.so' | head -n 1)")
+PATH="$root/bin:$PATH" LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+  /usr/bin/python3 "$src/check_doc_commands.py" "$(realpath "$src/../../docs/adding-an-op.md")" ||
+  fail "docs/adding-an-op.md does not run as written (its FAIL lines above say where)"
+passed=$((passed + 1))
 echo "install: $passed passed, 0 failed"

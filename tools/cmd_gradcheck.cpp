@@ -2,6 +2,8 @@
 // table (tools/op_cases.cpp) or the rows of your own op from a plugin (--plugin; see
 // docs/adding-an-op.md), with every check the tests run (tools/op_cases.h: check_op_case).
 #include <chrono>
+#include <cerrno>
+#include <cstring>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -39,7 +41,8 @@ Exit status: 0 when every selected row passes, 1 when one fails, 2 for a usage e
 
 struct Settings {
   oc::CheckOptions check;
-  std::string json_path;  // "" none, "-" stdout
+  bool json = false;      // --json: the JSON document on stdout instead of the text
+  std::string out_file;   // --out-file: the JSON document written there too
 };
 
 double parse_positive(const seqgrad::tools::Args& args, const char* name) {
@@ -64,7 +67,8 @@ Settings read_settings(const seqgrad::tools::Args& args) {
   if (args.has("threads")) seqgrad::set_num_threads(args.get_threads());
   s.check.second_order = !args.flag("no-second-order");
   s.check.float32_agreement = !args.flag("no-float32");
-  if (args.has("json")) s.json_path = args.get("json");
+  s.json = args.flag("json");
+  if (args.has("out-file")) s.out_file = args.get("out-file");
   return s;
 }
 
@@ -178,14 +182,10 @@ json row_json(const oc::RowResult& r) {
 }
 
 void write_json(const std::string& path, const json& doc) {
-  if (path == "-") {
-    fmt::print("{}\n", doc.dump(2));
-    return;
-  }
   std::ofstream out(path);
-  SG_CHECK_IO(out.good(), "--json: cannot write '{}'", path);
+  SG_CHECK_IO(out.good(), "--out-file: cannot write '{}': {}", path, std::strerror(errno));
   out << doc.dump(2) << "\n";
-  SG_CHECK_IO(out.good(), "--json: writing '{}' failed", path);
+  SG_CHECK_IO(out.good(), "--out-file: writing '{}' failed: {}", path, std::strerror(errno));
 }
 
 }  // namespace
@@ -207,7 +207,8 @@ int gradcheck_main(int argc, char** argv) {
               "float64")
       .option("no-second-order", "", "skip the second-order checks")
       .option("no-float32", "", "skip the float32-vs-float64 agreement checks")
-      .option("json", "file", "also write every row's result as JSON to this file ('-': stdout, instead of the text)");
+      .option("json", "", "every row's result as one JSON document on stdout, instead of the text")
+      .option("out-file", "file", "also write that JSON document to this file");
   if (!args.parse(argc, argv)) return 0;
   Settings settings = seqgrad::tools::checking_flags([&] { return read_settings(args); });
 
@@ -226,7 +227,7 @@ int gradcheck_main(int argc, char** argv) {
   const std::vector<std::string>& patterns = args.positionals();
   check_patterns(*table, patterns, source, args.has("plugin"));
 
-  bool text = settings.json_path != "-";
+  const bool text = !settings.json;
   auto start = std::chrono::steady_clock::now();
   std::vector<oc::RowResult> results;
   auto report = [&](oc::RowResult r) {
@@ -251,12 +252,13 @@ int gradcheck_main(int argc, char** argv) {
   if (text)
     fmt::print("{} of {} rows passed{} ({} mode, {:.2f} s)\n", results.size() - failed, results.size(),
                failed ? fmt::format("; {} FAILED", failed) : "", mode, seconds);
-  if (!settings.json_path.empty()) {
+  if (settings.json || !settings.out_file.empty()) {
     json rows = json::array();
     for (const oc::RowResult& r : results) rows.push_back(row_json(r));
-    write_json(settings.json_path, {{"source", source}, {"mode", mode}, {"dtype", args.get("dtype")},
-                                    {"rows", rows}, {"passed", results.size() - failed}, {"failed", failed},
-                                    {"seconds", seconds}});
+    json doc = {{"source", source}, {"mode", mode}, {"dtype", args.get("dtype")}, {"rows", rows},
+                {"passed", results.size() - failed}, {"failed", failed}, {"seconds", seconds}};
+    if (settings.json) fmt::print("{}\n", doc.dump(2));
+    if (!settings.out_file.empty()) write_json(settings.out_file, doc);
   }
   return failed ? 1 : 0;
 }

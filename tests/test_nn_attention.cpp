@@ -187,7 +187,9 @@ TEST_CASE("masked_softmax: errors name the op and the shapes") {
                        doctest::Contains("valid_lengths must have shape (B,) = (2,) or (B, Q) = (2, 3), got (3,)"),
                        ShapeError);
   CHECK_THROWS_WITH_AS(nn::masked_softmax(scores, tensor({1, 2}, {2})),
-                       doctest::Contains("valid_lengths must be int64, got float32"), DTypeError);
+                       doctest::Contains("the mask must be int64 valid lengths or a bool keep mask (true = keep), "
+                                         "got float32 (2,)"),
+                       DTypeError);
   CHECK_THROWS_WITH_AS(nn::softmax_with_keep(scores, zeros({2, 3, 4})), doctest::Contains("keep mask must be bool"),
                        DTypeError);
 }

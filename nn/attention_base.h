@@ -58,8 +58,8 @@ void check_feature_size(const char* op, const char* what, const Tensor& t, int64
 // every step, so Attention::prepare builds the keep mask (lengths go to the host once, for their
 // range check) and applies the kind's key projection once per batch, not once per step.
 struct AttentionMemory {
-  Tensor keys;    // (B, K, Dk) as given
-  Tensor values;  // (B, K, Dv) as given
+  Tensor keys;      // (B, K, Dk) as given
+  Tensor values;    // (B, K, Dv) as given
   Tensor key_keep;  // bool (B, 1 | Q, K), true = attend; undefined = every key is attended
   std::vector<Tensor> projected;       // the kind's per-batch projections (each kind's header says which)
   std::vector<AttentionMemory> parts;  // composite kinds (hybrid, multi-level, local): one per part

@@ -35,19 +35,19 @@ class Exported:
                                          providers=["CPUExecutionProvider"])
 
     def encode(self, src_ids):
-        return self.encoder.run(["memory", "keys", "state", "mask"],
+        return self.encoder.run(["memory", "keys", "state", "src_keep"],
                                 {"src": np.array([src_ids], dtype=np.int64),
                                  "src_lengths": np.array([len(src_ids)], dtype=np.int64)})
 
-    def decode_step(self, y, state, memory, keys, mask):
-        return self.step.run(None, {"y_prev": y, "state": state, "memory": memory, "keys": keys, "mask": mask})
+    def decode_step(self, y, state, memory, keys, src_keep):
+        return self.step.run(None, {"y_prev": y, "state": state, "memory": memory, "keys": keys, "src_keep": src_keep})
 
 
 def greedy_decode(m, src_ids, max_len):
-    memory, keys, state, mask = m.encode(src_ids)
+    memory, keys, state, src_keep = m.encode(src_ids)
     y, tokens = np.array([BOS], dtype=np.int64), []
     for _ in range(max_len):
-        log_probs, state, _ = m.decode_step(y, state, memory, keys, mask)
+        log_probs, state, _ = m.decode_step(y, state, memory, keys, src_keep)
         y = log_probs.argmax(-1)
         if int(y[0]) == EOS:
             break
@@ -56,7 +56,7 @@ def greedy_decode(m, src_ids, max_len):
 
 
 def beam_search(m, src_ids, max_len, beam_size, length_penalty=1.0):
-    memory, keys, state, mask = m.encode(src_ids)
+    memory, keys, state, src_keep = m.encode(src_ids)
     beams = [([], 0.0, BOS)]  # tokens, log_prob, last
     finished = []
 
@@ -69,7 +69,7 @@ def beam_search(m, src_ids, max_len, beam_size, length_penalty=1.0):
         n = len(beams)
         last = np.array([b[2] for b in beams], dtype=np.int64)
         log_probs, new_state, _ = m.decode_step(last, state, np.repeat(memory, n, 0), np.repeat(keys, n, 0),
-                                                np.repeat(mask, n, 0))
+                                                np.repeat(src_keep, n, 0))
         k = min(beam_size, log_probs.shape[1])
         top_id = np.argsort(-log_probs, axis=1, kind="stable")[:, :k]
         cands = sorted(((beams[b][1] + float(log_probs[b, j]), b, int(j)) for b in range(n) for j in top_id[b]),

@@ -76,16 +76,17 @@ class Backend {
                                         const Tensor& /*dw*/) {
     unsupported(FusedOp::additive_scores, qp);
   }
-  // The chunked attention's backward over one chunk of n keys (nn/attention_chunked.cpp), with
+  // The chunked attention's backward over one chunk of n keys (ops/attention_chunked.cpp), with
   // the tanh features computed once per (b, i, j) instead of once for the energies and once more
-  // for their backward: where mask is false (or undefined),
+  // for their backward: where keep is true (or undefined),
   //   f = tanh(qp_bi + kp_bj)   p_bij = exp(w · f - lse_bi)   ds = p_bij (dprob_bij - delta_bi)
   //   dqp_bi += ds w ∘ (1 - f²)   dkp_bj += ds w ∘ (1 - f²)   dw += ds f
-  // qp (B, Q, A), kp (B, n, A), w (A,), lse and delta (B, Q), dprob (B, Q, n), mask (B, Q, n)
-  // bool or undefined -> probs (B, Q, n) (0 where masked), dqp, dkp, dw (overwritten).
+  // qp (B, Q, A), kp (B, n, A), w (A,), lse and delta (B, Q), dprob (B, Q, n), keep (B, Q, n)
+  // bool (true = attend) or undefined -> probs (B, Q, n) (0 where not kept), dqp, dkp, dw
+  // (overwritten).
   virtual void additive_attention_chunk_backward(const Tensor& qp, const Tensor& /*kp*/, const Tensor& /*w*/,
                                                  const Tensor& /*lse*/, const Tensor& /*dprob*/,
-                                                 const Tensor& /*delta*/, const Tensor& /*mask*/,
+                                                 const Tensor& /*delta*/, const Tensor& /*keep*/,
                                                  const Tensor& /*probs*/, const Tensor& /*dqp*/,
                                                  const Tensor& /*dkp*/, const Tensor& /*dw*/) {
     unsupported(FusedOp::additive_attention_chunk, qp);
@@ -105,8 +106,7 @@ class Backend {
   }
   // One Adam/AdamW step of one parameter (optim/optimizer.cpp, formulas in optim/optimizer.h):
   // param, exp_avg, exp_avg_sq and, with p.amsgrad, max_exp_avg_sq (else undefined) are updated in
-  // place from grad; all of one shape and floating dtype. (The CPU's loop is optim's own
-  // adam_update_fused: the CPU backend does not offer this kernel.)
+  // place from grad; all contiguous, of one shape and floating dtype.
   virtual void adam_update(const Tensor& param, const Tensor& /*grad*/, const Tensor& /*exp_avg*/,
                            const Tensor& /*exp_avg_sq*/, const Tensor& /*max_exp_avg_sq*/, const AdamParams& /*p*/) {
     unsupported(FusedOp::adam_update, param);

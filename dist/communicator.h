@@ -1,6 +1,6 @@
 // Collective communication between the processes of a data-parallel job (PyTorch's process group):
 // allreduce, broadcast and barrier on float32/float64 tensors, over MPI (dist/communicator_mpi.cpp), NCCL for
-// CUDA tensors (dist/nccl.cpp), or within one process (world size 1).
+// CUDA tensors (dist/communicator_nccl.cpp), or within one process (world size 1).
 #pragma once
 #include <chrono>
 #include <cstddef>

@@ -59,21 +59,21 @@ void AdditiveAttention::prepare_keys(AttentionMemory& memory) const {
 Tensor AdditiveAttention::attend_queries(const Tensor& queries, const AttentionMemory& memory) const {
   check_queries(queries, memory, 1);
   check_feature_size(op_, "queries", queries, options_.query_size, "query_size");
-  return attend_keys(queries, memory.projected[0], memory.values, memory.mask);
+  return attend_keys(queries, memory.projected[0], memory.values, memory.key_keep);
 }
 
 Tensor AdditiveAttention::attend_projected(const Tensor& queries, const Tensor& projected_keys, const Tensor& values,
-                                           const Tensor& valid_lengths) const {
-  Tensor mask = check_attention_args(op_, queries, projected_keys, values, valid_lengths);  // (B, 1 | Q, K)
+                                           const Tensor& lengths_or_keep) const {
+  Tensor key_keep = check_attention_args(op_, queries, projected_keys, values, lengths_or_keep);  // (B, 1 | Q, K)
   check_feature_size(op_, "queries", queries, options_.query_size, "query_size");
   check_feature_size(op_, "projected keys", projected_keys, options_.hidden_size, "hidden_size");
-  return attend_keys(queries, projected_keys, values, mask);
+  return attend_keys(queries, projected_keys, values, key_keep);
 }
 
 Tensor AdditiveAttention::attend_keys(const Tensor& queries, const Tensor& projected_keys, const Tensor& values,
-                                      const Tensor& mask) const {
+                                      const Tensor& key_keep) const {
   Tensor scores = additive_scores(w_q(queries), projected_keys, w_v.weight);  // (B, Q, K)
-  Tensor weights = softmax_with_mask(scores, mask);                           // (B, Q, K)
+  Tensor weights = softmax_with_keep(scores, key_keep);                       // (B, Q, K)
   keep(scores, weights);
   return matmul(dropout(weights), values);  // (B, Q, Dv)
 }

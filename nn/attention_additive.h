@@ -31,9 +31,10 @@ class AdditiveAttention : public Attention {
 
   // W_k keys: (B, K, Dk) -> (B, K, A), the projection prepare() stores.
   Tensor project_keys(const Tensor& keys) const;
-  // forward with keys already projected: projected_keys (B, K, A) from project_keys.
+  // forward with keys already projected: projected_keys (B, K, A) from project_keys;
+  // lengths_or_keep as forward's.
   Tensor attend_projected(const Tensor& queries, const Tensor& projected_keys, const Tensor& values,
-                          const Tensor& valid_lengths = {}) const;
+                          const Tensor& lengths_or_keep = {}) const;
 
   // The unmasked energies vᵀ tanh(W_q q + W_k k): queries (B, Q, Dq), keys (B, K, Dk) -> (B, Q, K).
   Tensor score(const Tensor& queries, const Tensor& keys) const;
@@ -53,9 +54,10 @@ class AdditiveAttention : public Attention {
   AdditiveAttention(std::string type_name, const char* op, Options options);
   void prepare_keys(AttentionMemory& memory) const override;
   // The part after the checks: queries (B, Q, Dq), projected keys (B, K, A), values (B, K, Dv),
-  // mask (B, 1 | Q, K) bool or undefined -> context (B, Q, Dv); keeps scores and weights.
+  // key_keep (B, 1 | Q, K) bool (true = attend) or undefined -> context (B, Q, Dv); keeps scores
+  // and weights.
   virtual Tensor attend_keys(const Tensor& queries, const Tensor& projected_keys, const Tensor& values,
-                             const Tensor& mask) const;
+                             const Tensor& key_keep) const;
 
  private:
   Options options_;

@@ -1,99 +1,79 @@
-// masked_softmax, the valid-length mask and the argument checks shared by the attention family.
+// masked_softmax, the keep mask and the argument checks shared by the attention family.
 #include "nn/attention_base.h"
 
 #include <limits>
-#include <vector>
+
+#include "nn/mask.h"
 
 namespace seqgrad::nn {
 
-Tensor length_mask(const Tensor& valid_lengths, int64_t batch, int64_t queries, int64_t keys, const char* op) {
-  SG_CHECK(valid_lengths.defined(), "{}: valid_lengths is undefined", op);
-  SG_CHECK_DTYPE(valid_lengths.dtype() == DType::i64, "{}: valid_lengths must be int64, got {} {}", op,
-                 valid_lengths.dtype(), valid_lengths.shape());
-  bool per_batch = valid_lengths.ndim() == 1 && valid_lengths.size(0) == batch;
-  bool per_query = valid_lengths.ndim() == 2 && valid_lengths.size(0) == batch && valid_lengths.size(1) == queries;
-  SG_CHECK_SHAPE(per_batch || per_query,
-                 "{}: valid_lengths must have shape (B,) = ({},) or (B, Q) = ({}, {}), got {}", op, batch, batch,
-                 queries, valid_lengths.shape());
-  // Values are checked on the host: a length outside [0, K] is a caller's bug that would otherwise
-  // silently mean "no mask" (too long) or "everything masked" (negative).
-  std::vector<int64_t> lengths = valid_lengths.cpu().to_vector<int64_t>();
-  for (size_t i = 0; i < lengths.size(); ++i) {
-    SG_CHECK_VALUE(lengths[i] >= 0 && lengths[i] <= keys,
-                   "{}: valid length {} at index {} of valid_lengths {} is outside [0, K = {}] (K = number of keys)",
-                   op, lengths[i], i, valid_lengths.shape(), keys);
+Tensor key_keep_mask(const Tensor& lengths_or_keep, int64_t batch, int64_t queries, int64_t keys, const char* op) {
+  if (!lengths_or_keep.defined()) return {};
+  const Tensor& m = lengths_or_keep;
+  SG_CHECK_DTYPE(m.dtype() == DType::i64 || m.dtype() == DType::b8,
+                 "{}: the mask must be int64 valid lengths or a bool keep mask (true = keep), got {} {}", op, m.dtype(),
+                 m.shape());
+  if (m.dtype() == DType::i64) {
+    bool per_batch = m.ndim() == 1 && m.size(0) == batch;
+    bool per_query = m.ndim() == 2 && m.size(0) == batch && m.size(1) == queries;
+    SG_CHECK_SHAPE(per_batch || per_query,
+                   "{}: valid_lengths must have shape (B,) = ({},) or (B, Q) = ({}, {}), got {}", op, batch, batch,
+                   queries, m.shape());
+    Tensor keep = keep_mask(m, keys, op);                       // (B, K) or (B, Q, K)
+    return per_batch ? keep.view({batch, 1, keys}) : keep;  // (B, 1 | Q, K)
   }
-  Tensor positions = arange(0, static_cast<double>(keys)).view({1, 1, keys});  // (1, 1, K)
-  positions = positions.to(valid_lengths.device());
-  Tensor lengths3 = per_batch ? valid_lengths.view({batch, 1, 1})                // (B, 1, 1)
-                              : valid_lengths.reshape({batch, queries, 1});      // (B, Q, 1)
-  return ge(positions, lengths3);  // (B, 1, K) or (B, Q, K): true where j >= length
-}
-
-Tensor keep_mask_to_mask(const Tensor& keep, int64_t batch, int64_t queries, int64_t keys, const char* op) {
-  SG_CHECK(keep.defined(), "{}: the keep mask is undefined", op);
-  SG_CHECK_DTYPE(keep.dtype() == DType::b8, "{}: a mask must be bool (true = keep), got {} {}", op, keep.dtype(),
-                 keep.shape());
-  bool per_batch = keep.ndim() == 2 && keep.size(0) == batch && keep.size(1) == keys;
-  bool per_query = keep.ndim() == 3 && keep.size(0) == batch && (keep.size(1) == 1 || keep.size(1) == queries) &&
-                   keep.size(2) == keys;
+  bool per_batch = m.ndim() == 2 && m.size(0) == batch && m.size(1) == keys;
+  bool per_query = m.ndim() == 3 && m.size(0) == batch && (m.size(1) == 1 || m.size(1) == queries) &&
+                   m.size(2) == keys;
   SG_CHECK_SHAPE(per_batch || per_query,
                  "{}: a keep mask must have shape (B, K) = ({}, {}), (B, 1, K) or (B, Q, K) = ({}, {}, {}), got {}",
-                 op, batch, keys, batch, queries, keys, keep.shape());
-  Tensor masked = logical_not(keep);  // true = masked, as softmax_with_mask takes it
-  return per_batch ? masked.view({batch, 1, keys}) : masked;  // (B, 1 | Q, K)
+                 op, batch, keys, batch, queries, keys, m.shape());
+  return per_batch ? m.view({batch, 1, keys}) : m;  // (B, 1 | Q, K)
 }
 
-Tensor key_mask(const Tensor& lengths_or_mask, int64_t batch, int64_t queries, int64_t keys, const char* op) {
-  if (!lengths_or_mask.defined()) return {};
-  DType dtype = lengths_or_mask.dtype();
-  SG_CHECK_DTYPE(dtype == DType::i64 || dtype == DType::b8,
-                 "{}: the mask must be int64 valid lengths or a bool keep mask (true = keep), got {} {}", op, dtype,
-                 lengths_or_mask.shape());
-  if (dtype == DType::b8) return keep_mask_to_mask(lengths_or_mask, batch, queries, keys, op);
-  return length_mask(lengths_or_mask, batch, queries, keys, op);
-}
-
-Tensor softmax_with_mask(const Tensor& scores, const Tensor& mask) {
+Tensor softmax_with_keep(const Tensor& scores, const Tensor& keep) {
   SG_CHECK(scores.defined(), "masked_softmax: scores are undefined");
   SG_CHECK_DTYPE(is_floating(scores.dtype()), "masked_softmax: scores must be floating, got {} {}", scores.dtype(),
                  scores.shape());
   SG_CHECK_SHAPE(scores.ndim() >= 1 && scores.size(-1) > 0, "masked_softmax: scores {} need a non-empty last dimension",
                  scores.shape());
-  if (!mask.defined()) return softmax(scores, -1);
-  SG_CHECK_DTYPE(mask.dtype() == DType::b8, "masked_softmax: mask must be bool, got {} {}", mask.dtype(), mask.shape());
-  SG_CHECK_SHAPE(broadcast_shapes(scores.shape(), mask.shape(), "masked_softmax") == scores.shape(),
-                 "masked_softmax: mask {} must broadcast to the scores' shape {}", mask.shape(), scores.shape());
-  int last = mask.ndim() - 1;
-  // has_key: (..., 1) 1 where the row keeps at least one key, 0 where every key is masked
-  Tensor has_key = amax(to_dtype(logical_not(mask), scores.dtype()), {last}, true);
+  if (!keep.defined()) return softmax(scores, -1);
+  SG_CHECK_DTYPE(keep.dtype() == DType::b8, "masked_softmax: the keep mask must be bool, got {} {}", keep.dtype(),
+                 keep.shape());
+  SG_CHECK_SHAPE(broadcast_shapes(scores.shape(), keep.shape(), "masked_softmax") == scores.shape(),
+                 "masked_softmax: the keep mask {} must broadcast to the scores' shape {}", keep.shape(),
+                 scores.shape());
+  int last = keep.ndim() - 1;
+  // has_key: (..., 1) 1 where the row keeps at least one key, 0 where it keeps none
+  Tensor has_key = amax(to_dtype(keep, scores.dtype()), {last}, true);
   // Rows with no key are left unmasked (finite softmax) and zeroed afterwards: softmax of a row of
   // -inf would be 0/0 = NaN, and so would its gradient.
-  Tensor effective = logical_and(mask, gt(has_key, 0.0));  // mask's shape
-  Tensor weights = softmax(masked_fill(scores, effective, -std::numeric_limits<double>::infinity()), -1);
+  Tensor dropped = logical_and(logical_not(keep), gt(has_key, 0.0));  // keep's shape: keys set to -inf
+  Tensor weights = softmax(masked_fill(scores, dropped, -std::numeric_limits<double>::infinity()), -1);
   return mul(weights, has_key);  // scores' shape
 }
 
-Tensor masked_softmax(const Tensor& scores, const Tensor& valid_lengths) {
-  if (!valid_lengths.defined()) return softmax_with_mask(scores, {});
-  if (valid_lengths.dtype() == DType::b8) return softmax_with_mask(scores, logical_not(valid_lengths));  // keep mask
+Tensor masked_softmax(const Tensor& scores, const Tensor& lengths_or_keep) {
+  if (!lengths_or_keep.defined() || lengths_or_keep.dtype() == DType::b8)
+    return softmax_with_keep(scores, lengths_or_keep);
+  const Tensor& valid_lengths = lengths_or_keep;
   SG_CHECK_SHAPE(scores.defined() && scores.ndim() >= 2,
                  "masked_softmax: scores must be (B, ..., Q, K) when valid_lengths are given, got {}",
                  scores.defined() ? scores.shape() : Shape{});
   int64_t batch = scores.size(0), queries = scores.size(-2), keys = scores.size(-1);
-  Tensor mask = length_mask(valid_lengths, batch, queries, keys);  // (B, 1 | Q, K)
+  Tensor keep = key_keep_mask(valid_lengths, batch, queries, keys, "masked_softmax");  // (B, 1 | Q, K)
   if (scores.ndim() > 3) {  // (B, ..., Q, K): insert the middle dims as 1s
     Shape shape = {batch};
     for (int d = 1; d < scores.ndim() - 2; ++d) shape.push_back(1);
-    shape.push_back(mask.size(1));
+    shape.push_back(keep.size(1));
     shape.push_back(keys);
-    mask = mask.view(shape);
+    keep = keep.view(shape);
   } else if (scores.ndim() == 2) {  // (B, K): one query per row
     SG_CHECK_SHAPE(valid_lengths.ndim() == 1, "masked_softmax: scores (B, K) = {} take valid_lengths (B,), got {}",
                    scores.shape(), valid_lengths.shape());
-    mask = mask.view({batch, keys});
+    keep = keep.view({batch, keys});
   }
-  return softmax_with_mask(scores, mask);
+  return softmax_with_keep(scores, keep);
 }
 
 namespace {
@@ -134,23 +114,23 @@ void check_queries_against(const char* op, const Tensor& queries, const Tensor& 
 }  // namespace
 
 Tensor check_attention_args(const char* op, const Tensor& queries, const Tensor& keys, const Tensor& values,
-                            const Tensor& lengths_or_mask) {
+                            const Tensor& lengths_or_keep) {
   SG_CHECK(queries.defined() && keys.defined() && values.defined(), "{}: queries, keys and values must be defined",
            op);
   SG_CHECK_SHAPE(queries.ndim() == 3, "{}: queries must be (B, Q, Dq) or (B, Dq), got {}", op, queries.shape());
   check_keys_values(op, keys, values);
   check_queries_against(op, queries, keys, values);
-  return key_mask(lengths_or_mask, queries.size(0), queries.size(1), keys.size(1), op);
+  return key_keep_mask(lengths_or_keep, queries.size(0), queries.size(1), keys.size(1), op);
 }
 
-Tensor check_memory_args(const char* op, const Tensor& keys, const Tensor& values, const Tensor& lengths_or_mask) {
+Tensor check_memory_args(const char* op, const Tensor& keys, const Tensor& values, const Tensor& lengths_or_keep) {
   check_keys_values(op, keys, values);
-  if (!lengths_or_mask.defined()) return {};
+  if (!lengths_or_keep.defined()) return {};
   // Per-query lengths (B, Q) and keep masks (B, Q, K) fix Q; anything else applies to every query.
-  bool is_mask = lengths_or_mask.dtype() == DType::b8;
-  int per_query_ndim = is_mask ? 3 : 2;
-  int64_t queries = lengths_or_mask.ndim() == per_query_ndim ? lengths_or_mask.size(1) : 1;
-  return key_mask(lengths_or_mask, keys.size(0), queries, keys.size(1), op);
+  bool is_keep = lengths_or_keep.dtype() == DType::b8;
+  int per_query_ndim = is_keep ? 3 : 2;
+  int64_t queries = lengths_or_keep.ndim() == per_query_ndim ? lengths_or_keep.size(1) : 1;
+  return key_keep_mask(lengths_or_keep, keys.size(0), queries, keys.size(1), op);
 }
 
 void check_feature_size(const char* op, const char* what, const Tensor& t, int64_t expected, const char* option) {
@@ -160,7 +140,7 @@ void check_feature_size(const char* op, const char* what, const Tensor& t, int64
 
 AttentionMemory AttentionMemory::map(const std::function<Tensor(const Tensor&)>& f) const {
   auto apply = [&f](const Tensor& t) { return t.defined() ? f(t) : t; };
-  AttentionMemory m{apply(keys), apply(values), apply(mask), {}, {}};
+  AttentionMemory m{apply(keys), apply(values), apply(key_keep), {}, {}};
   for (const Tensor& p : projected) m.projected.push_back(apply(p));
   for (const AttentionMemory& part : parts) m.parts.push_back(part.map(f));
   return m;
@@ -187,9 +167,9 @@ bool is_single_query(const Tensor& queries) { return queries.defined() && querie
 }  // namespace
 
 Tensor Attention::forward(const Tensor& queries, const Tensor& keys, const Tensor& values,
-                          const Tensor& lengths_or_mask) const {
+                          const Tensor& lengths_or_keep) const {
   Tensor queries3 = is_single_query(queries) ? queries.unsqueeze(1) : queries;  // (B, Q, Dq)
-  AttentionMemory memory{keys, values, check_attention_args(op_, queries3, keys, values, lengths_or_mask), {}, {}};
+  AttentionMemory memory{keys, values, check_attention_args(op_, queries3, keys, values, lengths_or_keep), {}, {}};
   prepare_keys(memory);
   return attend(queries, memory);
 }
@@ -203,14 +183,14 @@ Tensor Attention::attend(const Tensor& queries, const AttentionMemory& memory) c
   return context.squeeze(1);  // (B, Dv)
 }
 
-AttentionMemory Attention::prepare(const Tensor& keys, const Tensor& values, const Tensor& lengths_or_mask) const {
-  AttentionMemory memory{keys, values, check_memory_args(op_, keys, values, lengths_or_mask), {}, {}};
+AttentionMemory Attention::prepare(const Tensor& keys, const Tensor& values, const Tensor& lengths_or_keep) const {
+  AttentionMemory memory{keys, values, check_memory_args(op_, keys, values, lengths_or_keep), {}, {}};
   prepare_keys(memory);
   return memory;
 }
 
 AttentionMemory Attention::prepare_part(const AttentionMemory& checked) const {
-  AttentionMemory memory{checked.keys, checked.values, checked.mask, {}, {}};
+  AttentionMemory memory{checked.keys, checked.values, checked.key_keep, {}, {}};
   prepare_keys(memory);
   return memory;
 }
@@ -220,10 +200,10 @@ void Attention::check_queries(const Tensor& queries, const AttentionMemory& memo
   SG_CHECK(memory.keys.defined() && memory.projected.size() == projected && memory.parts.size() == parts,
            "{}: the memory was not prepared by this attention kind (call its prepare(keys, values, lengths))", op_);
   check_queries_against(op_, queries, memory.keys, memory.values);
-  const Tensor& mask = memory.mask;
-  SG_CHECK_SHAPE(!mask.defined() || mask.size(1) == 1 || mask.size(1) == queries.size(1),
-                 "{}: the memory's valid_lengths or keep mask were per query for {} queries, got queries {}", op_, mask.size(1),
-                 queries.shape());
+  const Tensor& key_keep = memory.key_keep;
+  SG_CHECK_SHAPE(!key_keep.defined() || key_keep.size(1) == 1 || key_keep.size(1) == queries.size(1),
+                 "{}: the memory's valid_lengths or keep mask were per query for {} queries, got queries {}", op_,
+                 key_keep.size(1), queries.shape());
 }
 
 void Attention::keep(const Tensor& scores, const Tensor& weights) const {

@@ -75,7 +75,7 @@ Tensor DotProductAttention::score(const Tensor& queries, const AttentionMemory& 
 
 Tensor DotProductAttention::attend_queries(const Tensor& queries, const AttentionMemory& memory) const {
   Tensor scores = score(queries, memory);                       // (B, Q, K)
-  Tensor weights = softmax_with_mask(scores, memory.mask);      // (B, Q, K)
+  Tensor weights = softmax_with_keep(scores, memory.key_keep);      // (B, Q, K)
   keep(scores, weights);
   return matmul(dropout(weights), memory.values);  // (B, Q, Dv)
 }

@@ -26,7 +26,7 @@ class DotProductAttention : public Attention {
   // queries (B, Q, D), keys (B, K, D), values (B, K, Dv), valid_lengths (B,) / (B, Q) -> (B, Q, Dv)
   //   scores = q kᵀ (· 1/√D when scaled)   weights = masked_softmax(scores)   context = dropout(weights) · values
   // forward(q, k, v, lengths) = attend(q, prepare(k, v, lengths)); the keys need no projection
-  // (w_q maps queries), so prepare() only builds the mask: memory.projected is empty.
+  // (w_q maps queries), so prepare() only builds the keep mask: memory.projected is empty.
   Tensor attend_queries(const Tensor& queries, const AttentionMemory& memory) const override;
 
   // The unmasked energies: queries (B, Q, Dq), keys (B, K, Dk) -> (B, Q, K).

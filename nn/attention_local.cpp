@@ -60,9 +60,9 @@ Tensor LocalAttention::attend_queries(const Tensor& queries, const AttentionMemo
     return attend_window(queries, memory, positions, {});  // (B, Q, Dv)
   }
   check_feature_size(kOp, "queries", queries, options_.query_size, "query_size");
-  // len: (B, 1) or (B, Q) valid lengths as floats, counted from the mask (K when none); centres in [0, len - 1]
-  Tensor len = memory.mask.defined()
-                   ? sum(to_dtype(logical_not(memory.mask), queries.dtype()), {2})
+  // len: (B, 1) or (B, Q) valid lengths as floats, counted from the keep mask (K when none); centres in [0, len - 1]
+  Tensor len = memory.key_keep.defined()
+                   ? sum(to_dtype(memory.key_keep, queries.dtype()), {2})
                    : full({batch, 1}, static_cast<double>(n_keys), opts);
   Tensor span = where(gt(len, 0.0), add(len, -1.0), zeros({}, opts));                     // (B, 1 | Q)
   Tensor positions = mul(span, sigmoid((*v_p)(tanh((*w_p)(queries))).squeeze(-1)));      // (B, Q)
@@ -96,15 +96,15 @@ Tensor LocalAttention::attend_window(const Tensor& queries, const AttentionMemor
   int64_t n_keys = memory.keys.size(1);
   const AttentionMemory& part = memory.parts[0];
   Tensor scores = additive ? additive->score(queries, part) : scaled_dot->score(queries, part);  // (B, Q, K)
-  Tensor window;  // (B, Q, K) true outside [p - D, p + D]; the window's edges get no gradient
+  Tensor window;  // (B, Q, K) true inside [p - D, p + D]; the window's edges get no gradient
   {
     NoGradGuard no_grad;
     Tensor j = arange(0, static_cast<double>(n_keys), 1.0, {.dtype = scores.dtype(), .device = scores.device()});
-    window = gt(abs(sub(j.view({1, 1, n_keys}), positions.detach().unsqueeze(2))),
+    window = le(abs(sub(j.view({1, 1, n_keys}), positions.detach().unsqueeze(2))),
                 static_cast<double>(options_.window));
   }
-  const Tensor& mask = memory.mask;
-  Tensor weights = softmax_with_mask(scores, mask.defined() ? logical_or(mask, window) : window);  // (B, Q, K)
+  const Tensor& key_keep = memory.key_keep;
+  Tensor weights = softmax_with_keep(scores, key_keep.defined() ? logical_and(key_keep, window) : window);  // (B, Q, K)
   if (gaussian.defined()) weights = mul(weights, gaussian);
   keep(scores, weights);
   last_positions_ = positions.detach();

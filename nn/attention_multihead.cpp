@@ -88,11 +88,11 @@ Tensor MultiHeadAttention::attend_queries(const Tensor& queries, const Attention
   int64_t e = options_.embed_dim, heads = options_.num_heads;
   check_feature_size(kOp, "queries", queries, e, "embed_dim");
   int64_t batch = queries.size(0), n_queries = queries.size(1);
-  const Tensor &k = memory.projected[0], &v = memory.projected[1], &mask = memory.mask;  // (B, h, K, d)
+  const Tensor &k = memory.projected[0], &v = memory.projected[1], &key_keep = memory.key_keep;  // (B, h, K, d)
   Tensor q = project_heads(queries, 0);                                                  // (B, h, Q, d)
   double scale = 1.0 / std::sqrt(static_cast<double>(e / heads));
   Tensor scores = mul(matmul(q, k.transpose(2, 3)), scale);                              // (B, h, Q, K)
-  Tensor weights = softmax_with_mask(scores, mask.defined() ? mask.unsqueeze(1) : mask);  // (B, h, Q, K)
+  Tensor weights = softmax_with_keep(scores, key_keep.defined() ? key_keep.unsqueeze(1) : key_keep);  // (B, h, Q, K)
   Tensor heads_out = matmul(dropout(weights), v);                                        // (B, h, Q, d)
   Tensor merged = heads_out.permute({0, 2, 1, 3}).reshape({batch, n_queries, e});         // (B, Q, E)
   last_head_scores_ = scores.detach();

@@ -6,6 +6,7 @@
 #include "nn/init.h"
 #include "nn/linear.h"
 #include "nn/loss.h"
+#include "nn/mask.h"
 #include "nn/checkpoint.h"
 #include "nn/containers.h"
 #include "nn/module.h"

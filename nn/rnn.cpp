@@ -1,6 +1,6 @@
 // GRU and LSTM: the LSTM step (the GRU's step and its fused layer are ops: ops/gru.cpp; the
 // derivations are in rnn.h), the cells, and the layer runner that projects every step's input
-// with one GEMM and masks padded steps with where().
+// with one GEMM and masks padded steps (the keep mask's false steps) with where().
 #include "nn/rnn.h"
 
 #include <algorithm>
@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "nn/init.h"
+#include "nn/mask.h"
 #include "ops/quantized.h"
 
 namespace seqgrad::nn {
@@ -39,8 +40,8 @@ struct GRUMath {
     return gru_step(xp, h, w_hh_t, bias_hh);
   }
   static const Tensor& hidden(const State& h) { return h; }
-  static State keep_where(const Tensor& valid, const State& next, const State& prev) {
-    return where(valid, next, prev);
+  static State keep_where(const Tensor& keep, const State& next, const State& prev) {
+    return where(keep, next, prev);
   }
 };
 
@@ -50,34 +51,46 @@ struct LSTMMath {
     return lstm_step(xp, s, w_hh_t, bias_hh);
   }
   static const Tensor& hidden(const State& s) { return s.h; }
-  static State keep_where(const Tensor& valid, const State& next, const State& prev) {
-    return {.h = where(valid, next.h, prev.h), .c = where(valid, next.c, prev.c)};
+  static State keep_where(const Tensor& keep, const State& next, const State& prev) {
+    return {.h = where(keep, next.h, prev.h), .c = where(keep, next.c, prev.c)};
   }
 };
 
-// Which steps need masking, from the valid lengths.
+// Which steps are real, from the arguments' lengths or keep mask.
 struct StepMask {
-  int64_t all_valid = 0;  // steps t < all_valid are valid in every sequence: no where() needed
-  int64_t any_valid = 0;  // steps t >= any_valid are padding in every sequence: not computed
-  Tensor valid;           // (T, B, 1) bool, t < lengths[b]; undefined without lengths
+  Tensor keep;           // (T, B, 1) bool, true at real steps; undefined when every step is real
+  int64_t all_real = 0;  // steps t < all_real are real in every sequence: no where() needed
+  int64_t any_real = 0;  // steps t >= any_real are padding in every sequence: not computed
 };
 
-StepMask make_step_mask(const char* op, const Tensor& lengths, const Tensor& x) {
+// keep (B, T) (or lengths (B,), turned into it) -> the step mask. The extents all_real and
+// any_real need the mask on the host; only the step-by-step runner (LSTM) asks for them, the
+// GRU's fused layer finds its padding steps itself (ops/gru.cpp).
+enum class Extents : bool { skip, compute };
+StepMask make_step_mask(const char* op, const Tensor& lengths, const Tensor& keep_or_undefined, const Tensor& x,
+                        Extents extents) {
   const int64_t B = x.size(0), T = x.size(1);
-  if (!lengths.defined()) return {.all_valid = T, .any_valid = T, .valid = {}};
-  SG_CHECK_DTYPE(lengths.dtype() == DType::i64, "{}: lengths must be int64, got {} {}", op, lengths.dtype(),
-                 lengths.shape());
-  SG_CHECK_SHAPE(lengths.ndim() == 1 && lengths.size(0) == B, "{}: lengths {} must be (B,) = ({},) (x: {})", op,
-                 lengths.shape(), B, x.shape());
-  std::vector<int64_t> values = lengths.cpu().to_vector<int64_t>();
-  for (int64_t b = 0; b < B; ++b)
-    SG_CHECK_VALUE(values[b] >= 0 && values[b] <= T, "{}: lengths[{}] = {} not in [0, T = {}] (x: {})", op, b,
-                   values[b], T, x.shape());
-  StepMask mask;
-  mask.all_valid = B > 0 ? *std::min_element(values.begin(), values.end()) : T;
-  mask.any_valid = B > 0 ? *std::max_element(values.begin(), values.end()) : 0;
-  Tensor steps = arange(0, static_cast<double>(T), 1, {.dtype = DType::i64, .device = lengths.device()});
-  mask.valid = lt(steps.reshape({T, 1, 1}), lengths.reshape({1, B, 1}));  // (T, B, 1)
+  SG_CHECK_VALUE(!lengths.defined() || !keep_or_undefined.defined(),
+                 "{}: give lengths or a keep mask, not both (x: {})", op, x.shape());
+  Tensor keep = keep_or_undefined;
+  if (lengths.defined()) {
+    SG_CHECK_SHAPE(lengths.ndim() == 1 && lengths.size(0) == B, "{}: lengths {} must be (B,) = ({},) (x: {})", op,
+                   lengths.shape(), B, x.shape());
+    keep = keep_mask(lengths, T, op);  // (B, T)
+  }
+  if (!keep.defined()) return {.keep = {}, .all_real = T, .any_real = T};
+  SG_CHECK_DTYPE(keep.dtype() == DType::b8, "{}: keep must be bool (true at real steps), got {} {}", op, keep.dtype(),
+                 keep.shape());
+  SG_CHECK_SHAPE(keep.shape() == Shape({B, T}), "{}: keep {} must be (B, T) = ({}, {}) (x: {})", op, keep.shape(), B, T,
+                 x.shape());
+  StepMask mask{.keep = keep.t().contiguous().unsqueeze(2), .all_real = T, .any_real = T};  // (T, B, 1)
+  if (extents == Extents::skip) return mask;
+  const std::vector<bool> real = mask.keep.cpu().to_vector<bool>();  // row-major (T, B)
+  auto real_rows = [&](int64_t t) { return std::count(real.begin() + t * B, real.begin() + (t + 1) * B, true); };
+  mask.all_real = 0;
+  while (mask.all_real < T && real_rows(mask.all_real) == B) ++mask.all_real;
+  mask.any_real = T;
+  while (mask.any_real > 0 && real_rows(mask.any_real - 1) == 0) --mask.any_real;
   return mask;
 }
 
@@ -90,29 +103,29 @@ std::pair<Tensor, typename Math::State> run_direction(const Tensor& xp, typename
                                                       Direction direction, int64_t stack_dim) {
   const int64_t T = xp.size(0);
   if constexpr (std::is_same_v<Math, GRUMath>) {  // the whole direction is one gru_layer node
-    Tensor valid = mask.valid.defined() ? mask.valid.squeeze(2) : Tensor();  // (T, B)
-    Tensor y = w.qweight_hh ? gru_layer_quantized(xp, state, *w.qweight_hh, w.bias_hh, valid, direction)
-                            : gru_layer(xp, state, w.weight_hh, w.bias_hh, valid, direction);  // (T, B, H) states
+    Tensor keep = mask.keep.defined() ? mask.keep.squeeze(2) : Tensor();  // (T, B)
+    Tensor y = w.qweight_hh ? gru_layer_quantized(xp, state, *w.qweight_hh, w.bias_hh, keep, direction)
+                            : gru_layer(xp, state, w.weight_hh, w.bias_hh, keep, direction);  // (T, B, H) states
     Tensor final_state = y.select(0, direction == Direction::forward ? T - 1 : 0);
-    if (valid.defined())  // outputs are zero at padded steps
-      y = where(mask.valid, y, zeros({}, {.dtype = y.dtype(), .device = y.device()}));
+    if (keep.defined())  // outputs are zero at padded steps
+      y = where(mask.keep, y, zeros({}, {.dtype = y.dtype(), .device = y.device()}));
     return {stack_dim == 1 ? y.transpose(0, 1) : y, final_state};
   }
   const Tensor& h0 = Math::hidden(state);
   Tensor padding = zeros(h0.shape(), {.dtype = h0.dtype(), .device = h0.device()});  // (B, H)
   const Tensor w_hh_t = w.weight_hh.t();  // (H, G·H)
   std::vector<Tensor> outputs(T, padding);
-  const std::vector<Tensor> xp_steps = unbind(xp.narrow(0, 0, mask.any_valid), 0);  // steps past any_valid are not run
-  for (int64_t i = 0; i < mask.any_valid; ++i) {
-    const int64_t t = direction == Direction::forward ? i : mask.any_valid - 1 - i;
+  const std::vector<Tensor> xp_steps = unbind(xp.narrow(0, 0, mask.any_real), 0);  // steps past any_real are not run
+  for (int64_t i = 0; i < mask.any_real; ++i) {
+    const int64_t t = direction == Direction::forward ? i : mask.any_real - 1 - i;
     typename Math::State next = Math::step(xp_steps[t], state, w_hh_t, w.bias_hh);
-    if (t < mask.all_valid) {
+    if (t < mask.all_real) {
       state = std::move(next);
       outputs[t] = Math::hidden(state);
-    } else {  // some sequences end before t: their state is kept and their output is zero
-      Tensor valid = mask.valid.select(0, t);  // (B, 1)
-      outputs[t] = where(valid, Math::hidden(next), padding);
-      state = Math::keep_where(valid, next, state);
+    } else {  // some sequences are padding at t: their state is kept and their output is zero
+      Tensor keep = mask.keep.select(0, t);  // (B, 1)
+      outputs[t] = where(keep, Math::hidden(next), padding);
+      state = Math::keep_where(keep, next, state);
     }
   }
   return {stack(outputs, stack_dim), std::move(state)};
@@ -305,7 +318,7 @@ GRU::GRU(Options options) : RNNBase("GRU", "gru", options, 3) {}
 GRUOutput GRU::operator()(const Tensor& x, const GRUArgs& args) const {
   check_sequence_input(op_, x, options_, weights_[0].weight_ih);
   const int64_t B = x.size(0), H = options_.hidden_size, n = options_.num_layers * num_directions();
-  StepMask mask = make_step_mask(op_, args.lengths, x);
+  StepMask mask = make_step_mask(op_, args.lengths, args.keep, x, Extents::skip);
   Tensor h0 = state_or_zeros(op_, "h0", args.h0, {n, B, H}, x);  // (L·dirs, B, H)
   std::vector<Tensor> states;
   for (int64_t k = 0; k < n; ++k) states.push_back(h0.select(0, k));
@@ -320,7 +333,7 @@ LSTM::LSTM(Options options) : RNNBase("LSTM", "lstm", options, 4) {}
 LSTMOutput LSTM::operator()(const Tensor& x, const LSTMArgs& args) const {
   check_sequence_input(op_, x, options_, weights_[0].weight_ih);
   const int64_t B = x.size(0), H = options_.hidden_size, n = options_.num_layers * num_directions();
-  StepMask mask = make_step_mask(op_, args.lengths, x);
+  StepMask mask = make_step_mask(op_, args.lengths, args.keep, x, Extents::compute);
   Tensor h0 = state_or_zeros(op_, "h0", args.h0, {n, B, H}, x);  // (L·dirs, B, H)
   Tensor c0 = state_or_zeros(op_, "c0", args.c0, {n, B, H}, x);
   std::vector<LSTMState> states;

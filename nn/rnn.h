@@ -34,8 +34,9 @@
 // LSTM: each step is one recurrent GEMM plus the element-wise gate math written with ops
 // (autograd derives the backward); W_hhᵀ is taken once per sequence and the projections are split
 // into steps by recursive halving, O(T log T) instead of O(T²) work in the slices' backward.
-// Valid lengths: sequence b is valid at steps t < lengths[b]. A padded step keeps the state,
-//   h_t = where(t < len, h'_t, h_{t-1}),   output_t = where(t < len, h'_t, 0),
+// Padding: a keep mask (B, T), true at real steps (or lengths (B,), turned into one: sequence b is
+// real at steps t < lengths[b]; nn/mask.h). A padded step keeps the state,
+//   h_t = where(keep_bt, h'_t, h_{t-1}),   output_t = where(keep_bt, h'_t, 0),
 // so dh'_t is zero there and the gradient passes straight to h_{t-1}. Outputs at padded steps are
 // zero and h_n is the state at each sequence's last valid step, as PyTorch's
 // pack_padded_sequence + pad_packed_sequence give; the reverse direction starts at each
@@ -149,7 +150,9 @@ struct GRUOutput {
 };
 struct GRUArgs {
   Tensor h0 = {};       // (num_layers · dirs, B, H), undefined for zeros
-  Tensor lengths = {};  // int64 (B,), each in [0, T], undefined when every sequence has T steps
+  // Padding, given as one of (neither when every sequence has T steps):
+  Tensor lengths = {};  // int64 (B,), each in [0, T], turned into the keep mask below
+  Tensor keep = {};     // bool (B, T), true at real steps
 };
 
 // What LSTM returns: auto [output, state] = lstm(x); state.h, state.c: (num_layers · dirs, B, H)
@@ -160,7 +163,8 @@ struct LSTMOutput {
 struct LSTMArgs {
   Tensor h0 = {};  // (num_layers · dirs, B, H), undefined for zeros
   Tensor c0 = {};  // likewise
-  Tensor lengths = {};
+  Tensor lengths = {};  // padding as GRUArgs'
+  Tensor keep = {};
 };
 
 // What GRU and LSTM share: options, validation and the per-layer parameters.

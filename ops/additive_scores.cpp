@@ -1,5 +1,6 @@
 // additive_scores, the energies of additive (Bahdanau) attention: a fused op (one kernel each way)
-// with its composed twin. nn/attention_additive.cpp and nn/attention_chunked.cpp call it.
+// with its composed twin. nn/attention_additive.cpp and ops/attention_chunked.cpp call it.
+#include "core/autograd.h"
 #include "ops/detail.h"
 
 namespace seqgrad {
@@ -17,20 +18,35 @@ void check_additive_scores(const Tensor& qp, const Tensor& kp, const Tensor& w_v
                  qp.dtype(), kp.dtype(), w_v.dtype());
 }
 
-// Backward from ds (B, Q, K): dqp, dkp and dw_v out of one pass that recomputes tanh.
+// The fused backward: dqp, dkp and dw_v from ds (B, Q, K).
 void additive_scores_backward(const std::vector<Tensor>& in, const Tensor& ds, Grads& g) {
-  const Tensor &qv = in[0], &kv = in[1], &wv = in[2];
-  const int64_t A = wv.size(1);
-  const TensorOptions like{.dtype = qv.dtype(), .device = qv.device()};
-  Tensor dq = empty(qv.shape(), like), dk = empty(kv.shape(), like), dw = empty(wv.shape(), like);  // as inputs
-  backend_for(qv).additive_scores_backward(qv.contiguous(), kv.contiguous(), wv.contiguous().view({A}),
-                                           ds.contiguous(), dq, dk, dw.view({A}));
-  if (g.needs(0)) g.add(0, dq);
-  if (g.needs(1)) g.add(1, dk);
-  if (g.needs(2)) g.add(2, dw);
+  detail::AdditiveScoreGrads d = detail::additive_scores_grads(in[0], in[1], in[2], ds);
+  if (g.needs(0)) g.add(0, d.dqp);
+  if (g.needs(1)) g.add(1, d.dkp);
+  if (g.needs(2)) g.add(2, d.dw_v);
 }
 
 }  // namespace
+
+namespace detail {
+
+AdditiveScoreGrads additive_scores_grads(const Tensor& qp, const Tensor& kp, const Tensor& w_v, const Tensor& ds) {
+  Backend& backend = backend_for(qp);
+  if (backend.supports(FusedOp::additive_scores) && is_floating(qp.dtype())) {
+    const int64_t A = w_v.size(1);
+    const TensorOptions like{.dtype = qp.dtype(), .device = qp.device()};
+    AdditiveScoreGrads d{empty(qp.shape(), like), empty(kp.shape(), like), empty(w_v.shape(), like)};  // as inputs
+    backend.additive_scores_backward(qp.contiguous(), kp.contiguous(), w_v.contiguous().view({A}), ds.contiguous(),
+                                     d.dqp, d.dkp, d.dw_v.view({A}));
+    return d;
+  }
+  EnableGradGuard grad_mode;
+  Tensor q = qp.detach().requires_grad_(), k = kp.detach().requires_grad_(), w = w_v.detach().requires_grad_();
+  std::vector<Tensor> d = autograd::grad({additive_scores_composed(q, k, w)}, {q, k, w}, {ds});
+  return {d[0], d[1], d[2]};
+}
+
+}  // namespace detail
 
 Tensor additive_scores_composed(const Tensor& projected_queries, const Tensor& projected_keys, const Tensor& w_v) {
   check_additive_scores(projected_queries, projected_keys, w_v);

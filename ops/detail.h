@@ -65,4 +65,13 @@ using FusedBackwardFn = std::function<void(const std::vector<Tensor>& inputs, co
 Tensor record_fused(const char* op, Tensor y, std::span<const Tensor> inputs, ComposedFn composed,
                     FusedBackwardFn backward, SaveOutput save_output = SaveOutput::no);
 
+// ---- additive attention's energies (ops/additive_scores.cpp), shared with the chunked attention
+// The gradients of s = additive_scores(qp, kp, w_v) (qp (B, Q, A), kp (B, K, A), w_v (1, A)) for
+// a given ds (B, Q, K): one pass of the backend's fused backward kernel (tanh recomputed), or the
+// composed twin's autograd on a backend without it.
+struct AdditiveScoreGrads {
+  Tensor dqp, dkp, dw_v;  // (B, Q, A), (B, K, A), (1, A)
+};
+AdditiveScoreGrads additive_scores_grads(const Tensor& qp, const Tensor& kp, const Tensor& w_v, const Tensor& ds);
+
 }  // namespace seqgrad::detail

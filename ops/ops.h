@@ -252,6 +252,25 @@ Tensor gru_layer_composed(const Tensor& xp, const Tensor& h0, const Tensor& w_hh
 Tensor additive_scores(const Tensor& projected_queries, const Tensor& projected_keys, const Tensor& w_v);
 Tensor additive_scores_composed(const Tensor& projected_queries, const Tensor& projected_keys, const Tensor& w_v);
 
+// Exact additive attention over the keys in chunks of C with an online (log-sum-exp merged)
+// softmax, as FlashAttention does (ops/attention_chunked.cpp; why averaging per-chunk contexts is
+// not attention: docs/attention.md). qp (B, Q, A) = W_q q, kp (B, K, A) = W_k k, w_v (1, A),
+// values (B, K, Dv), key_keep bool (B, 1 | Q, K) (true = attend) or undefined -> context (B, Q, Dv).
+//   Forward, per chunk J of keys (running max m, normaliser l, weighted sum acc per row):
+//     s_J = w_v · tanh(qp + kp_J) (additive_scores, (B, Q, C))   m' = max(m, max_J s)
+//     α = exp(m - m')   p = exp(s_J - m')   l = α l + Σ_J p   acc = α acc + (p ∘ drop_J) · values_J
+//   context = acc / l; the log-normaliser L = m + log l is saved. Rows with no key kept give 0.
+//   Backward recomputes each chunk's scores from (qp, kp) and L (nothing (B, Q, K)-sized is saved):
+//     w_J = exp(s_J - L)   Δ = Σ_v dy ∘ context   dvalues_J = (w_J ∘ drop_J)ᵀ dy
+//     ds_J = w_J ∘ (drop_J ∘ (dy · values_Jᵀ) - Δ), then dqp, dkp_J, dw_v through the energies
+//     (Backend::additive_attention_chunk_backward: one tanh pass per chunk).
+// Memory is O(B·Q·(C + A + Dv) + B·K·(A + Dv)), linear in the lengths. dropout_p > 0 drops weights
+// with a mask regenerated per chunk from the counter-based generator (the same mask in backward;
+// AdditiveAttention's draw when chunk_size >= K). The composed twin is the same recurrence
+// recorded by autograd: create_graph differentiates it.
+Tensor chunked_additive_attention(const Tensor& qp, const Tensor& kp, const Tensor& w_v, const Tensor& values,
+                                  const Tensor& key_keep, int64_t chunk_size, double dropout_p = 0.0);
+
 // Per-target losses over class scores on the last dimension (ops/loss.cpp); nn/loss.h adds the
 // reductions. scores (..., C), targets (...) int64 -> (...), 0 where the target is ignore_index.
 // Both validate the targets (int64, shape, every one in [0, C) or ignore_index).

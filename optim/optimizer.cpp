@@ -7,13 +7,12 @@
 #include <cmath>
 #include <limits>
 #include <set>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
 #include "core/autograd.h"
 #include "core/backend.h"
-#include "core/fused_math.h"
-#include "core/threads.h"
 #include "ops/ops.h"
 
 namespace seqgrad::optim {
@@ -328,70 +327,31 @@ void SGD::step() {
 
 namespace detail {
 
-namespace {
-AdamParams adam_params(const AdamStep& s) {
-  return {.lr = s.lr, .beta1 = s.beta1, .beta2 = s.beta2, .eps = s.eps, .weight_decay = s.weight_decay,
-          .amsgrad = s.amsgrad, .decoupled_weight_decay = s.decoupled_weight_decay, .step = s.step};
-}
-
-// The options become template arguments so the loop has no branches and vectorises. The arithmetic
-// is core/fused_math.h's adam_element, which the CUDA kernel runs too.
-template <class T, bool kDecoupled, bool kCoupled, bool kAmsgrad>
-void adam_loop(T* p_all, const T* g_all, T* m_all, T* v_all, T* vmax_all, int64_t n, const AdamStep& s) {
-  const math::AdamScalars<T> c = math::adam_scalars<T>(adam_params(s));
-  parallel_for(n, int64_t{1} << 15, [&](int64_t begin, int64_t end) {
-    T* p = p_all;  // locals, not loads through the closure, so the loop vectorises
-    const T* g = g_all;
-    T* m = m_all;
-    T* v = v_all;
-    T* vmax = vmax_all;
-    const math::AdamScalars<T> k = c;
-#pragma omp simd
-    for (int64_t i = begin; i < end; ++i) {
-      const math::AdamElement<T> e =
-          math::adam_element<kDecoupled, kCoupled, kAmsgrad>(p[i], g[i], m[i], v[i], kAmsgrad ? vmax[i] : T(0), k);
-      m[i] = e.m;
-      v[i] = e.v;
-      if constexpr (kAmsgrad) vmax[i] = e.vmax;
-      p[i] = e.p;
-    }
-  });
-}
-
-template <class T>
-void adam_kernel(T* p, const T* g, T* m, T* v, T* vmax, int64_t n, const AdamStep& s) {
-  const bool decoupled = s.decoupled_weight_decay, coupled = !decoupled && s.weight_decay != 0.0;
-  auto run = [&]<bool kDecoupled, bool kCoupled>() {
-    if (s.amsgrad) adam_loop<T, kDecoupled, kCoupled, true>(p, g, m, v, vmax, n, s);
-    else adam_loop<T, kDecoupled, kCoupled, false>(p, g, m, v, vmax, n, s);
-  };
-  if (decoupled) run.template operator()<true, false>();
-  else if (coupled) run.template operator()<false, true>();
-  else run.template operator()<false, false>();
-}
-}  // namespace
-
-void adam_update_fused(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
-                       const Tensor& max_exp_avg_sq, const AdamStep& s) {
-  for (const Tensor* t : {&param, &grad, &exp_avg, &exp_avg_sq}) {
-    SG_CHECK(t->device().is_cpu() && t->is_contiguous() && t->dtype() == param.dtype() &&
-                 t->shape() == param.shape(),
-             "adam_update_fused: tensors must be contiguous CPU tensors of one dtype and shape; got {} {} vs "
-             "parameter {} {}", t->dtype(), t->shape(), param.dtype(), param.shape());
+void adam_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                 const Tensor& max_exp_avg_sq, const AdamParams& p) {
+  std::vector<std::pair<const char*, const Tensor*>> operands{
+      {"grad", &grad}, {"exp_avg", &exp_avg}, {"exp_avg_sq", &exp_avg_sq}};
+  if (p.amsgrad) operands.emplace_back("max_exp_avg_sq (amsgrad)", &max_exp_avg_sq);
+  for (const auto& [name, t] : operands)
+    SG_CHECK(t->defined() && t->shape() == param.shape() && t->dtype() == param.dtype() &&
+                 t->device() == param.device(),
+             "adam_update: {} must match the parameter {} {} on {}, got {}", name, param.dtype(), param.shape(),
+             param.device(),
+             t->defined() ? fmt::format("{} {} on {}", t->dtype(), t->shape(), t->device()) : "an undefined tensor");
+  Backend& backend = backend_for(param);
+  const bool dense = param.is_contiguous() && exp_avg.is_contiguous() && exp_avg_sq.is_contiguous() &&
+                     (!p.amsgrad || max_exp_avg_sq.is_contiguous());
+  if (!backend.supports(FusedOp::adam_update) || !dense) {
+    adam_update_composed(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, p);
+    return;
   }
-  SG_CHECK(!s.amsgrad || (max_exp_avg_sq.defined() && max_exp_avg_sq.is_contiguous() &&
-                          max_exp_avg_sq.shape() == param.shape() && max_exp_avg_sq.dtype() == param.dtype()),
-           "adam_update_fused: amsgrad needs a contiguous max_exp_avg_sq shaped like the parameter {}", param.shape());
-  dispatch_floating(param.dtype(), "adam_update_fused", [&]<class T>() {
-    adam_kernel<T>(param.data<T>(), grad.data<T>(), exp_avg.data<T>(), exp_avg_sq.data<T>(),
-                   s.amsgrad ? max_exp_avg_sq.data<T>() : nullptr, param.numel(), s);
-  });
+  backend.adam_update(param, grad.contiguous(), exp_avg, exp_avg_sq, max_exp_avg_sq, p);
   for (const Tensor* t : {&param, &exp_avg, &exp_avg_sq}) t->bump_version();
-  if (s.amsgrad) max_exp_avg_sq.bump_version();
+  if (p.amsgrad) max_exp_avg_sq.bump_version();
 }
 
 void adam_update_composed(const Tensor& param_in, const Tensor& grad_in, const Tensor& exp_avg_in,
-                          const Tensor& exp_avg_sq_in, const Tensor& max_exp_avg_sq_in, const AdamStep& s) {
+                          const Tensor& exp_avg_sq_in, const Tensor& max_exp_avg_sq_in, const AdamParams& s) {
   NoGradGuard no_grad;
   Tensor param = param_in, exp_avg = exp_avg_in, exp_avg_sq = exp_avg_sq_in, max_exp_avg_sq = max_exp_avg_sq_in;
   Tensor grad = grad_in;
@@ -474,23 +434,10 @@ void Adam::step() {
       Tensor& exp_avg_sq = buffer("exp_avg_sq");
       Tensor max_exp_avg_sq = o.amsgrad ? buffer("max_exp_avg_sq") : Tensor();
       ++st.step;
-      detail::AdamStep s{.lr = o.lr, .beta1 = o.betas[0], .beta2 = o.betas[1], .eps = o.eps,
-                         .weight_decay = o.weight_decay, .amsgrad = o.amsgrad,
-                         .decoupled_weight_decay = decoupled_weight_decay_, .step = st.step};
-      if (p.device().is_cpu() && p.is_contiguous()) {
-        detail::adam_update_fused(p, grad.contiguous(), exp_avg, exp_avg_sq, max_exp_avg_sq, s);
-      } else if (Backend& backend = backend_for(p);
-                 backend.supports(FusedOp::adam_update) && p.is_contiguous() && exp_avg.is_contiguous() &&
-                 exp_avg_sq.is_contiguous() && (!o.amsgrad || max_exp_avg_sq.is_contiguous())) {
-        // a device's fused kernel: one launch per parameter
-        backend.adam_update(p, grad.contiguous(), exp_avg, exp_avg_sq, max_exp_avg_sq, detail::adam_params(s));
-        p.bump_version();
-        exp_avg.bump_version();
-        exp_avg_sq.bump_version();
-        if (o.amsgrad) max_exp_avg_sq.bump_version();
-      } else {
-        detail::adam_update_composed(p, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, s);
-      }
+      detail::adam_update(p, grad, exp_avg, exp_avg_sq, max_exp_avg_sq,
+                          {.lr = o.lr, .beta1 = o.betas[0], .beta2 = o.betas[1], .eps = o.eps,
+                           .weight_decay = o.weight_decay, .amsgrad = o.amsgrad,
+                           .decoupled_weight_decay = decoupled_weight_decay_, .step = st.step});
     }
   }
 }

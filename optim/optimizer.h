@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "core/backend_ops.h"
 #include "core/tensor.h"
 
 namespace seqgrad::optim {
@@ -140,9 +141,9 @@ class SGD : public Optimizer {
 //   m = β1 · m + (1 - β1) · g          v = β2 · v + (1 - β2) · g²
 //   v̂ = amsgrad ? (v_max = max(v_max, v)) : v
 //   p -= lr / (1 - β1^t) · m / (√v̂ / √(1 - β2^t) + eps)
-// On the CPU one fused loop per parameter tensor does all of it (threaded with parallel_for); a
-// backend with the fused adam_update kernel (CUDA) runs one kernel per parameter; others run the
-// composed twin below, built from tensor ops.
+// A fused op like the others: each parameter takes one call of its backend's adam_update kernel
+// (CPU: ops/cpu/adam.cpp, CUDA: ops/cuda/fused.cu) when the backend has it and the tensors are
+// contiguous, else the composed twin below, built from tensor ops.
 struct AdamOptions {
   double lr = 1e-3;
   std::array<double, 2> betas{0.9, 0.999};
@@ -198,19 +199,15 @@ class AdamW : public Adam {
 
 namespace detail {
 
-// One Adam/AdamW update of one parameter; the scalars are those of step `step` (1-based).
-struct AdamStep {
-  double lr, beta1, beta2, eps, weight_decay;
-  bool amsgrad, decoupled_weight_decay;
-  int64_t step;
-};
-// The fused CPU loop: param, grad, exp_avg, exp_avg_sq (and max_exp_avg_sq with amsgrad) are
-// contiguous tensors of one floating dtype and shape; param and the moments are updated in place.
-void adam_update_fused(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
-                       const Tensor& exp_avg_sq, const Tensor& max_exp_avg_sq, const AdamStep& s);
-// The same update written with tensor ops (any device): the fused loop's reference.
+// One Adam/AdamW update of one parameter with the scalars of step p.step (1-based): param,
+// exp_avg, exp_avg_sq (and max_exp_avg_sq with p.amsgrad, else undefined) are updated in place
+// from grad; all of one shape, floating dtype and device. The backend's fused kernel runs when it
+// has one and every tensor is contiguous; otherwise adam_update_composed.
+void adam_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                 const Tensor& max_exp_avg_sq, const AdamParams& p);
+// The same update written with tensor ops (any device, any strides): the kernels' composed twin.
 void adam_update_composed(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
-                          const Tensor& exp_avg_sq, const Tensor& max_exp_avg_sq, const AdamStep& s);
+                          const Tensor& exp_avg_sq, const Tensor& max_exp_avg_sq, const AdamParams& p);
 
 }  // namespace detail
 }  // namespace seqgrad::optim

@@ -155,3 +155,30 @@ TEST_CASE("beam_search: bad options are errors") {
   CHECK_THROWS_WITH_AS(beam_search(model, s.src, s.lengths, {.beam_size = 0}),
                        doctest::Contains("beam_size 0 must be >= 1"), ValueError);
 }
+
+TEST_CASE("Seq2Seq::encode: the lengths become one keep mask, shared by the encoder's GRU and the attention") {
+  manual_seed(5);
+  Seq2Seq model(tiny_config());
+  init_xavier(model);
+  model.eval();
+  Source s = source({{4, 5, 6, 2}, {5, 2}, {2}});
+  auto [state, memory] = model.encode(s.src, s.lengths);
+  // the memory's keep mask: (B, 1, S), true at the real tokens
+  REQUIRE(memory.key_keep.defined());
+  CHECK(memory.key_keep.shape() == Shape{3, 1, 4});
+  std::vector<bool> expected = {1, 1, 1, 1, 1, 1, 0, 0, 1, 0, 0, 0};
+  CHECK(memory.key_keep.to_vector<bool>() == expected);
+  // the encoder's outputs (the attention's values) are zero at padded positions
+  std::vector<float> values = memory.values.to_vector<float>();
+  const int64_t width = memory.values.size(2);
+  for (int64_t i = 0; i < 12; ++i)
+    for (int64_t d = 0; d < width; ++d)
+      if (!expected[i]) CHECK(values[i * width + d] == 0.0f);
+  // the teacher-forced model is the decoder over this encoding
+  Tensor tgt_in = from_vector<int64_t>({1, 4, 5, 1, 5, 0, 1, 2, 0}, {3, 3}, {.dtype = DType::i64});
+  Tensor direct = model(s.src, s.lengths, tgt_in);
+  Tensor via_encode = model.decoder(tgt_in, state, memory);
+  CHECK(max(abs(sub(direct, via_encode))).item() == 0.0);
+  CHECK_THROWS_WITH_AS(model.encode(s.src, from_vector<int64_t>({4, 5, 1}, {3}, {.dtype = DType::i64})),
+                       doctest::Contains("seq2seq: lengths[1] = 5 not in [0, 4]"), ValueError);
+}

@@ -112,7 +112,8 @@ std::vector<Kind> kinds() {
       {"chunked additive (C=3)", 3, 5, 4,
        [] {
          return std::make_unique<nn::ChunkedAdditiveAttention>(
-             nn::ChunkedAdditiveAttention::Options{.query_size = 3, .key_size = 5, .hidden_size = 4, .chunk_size = 3});
+             nn::ChunkedAdditiveAttention::Options{
+                 .query_size = 3, .key_size = 5, .hidden_size = 4, .chunk_size = 3, .keep_weights = true});
        }},
   };
 }
@@ -178,16 +179,18 @@ TEST_CASE("masked_softmax: gradcheck (float64) with per-batch and per-query leng
 TEST_CASE("masked_softmax: errors name the op and the shapes") {
   Tensor scores = zeros({2, 3, 4});
   CHECK_THROWS_WITH_AS(nn::masked_softmax(scores, lengths1({5, 1})),
-                       doctest::Contains("valid length 5 at index 0 of valid_lengths (2,) is outside [0, K = 4]"),
+                       doctest::Contains("masked_softmax: lengths[0] = 5 not in [0, 4] (lengths (2,) for 4 positions)"),
                        ValueError);
   CHECK_THROWS_WITH_AS(nn::masked_softmax(scores, lengths1({1, -1})),
-                       doctest::Contains("valid length -1 at index 1"), ValueError);
+                       doctest::Contains("lengths[1] = -1 not in [0, 4]"), ValueError);
   CHECK_THROWS_WITH_AS(nn::masked_softmax(scores, lengths1({1, 1, 1})),
                        doctest::Contains("valid_lengths must have shape (B,) = (2,) or (B, Q) = (2, 3), got (3,)"),
                        ShapeError);
   CHECK_THROWS_WITH_AS(nn::masked_softmax(scores, tensor({1, 2}, {2})),
-                       doctest::Contains("valid_lengths must be int64, got float32"), DTypeError);
-  CHECK_THROWS_WITH_AS(nn::softmax_with_mask(scores, zeros({2, 3, 4})), doctest::Contains("mask must be bool"),
+                       doctest::Contains("the mask must be int64 valid lengths or a bool keep mask (true = keep), "
+                                         "got float32 (2,)"),
+                       DTypeError);
+  CHECK_THROWS_WITH_AS(nn::softmax_with_keep(scores, zeros({2, 3, 4})), doctest::Contains("keep mask must be bool"),
                        DTypeError);
 }
 
@@ -251,9 +254,10 @@ TEST_CASE("attention kinds: argument errors name the kind and the shapes") {
                          ShapeError);
     CHECK_THROWS_WITH_AS((*a)(q, k, randn({kB, kK + 1, kind.dv})),
                          doctest::Contains("must have the same number of positions K"), ShapeError);
-    CHECK_THROWS_WITH_AS((*a)(q, k, v, lengths1({5, 1})), doctest::Contains("is outside [0, K = 4]"), ValueError);
+    CHECK_THROWS_WITH_AS((*a)(q, k, v, lengths1({5, 1})), doctest::Contains("lengths[0] = 5 not in [0, 4]"),
+                         ValueError);
     CHECK_THROWS_WITH_AS((*a)(q, k, v, lengths2({1, 1, 1, 1, -2, 1}, kB, kQ)),
-                         doctest::Contains("valid length -2 at index 4"), ValueError);
+                         doctest::Contains("lengths[4] = -2 not in [0, 4]"), ValueError);
     CHECK_THROWS_WITH_AS((*a)(q, k, v, lengths2({1, 1, 1, 1}, kB, 2)),
                          doctest::Contains("valid_lengths must have shape (B,) = (2,) or (B, Q) = (2, 3), got (2, 2)"),
                          ShapeError);
@@ -349,7 +353,7 @@ TEST_CASE("ChunkedAdditiveAttention equals AdditiveAttention: values and gradien
                                 {"per query, with empty rows", lengths2({7, 0, 2, 5, 1, 0}, 2, 3)}};
   for (int64_t chunk : {1, 2, 3, 4, 6, 7, 8, 100}) {
     nn::ChunkedAdditiveAttention chunked(
-        {.query_size = 3, .key_size = 5, .hidden_size = 6, .chunk_size = chunk});
+        {.query_size = 3, .key_size = 5, .hidden_size = 6, .chunk_size = chunk, .keep_weights = true});
     chunked.to(f64);
     REQUIRE(chunked.load_state_dict(reference.state_dict()).ok());
     for (const Masking& m : masks) {
@@ -376,7 +380,7 @@ TEST_CASE("ChunkedAdditiveAttention equals AdditiveAttention: values and gradien
 
 TEST_CASE("chunked_additive_attention: gradcheck of the fused op (float64), with and without dropout") {
   manual_seed(42);
-  Tensor mask = ge(arange(0, 5).view({1, 1, 5}), lengths2({5, 0, 3, 2, 1, 4}, 2, 3).view({2, 3, 1}));  // (2, 3, 5)
+  Tensor keep = lt(arange(0, 5).view({1, 1, 5}), lengths2({5, 0, 3, 2, 1, 4}, 2, 3).view({2, 3, 1}));  // (2, 3, 5)
   for (int64_t chunk : {2, 5}) {
     for (double p : {0.0, 0.4}) {
       CAPTURE(chunk);
@@ -384,7 +388,7 @@ TEST_CASE("chunked_additive_attention: gradcheck of the fused op (float64), with
       // dropout masks come from the generator: reseed so that every evaluation draws the same one
       auto fn = [&](const std::vector<Tensor>& in) {
         manual_seed(7);
-        return nn::chunked_additive_attention(in[0], in[1], in[2], in[3], mask, chunk, p);
+        return chunked_additive_attention(in[0], in[1], in[2], in[3], keep, chunk, p);
       };
       check_report(gradcheck(fn, {randn64({2, 3, 4}), randn64({2, 5, 4}), randn64({1, 4}), randn64({2, 5, 3})},
                              {.name = "chunked_additive_attention"}));
@@ -412,12 +416,33 @@ TEST_CASE("ChunkedAdditiveAttention: dropout draws AdditiveAttention's mask when
   CHECK(max_abs_diff(y_eval, matmul(reference.last_weights(), v)) < 1e-12);
 }
 
-TEST_CASE("ChunkedAdditiveAttention: double backward is refused with a clear message") {
+TEST_CASE("chunked_additive_attention: create_graph differentiates the composed twin, as plain attention's") {
+  // The fused backward's gradients equal the composed twin's (recorded under create_graph), and a
+  // second-order gradient through them equals the one through the plain attention
+  // softmax_with_keep(additive_scores_composed) · values.
   manual_seed(44);
-  Tensor qp = randn64({1, 2, 3}), kp = randn64({1, 4, 3}), w = randn64({1, 3}), v = randn64({1, 4, 2});
-  Tensor y = nn::chunked_additive_attention(qp, kp, w, v, {}, 2);
-  CHECK_THROWS_WITH_AS(autograd::grad({y.sum()}, {qp}, {}, {.create_graph = true}),
-                       doctest::Contains("double backward (create_graph) is not implemented"), Error);
+  Tensor qp = randn64({2, 2, 3}), kp = randn64({2, 5, 3}), w = randn64({1, 3}), v = randn64({2, 5, 2});
+  Tensor keep = lt(arange(0, 5).view({1, 1, 5}), lengths1({5, 3}).view({2, 1, 1}));  // (2, 1, 5)
+  Tensor dy = randn64({2, 2, 2}).detach();
+  auto second_order = [&](const Tensor& y, bool create_graph) {
+    std::vector<Tensor> g = autograd::grad({y}, {qp, kp, w, v}, {dy}, {.create_graph = create_graph});
+    if (!create_graph) return g;
+    Tensor norm = add(add(sum(mul(g[0], g[0])), sum(mul(g[1], g[1]))), add(sum(mul(g[2], g[2])), sum(mul(g[3], g[3]))));
+    std::vector<Tensor> gg = autograd::grad({norm}, {qp, kp, w, v});
+    g.insert(g.end(), gg.begin(), gg.end());
+    return g;
+  };
+  std::vector<Tensor> fused = second_order(chunked_additive_attention(qp, kp, w, v, keep, 2), false);
+  std::vector<Tensor> twin = second_order(chunked_additive_attention(qp, kp, w, v, keep, 2), true);
+  Tensor plain_y = matmul(nn::softmax_with_keep(additive_scores_composed(qp, kp, w), keep), v);  // (2, 2, 2)
+  std::vector<Tensor> plain = second_order(plain_y, true);
+  REQUIRE(twin.size() == 8);
+  REQUIRE(plain.size() == 8);
+  for (size_t i = 0; i < 8; ++i) {
+    CAPTURE(i);
+    if (i < 4) CHECK(max_abs_diff(fused[i], twin[i]) < 1e-12);
+    CHECK(max_abs_diff(twin[i], plain[i]) < 1e-10);
+  }
 }
 
 // ---- hybrid, multi-level, multi-head, local
@@ -539,7 +564,7 @@ TEST_CASE("AttentionMemory: expand repeats a batch of one (beam search); a memor
   nn::AttentionMemory three = one.expand(3);
   CHECK(three.parts.size() == 2);
   CHECK(three.parts[0].projected[0].shape() == Shape{3, kK, 4});
-  CHECK(three.mask.shape() == Shape{3, 1, kK});
+  CHECK(three.key_keep.shape() == Shape{3, 1, kK});
   Tensor y = hybrid.attend(q, three);  // (3, 1, 4): each query against the same sentence
   for (int64_t b = 0; b < 3; ++b) {
     CAPTURE(b);
@@ -556,7 +581,7 @@ TEST_CASE("AttentionMemory: expand repeats a batch of one (beam search); a memor
                        ShapeError);
   nn::AttentionMemory per_query_keep =
       dot.prepare(randn({3, kK, 5}), randn({3, kK, 4}), ones({3, 2, kK}, {.dtype = DType::b8}));  // (B, Q, K)
-  CHECK(per_query_keep.mask.shape() == Shape{3, 2, kK});
+  CHECK(per_query_keep.key_keep.shape() == Shape{3, 2, kK});
   CHECK_THROWS_WITH_AS(dot.attend(randn({3, 3}), per_query_keep),
                        doctest::Contains("valid_lengths or keep mask were per query for 2 queries, got queries (3, 1, 3)"),
                        ShapeError);
@@ -648,7 +673,7 @@ TEST_CASE("A keep mask need not be a prefix: masked keys get zero weight and no 
   // masked_softmax takes the same keep mask (broadcast over the queries)
   Tensor scores = randn64({kB, kQ, kK});
   CHECK(max_abs_diff(nn::masked_softmax(scores, keep.unsqueeze(1)),
-                     nn::softmax_with_mask(scores, logical_not(keep).unsqueeze(1))) == 0.0);
+                     nn::softmax_with_keep(scores, keep.unsqueeze(1))) == 0.0);
   CHECK(max_abs_diff(nn::masked_softmax(scores, keep_mask_of(lengths1({4, 2})).unsqueeze(1)),
                      nn::masked_softmax(scores, lengths1({4, 2}))) == 0.0);
 }

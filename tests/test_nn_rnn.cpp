@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/rng.h"
+#include "nn/mask.h"
 #include "nn/rnn.h"
 #include "tools/gradcheck.h"
 #include "tests/check_values.h"
@@ -270,6 +271,41 @@ TEST_CASE("LSTM: valid lengths match running each sequence alone") {
   }
 }
 
+TEST_CASE("GRU and LSTM: lengths become a keep mask (B, T); any pattern of padded steps keeps the state") {
+  manual_seed(20);
+  nn::GRU gru({.input_size = 3, .hidden_size = 4, .num_layers = 2, .bidirectional = true});
+  nn::LSTM lstm({.input_size = 3, .hidden_size = 4, .bidirectional = true});
+  gru.to(f64);
+  lstm.to(f64);
+  Tensor x = randn({3, 5, 3}, {.dtype = f64});
+  Tensor lengths = lengths_of({5, 2, 0});
+  Tensor keep = nn::keep_mask(lengths, 5, "test");  // (3, 5), true at t < length
+  std::vector<bool> expected = {1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0};
+  CHECK(keep.to_vector<bool>() == expected);
+  auto [g_len, gh_len] = gru(x, {.lengths = lengths});
+  auto [g_keep, gh_keep] = gru(x, {.keep = keep});
+  CHECK(max_abs_diff(g_len, g_keep) == 0);
+  CHECK(max_abs_diff(gh_len, gh_keep) == 0);
+  auto [l_len, ls_len] = lstm(x, {.lengths = lengths});
+  auto [l_keep, ls_keep] = lstm(x, {.keep = keep});
+  CHECK(max_abs_diff(l_len, l_keep) == 0);
+  CHECK(max_abs_diff(ls_len.c, ls_keep.c) == 0);
+
+  // Step 1 padded in every row: sequence 0 is then steps 0, 2, 3, 4 run alone, both directions.
+  Tensor gap = logical_and(keep, ne(arange(0, 5).view({1, 5}), 1.0));  // (3, 5)
+  Tensor real_steps = from_vector<int64_t>({0, 2, 3, 4}, {4}, {.dtype = DType::i64});
+  Tensor x0 = index_select(x.narrow(0, 0, 1), 1, real_steps);  // (1, 4, 3)
+  auto [g_gap, gh_gap] = gru(x, {.keep = gap});
+  auto [g_solo, gh_solo] = gru(x0);
+  CHECK(max_abs_diff(index_select(g_gap.narrow(0, 0, 1), 1, real_steps), g_solo) < 1e-12);
+  CHECK(max_abs(g_gap.select(1, 1)) == 0);
+  CHECK(max_abs_diff(gh_gap.narrow(1, 0, 1), gh_solo) < 1e-12);
+  auto [l_gap, ls_gap] = lstm(x, {.keep = gap});
+  auto [l_solo, ls_solo] = lstm(x0);
+  CHECK(max_abs_diff(index_select(l_gap.narrow(0, 0, 1), 1, real_steps), l_solo) < 1e-12);
+  CHECK(max_abs_diff(ls_gap.c.narrow(1, 0, 1), ls_solo.c) < 1e-12);
+}
+
 TEST_CASE("GRU: full lengths equal no lengths; a length of 0 keeps h0 and outputs zeros") {
   manual_seed(18);
   nn::GRU gru({.input_size = 2, .hidden_size = 3, .bidirectional = true});
@@ -320,10 +356,16 @@ TEST_CASE("GRU/LSTM: errors name the layer, the expectation and the shapes") {
   CHECK_THROWS_WITH_AS(gru(zeros({2, 5, 32}, {.dtype = f64})),
                        doctest::Contains("gru: input dtype float64 != parameter dtype float32"), DTypeError);
   Tensor x = zeros({2, 5, 32});
-  CHECK_THROWS_WITH_AS(gru(x, {.lengths = lengths_of({5, 6})}), "gru: lengths[1] = 6 not in [0, T = 5] (x: (2, 5, 32))",
-                       ValueError);
+  CHECK_THROWS_WITH_AS(gru(x, {.lengths = lengths_of({5, 6})}),
+                       "gru: lengths[1] = 6 not in [0, 5] (lengths (2,) for 5 positions)", ValueError);
   CHECK_THROWS_WITH_AS(gru(x, {.lengths = lengths_of({-1, 2})}),
-                       "gru: lengths[0] = -1 not in [0, T = 5] (x: (2, 5, 32))", ValueError);
+                       "gru: lengths[0] = -1 not in [0, 5] (lengths (2,) for 5 positions)", ValueError);
+  CHECK_THROWS_WITH_AS(gru(x, {.keep = ones({2, 4}, {.dtype = DType::b8})}),
+                       "gru: keep (2, 4) must be (B, T) = (2, 5) (x: (2, 5, 32))", ShapeError);
+  CHECK_THROWS_WITH_AS(gru(x, {.keep = ones({2, 5})}), "gru: keep must be bool (true at real steps), got float32 (2, 5)",
+                       DTypeError);
+  CHECK_THROWS_WITH_AS(gru(x, {.lengths = lengths_of({1, 2}), .keep = ones({2, 5}, {.dtype = DType::b8})}),
+                       "gru: give lengths or a keep mask, not both (x: (2, 5, 32))", ValueError);
   CHECK_THROWS_WITH_AS(gru(x, {.lengths = lengths_of({1, 2, 3})}),
                        "gru: lengths (3,) must be (B,) = (2,) (x: (2, 5, 32))", ShapeError);
   CHECK_THROWS_WITH_AS(gru(x, {.lengths = zeros({2})}), "gru: lengths must be int64, got float32 (2,)", DTypeError);

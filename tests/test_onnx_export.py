@@ -146,19 +146,19 @@ class Parity(Base):
             onnx.checker.check_model(os.path.join(folder, name), full_check=True)
         out = session(os.path.join(folder, "model.onnx")).run(["output"], inputs)[0]
         self.assertClose(out, ref["output"], "model.onnx output")
-        memory, keys, state, mask = session(os.path.join(folder, "encoder.onnx")).run(
-            ["memory", "keys", "state", "mask"], {"src": inputs["src"], "src_lengths": inputs["src_lengths"]})
+        memory, keys, state, src_keep = session(os.path.join(folder, "encoder.onnx")).run(
+            ["memory", "keys", "state", "src_keep"], {"src": inputs["src"], "src_lengths": inputs["src_lengths"]})
         self.assertClose(memory, ref["memory"], "encoder.onnx memory")
         self.assertClose(keys, ref["keys"], "encoder.onnx keys")
         self.assertClose(state, ref["state"], "encoder.onnx state")
         positions = np.arange(inputs["src"].shape[1])[None, :]
-        np.testing.assert_array_equal(mask, positions < inputs["src_lengths"][:, None])
+        np.testing.assert_array_equal(src_keep, positions < inputs["src_lengths"][:, None])
         log_probs, new_state, weights = session(os.path.join(folder, "decoder_step.onnx")).run(
-            None, {"y_prev": inputs["tgt"][:, 0], "state": state, "memory": memory, "keys": keys, "mask": mask})
+            None, {"y_prev": inputs["tgt"][:, 0], "state": state, "memory": memory, "keys": keys, "src_keep": src_keep})
         self.assertClose(log_probs, ref["log_probs"], "decoder_step.onnx log_probs")
         self.assertClose(new_state, ref["new_state"], "decoder_step.onnx new_state")
         self.assertClose(weights, ref["weights"], "decoder_step.onnx weights")
-        self.assertTrue(np.all(weights[~mask] == 0), "attention on padded positions")
+        self.assertTrue(np.all(weights[~src_keep] == 0), "attention on padded positions")
 
     def test_additive_1_layer(self):
         self.check_kind("additive", 1)
@@ -288,10 +288,10 @@ class Quantized(Base):
         got = {"output": session(os.path.join(folder, "model.onnx")).run(["output"], inputs)[0]}
         got["memory"], got["state"] = session(os.path.join(folder, "encoder.onnx")).run(
             ["memory", "state"], {"src": inputs["src"], "src_lengths": inputs["src_lengths"]})
-        mask = np.arange(inputs["src"].shape[1])[None, :] < inputs["src_lengths"][:, None]
+        src_keep = np.arange(inputs["src"].shape[1])[None, :] < inputs["src_lengths"][:, None]
         got["log_probs"] = session(os.path.join(folder, "decoder_step.onnx")).run(
             ["log_probs"], {"y_prev": inputs["tgt"][:, 0], "state": int8["state"], "memory": int8["memory"],
-                            "keys": int8["keys"], "mask": mask})[0]
+                            "keys": int8["keys"], "src_keep": src_keep})[0]
         for name, value in got.items():
             quantization_error = float(np.max(np.abs(int8[name] - f32[name])))
             onnx_error = float(np.max(np.abs(value - int8[name])))

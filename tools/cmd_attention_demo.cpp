@@ -129,7 +129,8 @@ void demo_chunked(const Toy& toy) {
   manual_seed(seed);  // the same parameters for both modules
   nn::AdditiveAttention reference({.query_size = kD, .key_size = kD, .hidden_size = kHidden});
   manual_seed(seed);
-  nn::ChunkedAdditiveAttention a({.query_size = kD, .key_size = kD, .hidden_size = kHidden, .chunk_size = chunk});
+  nn::ChunkedAdditiveAttention a(
+      {.query_size = kD, .key_size = kD, .hidden_size = kHidden, .chunk_size = chunk, .keep_weights = true});
   Tensor energies = a.score(toy.queries, toy.keys);  // (1, Q, K), for the trace only
   std::vector<double> e = energies.to_vector<double>(), v = toy.values.to_vector<double>();
   // The recurrence of chunked_additive_attention, written out with scalars for each query.

@@ -68,8 +68,8 @@ nlohmann::json translator_json(const models::Seq2Seq& model, const models::Check
                        {{"model.onnx", "src (batch, src_seq) int64, src_lengths (batch) int64, tgt (batch, tgt_seq) "
                                        "int64 -> output (batch, tgt_seq, tgt_vocab) float logits"},
                         {"encoder.onnx", "src, src_lengths -> memory (batch, src_seq, 2H), keys (batch, src_seq, A), "
-                                         "state (layers, batch, H), mask (batch, src_seq) bool"},
-                        {"decoder_step.onnx", "y_prev (batch) int64, state, memory, keys, mask -> log_probs (batch, "
+                                         "state (layers, batch, H), src_keep (batch, src_seq) bool"},
+                        {"decoder_step.onnx", "y_prev (batch) int64, state, memory, keys, src_keep -> log_probs (batch, "
                                               "tgt_vocab), new_state (layers, batch, H), weights (batch, src_seq)"}}}};
   std::vector<std::string> int8;  // names of the weights stored int8 (a quantized checkpoint)
   for (const auto& [name, weight] : nn::quantized_weights(model)) int8.push_back(name);
@@ -104,13 +104,12 @@ void write_reference(const models::Seq2Seq& model, const std::string& inputs, co
   for (const char* name : {"src", "src_lengths", "tgt"})
     SG_CHECK_VALUE(in.tensors.count(name), "--reference-inputs {} has no tensor '{}'", inputs, name);
   const Tensor &src = in.tensors.at("src"), &lengths = in.tensors.at("src_lengths"), &tgt = in.tensors.at("tgt");
-  models::Encoder::Output enc = model.encoder(src, lengths);
-  models::AttnDecoder::Memory memory = model.decoder.prepare(enc.outputs, lengths);
-  models::AttnDecoder::Step step = model.decoder.step(tgt.select(1, 0).contiguous(), enc.state, memory);
+  auto [state, memory] = model.encode(src, lengths);
+  models::AttnDecoder::Step step = model.decoder.step(tgt.select(1, 0).contiguous(), state, memory);
   save_tensors(outputs, {{"output", model(src, lengths, tgt)},
-                         {"memory", enc.outputs},
+                         {"memory", memory.values},
                          {"keys", exported_keys(memory)},
-                         {"state", enc.state},
+                         {"state", state},
                          {"log_probs", log_softmax(step.logits, -1)},
                          {"new_state", step.state},
                          {"weights", step.weights}});

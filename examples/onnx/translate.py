@@ -181,13 +181,13 @@ class Translator:
     def greedy(self, src_ids, max_len=50):
         """Target ids without <bos>/<eos>, and the attention rows (one per produced token)."""
         src = np.array([src_ids], dtype=np.int64)
-        memory, keys, state, mask = self.encoder.run(
-            ["memory", "keys", "state", "mask"], {"src": src, "src_lengths": np.array([len(src_ids)], dtype=np.int64)})
+        memory, keys, state, src_keep = self.encoder.run(
+            ["memory", "keys", "state", "src_keep"], {"src": src, "src_lengths": np.array([len(src_ids)], dtype=np.int64)})
         y = np.array([self.special["bos"]], dtype=np.int64)
         out, attention = [], []
         for _ in range(max_len):
             log_probs, state, weights = self.step.run(
-                None, {"y_prev": y, "state": state, "memory": memory, "keys": keys, "mask": mask})
+                None, {"y_prev": y, "state": state, "memory": memory, "keys": keys, "src_keep": src_keep})
             y = log_probs.argmax(-1)
             attention.append(weights[0])
             if int(y[0]) == self.special["eos"]:

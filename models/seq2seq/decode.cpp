@@ -99,9 +99,7 @@ std::vector<Hypothesis> greedy_decode(Seq2Seq& model, const Tensor& src, const T
   EvalMode eval(model);
   int64_t batch = src.size(0);
   std::vector<int64_t> src_len = lengths.to_vector<int64_t>();
-  Encoder::Output enc = model.encoder(src, lengths);
-  AttnDecoder::Memory memory = model.decoder.prepare(enc.outputs, lengths);
-  Tensor state = enc.state;
+  auto [state, memory] = model.encode(src, lengths);
   Tensor y = full({batch}, static_cast<double>(options.bos_id), {.dtype = DType::i64, .device = src.device()});
   std::vector<Hypothesis> out(batch);
   for (Hypothesis& h : out) h.finished = false;
@@ -138,14 +136,14 @@ std::vector<std::vector<Hypothesis>> beam_search(Seq2Seq& model, const Tensor& s
   const Device device = src.device();
   int64_t batch = src.size(0);
   std::vector<int64_t> src_len = lengths.to_vector<int64_t>();
-  Encoder::Output enc = model.encoder(src, lengths);
-  AttnDecoder::Memory all = model.decoder.prepare(enc.outputs, lengths);
+  Seq2Seq::Encoded source = model.encode(src, lengths);
+  const AttnDecoder::Memory& all = source.memory;
 
   std::vector<SentenceBeams> sentences(batch);
   Hypothesis empty;
   empty.finished = false;
   for (SentenceBeams& s : sentences) s.open.push_back({empty, options.bos_id});
-  Tensor state = enc.state;              // (L, N, H): one row per open hypothesis, sentence by sentence
+  Tensor state = source.state;           // (L, N, H): one row per open hypothesis, sentence by sentence
   std::vector<int64_t> owner, prev_owner;  // the sentence of each decoder row
   AttnDecoder::Memory memory;
   for (int64_t t = 0; t < options.max_len; ++t) {

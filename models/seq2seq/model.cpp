@@ -77,9 +77,11 @@ Encoder::Encoder(const Seq2SeqConfig& c)
   register_module("bridge", bridge);
 }
 
-Encoder::Output Encoder::operator()(const Tensor& src, const Tensor& lengths) const {
-  Tensor x = dropout(embedding(src));                       // (B, S, E)
-  auto [outputs, h_n] = rnn(x, {.lengths = lengths});       // (B, S, 2H), (2L, B, H)
+Encoder::Output Encoder::operator()(const Tensor& src, const Tensor& src_keep) const {
+  Tensor x = dropout(embedding(src));  // (B, S, E)
+  const bool lengths = src_keep.defined() && src_keep.dtype() == DType::i64;  // not yet a keep mask
+  auto [outputs, h_n] = rnn(x, {.lengths = lengths ? src_keep : Tensor(), .keep = lengths ? Tensor() : src_keep});
+  // outputs (B, S, 2H), h_n (2L, B, H)
   int64_t batch = src.size(0);
   // h_n rows are ordered (layer, direction): pair each layer's forward and backward states
   Tensor pairs = h_n.view({num_layers_, 2, batch, hidden_size_}).permute({0, 2, 1, 3});  // (L, B, 2, H)
@@ -145,8 +147,8 @@ AttnDecoder::AttnDecoder(const Seq2SeqConfig& c)
   register_module("out", out);
 }
 
-AttnDecoder::Memory AttnDecoder::prepare(const Tensor& encoder_outputs, const Tensor& lengths) const {
-  return attention->prepare(encoder_outputs, encoder_outputs, lengths);  // keys = values = (B, S, 2H)
+AttnDecoder::Memory AttnDecoder::prepare(const Tensor& encoder_outputs, const Tensor& src_keep) const {
+  return attention->prepare(encoder_outputs, encoder_outputs, src_keep);  // keys = values = (B, S, 2H)
 }
 
 const nn::AdditiveAttention* AttnDecoder::additive_part() const {
@@ -204,8 +206,18 @@ Tensor Seq2Seq::operator()(const Tensor& src, const Tensor& src_lengths, const T
   SG_CHECK_SHAPE(src.ndim() == 2 && tgt_in.ndim() == 2 && src.size(0) == tgt_in.size(0),
                  "seq2seq: src {} and tgt_in {} must be (B, S) and (B, T) with the same batch", src.shape(),
                  tgt_in.shape());
-  Encoder::Output enc = encoder(src, src_lengths);
-  return decoder(tgt_in, enc.state, decoder.prepare(enc.outputs, src_lengths));
+  Encoded source = encode(src, src_lengths);
+  return decoder(tgt_in, source.state, source.memory);
+}
+
+Seq2Seq::Encoded Seq2Seq::encode(const Tensor& src, const Tensor& src_lengths) const {
+  SG_CHECK_SHAPE(src.ndim() == 2 && src_lengths.defined() && src_lengths.ndim() == 1 &&
+                     src_lengths.size(0) == src.size(0),
+                 "seq2seq: src {} and src_lengths {} must be (B, S) and (B,)", src.shape(),
+                 src_lengths.defined() ? src_lengths.shape() : Shape{});
+  Tensor keep = nn::keep_mask(src_lengths, src.size(1), "seq2seq");  // (B, S)
+  Encoder::Output enc = encoder(src, keep);
+  return {enc.state, decoder.prepare(enc.outputs, keep)};
 }
 
 void init_xavier(Seq2Seq& model) {

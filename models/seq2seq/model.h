@@ -1,12 +1,13 @@
-// The seq2seq translator with attention (Bahdanau et al. 2015), made consistent (DESIGN.md):
+// The seq2seq translator with attention (Bahdanau et al. 2015); README.md's section on training
+// the translator describes its presets and runs:
 //   Encoder:  Embedding(V_src, E) -> bidirectional GRU(E, H, L) -> outputs (B, S, 2H);
 //             bridge: per layer, tanh(Linear(2H -> H)(concat(h_fwd, h_bwd))) -> decoder state (L, B, H).
 //   Decoder step t: query = top-layer state s_{t-1} (B, H); attention over the encoder outputs with
 //             the source lengths masked -> context (B, 2H); GRU input = concat(Embedding(y_{t-1}), context);
 //             logits = Linear(H [+ 2H + E with deep_output] -> V_tgt).
 // The decoder holds one nn attention module chosen by kind (nn::AdditiveAttention,
-// nn::ScaledDotProductAttention or nn::HybridAttention); its key projection and the source mask
-// are prepared once per batch (AttnDecoder::prepare), not at every decoder step.
+// nn::ScaledDotProductAttention or nn::HybridAttention); its key projection and the source keep
+// mask are prepared once per batch (Seq2Seq::encode), not at every decoder step.
 #pragma once
 #include <memory>
 #include <string>
@@ -42,8 +43,9 @@ class Encoder : public nn::Module {
     Tensor outputs;  // (B, S, 2H), zero at padded positions
     Tensor state;    // (L, B, H): the decoder's initial state
   };
-  // src: (B, S) int64 ids; lengths: (B,) int64 valid lengths.
-  Output operator()(const Tensor& src, const Tensor& lengths) const;
+  // src: (B, S) int64 ids; src_keep: (B, S) bool, true at real tokens (int64 lengths (B,) are
+  // turned into it; Seq2Seq::encode does that once per batch for the encoder and the attention).
+  Output operator()(const Tensor& src, const Tensor& src_keep) const;
 
   nn::Embedding embedding;
   nn::Dropout dropout;
@@ -59,10 +61,11 @@ class AttnDecoder : public nn::Module {
   explicit AttnDecoder(const Seq2SeqConfig& config);
 
   // What every decoder step attends to, prepared once per batch: keys = values = the encoder
-  // outputs (B, S, 2H), the source mask (B, 1, S), and the kind's key projection. A beam search
-  // over one sentence repeats it per hypothesis with memory.expand(n).
+  // outputs (B, S, 2H), the source keep mask (B, 1, S) (true = attend) from src_keep (B, S), and
+  // the kind's key projection. A beam search over one sentence repeats it per hypothesis with
+  // memory.expand(n).
   using Memory = nn::AttentionMemory;
-  Memory prepare(const Tensor& encoder_outputs, const Tensor& lengths) const;
+  Memory prepare(const Tensor& encoder_outputs, const Tensor& src_keep) const;
 
   struct Step {
     Tensor logits;   // (B, V)
@@ -109,6 +112,15 @@ class Seq2Seq : public nn::Module {
   explicit Seq2Seq(const Seq2SeqConfig& config);
   // Teacher-forced logits (B, T, V) for src (B, S), src_lengths (B,), tgt_in (B, T).
   Tensor operator()(const Tensor& src, const Tensor& src_lengths, const Tensor& tgt_in) const;
+
+  // The source side of a batch, prepared once: src_lengths (B,) become the keep mask (B, S), true
+  // at real tokens (nn::keep_mask; the lengths' one trip to the host), which the encoder's GRU and
+  // the decoder's attention memory share.
+  struct Encoded {
+    Tensor state;                // (L, B, H): the decoder's initial state
+    AttnDecoder::Memory memory;  // the encoder outputs (B, S, 2H) as keys and values, keep (B, 1, S)
+  };
+  Encoded encode(const Tensor& src, const Tensor& src_lengths) const;
   const Seq2SeqConfig& config() const { return config_; }
 
   Seq2SeqConfig config_;

@@ -41,8 +41,8 @@ class CpuBackend final : public Backend {
   void softmax_rows_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, bool log) override;
   void topk(const Tensor& x, int64_t k, bool largest, const Tensor& values, const Tensor& indices) override;
 
-  // fused.cpp. Adam on the CPU is optim's own fused loop (detail::adam_update_fused), not a backend kernel.
-  bool supports(FusedOp op) const override { return op != FusedOp::adam_update; }
+  // fused.cpp, and adam.cpp: every fused kernel.
+  bool supports(FusedOp) const override { return true; }
   void gru_cell(const Tensor& xp, const Tensor& hp, const Tensor& h, const Tensor& valid, const Tensor& h_next,
                 const Tensor& gates) override;
   void gru_cell_backward(const Tensor& gates, const Tensor& h, const Tensor& valid, const Tensor& dy,
@@ -51,7 +51,7 @@ class CpuBackend final : public Backend {
   void additive_scores_backward(const Tensor& qp, const Tensor& kp, const Tensor& w, const Tensor& dscores,
                                 const Tensor& dqp, const Tensor& dkp, const Tensor& dw) override;
   void additive_attention_chunk_backward(const Tensor& qp, const Tensor& kp, const Tensor& w, const Tensor& lse,
-                                         const Tensor& dprob, const Tensor& delta, const Tensor& mask,
+                                         const Tensor& dprob, const Tensor& delta, const Tensor& keep,
                                          const Tensor& probs, const Tensor& dqp, const Tensor& dkp,
                                          const Tensor& dw) override;
   void cross_entropy_rows(const Tensor& logits, const Tensor& targets, double eps, int64_t ignore_index,
@@ -59,6 +59,8 @@ class CpuBackend final : public Backend {
   void cross_entropy_rows_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
                                    const Tensor& dloss, double eps, int64_t ignore_index,
                                    const Tensor& dlogits) override;
+  void adam_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                   const Tensor& max_exp_avg_sq, const AdamParams& p) override;
 
   // random.cpp: random values go to element i in row-major order; a strided output is filled
   // through a dense one.

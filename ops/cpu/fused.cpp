@@ -171,10 +171,10 @@ void CpuBackend::additive_scores_backward(const Tensor& qp, const Tensor& kp, co
 
 void CpuBackend::additive_attention_chunk_backward(const Tensor& qp, const Tensor& kp, const Tensor& w,
                                                    const Tensor& lse, const Tensor& dprob, const Tensor& delta,
-                                                   const Tensor& mask, const Tensor& probs, const Tensor& dqp,
+                                                   const Tensor& keep, const Tensor& probs, const Tensor& dqp,
                                                    const Tensor& dkp, const Tensor& dw) {
   const int64_t B = qp.size(0), Q = qp.size(1), K = kp.size(1), A = qp.size(2);
-  const bool* pm = mask.defined() ? mask.data<bool>() : nullptr;
+  const bool* kept = keep.defined() ? keep.data<bool>() : nullptr;
   dispatch_floating(qp.dtype(), "additive_attention_chunk_backward", [&]<class T>() {
     const T *pq = qp.data<T>(), *pk = kp.data<T>(), *pw = w.data<T>();
     const T *plse = lse.data<T>(), *pdp = dprob.data<T>(), *pdelta = delta.data<T>();
@@ -194,7 +194,7 @@ void CpuBackend::additive_attention_chunk_backward(const Tensor& qp, const Tenso
           T* dqr = pdq + row * A;
           for (int64_t k = 0; k < K; ++k) {
             const int64_t at = row * K + k;
-            if (pm && pm[at]) {  // masked key: weight 0, no gradient
+            if (kept && !kept[at]) {  // a key not kept: weight 0, no gradient
               pp[at] = T(0);
               continue;
             }

@@ -1,5 +1,6 @@
-// Helpers shared by the libFuzzer targets (tests/fuzz/README.md): the readers under test take
-// paths, so each input is written to a per-process scratch file first.
+// Helpers shared by the libFuzzer targets (tests/fuzz/meson.build; build.sh and run.sh build and run
+// them): the readers under test take paths, so each input is written to a per-process scratch file
+// first.
 #pragma once
 #include <unistd.h>
 

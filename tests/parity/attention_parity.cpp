@@ -29,7 +29,7 @@ std::unique_ptr<nn::Attention> make_attention(const json& c) {
   if (kind == "chunked")
     return std::make_unique<nn::ChunkedAdditiveAttention>(nn::ChunkedAdditiveAttention::Options{
         .query_size = i64("query_size"), .key_size = i64("key_size"), .hidden_size = i64("hidden_size"),
-        .chunk_size = i64("chunk_size")});
+        .chunk_size = i64("chunk_size"), .keep_weights = true});  // the weights are compared too
   if (kind == "dot" || kind == "scaled_dot") {
     nn::DotProductAttention::Options o{.query_size = i64("query_size"), .key_size = i64("key_size")};
     if (kind == "dot") return std::make_unique<nn::DotProductAttention>(o);

@@ -282,12 +282,13 @@ std::vector<std::string> gru_weights(Builder& b, const nn::GRU& gru, int64_t lay
           b.weight(prefix + ".B", stack(bias, 0))};
 }
 
-// Where(mask, Softmax(Where(mask, scores, -inf)), 0): scores (B, S), mask (B, S) true where valid.
-std::string masked_softmax(Builder& b, const std::string& scores, const std::string& mask) {
+// Where(keep, Softmax(Where(keep, scores, -inf)), 0): scores (B, S), keep (B, S) true at real
+// tokens (the library's keep mask, nn/mask.h).
+std::string masked_softmax(Builder& b, const std::string& scores, const std::string& keep) {
   std::string minus_inf = b.scalar_f32(-std::numeric_limits<float>::infinity());
   std::string zero = b.scalar_f32(0.0f);
-  std::string w = b.op("Softmax", {b.op("Where", {mask, scores, minus_inf})}, {attr("axis", int64_t{-1})});
-  return b.op("Where", {mask, w, zero});  // a row without a valid key: NaN -> 0
+  std::string w = b.op("Softmax", {b.op("Where", {keep, scores, minus_inf})}, {attr("axis", int64_t{-1})});
+  return b.op("Where", {keep, w, zero});  // a row without a real token: NaN -> 0
 }
 
 // weights (B, S) · memory (B, S, 2H) -> context (B, 2H)
@@ -296,10 +297,10 @@ std::string context_of(Builder& b, const std::string& weights, const std::string
   return b.op("Squeeze", {b.op("MatMul", {w3, memory}), b.ints({1})});
 }
 
-// ---- encoder: src, src_lengths -> memory, keys, state, mask (names of the values)
+// ---- encoder: src, src_lengths -> memory, keys, state, src_keep (names of the values)
 
 struct EncoderValues {
-  std::string memory, keys, state, mask;
+  std::string memory, keys, state, keep;
 };
 
 EncoderValues emit_encoder(Builder& b, const models::Seq2Seq& model, const std::string& src,
@@ -329,10 +330,10 @@ EncoderValues emit_encoder(Builder& b, const models::Seq2Seq& model, const std::
   v.keys = c.attention == models::AttentionKind::scaled_dot
                ? b.op("Identity", {v.memory})
                : linear(b, v.memory, model.decoder.additive_part()->w_k, "decoder.attention.w_k");  // (B, S, A)
-  // mask (B, S): position < length
+  // keep (B, S): position < length, true at real tokens
   std::string steps = b.op("Gather", {b.op("Shape", {src}), b.scalar_i64(1)}, {attr("axis", int64_t{0})});
   std::string positions = b.op("Range", {b.scalar_i64(0), steps, b.scalar_i64(1)});  // (S,)
-  v.mask = b.op("Less", {b.op("Unsqueeze", {positions, b.ints({0})}), b.op("Unsqueeze", {lengths, b.ints({1})})});
+  v.keep = b.op("Less", {b.op("Unsqueeze", {positions, b.ints({0})}), b.op("Unsqueeze", {lengths, b.ints({1})})});
   return v;
 }
 
@@ -353,14 +354,14 @@ StepValues emit_decoder_step(Builder& b, const models::Seq2Seq& model, const std
     std::string qp = b.op("Unsqueeze", {linear(b, query, dec.additive_part()->w_q, "decoder.attention.w_q"), b.ints({1})});
     std::string features = b.op("Tanh", {b.op("Add", {qp, enc.keys})});                    // (B, S, A)
     std::string energies = linear(b, features, dec.additive_part()->w_v, "decoder.attention.w_v");  // (B, S, 1)
-    weights = masked_softmax(b, b.op("Squeeze", {energies, b.ints({2})}), enc.mask);
+    weights = masked_softmax(b, b.op("Squeeze", {energies, b.ints({2})}), enc.keep);
     context = context_of(b, weights, enc.memory);
   }
   if (c.attention != models::AttentionKind::additive) {
     std::string q = b.op("Unsqueeze", {linear(b, query, *dec.query_projection(), "decoder.query_proj"), b.ints({2})});  // (B, 2H, 1)
     std::string scores = b.op("Squeeze", {b.op("MatMul", {enc.memory, q}), b.ints({2})});                    // (B, S)
     scores = b.op("Mul", {scores, b.scalar_f32(static_cast<float>(1.0 / std::sqrt(2.0 * c.hidden_size)))});
-    std::string w = masked_softmax(b, scores, enc.mask);
+    std::string w = masked_softmax(b, scores, enc.keep);
     std::string ctx = context_of(b, w, enc.memory);
     if (context.empty()) {
       context = ctx, weights = w;
@@ -441,7 +442,7 @@ void add_encoder_value_infos(google::protobuf::RepeatedPtrField<pb::ValueInfoPro
   *list->Add() = value_info(names.memory, kF32, {{"batch"}, {"src_seq"}, {"", 2 * d.hidden}});
   *list->Add() = value_info(names.keys, kF32, {{"batch"}, {"src_seq"}, {"", d.keys}});
   *list->Add() = value_info(names.state, kF32, {{"", d.layers}, {"batch"}, {"", d.hidden}});
-  *list->Add() = value_info(names.mask, kBool, {{"batch"}, {"src_seq"}});
+  *list->Add() = value_info(names.keep, kBool, {{"batch"}, {"src_seq"}});
 }
 
 std::string build_encoder(const models::Seq2Seq& model, const ExportOptions& options) {
@@ -451,11 +452,11 @@ std::string build_encoder(const models::Seq2Seq& model, const ExportOptions& opt
   *g->add_input() = value_info("src_lengths", kI64, {{"batch"}});
   Builder b(g);
   EncoderValues v = emit_encoder(b, model, "src", "src_lengths");
-  EncoderValues out{"memory", "keys", "state", "mask"};
+  EncoderValues out{"memory", "keys", "state", "src_keep"};
   b.rename_output(v.memory, out.memory);
   b.rename_output(v.keys, out.keys);
   b.rename_output(v.state, out.state);
-  b.rename_output(v.mask, out.mask);
+  b.rename_output(v.keep, out.keep);
   add_encoder_value_infos(g->mutable_output(), dims_of(model.config()), out);
   return checked_bytes(m, "encoder.onnx");
 }
@@ -464,7 +465,7 @@ std::string build_decoder_step(const models::Seq2Seq& model, const ExportOptions
   pb::ModelProto m = new_model("seqgrad_decoder_step", options);
   pb::GraphProto* g = m.mutable_graph();
   const Dims d = dims_of(model.config());
-  EncoderValues enc{"memory", "keys", "state", "mask"};
+  EncoderValues enc{"memory", "keys", "state", "src_keep"};
   *g->add_input() = value_info("y_prev", kI64, {{"batch"}});
   add_encoder_value_infos(g->mutable_input(), d, enc);
   Builder b(g);

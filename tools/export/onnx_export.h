@@ -2,8 +2,9 @@
 // runtime. Three graphs, each checked by the ONNX checker before it is returned:
 //   model.onnx         the teacher-forced model (as the seeds' torch.onnx.export):
 //                      src (B, S) int64, src_lengths (B,) int64, tgt (B, T) int64 -> output (B, T, V) float logits
-//   encoder.onnx       src, src_lengths -> memory (B, S, 2H), keys (B, S, A | 2H), state (L, B, H), mask (B, S) bool
-//   decoder_step.onnx  y_prev (B,) int64, state, memory, keys, mask
+//   encoder.onnx       src, src_lengths -> memory (B, S, 2H), keys (B, S, A | 2H), state (L, B, H), src_keep (B, S)
+//                      bool, true at real tokens (the library's keep mask)
+//   decoder_step.onnx  y_prev (B,) int64, state, memory, keys, src_keep
 //                      -> log_probs (B, V), new_state (L, B, H), weights (B, S)
 // B, S and T are dynamic axes ("batch", "src_seq", "tgt_seq"). How each part maps to ONNX:
 //   Embedding -> Gather; Linear -> MatMul (+ Add) with the weight stored transposed;
@@ -11,10 +12,10 @@
 //     sequence_lens = src_lengths, so each sequence's reverse pass starts at its last valid step);
 //   PyTorch-style GRUs -> linear_before_reset = 1, gates reordered from [r; z; n] to ONNX's [z; r; h],
 //     bias = [b_ih | b_hh] (ONNX's [Wb | Rb]);
-//   masked softmax -> Where(mask, Softmax(Where(mask, scores, -inf)), 0): a fully masked row gives
+//   masked softmax -> Where(keep, Softmax(Where(keep, scores, -inf)), 0): a fully masked row gives
 //     zeros, as nn::masked_softmax does, instead of NaN;
 //   the decoder loop of model.onnx -> Scan over tgt's time axis, whose body is the decoder step
-//     (it reads memory, keys, mask and the weights from the enclosing graph).
+//     (it reads memory, keys, src_keep and the weights from the enclosing graph).
 // Every attention kind of the translator (additive, scaled_dot, hybrid) is expressible this way.
 // An int8 model (nn::quantize_dynamic, a `seqgrad quantize` checkpoint) exports int8, in the form
 // onnxruntime's own dynamic quantization produces:

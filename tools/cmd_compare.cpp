@@ -95,11 +95,10 @@ Sharpness attention_sharpness(models::Seq2Seq& model, const text::EncodedCorpus&
   int64_t rows = 0, normalized_rows = 0;
   for (const text::Batch& batch : text::make_batches(corpus.pairs, {.batch_size = 128, .shuffle = false})) {
     models::TensorBatch b = models::to_tensors(batch);
-    models::Encoder::Output enc = model.encoder(b.src, b.src_lengths);
-    models::AttnDecoder::Memory memory = model.decoder.prepare(enc.outputs, b.src_lengths);
-    Tensor state = enc.state;
+    models::Seq2Seq::Encoded source = model.encode(b.src, b.src_lengths);  // the keep mask built once
+    Tensor state = source.state;
     for (int64_t t = 0; t < batch.tgt_len_max; ++t) {
-      models::AttnDecoder::Step step = model.decoder.step(b.tgt_in.select(1, t), state, memory);
+      models::AttnDecoder::Step step = model.decoder.step(b.tgt_in.select(1, t), state, source.memory);
       state = step.state;
       std::vector<double> w = step.weights.to_vector<double>();  // (B, S) row-major
       for (int64_t r = 0; r < batch.batch; ++r) {

@@ -17,17 +17,18 @@ int average_main(int argc, char** argv) {
                     "<out>/ckpt-STEP.safetensors). Usage: seqgrad average --out-file F CKPT CKPT...\n"
                     "The output holds the mean weights, the first checkpoint's config and vocabularies and no\n"
                     "optimizer state: translate, eval and inspect load it; train --resume does not.");
-  a.option("out-file", "file", "where to write the averaged checkpoint");
+  a.option("out-file", "file", "where to write the averaged checkpoint")
+      .positional("CKPT", "the checkpoints to average (float, one architecture and vocabulary)");
   if (!a.parse(argc, argv)) return 0;
   const std::vector<std::string>& inputs = a.positionals();
-  SG_CHECK_USAGE(a.has("out-file"), "average: --out-file F is required (where to write the average)");
-  SG_CHECK_USAGE(!inputs.empty(), "average: give the checkpoints to average after the options (seqgrad average "
+  SG_CHECK_USAGE(a.has("out-file"), "--out-file F is required (where to write the average)");
+  SG_CHECK_USAGE(!inputs.empty(), "give the checkpoints to average after the options (seqgrad average "
                  "--out-file F CKPT CKPT...)");
   const std::string out = a.get("out-file");
   for (const std::string& in : inputs) {
-    SG_CHECK_IO(std::filesystem::exists(in), "average: no checkpoint at {}", in);
+    SG_CHECK_IO(std::filesystem::exists(in), "no checkpoint at {}", in);
     SG_CHECK_USAGE(std::filesystem::weakly_canonical(in) != std::filesystem::weakly_canonical(out),
-                   "average: --out-file {} is one of the checkpoints to average; write the average to another file",
+                   "--out-file {} is one of the checkpoints to average; write the average to another file",
                    out);
   }
   models::LoadedCheckpoint average = models::average_checkpoints(inputs);

@@ -207,16 +207,16 @@ void check_float(const LoadedCheckpoint& c, const std::string& path) {
 void check_averageable(const LoadedCheckpoint& first, const std::string& first_path, const LoadedCheckpoint& other,
                        const std::string& path) {
   check_float(other, path);
+  for (const auto& [side, a, b] : {std::tuple{"source", &first.info.src_vocab, &other.info.src_vocab},
+                                   {"target", &first.info.tgt_vocab, &other.info.tgt_vocab}})
+    SG_CHECK_IO(a->to_json() == b->to_json(), "average: checkpoints {} and {} have different {} vocabularies ({} {} "
+                "tokens and {} {} tokens)", first_path, path, side, a->kind(), a->size(), b->kind(), b->size());
   for (const ConfigField& f : config_fields()) {
     if (!f.key.starts_with("model.")) continue;
     const nlohmann::json a = f.get(first.info.config), b = f.get(other.info.config);
     SG_CHECK_IO(a == b, "average: checkpoints {} and {} have different architectures: config field {} is {} in the "
                 "first and {} in the second", first_path, path, f.key, a.dump(), b.dump());
   }
-  for (const auto& [side, a, b] : {std::tuple{"source", &first.info.src_vocab, &other.info.src_vocab},
-                                   {"target", &first.info.tgt_vocab, &other.info.tgt_vocab}})
-    SG_CHECK_IO(a->to_json() == b->to_json(), "average: checkpoints {} and {} have different {} vocabularies ({} {} "
-                "tokens and {} {} tokens)", first_path, path, side, a->kind(), a->size(), b->kind(), b->size());
 }
 
 }  // namespace

@@ -20,11 +20,15 @@ namespace {
 // checkpoint's weights needs its vocabularies), or the SentencePiece model of vocab spm:MODEL.
 std::optional<Vocabularies> given_vocabularies(const TrainConfig& config) {
   if (!config.init_from.empty()) {
+    SG_CHECK_IO(std::filesystem::exists(config.init_from), "config field init_from: no checkpoint at {}",
+                config.init_from);
     LoadedCheckpoint from = read_checkpoint(config.init_from);
     return Vocabularies{std::move(from.info.src_vocab), std::move(from.info.tgt_vocab)};
   }
   if (!config.vocab.starts_with(text::kSubwordModelPrefix)) return std::nullopt;
   const std::string path = config.vocab.substr(text::kSubwordModelPrefix.size());
+  SG_CHECK_IO(std::filesystem::is_regular_file(path), "config field vocab = spm:{}: no SentencePiece model file at {}",
+              path, path);
   try {
     text::Vocab vocab = text::Vocab::from_subword(text::SubwordModel::read(path));
     return Vocabularies{vocab, vocab};

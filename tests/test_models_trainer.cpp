@@ -305,3 +305,29 @@ TEST_CASE("trainer: accum_steps makes one optimizer step of K batches in train_e
     for (size_t i = 0; i < a.size(); ++i) CHECK(a[i] == doctest::Approx(b[i]).epsilon(1e-4));
   }
 }
+
+TEST_CASE("trainer: a restored state's batches fit its steps x accum_steps, and init weights need equal vocabularies") {
+  Toy toy;
+  toy.config.accum_steps = 2;
+  Trainer trainer(toy.config, toy.src_vocab, toy.tgt_vocab);
+  testing::TempDir dir;
+  const std::string path = (dir.path / "ck.safetensors").string();
+  trainer.save(path);
+  models::LoadedCheckpoint checkpoint = models::read_checkpoint(path);
+  checkpoint.info.train_state["step"] = 2, checkpoint.info.train_state["batch"] = 5;
+  Trainer resumed(toy.config, toy.src_vocab, toy.tgt_vocab);
+  CHECK_THROWS_WITH_AS(resumed.restore(checkpoint, path),
+                       doctest::Contains("train_state.batch = 5 exceeds step = 2 x accum_steps = 2"), IOError);
+  // init_from: weights only; another target vocabulary is named as the side that differs
+  text::Vocab other = text::Vocab::build(text::source_side(toy.pairs));
+  Trainer elsewhere(toy.config, toy.src_vocab, other);
+  CHECK_THROWS_WITH_AS(elsewhere.init_weights_from(models::read_checkpoint(path), path),
+                       doctest::Contains(doctest::String(("its target vocabulary (word " +
+                                                          std::to_string(toy.tgt_vocab.size()) +
+                                                          " tokens) differs from the run's").c_str())), IOError);
+  Trainer same(toy.config, toy.src_vocab, toy.tgt_vocab);
+  same.init_weights_from(models::read_checkpoint(path), path);
+  CHECK(same.state().step == 0);
+  auto pa = same.model().parameters(), pb = trainer.model().parameters();
+  for (size_t i = 0; i < pa.size(); ++i) CHECK(pa[i].to_vector<float>() == pb[i].to_vector<float>());
+}

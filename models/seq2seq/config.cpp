@@ -308,7 +308,7 @@ std::vector<ConfigField> make_table() {
               "early stopping: stop after n validations without a new best (0 = never)",
               [](TrainConfig& c) -> auto& { return c.patience; }, {.min = 0}),
       text("early_stopping_metric", "early-stopping-metric", "metric",
-           "sacrebleu | chrf | loss: the validation metric that picks best.safetensors and drives --patience",
+           "sacrebleu | chrf | loss: the validation metric that picks best.safetensors and that patience watches",
            [](TrainConfig& c) -> auto& { return c.early_stopping_metric; }, check_metric),
       integer("keep_checkpoints", "keep-checkpoints",
               "keep the last n validations' checkpoints as <out>/ckpt-STEP.safetensors (0 = none)",

@@ -278,14 +278,16 @@ StepResult Trainer::train_step(std::span<const TensorBatch> group) {
   double total = 0;
   std::vector<double> tokens = group.size() > 1 ? group_tokens(group, ddp_.get(), device_) : std::vector<double>{1};
   for (double t : tokens) total += t;
-  StepResult step{.loss = 0, .tokens = 0, .batches = static_cast<int64_t>(group.size())};
+  StepResult step{.batches = static_cast<int64_t>(group.size())};
+  double loss_sum = 0;
   for (size_t i = 0; i < group.size(); ++i) {
     const double weight = total > 0 ? tokens[i] / total : 1.0 / static_cast<double>(group.size());
     StepResult r = forward_backward(group[i], {.weight = weight, .first = i == 0, .last = i + 1 == group.size()});
-    step.loss += r.loss * static_cast<double>(r.tokens);
+    loss_sum += r.loss * static_cast<double>(r.tokens);
     step.tokens += r.tokens;
+    step.loss = r.loss;  // one batch: its loss as it is (no rounding through the sum)
   }
-  step.loss = step.tokens > 0 ? step.loss / static_cast<double>(step.tokens) : 0.0;
+  if (group.size() > 1) step.loss = step.tokens > 0 ? loss_sum / static_cast<double>(step.tokens) : 0.0;
   after_backward();
   optimizer_step(step);
   return step;

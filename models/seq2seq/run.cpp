@@ -155,7 +155,9 @@ class Run {
       : trainer_(trainer), valid_(valid), options_(options),
         writes_(!options.out_dir.empty() && trainer.rank() == 0) {}
 
-  std::string path(const std::string& name) const { return options_.out_dir.empty() ? "" : options_.out_dir + "/" + name; }
+  std::string path(const std::string& name) const {
+    return options_.out_dir.empty() ? "" : options_.out_dir + "/" + name;
+  }
   bool saves() const { return !options_.out_dir.empty(); }  // every rank saves (rank 0 writes)
   bool writes() const { return writes_; }
 
@@ -182,7 +184,10 @@ class Run {
     state.stopped_early = config.patience > 0 && state.validations_since_best >= config.patience;
     if (writes_) append_line(path("metrics.jsonl"), m.to_json().dump());
     if (saves()) {
-      if (m.best) trainer_.save(path("best.safetensors")), result.best_checkpoint = writes_ ? path("best.safetensors") : "";
+      if (m.best) {
+        trainer_.save(path("best.safetensors"));
+        result.best_checkpoint = writes_ ? path("best.safetensors") : "";
+      }
       if (config.keep_checkpoints > 0) {
         trainer_.save(path(fmt::format("ckpt-{}.safetensors", state.step)));
         if (writes_) prune_step_checkpoints(options_.out_dir, state.step, config.keep_checkpoints);
@@ -221,7 +226,8 @@ RunResult fit(Trainer& trainer, text::BatchSource& train, const ValidationSet& v
     prune_step_checkpoints(options.out_dir, state.step, config.keep_checkpoints);
   }
   RunResult result;
-  if (run.writes() && std::filesystem::exists(run.path("best.safetensors"))) result.best_checkpoint = run.path("best.safetensors");
+  if (run.writes() && std::filesystem::exists(run.path("best.safetensors")))
+    result.best_checkpoint = run.path("best.safetensors");
   if (state.stopped_early) {  // a resumed run that early stopping ended: nothing to train
     result.completed = result.stopped_early = true;
     return result;

@@ -161,9 +161,10 @@ class Run {
   bool saves() const { return !options_.out_dir.empty(); }  // every rank saves (rank 0 writes)
   bool writes() const { return writes_; }
 
-  // Validates now (after an epoch, or mid-epoch after `batch` batches), records it and updates
-  // the early-stopping state; false when a callback asked to stop.
-  bool validate(double train_loss, double seconds, std::optional<int64_t> batch, RunResult& result) {
+  // Validates now (after an epoch, or mid-epoch after `batch` batches; `trained` is the epoch's
+  // training so far), records it and updates the early-stopping state; false when a callback
+  // asked to stop.
+  bool validate(const EpochResult& trained, std::optional<int64_t> batch, RunResult& result) {
     const RunCallbacks& on = options_.callbacks;
     TrainState& state = trainer_.state();
     const TrainConfig& config = trainer_.config();
@@ -171,11 +172,10 @@ class Run {
     Evaluation val = trainer_.evaluate(valid_.corpus, valid_.references, valid_.raw_references,
                                        decode_options(config));
     EpochMetrics m{.epoch = batch ? state.epoch + 1 : state.epoch, .step = state.step, .batch = batch,
-                   .train_loss = train_loss, .valid_loss = val.loss, .valid_sacrebleu = val.sacrebleu,
-                   .valid_chrf = val.chrf, .valid_bleu_tokenized = val.bleu_tokenized, .seconds = seconds,
+                   .train_loss = trained.loss, .valid_loss = val.loss, .valid_sacrebleu = val.sacrebleu,
+                   .valid_chrf = val.chrf, .valid_bleu_tokenized = val.bleu_tokenized, .seconds = trained.seconds,
                    .lr = trainer_.optimizer().lr()};
-    if (trainer_.scaler().is_enabled())
-      m.skipped_steps = state.epoch_skipped, m.loss_scale = trainer_.scaler().get_scale();
+    if (trainer_.scaler().is_enabled()) m.skipped_steps = trained.skipped, m.loss_scale = trainer_.scaler().get_scale();
     state.best_bleu = std::max(state.best_bleu, val.sacrebleu);
     state.best_metric = config.early_stopping_metric;
     m.best = improves(state.best_metric, m.score(state.best_metric), state.best_score);
@@ -241,8 +241,9 @@ RunResult fit(Trainer& trainer, text::BatchSource& train, const ValidationSet& v
     bool stopped_by_validation = false;
     auto after_step = [&](const StepResult& r) {
       if (config.valid_every > 0 && state.step % config.valid_every == 0 && state.batch < batches) {
-        const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-        stopped_by_validation = !run.validate(state.epoch_loss(), seconds, state.batch, result) || state.stopped_early;
+        const EpochResult so_far{.loss = state.epoch_loss(), .skipped = state.epoch_skipped,
+                                 .seconds = std::chrono::duration<double>(Clock::now() - start).count()};
+        stopped_by_validation = !run.validate(so_far, state.batch, result) || state.stopped_early;
         if (stopped_by_validation) return false;
       }
       return !on.after_step || on.after_step(r);
@@ -272,7 +273,7 @@ RunResult fit(Trainer& trainer, text::BatchSource& train, const ValidationSet& v
       if (run.saves()) trainer.save(run.path("last.safetensors"));  // the epoch's end: resumable from here
       continue;
     }
-    if (!run.validate(epoch.loss, epoch.seconds, std::nullopt, result)) return result;
+    if (!run.validate(epoch, std::nullopt, result)) return result;
     if (state.stopped_early) {
       result.completed = true;
       return result;

@@ -76,6 +76,13 @@ TEST_CASE("config: validate() names the field and its range") {
            {"model.hidden_size", 0, "config field model.hidden_size = 0 must be in [1, 1048576]"},
            {"model.num_layers", 65, "config field model.num_layers = 65 must be in [1, 64]"},
            {"shuffle_buffer", 0, "config field shuffle_buffer = 0 must be >= 1"},
+           {"patience", -1, "config field patience = -1 must be >= 0"},
+           {"valid_every", -1, "config field valid_every = -1 must be >= 0"},
+           {"early_stopping_metric", "bleu",
+            "config field early_stopping_metric = \"bleu\" must be one of: sacrebleu, chrf, loss"},
+           {"keep_checkpoints", 1001, "config field keep_checkpoints = 1001 must be in [0, 1000]"},
+           {"accum_steps", 0, "config field accum_steps = 0 must be in [1, 4096]"},
+           {"vocab", "spm:", "config field vocab = \"spm:\" must name a SentencePiece model file after spm:"},
        }) {
     CAPTURE(bad.key);
     TrainConfig c = models::preset("d2l");
@@ -113,7 +120,12 @@ TEST_CASE("config: JSON of the wrong type, unknown keys and missing fields are e
   sized.model.src_vocab = 50, sized.model.tgt_vocab = 60;
   j = sized.to_json();
   j.erase("amp"), j.erase("vocab");  // written by later versions: a checkpoint from before has them not
+  for (const char* key : {"accum_steps", "valid_every", "patience", "early_stopping_metric", "keep_checkpoints",
+                          "init_from"})
+    j.erase(key);
   CHECK(TrainConfig::from_json(j).amp == GemmPrecision::full);
+  CHECK(TrainConfig::from_json(j).patience == 0);  // an old run had no early stopping
+  CHECK(TrainConfig::from_json(j).accum_steps == 1);
   j = models::preset("d2l").to_json();
   j["seed"] = -1;
   CHECK(error_of([&] { TrainConfig::from_json(j); }) == "config field seed = -1 must be an integer >= 0");

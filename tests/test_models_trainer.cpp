@@ -211,10 +211,123 @@ TEST_CASE("trainer: a checkpoint's train state is checked field by field") {
   check_error(bad("epoch_loss_sum", -1.0), "train_state.epoch_loss_sum = -1 must be a finite number >= 0");
   check_error(bad("rng_offset", -1), "train_state.rng_offset must be an integer >= 0, got -1");
   check_error(bad("best_bleu", 101), "train_state.best_bleu = 101 must be in [-1, 100]");
-  check_error(bad("batch", 41), "train_state.batch = 41 exceeds step = 40");
+  check_error(bad("best_metric", "bleu"), "train_state.best_metric must be one of sacrebleu, chrf, loss, got \"bleu\"");
+  check_error(bad("best_score", 101), "train_state.best_score = 101 must be in [0, 100] (sacrebleu)");
+  check_error(bad("validations_since_best", -1), "train_state.validations_since_best = -1 must be >= 0");
+  check_error(bad("stopped_early", 1), "train_state.stopped_early must be true or false, got 1");
   check_error(nlohmann::json::array(), "train_state must be a JSON object");
   // Old checkpoints lack the later fields: defaults, not errors.
   back = models::train_state_from_json({{"epoch", 1}, {"batch", 0}, {"step", 8}}, "old.safetensors");
   CHECK(back.best_bleu == -1);
   CHECK(back.epoch_skipped == 0);
+  CHECK_FALSE(back.best_score.has_value());
+  CHECK_FALSE(back.stopped_early);
+  // written before early stopping: best_metric "sacrebleu" and best_bleu, which is the best score
+  back = models::train_state_from_json({{"epoch", 1}, {"batch", 0}, {"step", 8}, {"best_bleu", 3.5},
+                                        {"best_metric", "sacrebleu"}}, "v2.safetensors");
+  CHECK(back.best_score == 3.5);
+  CHECK(back.validations_since_best == 0);
+}
+
+TEST_CASE("trainer: the early-stopping state round-trips through a checkpoint's train state") {
+  models::TrainState s{.epoch = 3, .batch = 2, .step = 30, .best_bleu = 9.5, .best_metric = "loss",
+                       .best_score = 2.25, .validations_since_best = 2, .stopped_early = true};
+  models::TrainState back = models::train_state_from_json(models::train_state_to_json(s), "ck.safetensors");
+  CHECK(back.best_metric == "loss");
+  CHECK(back.best_score == 2.25);
+  CHECK(back.validations_since_best == 2);
+  CHECK(back.stopped_early);
+  s.best_score.reset();  // before the first validation: null, read back as none
+  CHECK_FALSE(models::train_state_from_json(models::train_state_to_json(s), "ck.safetensors").best_score);
+}
+
+// Gradient accumulation: K batches weighted by their target tokens give the gradient of their
+// concatenation (the loss is a mean per target token). In float64 the two agree to summation order.
+TEST_CASE("trainer: two accumulated batches give the gradients of one concatenated batch (float64)") {
+  Toy toy;
+  toy.config.model.dropout = 0;
+  auto sorted = [&](int64_t size) { return text::make_batches(toy.corpus.pairs, {.batch_size = size, .shuffle = false}); };
+  const std::vector<text::Batch> halves = sorted(8), whole = sorted(16);
+  REQUIRE(halves[0].index.size() + halves[1].index.size() == whole[0].index.size());
+  auto gradients = [&](const std::vector<text::Batch>& batches) {
+    Trainer t(toy.config, toy.src_vocab, toy.tgt_vocab);
+    t.model().to(DType::f64);
+    std::vector<models::TensorBatch> group;
+    double tokens = 0;
+    for (const text::Batch& b : batches) group.push_back(models::to_tensors(b)), tokens += group.back().target_tokens;
+    for (size_t i = 0; i < group.size(); ++i)
+      t.forward_backward(group[i], {.weight = group[i].target_tokens / tokens, .first = i == 0,
+                                    .last = i + 1 == group.size()});
+    std::vector<std::vector<double>> out;
+    for (Tensor& p : t.model().parameters()) out.push_back(p.grad().to_vector<double>());
+    return out;
+  };
+  const auto accumulated = gradients({halves[0], halves[1]}), concatenated = gradients({whole[0]});
+  REQUIRE(accumulated.size() == concatenated.size());
+  double worst = 0, largest = 0;
+  for (size_t p = 0; p < accumulated.size(); ++p)
+    for (size_t i = 0; i < accumulated[p].size(); ++i) {
+      worst = std::max(worst, std::fabs(accumulated[p][i] - concatenated[p][i]));
+      largest = std::max(largest, std::fabs(concatenated[p][i]));
+    }
+  CHECK(largest > 1e-3);   // the gradients are not trivially zero
+  CHECK(worst < 1e-12);    // summation order only
+}
+
+TEST_CASE("trainer: accum_steps makes one optimizer step of K batches in train_epoch") {
+  Toy toy;
+  toy.config.model.dropout = 0;
+  toy.config.accum_steps = 2;  // 3 batches of 8: a step of 2, then the epoch's last batch alone
+  Trainer t(toy.config, toy.src_vocab, toy.tgt_vocab);
+  std::vector<int64_t> batches_per_step;
+  models::EpochResult e = t.train_epoch(toy.corpus, [&](const models::StepResult& r) {
+    batches_per_step.push_back(r.batches);
+    return true;
+  });
+  CHECK(e.completed);
+  CHECK(batches_per_step == std::vector<int64_t>{2, 1});
+  CHECK(t.state().step == 2);
+  CHECK(t.state().epoch == 1);
+  // the step over a group equals the step over its concatenation (float32: Adam's first step is
+  // about lr x sign(gradient), so the weights agree to float rounding)
+  auto sorted = [&](int64_t size) { return text::make_batches(toy.corpus.pairs, {.batch_size = size, .shuffle = false}); };
+  Trainer grouped(toy.config, toy.src_vocab, toy.tgt_vocab), single(toy.config, toy.src_vocab, toy.tgt_vocab);
+  const std::vector<text::Batch> halves = sorted(8), whole = sorted(16);
+  const std::vector<models::TensorBatch> group = {models::to_tensors(halves[0]), models::to_tensors(halves[1])};
+  models::StepResult g = grouped.train_step(group), w = single.train_step(models::to_tensors(whole[0]));
+  CHECK(g.tokens == w.tokens);
+  CHECK(g.loss == doctest::Approx(w.loss).epsilon(1e-6));
+  CHECK(g.grad_norm == doctest::Approx(w.grad_norm).epsilon(1e-5));
+  CHECK(grouped.state().batch == 2);
+  auto pa = grouped.model().parameters(), pb = single.model().parameters();
+  for (size_t p = 0; p < pa.size(); ++p) {
+    std::vector<float> a = pa[p].to_vector<float>(), b = pb[p].to_vector<float>();
+    for (size_t i = 0; i < a.size(); ++i) CHECK(a[i] == doctest::Approx(b[i]).epsilon(1e-4));
+  }
+}
+
+TEST_CASE("trainer: a restored state's batches fit its steps x accum_steps, and init weights need equal vocabularies") {
+  Toy toy;
+  toy.config.accum_steps = 2;
+  Trainer trainer(toy.config, toy.src_vocab, toy.tgt_vocab);
+  testing::TempDir dir;
+  const std::string path = (dir.path / "ck.safetensors").string();
+  trainer.save(path);
+  models::LoadedCheckpoint checkpoint = models::read_checkpoint(path);
+  checkpoint.info.train_state["step"] = 2, checkpoint.info.train_state["batch"] = 5;
+  Trainer resumed(toy.config, toy.src_vocab, toy.tgt_vocab);
+  CHECK_THROWS_WITH_AS(resumed.restore(checkpoint, path),
+                       doctest::Contains("train_state.batch = 5 exceeds step = 2 x accum_steps = 2"), IOError);
+  // init_from: weights only; another target vocabulary is named as the side that differs
+  text::Vocab other = text::Vocab::build(text::source_side(toy.pairs));
+  Trainer elsewhere(toy.config, toy.src_vocab, other);
+  CHECK_THROWS_WITH_AS(elsewhere.init_weights_from(models::read_checkpoint(path), path),
+                       doctest::Contains(doctest::String(("its target vocabulary (word " +
+                                                          std::to_string(toy.tgt_vocab.size()) +
+                                                          " tokens) differs from the run's").c_str())), IOError);
+  Trainer same(toy.config, toy.src_vocab, toy.tgt_vocab);
+  same.init_weights_from(models::read_checkpoint(path), path);
+  CHECK(same.state().step == 0);
+  auto pa = same.model().parameters(), pb = trainer.model().parameters();
+  for (size_t i = 0; i < pa.size(); ++i) CHECK(pa[i].to_vector<float>() == pb[i].to_vector<float>());
 }

@@ -12,12 +12,14 @@ Registered in tests/meson.build (suite 'tools_train'). Every run is tiny (E = H 
 thread). Crafted checkpoints get a recomputed CRC (nn/checkpoint.cpp's checksum, written again
 below), so they are read as genuine files whose train state is bad.
 """
+import base64
 import fcntl
 import json
 import os
 import re
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -171,6 +173,29 @@ class Flags(Base):
                     p = run(command, "--embed", "16", "--layers", "1", flag, value, "--threads", "1",
                             "--data-dir", DATA, "--out", self.out("flags"))
                     self.assertFails(p, rf"seqgrad {command}: error: " + pattern, status=2)  # a usage error
+
+
+    def test_run_flags_name_the_flag_and_range(self):
+        # early stopping, validation cadence, checkpoints, accumulation, initial weights, vocabularies
+        for flag, value, pattern in [("--patience", "-1", r"--patience must be >= 0, got -1"),
+                                     ("--valid-every", "-5", r"--valid-every must be >= 0, got -5"),
+                                     ("--early-stopping-metric", "bleu",
+                                      r"--early-stopping-metric must be one of: sacrebleu, chrf, loss, got bleu"),
+                                     ("--keep-checkpoints", "-1", r"--keep-checkpoints must be in \[0, 1000\], got -1"),
+                                     ("--accum-steps", "0", r"--accum-steps must be in \[1, 4096\], got 0"),
+                                     ("--accum-steps", "x", r"--accum-steps expects an integer, got 'x'"),
+                                     ("--vocab", "spm:", r"--vocab must name a SentencePiece model file after spm:, "
+                                                         r"got spm:")]:
+            with self.subTest(flag=flag, value=value):
+                p = run("train", *TINY, flag, value, "--data-dir", DATA, "--out", self.out("flags"))
+                self.assertFails(p, r"seqgrad train: error: " + pattern, status=2)
+        # the files they name are read when the run starts: a missing one is a file error naming the field
+        p = self.train(self.out("no_init"), "--init-from", self.out("nope.safetensors"))
+        self.assertFails(p, r"config field init_from: no checkpoint at .*nope.safetensors")
+        p = self.train(self.out("no_spm"), "--vocab", "spm:" + self.out("nope.model"))
+        self.assertFails(p, r"config field vocab = spm:.*nope.model: no SentencePiece model file at")
+        p = self.train(self.out("bad_spm"), "--vocab", "spm:" + write(self.out("bad.model"), "not a model"))
+        self.assertFails(p, r"config field vocab = spm:.*bad.model: .*does not load")
 
 
 # ---- the config table: --print-config, --config, and every field in help, JSON and inspect -------
@@ -482,6 +507,154 @@ class Divergence(Base):
 
 
 # ---- bench --json and --out-file -----------------------------------------------------------------
+
+# ---- early stopping, validation cadence, checkpoints to average, accumulation, initial weights ----
+
+def without_seconds(rows):
+    return [{k: v for k, v in r.items() if k != "seconds"} for r in rows]
+
+
+def same_file(a, b):
+    return subprocess.run(["cmp", "-s", a, b]).returncode == 0
+
+
+class EarlyStopping(Base):
+    def test_a_resumed_run_stops_at_the_same_point_with_the_same_best(self):
+        # tiny runs score sacreBLEU 0 after every epoch: the first is the best, patience 2 stops at the third
+        whole = self.out("es_whole")
+        p = self.train(whole, "--epochs", "6", "--patience", "2")
+        self.assertOk(p)
+        self.assertIn("early stopping: 2 validation(s) without a better sacreBLEU (patience 2)", p.stdout)
+        rows = read_metrics(os.path.join(whole, "metrics.jsonl"))
+        self.assertLess(len(rows), 6)
+        # interrupted in the middle of the second epoch (8 steps an epoch), then resumed
+        cut = self.out("es_cut")
+        self.assertEqual(self.train(cut, "--epochs", "6", "--patience", "2", "--stop-after-steps", "12").returncode, 130)
+        self.assertOk(self.train(cut, "--resume", "--epochs", "6"))
+        self.assertEqual(without_seconds(read_metrics(os.path.join(cut, "metrics.jsonl"))), without_seconds(rows))
+        for name in ["best.safetensors", "last.safetensors"]:
+            self.assertTrue(same_file(os.path.join(whole, name), os.path.join(cut, name)), name)
+        # a run that stopped early says so when resumed, and does not train
+        p = self.train(cut, "--resume", "--epochs", "6")
+        self.assertOk(p)
+        self.assertIn("stopped early after step", p.stdout)
+        self.assertEqual(len(read_metrics(os.path.join(cut, "metrics.jsonl"))), len(rows))
+        self.assertTrue(same_file(os.path.join(whole, "last.safetensors"), os.path.join(cut, "last.safetensors")))
+
+    def test_valid_every_validates_mid_epoch_and_at_the_end(self):
+        out = self.out("valid_every")
+        self.assertOk(self.train(out, "--epochs", "2", "--valid-every", "5", "--patience", "0"))
+        rows = read_metrics(os.path.join(out, "metrics.jsonl"))
+        # 8 steps an epoch: steps 5, 10 and 15 in the middle of an epoch, and the run's end (16)
+        self.assertEqual([(r["epoch"], r["step"], r.get("batch")) for r in rows],
+                         [(1, 5, 5), (2, 10, 2), (2, 15, 7), (2, 16, None)])
+        self.assertEqual(set(rows[-1]), set(LOSS_KEYS) | {"valid_ppl", "seconds", "lr"})
+        # a resumed run truncates the metrics by step and validates again from there
+        cut = self.out("valid_every_cut")
+        self.assertEqual(self.train(cut, "--epochs", "2", "--valid-every", "5", "--patience", "0",
+                                    "--stop-after-steps", "12").returncode, 130)
+        self.assertOk(self.train(cut, "--resume"))
+        self.assertEqual(without_seconds(read_metrics(os.path.join(cut, "metrics.jsonl"))), without_seconds(rows))
+
+
+class Averaging(Base):
+    def test_keep_checkpoints_and_average(self):
+        out = self.out("keep")
+        self.assertOk(self.train(out, "--epochs", "3", "--keep-checkpoints", "2", "--patience", "0"))
+        kept = sorted(f for f in os.listdir(out) if f.startswith("ckpt-"))
+        self.assertEqual(kept, ["ckpt-16.safetensors", "ckpt-24.safetensors"])
+        a, b, avg = os.path.join(out, kept[0]), os.path.join(out, kept[1]), self.out("avg.safetensors")
+        p = run("average", "--out-file", avg, a, b)
+        self.assertOk(p)
+        # element-wise mean, by hand, of one tensor
+        name = "model.decoder.embedding.weight"
+        values = []
+        for path in (a, b, avg):
+            header, data = read_safetensors(path)
+            begin, end = header[name]["data_offsets"]
+            values.append(struct.unpack(f"<{(end - begin) // 4}f", data[begin:end]))
+        self.assertNotEqual(values[0], values[1])
+        for x, y, m in zip(*values):
+            self.assertAlmostEqual(m, (x + y) / 2, places=6)
+        header, _ = read_safetensors(avg)
+        self.assertFalse(any(k.startswith("optim.") for k in header))
+        p = run("eval", "--checkpoint", avg, "--data-dir", DATA, "--threads", "1")
+        self.assertOk(p)
+        self.assertIn("sacreBLEU", p.stdout)
+        self.assertOk(run("inspect", avg))
+        self.assertFails(run("train", "--resume", "--out", self.out("keep_avg_resume")), r"no checkpoint")
+        # another vocabulary (fewer training pairs) or architecture is refused, naming both files
+        other = self.out("keep_other")
+        self.assertOk(self.train(other, "--epochs", "1", "--subset", "128"))
+        p = run("average", "--out-file", self.out("bad_avg.safetensors"), a, os.path.join(other, "last.safetensors"))
+        self.assertFails(p, r"average: checkpoints .*ckpt-16.safetensors and .*keep_other/last.safetensors have "
+                            r"different source vocabularies")
+        wide = self.out("keep_wide")
+        self.assertOk(self.train(wide, "--epochs", "1", "--hidden", "24"))
+        p = run("average", "--out-file", self.out("bad_avg.safetensors"), a, os.path.join(wide, "last.safetensors"))
+        self.assertFails(p, r"different architectures: config field model.hidden_size is 16 in the first and 24")
+        q = self.out("q.safetensors")
+        self.assertOk(run("quantize", "--checkpoint", a, "--out", q))
+        self.assertFails(run("average", "--out-file", self.out("bad_avg.safetensors"), a, q),
+                         r"average: checkpoint .*q.safetensors is quantized")
+        self.assertFails(run("average", a, b), r"seqgrad average: error: --out-file F is required", status=2)
+        self.assertFails(run("average", "--out-file", a, a, b), r"is one of the checkpoints to average", status=2)
+
+
+class Accumulation(Base):
+    def test_accum_steps_resumes_exactly(self):
+        whole, cut = self.out("accum_whole"), self.out("accum_cut")
+        self.assertOk(self.train(whole, "--epochs", "2", "--accum-steps", "3", "--patience", "0"))
+        rows = read_metrics(os.path.join(whole, "metrics.jsonl"))
+        self.assertEqual([r["step"] for r in rows], [3, 6])  # 8 batches an epoch: steps of 3, 3 and 2
+        self.assertEqual(self.train(cut, "--epochs", "2", "--accum-steps", "3", "--patience", "0",
+                                    "--stop-after-steps", "4").returncode, 130)
+        self.assertOk(self.train(cut, "--resume"))
+        self.assertEqual(without_seconds(read_metrics(os.path.join(cut, "metrics.jsonl"))), without_seconds(rows))
+        self.assertTrue(same_file(os.path.join(whole, "last.safetensors"), os.path.join(cut, "last.safetensors")))
+
+
+class InitFrom(Base):
+    def test_a_run_starts_from_a_checkpoints_weights_and_vocabularies(self):
+        start = os.path.join(reference_run(), "best.safetensors")
+        out = self.out("init_from")
+        # another --subset would build other vocabularies: the checkpoint's are used instead
+        p = self.train(out, "--epochs", "1", "--init-from", start, "--subset", "128")
+        self.assertOk(p)
+        ref = run("inspect", start).stdout
+        vocab = re.search(r"vocab (\d+) -> (\d+)", p.stdout).groups()
+        self.assertIn(f"model.src_vocab = {vocab[0]}", ref)
+        self.assertIn(f"model.tgt_vocab = {vocab[1]}", ref)
+        # the weights are the checkpoint's: with a vanishing learning rate they stay where they started
+        still = self.out("init_still")
+        self.assertOk(self.train(still, "--epochs", "1", "--init-from", start, "--lr", "1e-12"))
+        name = "model.decoder.embedding.weight"
+        values = []
+        for path in (start, os.path.join(still, "last.safetensors")):
+            header, data = read_safetensors(path)
+            begin, end = header[name]["data_offsets"]
+            values.append(struct.unpack(f"<{(end - begin) // 4}f", data[begin:end]))
+        for x, y in zip(*values):
+            self.assertAlmostEqual(x, y, places=6)
+        # another architecture cannot take the weights
+        p = self.train(self.out("init_wide"), "--epochs", "1", "--init-from", start, "--hidden", "24")
+        self.assertFails(p, r"checkpoint .*best.safetensors: its weights do not fit the model")
+
+    def test_vocab_spm_reuses_a_sentencepiece_model(self):
+        first = self.out("spm_first")
+        p = self.train(first, "--epochs", "1", "--vocab", "unigram:200", "--joint-vocab")
+        if "no SentencePiece support" in p.stderr:
+            self.skipTest("no SentencePiece in this build")
+        self.assertOk(p)
+        header, _ = read_safetensors(os.path.join(first, "last.safetensors"))
+        vocab = json.loads(header["__metadata__"]["src_vocab"])
+        model = write(self.out("joint.model"), base64.b64decode(vocab["model"]), "wb")
+        second = self.out("spm_second")
+        self.assertOk(self.train(second, "--epochs", "1", "--vocab", "spm:" + model))
+        header2, _ = read_safetensors(os.path.join(second, "last.safetensors"))
+        for side in ("src_vocab", "tgt_vocab"):
+            self.assertEqual(json.loads(header2["__metadata__"][side]), vocab)
+
 
 class Bench(Base):
     def test_out_file_into_a_missing_folder_is_an_error(self):

@@ -244,6 +244,11 @@ void clear_run_folder(const std::string& out_dir, bool force) {
   if (!held.empty()) fmt::print("note: --force: deleted the previous run's checkpoints and metrics in {}\n", out_dir);
 }
 
+// An early_stopping_metric as the epoch lines name it.
+std::string metric_name(const std::string& metric) {
+  return metric == "sacrebleu" ? "sacreBLEU" : metric == "chrf" ? "chrF" : "valid loss";
+}
+
 // Data-parallel: what the gradient averaging cost (docs/scaling.md uses these numbers).
 void report_communication(const models::Trainer& trainer) {
   const nn::DistributedDataParallel* ddp = trainer.data_parallel();
@@ -340,7 +345,11 @@ int train(int argc, char** argv) {
   SG_CHECK_USAGE(state.epoch <= config.epochs, "cannot resume: {} is past its last epoch: its state is at epoch {} "
                  "of {} (give --epochs N with N > {} to extend the run)", last_path, state.epoch, config.epochs,
                  state.epoch);
-  if (state.epoch == config.epochs && state.step > 0)
+  if (state.stopped_early)
+    fmt::print("note: {} stopped early after step {} (epoch {}): {} validation(s) without a better {}; not training, "
+               "reporting its test\n", last_path, state.step, state.epoch + (state.batch > 0 ? 1 : 0),
+               state.validations_since_best, metric_name(config.early_stopping_metric));
+  else if (state.epoch == config.epochs && state.step > 0)
     fmt::print("note: {} has finished its {} epoch(s); reporting its test (give --epochs N to extend the run)\n",
                last_path, config.epochs);
   std::fflush(stdout);
@@ -367,13 +376,16 @@ int train(int argc, char** argv) {
       .after_epoch = [&](const models::EpochMetrics& m, const models::Evaluation&) {
         std::string amp_note = m.skipped_steps ? fmt::format(", {} skipped steps (inf/NaN fp16 gradients), loss "
                                                              "scale {}", *m.skipped_steps, *m.loss_scale) : "";
-        fmt::print("epoch {}: train loss {:.3f}, valid loss {:.3f}, ppl {:.2f}, sacreBLEU {:.2f}, chrF {:.2f}, BLEU "
-                   "{:.2f} (tokenised, lower-cased), {:.0f} s{}\n", m.epoch, m.train_loss, m.valid_loss,
+        std::string at = m.batch ? fmt::format(", batch {} (step {})", *m.batch, m.step) : "";
+        fmt::print("epoch {}{}: train loss {:.3f}, valid loss {:.3f}, ppl {:.2f}, sacreBLEU {:.2f}, chrF {:.2f}, BLEU "
+                   "{:.2f} (tokenised, lower-cased), {:.0f} s{}\n", m.epoch, at, m.train_loss, m.valid_loss,
                    std::exp(m.valid_loss), m.valid_sacrebleu, m.valid_chrf, m.valid_bleu_tokenized, m.seconds,
                    amp_note);
         std::fflush(stdout);  // a `tail -f` of a log sees each epoch as it ends
-        if (m.best) progress.message(fmt::format("saved new best (sacreBLEU {:.2f}): {}", m.valid_sacrebleu, best_path));
-        progress.start_epoch(state.epoch);
+        if (m.best)
+          progress.message(fmt::format("saved new best ({} {:.2f}): {}", metric_name(config.early_stopping_metric),
+                                       m.score(config.early_stopping_metric), best_path));
+        if (!m.batch) progress.start_epoch(state.epoch);  // a mid-epoch validation (--valid-every) goes on with it
         return !interrupted;  // Ctrl-C during the validation: stop at the epoch boundary
       }};
   models::RunResult run;
@@ -393,6 +405,11 @@ int train(int argc, char** argv) {
     if (writer) fmt::print(stderr, "\ninterrupted {}: saved {} (continue with --resume)\n", where, last_path);
     return 130;
   }
+  if (run.stopped_early && !run.epochs.empty())
+    fmt::print("early stopping: {} validation(s) without a better {} (patience {}); stopped after step {}; the best "
+               "{} is {:.2f} ({})\n", state.validations_since_best, metric_name(config.early_stopping_metric),
+               config.patience, state.step, metric_name(config.early_stopping_metric), state.best_score.value_or(0),
+               best_path);
   if (!writer) return 0;
 
   // ---- test BLEU with the best checkpoint, a few translations and their heatmaps

@@ -21,6 +21,8 @@ int bench_main(int argc, char** argv);
 int export_main(int argc, char** argv);
 // seqgrad quantize --checkpoint IN --out OUT [--per-tensor]: int8 dynamic quantization (tools/cmd_quantize.cpp).
 int quantize_main(int argc, char** argv);
+// seqgrad average --out-file F CKPT...: the mean of checkpoints' weights (tools/cmd_average.cpp).
+int average_main(int argc, char** argv);
 // seqgrad inspect CHECKPOINT: what a translator checkpoint holds (tools/cmd_inspect.cpp).
 int inspect_main(int argc, char** argv);
 }  // namespace seqgrad::tools

@@ -47,6 +47,7 @@ const Command kCommands[] = {
     {"bench", seqgrad::tools::bench_main, "timed workloads (training steps, kernels, decoding, memory); bench/run.sh vs PyTorch"},
     {"export", seqgrad::tools::export_main, "export a checkpoint to ONNX (model, encoder, decoder step) for onnxruntime"},
     {"quantize", seqgrad::tools::quantize_main, "int8 dynamic quantization of a checkpoint (PyTorch's quantize_dynamic)"},
+    {"average", seqgrad::tools::average_main, "average the weights of checkpoints (a run's last validations)"},
     {"inspect", seqgrad::tools::inspect_main, "what a checkpoint holds: preset, languages, vocabularies, epochs, metrics"},
     {"info", info_main, "version, threads and which BLAS kernels run"},
 };

@@ -1,7 +1,9 @@
 #include "models/seq2seq/checkpoint.h"
 
 #include <cstdio>
+#include <algorithm>
 #include <filesystem>
+#include <tuple>
 #include <set>
 
 #include "core/json.h"
@@ -192,6 +194,70 @@ void load_weights(Seq2Seq& model, const LoadedCheckpoint& checkpoint, const std:
     throw IOError(fmt::format("checkpoint {}: its weights do not fit the model its config describes (saved with a "
                               "different vocabulary or architecture?): {}", path, e.what()));
   }
+}
+
+namespace {
+
+void check_float(const LoadedCheckpoint& c, const std::string& path) {
+  SG_CHECK_IO(c.quantized.empty(), "average: checkpoint {} is quantized (int8 weights); average the float "
+              "checkpoints, then quantize the average", path);
+}
+
+// `other` (read from `path`) must have `first`'s architecture and vocabularies to be averaged with it.
+void check_averageable(const LoadedCheckpoint& first, const std::string& first_path, const LoadedCheckpoint& other,
+                       const std::string& path) {
+  check_float(other, path);
+  for (const auto& [side, a, b] : {std::tuple{"source", &first.info.src_vocab, &other.info.src_vocab},
+                                   {"target", &first.info.tgt_vocab, &other.info.tgt_vocab}})
+    SG_CHECK_IO(a->to_json() == b->to_json(), "average: checkpoints {} and {} have different {} vocabularies ({} {} "
+                "tokens and {} {} tokens)", first_path, path, side, a->kind(), a->size(), b->kind(), b->size());
+  for (const ConfigField& f : config_fields()) {
+    if (!f.key.starts_with("model.")) continue;
+    const nlohmann::json a = f.get(first.info.config), b = f.get(other.info.config);
+    SG_CHECK_IO(a == b, "average: checkpoints {} and {} have different architectures: config field {} is {} in the "
+                "first and {} in the second", first_path, path, f.key, a.dump(), b.dump());
+  }
+}
+
+}  // namespace
+
+LoadedCheckpoint average_checkpoints(const std::vector<std::string>& paths) {
+  SG_CHECK_VALUE(!paths.empty(), "average: no checkpoint to average");
+  LoadedCheckpoint out;
+  std::map<std::string, Tensor> sums;  // float64 sums of the "model." weights
+  std::map<std::string, DType> dtypes;  // the first checkpoint's, the average's
+  for (size_t i = 0; i < paths.size(); ++i) {
+    LoadedCheckpoint c = read_checkpoint(paths[i]);
+    if (i == 0) {
+      check_float(c, paths[0]);
+      out.info = c.info;
+    } else {
+      check_averageable(out, paths[0], c, paths[i]);
+    }
+    for (const auto& [name, t] : c.tensors) {
+      if (!name.starts_with("model.")) continue;  // the optimizer's state is not averaged
+      Tensor value = t.to(DType::f64);
+      auto it = sums.find(name);
+      if (i == 0) {
+        sums.emplace(name, value), dtypes.emplace(name, t.dtype());
+        continue;
+      }
+      SG_CHECK_IO(it != sums.end() && it->second.shape() == value.shape(), "average: checkpoint {}'s tensor '{}' {} "
+                  "has no counterpart in {}", paths[i], name, value.shape(), paths[0]);
+      it->second = it->second + value;
+    }
+    SG_CHECK_IO(std::count_if(c.tensors.begin(), c.tensors.end(), [](const auto& kv) {
+                  return kv.first.starts_with("model.");
+                }) == static_cast<std::ptrdiff_t>(sums.size()),
+                "average: checkpoints {} and {} hold different sets of weights", paths[0], paths[i]);
+  }
+  const double n = static_cast<double>(paths.size());
+  for (const auto& [name, sum] : sums) out.tensors.emplace(name, (sum * (1.0 / n)).to(dtypes.at(name)));
+  nlohmann::json state = out.info.train_state;
+  for (const char* key : {"optimizer", "scheduler", "grad_scaler"}) state.erase(key);
+  state["averaged_from"] = paths;
+  out.info.train_state = std::move(state);
+  return out;
 }
 
 }  // namespace seqgrad::models

@@ -4,6 +4,7 @@
 #pragma once
 #include <map>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -46,5 +47,13 @@ LoadedCheckpoint read_checkpoint(const std::string& path, const ReadCheckpointOp
 // Loads the "model." weights into a model built from the checkpoint's config; a missing,
 // unexpected or mis-shaped tensor, or a non-finite value, is an error naming it.
 void load_weights(Seq2Seq& model, const LoadedCheckpoint& checkpoint, const std::string& path);
+
+// Parameter averaging (fairseq's average_checkpoints.py; Junczys-Dowmunt et al. 2016): the
+// element-wise mean of the "model." weights of float checkpoints of one architecture and
+// vocabulary (the last validations' ckpt-STEP.safetensors of a run). The result holds only those
+// weights, the first checkpoint's config and vocabularies, and its train_state without the
+// optimizer's (so --resume refuses it) plus "averaged_from": the paths. IOError naming the two
+// files and what differs (a config field model.*, a vocabulary), or a quantized checkpoint.
+LoadedCheckpoint average_checkpoints(const std::vector<std::string>& paths);
 
 }  // namespace seqgrad::models

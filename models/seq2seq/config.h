@@ -33,6 +33,7 @@ struct TrainConfig {
   int64_t max_tokens = 20;           // tokens per sentence kept, before <eos>
   // the vocabularies: word (lower-cased words seen min_freq times) | unigram:N | bpe:N (SentencePiece,
   // cased, trained on the training text at the start of a run; joint_vocab: one model for both sides)
+  // | spm:MODEL (an existing SentencePiece model file, for both sides)
   std::string vocab = "word";
   bool joint_vocab = false;
   int64_t min_freq = 2;
@@ -46,6 +47,16 @@ struct TrainConfig {
   double clip = 1.0;
   uint64_t seed = 0;
   GemmPrecision amp = GemmPrecision::full;  // mixed precision of the GEMMs (core/autocast.h)
+  int64_t accum_steps = 1;  // batches whose gradients make one optimizer step (one accum_steps-times larger batch)
+  // the run (models::fit): validation every valid_every steps (0: after each epoch); the best
+  // validation by early_stopping_metric is best.safetensors, and `patience` validations without a
+  // new best stop the run (0: never); the last keep_checkpoints validations' checkpoints are kept
+  // as ckpt-STEP.safetensors (for `seqgrad average`)
+  int64_t valid_every = 0;
+  int64_t patience = 0;
+  std::string early_stopping_metric = "sacrebleu";  // sacrebleu | chrf (higher is better) | loss (lower)
+  int64_t keep_checkpoints = 0;
+  std::string init_from;  // a checkpoint whose weights (and vocabularies) a new run starts from; "" = none
   Seq2SeqConfig model;
 
   nlohmann::json to_json() const;

@@ -1,16 +1,48 @@
 #include "models/seq2seq/run.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <map>
 
 #include <fmt/core.h>
 
 #include "core/fileio.h"
 #include "core/json.h"
+#include "models/text/subword.h"
 
 namespace seqgrad::models {
 
+namespace {
+
+// Vocabularies a run takes instead of building them: init_from's (a run that starts from a
+// checkpoint's weights needs its vocabularies), or the SentencePiece model of vocab spm:MODEL.
+std::optional<Vocabularies> given_vocabularies(const TrainConfig& config) {
+  if (!config.init_from.empty()) {
+    SG_CHECK_IO(std::filesystem::exists(config.init_from), "config field init_from: no checkpoint at {}",
+                config.init_from);
+    LoadedCheckpoint from = read_checkpoint(config.init_from);
+    return Vocabularies{std::move(from.info.src_vocab), std::move(from.info.tgt_vocab)};
+  }
+  if (!config.vocab.starts_with(text::kSubwordModelPrefix)) return std::nullopt;
+  const std::string path = config.vocab.substr(text::kSubwordModelPrefix.size());
+  SG_CHECK_IO(std::filesystem::is_regular_file(path), "config field vocab = spm:{}: no SentencePiece model file at {}",
+              path, path);
+  try {
+    text::Vocab vocab = text::Vocab::from_subword(text::SubwordModel::read(path));
+    return Vocabularies{vocab, vocab};
+  } catch (const ValueError& e) {
+    throw ValueError(fmt::format("config field vocab = spm:{}: {} (seqgrad needs a model with <pad> <bos> <eos> "
+                                 "<unk> as pieces 0-3, as `seqgrad train --vocab unigram:N` trains them)", path,
+                                 e.what()));
+  }
+}
+
+}  // namespace
+
 RunData load_run_data(const TrainConfig& config, std::optional<Vocabularies> vocabs) {
+  if (!vocabs) vocabs = given_vocabularies(config);
   // One streamed pass over the training split checks it and builds the vocabularies from it (word
   // counts, or a bounded sample for SentencePiece); validation and test are read whole, then
   // tokenized with the vocabularies.
@@ -50,15 +82,22 @@ nlohmann::json EpochMetrics::to_json() const {
                    {"valid_bleu_tokenized", valid_bleu_tokenized},
                    {"seconds", seconds},
                    {"lr", lr}};
+  if (batch) j["batch"] = *batch;
   if (skipped_steps) j["skipped_steps"] = *skipped_steps;
   if (loss_scale) j["loss_scale"] = *loss_scale;
   return j;
 }
 
+double EpochMetrics::score(const std::string& metric) const {
+  if (metric == "chrf") return valid_chrf;
+  if (metric == "loss") return valid_loss;
+  return valid_sacrebleu;
+}
+
 namespace {
 
-// Keeps the metrics of the first `epochs` epochs: a resumed run validates the later ones again.
-void truncate_metrics(const std::string& path, int64_t epochs) {
+// Keeps the metrics of the validations up to `step`: a resumed run runs the later ones again.
+void truncate_metrics(const std::string& path, int64_t step) {
   if (!std::filesystem::exists(path)) return;
   std::string kept;
   for (const std::string& line : text::read_lines(path)) {
@@ -69,63 +108,176 @@ void truncate_metrics(const std::string& path, int64_t epochs) {
     } catch (const IOError&) {
       continue;  // a torn last line of a killed run
     }
-    const nlohmann::json* epoch = j.is_object() && j.contains("epoch") ? &j.at("epoch") : nullptr;
-    if (epoch && epoch->is_number_integer() && epoch->get<int64_t>() <= epochs) kept += line + "\n";
+    const nlohmann::json* at = j.is_object() && j.contains("step") ? &j.at("step") : nullptr;
+    if (at && at->is_number_integer() && at->get<int64_t>() <= step) kept += line + "\n";
   }
   write_file_atomic(path, kept);
 }
 
-EpochMetrics epoch_metrics(Trainer& trainer, const EpochResult& epoch, const Evaluation& val) {
-  EpochMetrics m{.epoch = trainer.state().epoch, .step = trainer.state().step, .train_loss = epoch.loss,
-                 .valid_loss = val.loss, .valid_sacrebleu = val.sacrebleu, .valid_chrf = val.chrf,
-                 .valid_bleu_tokenized = val.bleu_tokenized, .seconds = epoch.seconds,
-                 .lr = trainer.optimizer().lr()};
-  if (trainer.scaler().is_enabled()) m.skipped_steps = epoch.skipped, m.loss_scale = trainer.scaler().get_scale();
-  return m;
+// The validation checkpoints <dir>/ckpt-STEP.safetensors by step.
+std::map<int64_t, std::filesystem::path> step_checkpoints(const std::string& dir) {
+  std::map<int64_t, std::filesystem::path> out;
+  if (!std::filesystem::is_directory(dir)) return out;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (!name.starts_with("ckpt-") || !name.ends_with(".safetensors")) continue;
+    const std::string digits = name.substr(5, name.size() - 5 - std::string(".safetensors").size());
+    if (digits.empty() || digits.size() > 18 || !std::all_of(digits.begin(), digits.end(), ::isdigit)) continue;
+    out[std::stoll(digits)] = entry.path();
+  }
+  return out;
+}
+
+// Keeps the last `keep` validation checkpoints up to `step`; those after it belong to a part of
+// the run that a resumed run does again.
+void prune_step_checkpoints(const std::string& dir, int64_t step, int64_t keep) {
+  std::map<int64_t, std::filesystem::path> all = step_checkpoints(dir);
+  int64_t kept = 0;
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    const bool keeps = it->first <= step && kept < keep;
+    kept += keeps ? 1 : 0;
+    if (!keeps) std::filesystem::remove(it->second);
+  }
+}
+
+// A validation's score improves on the best so far: loss is lower-is-better, the others higher.
+bool improves(const std::string& metric, double score, const std::optional<double>& best) {
+  if (!best) return true;
+  return metric == "loss" ? score < *best : score > *best;
+}
+
+using Clock = std::chrono::steady_clock;
+
+// The run's files and the validation that writes them.
+class Run {
+ public:
+  Run(Trainer& trainer, const ValidationSet& valid, const RunOptions& options)
+      : trainer_(trainer), valid_(valid), options_(options),
+        writes_(!options.out_dir.empty() && trainer.rank() == 0) {}
+
+  std::string path(const std::string& name) const {
+    return options_.out_dir.empty() ? "" : options_.out_dir + "/" + name;
+  }
+  bool saves() const { return !options_.out_dir.empty(); }  // every rank saves (rank 0 writes)
+  bool writes() const { return writes_; }
+
+  // Validates now (after an epoch, or mid-epoch after `batch` batches; `trained` is the epoch's
+  // training so far), records it and updates the early-stopping state; false when a callback
+  // asked to stop.
+  bool validate(const EpochResult& trained, std::optional<int64_t> batch, RunResult& result) {
+    const RunCallbacks& on = options_.callbacks;
+    TrainState& state = trainer_.state();
+    const TrainConfig& config = trainer_.config();
+    if (on.before_validation) on.before_validation(batch ? state.epoch + 1 : state.epoch);
+    Evaluation val = trainer_.evaluate(valid_.corpus, valid_.references, valid_.raw_references,
+                                       decode_options(config));
+    EpochMetrics m{.epoch = batch ? state.epoch + 1 : state.epoch, .step = state.step, .batch = batch,
+                   .train_loss = trained.loss, .valid_loss = val.loss, .valid_sacrebleu = val.sacrebleu,
+                   .valid_chrf = val.chrf, .valid_bleu_tokenized = val.bleu_tokenized, .seconds = trained.seconds,
+                   .lr = trainer_.optimizer().lr()};
+    if (trainer_.scaler().is_enabled()) m.skipped_steps = trained.skipped, m.loss_scale = trainer_.scaler().get_scale();
+    state.best_bleu = std::max(state.best_bleu, val.sacrebleu);
+    state.best_metric = config.early_stopping_metric;
+    m.best = improves(state.best_metric, m.score(state.best_metric), state.best_score);
+    if (m.best) state.best_score = m.score(state.best_metric), state.validations_since_best = 0;
+    else ++state.validations_since_best;
+    state.stopped_early = config.patience > 0 && state.validations_since_best >= config.patience;
+    if (writes_) append_line(path("metrics.jsonl"), m.to_json().dump());
+    if (saves()) {
+      if (m.best) {
+        trainer_.save(path("best.safetensors"));
+        result.best_checkpoint = writes_ ? path("best.safetensors") : "";
+      }
+      if (config.keep_checkpoints > 0) {
+        trainer_.save(path(fmt::format("ckpt-{}.safetensors", state.step)));
+        if (writes_) prune_step_checkpoints(options_.out_dir, state.step, config.keep_checkpoints);
+      }
+      trainer_.save(path("last.safetensors"));
+    }
+    result.epochs.push_back(m);
+    result.stopped_early = state.stopped_early;
+    return !on.after_epoch || on.after_epoch(m, val);
+  }
+
+ private:
+  Trainer& trainer_;
+  const ValidationSet& valid_;
+  const RunOptions& options_;
+  bool writes_;
+};
+
+// A new run's initial weights from config.init_from (every rank loads them).
+void init_from_checkpoint(Trainer& trainer) {
+  const std::string& path = trainer.config().init_from;
+  if (path.empty() || trainer.state().step > 0 || trainer.state().epoch > 0) return;
+  trainer.init_weights_from(read_checkpoint(path), path);
 }
 
 }  // namespace
 
 RunResult fit(Trainer& trainer, text::BatchSource& train, const ValidationSet& valid, const RunOptions& options) {
   const RunCallbacks& on = options.callbacks;
-  const bool writes = !options.out_dir.empty() && trainer.rank() == 0;
-  auto path = [&](const char* name) { return options.out_dir.empty() ? "" : options.out_dir + "/" + name; };
-  const std::string best_path = path("best.safetensors"), last_path = path("last.safetensors");
-  const std::string nan_path = path("nan.safetensors"), metrics_path = path("metrics.jsonl");
-  if (writes) {
+  const TrainConfig& config = trainer.config();
+  TrainState& state = trainer.state();
+  Run run(trainer, valid, options);
+  if (run.writes()) {
     std::filesystem::create_directories(options.out_dir);
-    truncate_metrics(metrics_path, trainer.state().epoch);
+    truncate_metrics(run.path("metrics.jsonl"), state.step);
+    prune_step_checkpoints(options.out_dir, state.step, config.keep_checkpoints);
   }
   RunResult result;
-  if (writes && std::filesystem::exists(best_path)) result.best_checkpoint = best_path;
-  const DecodeOptions validation = decode_options(trainer.config());
-  while (trainer.state().epoch < trainer.config().epochs) {
+  if (run.writes() && std::filesystem::exists(run.path("best.safetensors")))
+    result.best_checkpoint = run.path("best.safetensors");
+  if (state.stopped_early) {  // a resumed run that early stopping ended: nothing to train
+    result.completed = result.stopped_early = true;
+    return result;
+  }
+  init_from_checkpoint(trainer);
+  const int64_t batches = train.batches_per_epoch();
+  while (state.epoch < config.epochs) {
+    // valid_every: validation after every valid_every-th step inside the epoch; one that falls on
+    // the epoch's last batch waits for the epoch's end (the scheduler's step), below
+    const Clock::time_point start = Clock::now();
+    bool stopped_by_validation = false;
+    auto after_step = [&](const StepResult& r) {
+      if (config.valid_every > 0 && state.step % config.valid_every == 0 && state.batch < batches) {
+        const EpochResult so_far{.loss = state.epoch_loss(), .skipped = state.epoch_skipped,
+                                 .seconds = std::chrono::duration<double>(Clock::now() - start).count()};
+        stopped_by_validation = !run.validate(so_far, state.batch, result) || state.stopped_early;
+        if (stopped_by_validation) return false;
+      }
+      return !on.after_step || on.after_step(r);
+    };
     EpochResult epoch;
     try {
-      epoch = trainer.train_epoch(train, on.after_step);
+      epoch = trainer.train_epoch(train, after_step);
     } catch (const DivergenceError& e) {
       if (options.out_dir.empty()) throw;
+      const std::string nan_path = run.path("nan.safetensors"), last_path = run.path("last.safetensors");
       trainer.save(nan_path);  // the state before the diverged step; last.safetensors stays the last good one
       std::string last = std::filesystem::exists(last_path) ? fmt::format("; the last good checkpoint is {}", last_path)
                                                             : "";
       throw DivergenceError(fmt::format("{} and saved the state that produced it to {}{}", e.what(), nan_path, last));
     }
     if (!epoch.completed) {
-      if (!options.out_dir.empty()) trainer.save(last_path);
+      // a validation stopped it (early stopping, or its callback): last.safetensors is saved
+      if (stopped_by_validation) {
+        result.completed = state.stopped_early;
+        return result;
+      }
+      if (run.saves()) trainer.save(run.path("last.safetensors"));
       return result;
     }
-    if (on.before_validation) on.before_validation(trainer.state().epoch);
-    Evaluation val = trainer.evaluate(valid.corpus, valid.references, valid.raw_references, validation);
-    EpochMetrics metrics = epoch_metrics(trainer, epoch, val);
-    metrics.best = val.sacrebleu > trainer.state().best_bleu;
-    if (metrics.best) trainer.state().best_bleu = val.sacrebleu;
-    if (writes) append_line(metrics_path, metrics.to_json().dump());
-    if (!options.out_dir.empty()) {
-      if (metrics.best) trainer.save(best_path), result.best_checkpoint = writes ? best_path : "";
-      trainer.save(last_path);
+    const bool due = config.valid_every == 0 || state.step % config.valid_every == 0 || state.epoch == config.epochs;
+    if (!due) {
+      if (run.saves()) trainer.save(run.path("last.safetensors"));  // the epoch's end: resumable from here
+      continue;
     }
-    result.epochs.push_back(metrics);
-    if (on.after_epoch && !on.after_epoch(metrics, val)) return result;
+    if (!run.validate(epoch, std::nullopt, result)) return result;
+    if (state.stopped_early) {
+      result.completed = true;
+      return result;
+    }
   }
   result.completed = true;
   return result;

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 #include <optional>
+#include <tuple>
 
 #include <fmt/core.h>
 
@@ -63,12 +64,46 @@ nlohmann::json train_state_to_json(const TrainState& s) {
           {"batch", s.batch},
           {"step", s.step},
           {"best_bleu", s.best_bleu},
-          {"best_metric", "sacrebleu"},
+          {"best_metric", s.best_metric},
+          {"best_score", s.best_score ? nlohmann::json(*s.best_score) : nlohmann::json(nullptr)},
+          {"validations_since_best", s.validations_since_best},
+          {"stopped_early", s.stopped_early},
           {"epoch_loss_sum", s.epoch_loss_sum},
           {"epoch_tokens", s.epoch_tokens},
           {"epoch_skipped", s.epoch_skipped},
           {"rng_offset", s.rng_offset}};
 }
+
+namespace {
+
+// The early-stopping fields; a checkpoint written before early stopping has only best_bleu (and
+// best_metric "sacrebleu"): its best score is that sacreBLEU, nothing counted since.
+void early_stopping_from_json(TrainState& s, const nlohmann::json& j, const std::string& path) {
+  if (!j.contains("best_metric")) return;
+  const nlohmann::json& metric = j["best_metric"];
+  SG_CHECK_IO(metric == "sacrebleu" || metric == "chrf" || metric == "loss", "checkpoint {}: train_state.best_metric "
+              "must be one of sacrebleu, chrf, loss, got {}", path, json_preview(metric));
+  s.best_metric = metric.get<std::string>();
+  if (!j.contains("best_score")) {
+    if (s.best_bleu >= 0) s.best_score = s.best_bleu;
+    return;
+  }
+  if (!j["best_score"].is_null()) s.best_score = field<double>(j, "best_score", path);
+  const bool percent = s.best_metric != "loss";
+  SG_CHECK_IO(!s.best_score || (std::isfinite(*s.best_score) && *s.best_score >= 0 && (!percent || *s.best_score <= 100)),
+              "checkpoint {}: train_state.best_score = {} must be {} ({})", path, *s.best_score,
+              percent ? "in [0, 100]" : "a finite number >= 0", s.best_metric);
+  s.validations_since_best = field<int64_t>(j, "validations_since_best", path, 0);
+  SG_CHECK_IO(s.validations_since_best >= 0, "checkpoint {}: train_state.validations_since_best = {} must be >= 0",
+              path, s.validations_since_best);
+  if (j.contains("stopped_early")) {
+    SG_CHECK_IO(j["stopped_early"].is_boolean(), "checkpoint {}: train_state.stopped_early must be true or false, "
+                "got {}", path, json_preview(j["stopped_early"]));
+    s.stopped_early = j["stopped_early"].get<bool>();
+  }
+}
+
+}  // namespace
 
 TrainState train_state_from_json(const nlohmann::json& j, const std::string& path) {
   SG_CHECK_IO(j.is_object(), "checkpoint {}: train_state must be a JSON object, got {}", path, json_preview(j));
@@ -88,10 +123,10 @@ TrainState train_state_from_json(const nlohmann::json& j, const std::string& pat
               "checkpoint {}: train_state.epoch_loss_sum = {} must be a finite number >= 0", path, s.epoch_loss_sum);
   SG_CHECK_IO(std::isfinite(s.best_bleu) && s.best_bleu >= -1 && s.best_bleu <= 100,
               "checkpoint {}: train_state.best_bleu = {} must be in [-1, 100]", path, s.best_bleu);
-  SG_CHECK_IO(s.batch <= s.step, "checkpoint {}: train_state.batch = {} exceeds step = {}", path, s.batch, s.step);
   // Before sacreBLEU picked the best checkpoint, best_bleu was the tokenised lower-cased BLEU (a
   // different scale): a resumed run starts its search for the best sacreBLEU afresh.
   if (!j.contains("best_metric")) s.best_bleu = -1.0;
+  early_stopping_from_json(s, j, path);
   return s;
 }
 
@@ -171,8 +206,8 @@ void Trainer::diverged(const char* what, double value, const std::string& why) {
                                     state_.epoch + 1, state_.batch + 1, state_.step + 1, why));
 }
 
-StepResult Trainer::forward_backward(const TensorBatch& batch) {
-  rng_before_step_ = default_generator().offset();
+StepResult Trainer::forward_backward(const TensorBatch& batch, const Accumulation& accumulation) {
+  if (accumulation.first) rng_before_step_ = default_generator().offset();  // the step's start
   const bool no_rows = ddp_ && batch.index.empty();  // a shard of a batch smaller than the job
   Tensor loss = no_rows ? Tensor() : this->loss(batch);
   StepResult r{.loss = no_rows ? 0.0 : loss.item(), .tokens = batch.target_tokens};
@@ -188,11 +223,16 @@ StepResult Trainer::forward_backward(const TensorBatch& batch) {
   if (r.loss > limit)
     diverged("loss", r.loss, fmt::format(", above {} x log(target vocabulary size) = {:.3g}: training diverged (is "
                                          "the learning rate too high?)", kDivergedLossFactor, limit));
-  optimizer_.zero_grad();
+  if (accumulation.first) optimizer_.zero_grad();
+  if (loss.defined() && accumulation.weight != 1) loss = loss * accumulation.weight;
+  // data-parallel: the ranks average the gradients once, in the step's last backward (DDP's no_sync
+  // before it), which then averages everything accumulated
+  std::optional<nn::DistributedDataParallel::NoSyncGuard> local_only;
+  if (ddp_ && !accumulation.last) local_only.emplace(*ddp_);
   if (ddp_) ddp_->prepare_for_backward(loss);  // gradients averaged over ranks as backward runs
   if (loss.defined()) scaler_.scale(loss).backward();  // backward uses the forward's GEMM precision
   if (ddp_) ddp_->finish_gradient_synchronization();
-  scaler_.unscale_(optimizer_);    // true gradients from here on (a disabled scaler does nothing)
+  if (accumulation.last) scaler_.unscale_(optimizer_);  // true gradients from here on (a disabled scaler: nothing)
   return r;
 }
 
@@ -211,14 +251,46 @@ void Trainer::optimizer_step(StepResult& r) {
   state_.epoch_tokens += r.tokens;
   state_.epoch_skipped += r.skipped ? 1 : 0;
   ++state_.step;
-  ++state_.batch;
+  state_.batch += r.batches;
 }
 
-StepResult Trainer::train_step(const TensorBatch& batch) {
-  StepResult r = forward_backward(batch);
+StepResult Trainer::train_step(const TensorBatch& batch) { return train_step(std::span(&batch, 1)); }
+
+namespace {
+
+// The target tokens of each batch of a step, summed over the ranks when data-parallel (each rank
+// holds its shard): one allreduce of the group's counts, on the communicator's device.
+std::vector<double> group_tokens(std::span<const TensorBatch> group, nn::DistributedDataParallel* ddp,
+                                 Device device) {
+  std::vector<double> tokens;
+  for (const TensorBatch& b : group) tokens.push_back(static_cast<double>(b.target_tokens));
+  if (ddp == nullptr) return tokens;
+  Tensor counts = from_vector<double>(tokens, {static_cast<int64_t>(tokens.size())}).to(device);
+  ddp->communicator().allreduce(counts);
+  return counts.to_vector<double>();
+}
+
+}  // namespace
+
+StepResult Trainer::train_step(std::span<const TensorBatch> group) {
+  SG_CHECK_VALUE(!group.empty(), "train_step: a step needs at least one batch");
+  // loss of the concatenated batch = sum_i (tokens_i / tokens) x mean loss of batch i
+  double total = 0;
+  std::vector<double> tokens = group.size() > 1 ? group_tokens(group, ddp_.get(), device_) : std::vector<double>{1};
+  for (double t : tokens) total += t;
+  StepResult step{.batches = static_cast<int64_t>(group.size())};
+  double loss_sum = 0;
+  for (size_t i = 0; i < group.size(); ++i) {
+    const double weight = total > 0 ? tokens[i] / total : 1.0 / static_cast<double>(group.size());
+    StepResult r = forward_backward(group[i], {.weight = weight, .first = i == 0, .last = i + 1 == group.size()});
+    loss_sum += r.loss * static_cast<double>(r.tokens);
+    step.tokens += r.tokens;
+    step.loss = r.loss;  // one batch: its loss as it is (no rounding through the sum)
+  }
+  if (group.size() > 1) step.loss = step.tokens > 0 ? loss_sum / static_cast<double>(step.tokens) : 0.0;
   after_backward();
-  optimizer_step(r);
-  return r;
+  optimizer_step(step);
+  return step;
 }
 
 EpochResult Trainer::train_epoch(const text::EncodedCorpus& train, const AfterStep& after_step) {
@@ -234,12 +306,18 @@ EpochResult Trainer::train_epoch(text::BatchSource& batches, const AfterStep& af
   batches.start_epoch(epoch_seed(), state_.batch);
   auto start = Clock::now();
   bool stopped = false;  // a stop after the last batch still leaves the epoch open: resuming ends it
+  std::vector<TensorBatch> group;
   while (!stopped) {
     auto step_start = Clock::now();
-    std::optional<text::Batch> batch = batches.next();
-    if (!batch) break;
-    if (ddp_) *batch = batch_shard(*batch, rank(), world_size());  // this rank's rows of the global batch
-    StepResult r = train_step(to_tensors(*batch, device_));
+    group.clear();
+    while (static_cast<int64_t>(group.size()) < config_.accum_steps) {
+      std::optional<text::Batch> batch = batches.next();
+      if (!batch) break;
+      if (ddp_) *batch = batch_shard(*batch, rank(), world_size());  // this rank's rows of the global batch
+      group.push_back(to_tensors(*batch, device_));
+    }
+    if (group.empty()) break;
+    StepResult r = train_step(group);
     r.seconds = seconds_since(step_start);
     stopped = after_step && !after_step(r);
   }
@@ -298,9 +376,21 @@ void Trainer::restore(const LoadedCheckpoint& checkpoint, const std::string& pat
     restoring("grad_scaler", [&](const nlohmann::json& s) {
       scaler_.load_state_dict(s.get<std::map<std::string, double>>());
     });
+  // a run saves at step boundaries only: accum_steps batches per step (fewer only at an epoch's end)
+  SG_CHECK_IO(state.batch <= state.step * config_.accum_steps, "checkpoint {}: train_state.batch = {} exceeds step = "
+              "{} x accum_steps = {}", path, state.batch, state.step, config_.accum_steps);
   state_ = state;
   resumed_from_ = "checkpoint " + path;
   default_generator().set_offset(state_.rng_offset);
+}
+
+void Trainer::init_weights_from(const LoadedCheckpoint& checkpoint, const std::string& path) {
+  for (const auto& [side, mine, theirs] : {std::tuple{"source", &src_vocab_, &checkpoint.info.src_vocab},
+                                           {"target", &tgt_vocab_, &checkpoint.info.tgt_vocab}})
+    SG_CHECK_IO(mine->to_json() == theirs->to_json(), "init_from {}: its {} vocabulary ({} {} tokens) differs from the "
+                "run's ({} {} tokens); a run started from a checkpoint uses its vocabularies", path, side,
+                theirs->kind(), theirs->size(), mine->kind(), mine->size());
+  load_weights(model_, checkpoint, path);  // a different architecture: an error naming the tensor
 }
 
 }  // namespace seqgrad::models

@@ -11,6 +11,8 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -29,8 +31,15 @@ namespace seqgrad::models {
 struct TrainState {
   int64_t epoch = 0;          // epochs completed
   int64_t batch = 0;          // batches of the current epoch done
-  int64_t step = 0;           // training steps taken (fp16 steps skipped by the GradScaler included)
-  double best_bleu = -1;      // best validation sacreBLEU so far (fit() keeps it; best.safetensors); -1 before the first
+  int64_t step = 0;           // optimizer steps taken (fp16 steps skipped by the GradScaler included)
+  double best_bleu = -1;      // best validation sacreBLEU so far (fit() keeps it); -1 before the first
+  // Early stopping (fit() keeps these): the best value of `best_metric` (config field
+  // early_stopping_metric; its checkpoint is best.safetensors), the validations since it, and
+  // whether `patience` of them ran out, so that a resumed run stops where the run would have.
+  std::string best_metric = "sacrebleu";
+  std::optional<double> best_score;  // none before the first validation
+  int64_t validations_since_best = 0;
+  bool stopped_early = false;
   double epoch_loss_sum = 0;  // the current epoch's sum of loss x target tokens ...
   int64_t epoch_tokens = 0;   // ... and its target tokens, so a resumed epoch reports the same loss
   int64_t epoch_skipped = 0;  // fp16 steps of the current epoch skipped on inf/NaN gradients
@@ -47,11 +56,19 @@ class DivergenceError : public ValueError {
 };
 
 struct StepResult {
-  double loss = 0;       // the batch's mean label-smoothed loss
+  double loss = 0;       // the step's mean label-smoothed loss per target token (all its batches)
   double grad_norm = 0;  // the gradients' global 2-norm before clipping
-  int64_t tokens = 0;    // target tokens in the batch
+  int64_t tokens = 0;    // target tokens in the step's batches
+  int64_t batches = 1;   // batches in the step (config field accum_steps; fewer at the end of an epoch)
   bool skipped = false;  // fp16: inf/NaN gradients, so the GradScaler skipped the update
   double seconds = 0;    // wall time of the step, batch transfer included (train_epoch)
+};
+
+// How a batch's backward joins its step's gradients (gradient accumulation, Trainer::forward_backward).
+struct Accumulation {
+  double weight = 1;  // the batch's share of the step's target tokens: its loss is scaled by it
+  bool first = true;  // the step's first batch: the gradients are zeroed before its backward
+  bool last = true;   // the step's last: data-parallel ranks average the sum, fp16 unscales it
 };
 
 struct EpochResult {
@@ -111,9 +128,14 @@ class Trainer {
   // One step: forward_backward, after_backward, optimizer_step. Throws DivergenceError before the
   // update when the loss or gradient norm is not finite or the loss exploded.
   StepResult train_step(const TensorBatch& batch);
-  // The first half of a step: loss, backward; the gradients are unscaled (fp16) and ready to be
-  // reduced. Advances nothing; throws DivergenceError for a bad loss.
-  StepResult forward_backward(const TensorBatch& batch);
+  // One optimizer step over several batches (gradient accumulation, config field accum_steps):
+  // each batch's mean loss is weighted by its share of the group's target tokens (over all ranks
+  // when data-parallel), so the step equals one step on the concatenated batch.
+  StepResult train_step(std::span<const TensorBatch> group);
+  // The first half of a step: loss, backward (weighted, accumulated); after the last batch the
+  // gradients are unscaled (fp16) and ready to be reduced. Advances nothing; throws DivergenceError
+  // for a bad loss.
+  StepResult forward_backward(const TensorBatch& batch, const Accumulation& accumulation = {});
   // The second half: clip, Adam (or the GradScaler's step), and the state's counters. `result`
   // is forward_backward's, completed with the gradient norm and whether the step was skipped.
   void optimizer_step(StepResult& result);
@@ -121,8 +143,9 @@ class Trainer {
   // subclass averages them across ranks.
   virtual void after_backward() {}
 
-  // The current epoch's batches (shuffled with epoch_seed()), from state().batch to the end,
-  // each followed by after_step; it returns false to stop after that step (Ctrl-C). A completed
+  // The current epoch's batches (shuffled with epoch_seed()), from state().batch to the end, in
+  // steps of config.accum_steps batches, each step followed by after_step; it returns false to stop
+  // after that step (Ctrl-C), so a stop always falls on a step's boundary. A completed
   // epoch steps the scheduler and moves the state to the next epoch.
   using AfterStep = std::function<bool(const StepResult&)>;
   EpochResult train_epoch(text::BatchSource& batches, const AfterStep& after_step = {});
@@ -141,6 +164,10 @@ class Trainer {
   // GradScaler, RNG position and a validated state. The config must be the checkpoint's (a resumed
   // run may change only epochs and data_dir).
   void restore(const LoadedCheckpoint& checkpoint, const std::string& path);
+  // A new run's initial weights (config field init_from): the model's weights from `checkpoint`
+  // (read from `path`), nothing else (the optimizer stays fresh). Its vocabularies must be this
+  // trainer's: an IOError says which side differs.
+  void init_weights_from(const LoadedCheckpoint& checkpoint, const std::string& path);
 
   Seq2Seq& model() { return model_; }
   const TrainConfig& config() const { return config_; }

@@ -11,6 +11,7 @@
 #include <regex>
 
 #include "core/error.h"
+#include "core/fileio.h"
 #include "models/text/subword_engine.h"
 #include "models/text/tokenizer.h"
 
@@ -155,6 +156,15 @@ SubwordModel SubwordModel::from_serialized(std::string proto) {
                  proto.size(), error);
   impl->proto = std::move(proto);
   return SubwordModel(std::move(impl));
+}
+
+SubwordModel SubwordModel::read(const std::string& path) {
+  std::string proto = read_file(path);  // IOError naming the file
+  try {
+    return from_serialized(std::move(proto));
+  } catch (const ValueError& e) {
+    throw ValueError(fmt::format("SentencePiece model {}: {}", path, e.what()));
+  }
 }
 
 const std::string& SubwordModel::serialized() const { return impl_->proto; }

@@ -29,6 +29,9 @@ struct SubwordOptions {
 SubwordOptions parse_subword_spec(std::string_view spec, std::string_view flag);
 std::string subword_spec(const SubwordOptions& options);  // the inverse: "unigram:8000"
 
+// vocab "spm:MODEL": an existing SentencePiece model file instead of a model trained by the run.
+inline constexpr std::string_view kSubwordModelPrefix = "spm:";
+
 // True when this build links SentencePiece.
 bool subword_supported();
 
@@ -44,6 +47,9 @@ class SubwordModel {
   static SubwordModel train(const SentenceSource& next, const SubwordOptions& options);
   // A model from its serialized proto (as serialized() gives it); ValueError when it does not parse.
   static SubwordModel from_serialized(std::string proto);
+  // A SentencePiece .model file (the serialized proto, as spm_train writes it); IOError naming
+  // `path` when it cannot be read, ValueError naming it when it is not a SentencePiece model.
+  static SubwordModel read(const std::string& path);
 
   const std::string& serialized() const;
   std::vector<std::string> pieces() const;  // all pieces, in id order

@@ -39,8 +39,9 @@ Args compare_args() {
                     "--valid SRC TGT, or the -tsv forms); the largest subset is held in memory, on word\n"
                     "vocabularies. Writes <out>/report.html (plots and a table) and <out>/compare.json.");
   // compare sets these itself: the kinds (--attention takes a list here), the subsets, the epochs
-  // (its own default), word vocabularies held in memory
-  add_config_flags(a, {"model.attention", "train_subset", "epochs", "vocab", "joint_vocab", "shuffle_buffer"});
+  // (its own default, no early stopping), word vocabularies held in memory, no checkpoints
+  add_config_flags(a, {"model.attention", "train_subset", "epochs", "vocab", "joint_vocab", "shuffle_buffer",
+                       "patience", "early_stopping_metric", "valid_every", "keep_checkpoints", "init_from"});
   add_data_options(a, {.test = false});
   a.deprecated_alias("valid-files", "valid");
   a.option("attention", "list", "comma-separated attention kinds", "additive,scaled_dot,hybrid")
@@ -75,6 +76,7 @@ TrainConfig base_config(const Args& a) {
   return config_from_flags(a, [&](TrainConfig& c) {
     c.epochs = a.get_int("epochs");
     c.vocab = "word", c.joint_vocab = false, c.max_tokens = 20, c.train_subset = 0;
+    c.patience = 0;  // every kind trains the same epochs
   });
 }
 

@@ -106,8 +106,11 @@ int inspect_main(int argc, char** argv) {
   fmt::print("trained on: {}, {} training pairs, at most {} tokens per sentence, shuffle buffer {} pairs\n",
              t.corpus == "files" ? models::describe_corpus(t) : fmt::format("{} (data folder {})", t.corpus, t.data_dir),
              or_all(t.train_subset), t.max_tokens, t.shuffle_buffer);
-  fmt::print("training: epoch {} of {}, step {}, best valid sacreBLEU {}\n", state.epoch, t.epochs, state.step,
-             state.best_bleu >= 0 ? fmt::format("{:.2f}", state.best_bleu) : "none yet");
+  fmt::print("training: epoch {} of {}, step {}, best valid {} {}{}\n", state.epoch, t.epochs, state.step,
+             state.best_metric, state.best_score ? fmt::format("{:.4g}", *state.best_score) : "none yet",
+             state.stopped_early ? fmt::format(", stopped early ({} validations without improvement)",
+                                               state.validations_since_best)
+                                 : "");
   fmt::print("config (every field; `seqgrad train --print-config` writes the same as JSON):\n");
   for (const models::ConfigField& f : models::config_fields())
     if (!f.key.starts_with("files.") || t.corpus == "files") fmt::print("  {} = {}\n", f.key, f.get(t).dump());

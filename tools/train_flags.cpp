@@ -87,7 +87,7 @@ std::string preset_defaults(const models::ConfigField& f) {
   std::vector<std::string> values;
   for (const std::string& name : models::preset_names()) {
     nlohmann::json v = f.get(models::preset(name));
-    values.push_back(v.is_string() ? v.get<std::string>() : v.dump());
+    values.push_back(!v.is_string() ? v.dump() : v.get<std::string>().empty() ? "none" : v.get<std::string>());
   }
   if (std::all_of(values.begin(), values.end(), [&](const std::string& v) { return v == values[0]; }))
     return fmt::format(" (default: {}; config key {})", values[0], f.key);
@@ -142,7 +142,11 @@ models::TrainConfig apply_flags(models::TrainConfig c, const Args& a) {
   // a preset's joint subword model does not carry over to word vocabularies (the seed preset with
   // `--vocab word`); only an explicit --joint-vocab with word is a contradiction
   if (a.has("vocab") && c.vocab == "word" && !a.has("joint-vocab")) c.joint_vocab = false;
-  c.data_dir = absolute(c.data_dir);  // so that eval and resume find the data from any folder
+  // absolute, so that eval and resume find the files from any folder
+  c.data_dir = absolute(c.data_dir);
+  if (!c.init_from.empty()) c.init_from = absolute(c.init_from);
+  if (c.vocab.starts_with(text::kSubwordModelPrefix))
+    c.vocab = std::string(text::kSubwordModelPrefix) + absolute(c.vocab.substr(text::kSubwordModelPrefix.size()));
   c.validate();
   return c;
 }

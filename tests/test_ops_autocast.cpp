@@ -240,7 +240,7 @@ TEST_CASE("autocast: a bf16 recurrence, measured over 50 steps: the state does n
   const Run ref = run(DType::f64, false), kept = run(DType::f32, false), rounded = run(DType::f32, true);
   for (const Run* r : {&kept, &rounded}) {
     const bool bf16 = r == &rounded;
-    MESSAGE((bf16 ? "bf16" : "float32") << " recurrence, relative error vs float64: h_1 " << error(r->first, ref.first)
+    MESSAGE(std::string(bf16 ? "bf16" : "float32") << " recurrence, relative error vs float64: h_1 " << error(r->first, ref.first)
             << ", h_50 " << error(r->last, ref.last) << ", dL/dh0 " << error(r->dh0, ref.dh0) << ", dL/dW_hh "
             << error(r->dw, ref.dw));
   }

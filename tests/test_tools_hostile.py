@@ -294,6 +294,16 @@ class NestedJson(Base):
                 self.assertFails(p, rf"{re.escape(last)}.*(src_vocab\b.*nested deeper than \d+ levels"
                                     rf"|vocab: unsupported \"version\" an array of 1 item)")
 
+    def test_deep_train_state_value(self):
+        folder, last = resumable_copy("deep_state", deep_metadata("train_state", "epoch"))
+        for command, p in self.commands(last, folder):
+            with self.subTest(command=command):
+                self.assertGreaterEqual(p.returncode, 0, f"killed by signal {-p.returncode}")
+                self.assertNotIn("internal error", p.stderr)
+                if command == "train --resume":  # the one command that reads the train state
+                    self.assertFails(p, rf"{re.escape(last)}.*train_state\b.*(nested deeper than \d+ levels"
+                                        rf"|epoch must be an integer)")
+
     def test_deep_metrics_line_is_not_an_epoch(self):
         # inspect prints the run's metrics.jsonl beside the checkpoint: a deep line is skipped like a torn one
         folder = os.path.join(TMP, "deep_metrics")
@@ -337,6 +347,17 @@ class ResumeState(Base):
         path = crafted("bogus_corpus", bogus_corpus)
         p = run("eval", "--checkpoint", path, "--threads", "1")
         self.assertFails(p, rf"{re.escape(path)}.*corpus.*'bogus'")
+
+    def test_a_run_past_its_last_epoch_says_so(self):
+        # probe finding 6: a train state at epoch 10^12, beyond --epochs, once ended silently with exit 0
+        def far_epoch(header, data):
+            state = json.loads(header["__metadata__"]["train_state"])
+            state["epoch"] = 10**12
+            header["__metadata__"]["train_state"] = json.dumps(state)
+        folder, _ = resumable_copy("far_epoch", far_epoch)
+        p = resume(folder)
+        self.assertNotIn("internal error", p.stderr)
+        self.assertRegex(p.stdout + p.stderr, r"(?s)1000000000000.*--epochs|--epochs.*1000000000000")
 
 
 class Probes(Base):

@@ -33,6 +33,20 @@ std::string weight_dtypes(const models::LoadedCheckpoint& c, int64_t& parameters
   return out;
 }
 
+// inspect only shows the train state (a resume validates it): a field of another type is printed by
+// its preview, never thrown. A count, "0" when absent:
+std::string state_count(const nlohmann::json& state, const char* key) {
+  return state.is_object() && state.contains(key) ? json_preview(state.at(key)) : "0";
+}
+
+// The best validation score so far, "none yet" before the first.
+std::string best_score(const nlohmann::json& state) {
+  if (!state.is_object() || !state.contains("best_bleu")) return "none yet";
+  const nlohmann::json& v = state.at("best_bleu");
+  if (!v.is_number()) return json_preview(v);
+  return v.get<double>() >= 0 ? fmt::format("{:.2f}", v.get<double>()) : "none yet";
+}
+
 // The per-epoch lines of the run's metrics.jsonl beside the checkpoint, if there is one.
 void print_metrics(const std::filesystem::path& run_dir) {
   std::filesystem::path path = run_dir / "metrics.jsonl";
@@ -95,9 +109,9 @@ int inspect_main(int argc, char** argv) {
   fmt::print("trained on: {}, {} training pairs, at most {} tokens per sentence, shuffle buffer {} pairs\n",
              t.corpus == "files" ? models::describe_corpus(t) : fmt::format("{} (data folder {})", t.corpus, t.data_dir),
              or_all(t.train_subset), t.max_tokens, t.shuffle_buffer);
-  fmt::print("training: epoch {} of {}, step {}, best valid {} {}\n", state.value("epoch", int64_t{0}), t.epochs,
-             state.value("step", int64_t{0}), state.contains("best_metric") ? "sacreBLEU" : "BLEU (tokenised)",
-             state.value("best_bleu", -1.0) >= 0 ? fmt::format("{:.2f}", state.value("best_bleu", -1.0)) : "none yet");
+  fmt::print("training: epoch {} of {}, step {}, best valid {} {}\n", state_count(state, "epoch"), t.epochs,
+             state_count(state, "step"), state.contains("best_metric") ? "sacreBLEU" : "BLEU (tokenised)",
+             best_score(state));
   fmt::print("settings: batch {}, lr {} (StepLR every {} epochs x {}), label smoothing {}, clip {}, seed {}, amp {}\n",
              t.batch_size, t.lr, t.step_size, t.gamma, t.label_smoothing, t.clip, t.seed, t.amp);
   print_metrics(std::filesystem::path(path).parent_path());

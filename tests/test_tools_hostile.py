@@ -278,21 +278,20 @@ class NestedJson(Base):
                 ("inspect", run("inspect", path)),
                 ("train --resume", resume(folder))]
 
-    def test_deep_config_value(self):
-        folder, last = resumable_copy("deep_config", deep_metadata("config", "hidden_size"))
+    def refused_everywhere(self, key, field, message):
+        """DEEP as the value of field in metadata[key]: every command fails naming the file, and the
+        metadata entry (its JSON is nested too deep) or the field (message)."""
+        folder, last = resumable_copy(f"deep_{key}", deep_metadata(key, field))
         for command, p in self.commands(last, folder):
             with self.subTest(command=command):
                 self.assertGreaterEqual(p.returncode, 0, f"killed by signal {-p.returncode}")
-                self.assertFails(p, rf"{re.escape(last)}.*(config\b.*nested deeper than \d+ levels"
-                                    rf"|model\.hidden_size\b.*not an integer)")
+                self.assertFails(p, rf"{re.escape(last)}.*({key}\b.*nested deeper than \d+ levels|{message})")
+
+    def test_deep_config_value(self):
+        self.refused_everywhere("config", "hidden_size", r"model\.hidden_size\b.*not an integer")
 
     def test_deep_vocabulary_value(self):
-        folder, last = resumable_copy("deep_vocab", deep_metadata("src_vocab", "version"))
-        for command, p in self.commands(last, folder):
-            with self.subTest(command=command):
-                self.assertGreaterEqual(p.returncode, 0, f"killed by signal {-p.returncode}")
-                self.assertFails(p, rf"{re.escape(last)}.*(src_vocab\b.*nested deeper than \d+ levels"
-                                    rf"|vocab: unsupported \"version\" an array of 1 item)")
+        self.refused_everywhere("src_vocab", "version", r'vocab: unsupported "version" an array of 1 item')
 
     def test_deep_train_state_value(self):
         folder, last = resumable_copy("deep_state", deep_metadata("train_state", "epoch"))

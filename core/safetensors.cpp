@@ -14,8 +14,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "core/json.h"
 #include "core/fileio.h"
+#include "core/json.h"
 
 namespace seqgrad::safetensors {
 namespace {

@@ -124,7 +124,8 @@ TEST_CASE("bf16 GEMM: native (oneDNN, AVX-512 BF16) vs the emulation") {
   }
   SUBCASE("alpha and beta: c = alpha · a·b + beta · c, and beta = 0 ignores c (even NaN)") {
     if (runs_natively("alpha and beta")) {
-      Tensor a = from_vector(std::vector<float>{1, 2, 3, 4}, {1, 2, 2}), b = from_vector(std::vector<float>{5, 6, 7, 8}, {1, 2, 2});
+      Tensor a = from_vector(std::vector<float>{1, 2, 3, 4}, {1, 2, 2});
+      Tensor b = from_vector(std::vector<float>{5, 6, 7, 8}, {1, 2, 2});
       Tensor c = from_vector(std::vector<float>{1, -1, 2, -2}, {1, 2, 2});
       REQUIRE(cpu::native_bf16_gemm(a, b, c, 0.5, 2.0));
       CHECK(c.to_vector<float>() == std::vector<float>{0.5f * 19 + 2, 0.5f * 22 - 2, 0.5f * 43 + 4, 0.5f * 50 - 4});

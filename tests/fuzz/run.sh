@@ -31,7 +31,7 @@ declare -A DICT=([safetensors]=safetensors [checkpoint]=safetensors [corpus]=cor
 for target in ${TARGETS:-safetensors checkpoint corpus tokenizer subword}; do
   exe=$BUILD/tests/fuzz/fuzz_$target
   if [ ! -x "$exe" ]; then
-    echo "== fuzz_$target: not built (the subword target needs SentencePiece)"
+    echo "== fuzz_$target: not built (tests/fuzz/build.sh; the subword target needs SentencePiece)"
     continue
   fi
   corpus=$BUILD/fuzz-corpus/$target artifacts=$BUILD/fuzz-artifacts/$target/

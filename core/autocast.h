@@ -1,8 +1,8 @@
 // Mixed precision (PyTorch's torch.autocast, for matrix products): inside an Autocast scope every
 // float32 matrix product (matmul, bmm, linear, and so the attention projections and the RNNs'
 // input projections) rounds its operands to bfloat16 or float16 and accumulates in float32; the
-// RNNs' recurrent products stay float32 (ops.h, recurrent_product: as PyTorch's CPU autocast runs
-// RNNs in float32); weights, activations, gradients and every other op stay float32, float64 is
+// RNNs' recurrent products stay float32 (ops.h, recurrent_product, says why: unlike PyTorch 1.13's
+// CPU autocast, which rounds them); weights, activations, gradients and every other op stay float32, float64 is
 // never affected (gradient checks). The backward of a
 // product made under autocast uses the same precision, wherever backward() is called (as PyTorch,
 // whose saved operands are already 16-bit). Scopes nest; the state is per thread.

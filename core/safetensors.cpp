@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "core/fileio.h"
+#include "core/json.h"
 
 namespace seqgrad::safetensors {
 namespace {
@@ -148,7 +149,7 @@ std::vector<std::uint64_t> read_unsigned_array(const std::string& name, const js
   for (const json& item : value) {
     if (!item.is_number_unsigned())
       fail(source, "tensor '{}': \"{}\" must hold non-negative integers, got {}", name, field,
-           item.dump());
+           json_preview(item));
     numbers.push_back(item.get<std::uint64_t>());
   }
   return numbers;

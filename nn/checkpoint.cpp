@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/json.h"
 #include "core/serialize.h"
 
 namespace seqgrad::nn {
@@ -132,8 +133,10 @@ Checkpoint load_checkpoint(const std::string& path, Module& module, bool strict)
                 stored->second, computed);
     auto extra = file.metadata.find(kExtraKey);
     SG_CHECK_IO(extra != file.metadata.end(), "load_checkpoint: {} is corrupted: '{}' is missing", path, kExtraKey);
+    const json names =
+        parse_json(extra->second, fmt::format("load_checkpoint: {} is corrupted: '{}'", path, kExtraKey));
     try {
-      for (const auto& name : json::parse(extra->second)) extra_names.insert(name.get<std::string>());
+      for (const auto& name : names) extra_names.insert(name.get<std::string>());
     } catch (const json::exception& e) {
       throw IOError(fmt::format("load_checkpoint: {} is corrupted: '{}' is not a JSON list of names ({})", path,
                                 kExtraKey, e.what()));

@@ -213,9 +213,12 @@ Tensor bernoulli_mask(const Shape& shape, double p_keep, TensorOptions options);
 
 // GRU (ops/gru.cpp; derivation in nn/rnn.h).
 // recurrent_product  h · w_hh_t, always in float32: under Autocast (core/autocast.h) the
-// recurrent products of GRU and LSTM keep full precision, as PyTorch's CPU autocast runs its RNNs
-// in float32. Rounding the state to 16 bits at every step compounds along the sequence: trained
-// with bf16 recurrences, the default preset lost 8.5 test sacreBLEU (README, "Low precision").
+// recurrent products of GRU and LSTM keep full precision. This is seqgrad's choice, not PyTorch's:
+// PyTorch 1.13's CPU autocast rounds h to bf16 before the product (its nn.GRUCell equals such a
+// step bit for bit). The reason is measured: trained with bf16 recurrences, the default preset
+// lost 8.5 test sacreBLEU (README, "Low precision"); over 50 steps the rounded product leaves the
+// state's error at one rounding but makes the gradient through time several times less accurate
+// (tests/test_ops_autocast.cpp measures both).
 Tensor recurrent_product(const Tensor& h, const Tensor& w_hh_t);
 // gru_step  xp (B, 3H) = W_ih x + b_ih as [r | z | n], h (B, H), w_hh_t = W_hhᵀ (H, 3H),
 // bias_hh (3H,) or undefined -> h' (B, H); composed from ops (GRUCell and gru_layer_composed).

@@ -13,6 +13,7 @@
 
 #include "core/autograd.h"
 #include "core/backend.h"
+#include "core/json.h"
 #include "ops/ops.h"
 
 namespace seqgrad::optim {
@@ -169,12 +170,7 @@ OptimizerState Optimizer::state_dict() const {
 
 void Optimizer::load_state_dict(const OptimizerState& state) {
   const std::string op = type_name_ + ".load_state_dict";
-  json meta;
-  try {
-    meta = json::parse(state.metadata);
-  } catch (const json::exception& e) {
-    throw ValueError(fmt::format("{}: metadata is not valid JSON ({})", op, e.what()));
-  }
+  const json meta = parse_json(state.metadata, op + ": metadata");  // the state may come from a hostile file
   // 1. Validate everything before changing anything.
   std::vector<HyperParams> hyper(params_.size());
   std::vector<double> initial(params_.size());
@@ -223,6 +219,10 @@ void Optimizer::load_state_dict(const OptimizerState& state) {
     SG_CHECK_SHAPE(t.shape() == param.shape(), "{}: '{}' has shape {} but its parameter has {}", op, key, t.shape(),
                    param.shape());
     SG_CHECK_DTYPE(is_floating(t.dtype()), "{}: '{}' must be floating, got {}", op, key, t.dtype());
+    // A NaN moment would poison the parameter at the next step, one step before anything notices.
+    const double non_finite = sum(logical_not(isfinite(t)).to(DType::i64)).item();
+    SG_CHECK_VALUE(non_finite == 0, "{}: tensor '{}' {} holds {} non-finite value(s); the state is unusable (saved "
+                   "after a diverged step?)", op, key, t.shape(), non_finite);
     buffers[index][key.substr(dot + 1)] = t;
   }
   // Hyper-parameters are applied to a scratch copy first, so a bad value leaves us untouched.

@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/json.h"
+
 namespace seqgrad::optim {
 namespace {
 
@@ -43,12 +45,12 @@ std::vector<double> numbers_from(const json& j) {
   return out;
 }
 
-json parse_state(const std::string& state, const std::string& op) {
-  try {
-    return json::parse(state);
-  } catch (const json::exception& e) {
-    throw ValueError(fmt::format("{}: state is not valid JSON ({})", op, e.what()));
-  }
+json parse_state(const std::string& state, const std::string& op) { return parse_json(state, op + ": state"); }
+
+// Learning rates read from a state: a NaN or infinite rate would poison the next step's update.
+void check_finite_lrs(const std::vector<double>& lrs, const std::string& op, const char* field) {
+  for (size_t g = 0; g < lrs.size(); ++g)
+    SG_CHECK_VALUE(std::isfinite(lrs[g]), "{}: {}[{}] = {} is not a finite learning rate", op, field, g, lrs[g]);
 }
 
 void check_positive(const char* type, const char* name, int64_t value) {
@@ -106,6 +108,8 @@ void LRScheduler::load_state_dict(const std::string& state) {
     epoch = j.at("last_epoch").get<int64_t>();
     base = numbers_from(j.at("base_lrs"));
     last = numbers_from(j.at("last_lr"));
+    check_finite_lrs(base, op, "base_lrs");
+    check_finite_lrs(last, op, "last_lr");
     SG_CHECK_VALUE(base.size() == base_lrs_.size() && last.size() == base_lrs_.size(),
                    "{}: the state is for {} parameter groups, the optimizer has {}", op, base.size(),
                    base_lrs_.size());
@@ -402,7 +406,8 @@ void ReduceLROnPlateau::load_state_dict(const std::string& state) {
   const std::string op = "ReduceLROnPlateau.load_state_dict";
   json j = parse_state(state, op);
   try {
-    SG_CHECK_VALUE(j.at("type") == "ReduceLROnPlateau", "{}: the state was saved by {}", op, j.at("type").dump());
+    SG_CHECK_VALUE(j.at("type") == "ReduceLROnPlateau", "{}: the state was saved by {}", op,
+                   json_preview(j.at("type")));
     const json& in = j.at("options");
     auto text = [&](const char* key, const char* a, const char* b) {
       std::string v = in.at(key).get<std::string>();
@@ -419,9 +424,12 @@ void ReduceLROnPlateau::load_state_dict(const std::string& state) {
               .eps = in.at("eps").get<double>()};
     o = validate(o, optimizer_.num_groups());
     std::vector<double> last = numbers_from(j.at("last_lr"));
+    check_finite_lrs(o.min_lrs, op, "options.min_lrs");
+    check_finite_lrs(last, op, "last_lr");
     SG_CHECK_VALUE(last.size() == optimizer_.num_groups(), "{}: the state is for {} parameter groups, the optimizer "
                    "has {}", op, last.size(), optimizer_.num_groups());
     double best = number_from(j.at("best"));
+    SG_CHECK_VALUE(!std::isnan(best), "{}: best = nan (the best metric so far is a number or, before any, +-inf)", op);
     int64_t last_epoch = j.at("last_epoch").get<int64_t>();
     int64_t bad = j.at("num_bad_epochs").get<int64_t>();
     int64_t cooldown = j.at("cooldown_counter").get<int64_t>();

@@ -1,5 +1,6 @@
 // Hostile sizes and files at the core level: element counts and byte counts that overflow, and
-// files that are not regular files (issue 16).
+// files that are not regular files (issue 16); JSON nested too deep to print, and write errors that
+// carry the system's reason (issue 28).
 #include <doctest/doctest.h>
 
 #include <sys/stat.h>
@@ -9,6 +10,7 @@
 #include <filesystem>
 
 #include "core/fileio.h"
+#include "core/json.h"
 #include "core/serialize.h"
 #include "core/tensor.h"
 #include "temp_dir.h"
@@ -62,4 +64,40 @@ TEST_CASE("hostile files: checkpoints must be regular files; a FIFO never blocks
   std::filesystem::create_symlink(loop, loop);
   CHECK_THROWS_WITH_AS(load_tensors(loop), doctest::Contains("Too many levels of symbolic links"), IOError);
   std::filesystem::remove(loop);
+}
+
+TEST_CASE("hostile JSON: nesting beyond the limit is an error naming the source; previews never recurse") {
+  const std::string deep = std::string(200'000, '[') + std::string(200'000, ']');
+  CHECK_THROWS_WITH_AS(parse_json(deep, "checkpoint a.safetensors: config"),
+                       "checkpoint a.safetensors: config: JSON nested deeper than 64 levels", IOError);
+  const std::string at_limit = std::string(64, '[') + std::string(64, ']'), over = "[" + at_limit + "]";
+  CHECK(parse_json(at_limit, "x").is_array());
+  CHECK_THROWS_AS(parse_json(over, "x"), IOError);
+  CHECK_THROWS_WITH_AS(parse_json("{\"a\": ", "metrics.jsonl"), doctest::Contains("metrics.jsonl: not valid JSON"),
+                       IOError);
+  // a value built without the limit (nlohmann's parser itself does not recurse) still previews in one step
+  const nlohmann::json value = nlohmann::json::parse(deep);
+  CHECK(json_preview(value) == "an array of 1 item");
+  CHECK(json_preview(nlohmann::json::parse(R"({"a": 1, "b": [2]})")) == "an object of 2 keys");
+  CHECK(json_preview(nlohmann::json(std::string(100, 'x')), 4) == "\"xxxx\"... (100 bytes)");
+  CHECK(json_preview(nlohmann::json(1e300)) == "1e+300");
+}
+
+TEST_CASE("hostile files: write errors carry the system's reason") {
+  // /dev/full: every write fails with ENOSPC, as on a full disk
+  CHECK_THROWS_WITH_AS(append_line("/dev/full", "{}"),
+                       "append_line: cannot write to '/dev/full': No space left on device", IOError);
+  const std::string missing = temp_path("no_such_folder") + "/out.json";
+  CHECK_THROWS_WITH_AS(write_file_atomic(missing, "{}"), doctest::Contains("No such file or directory"), IOError);
+  if (::geteuid() == 0) {
+    MESSAGE("SKIP: a read-only folder: root writes into it anyway");
+    return;
+  }
+  const std::string read_only = temp_path("read_only");
+  std::filesystem::create_directories(read_only);
+  std::filesystem::permissions(read_only, std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
+  CHECK_THROWS_WITH_AS(write_file_atomic(read_only + "/out.json", "{}"), doctest::Contains("Permission denied"),
+                       IOError);
+  std::filesystem::permissions(read_only, std::filesystem::perms::owner_all);
+  std::filesystem::remove_all(read_only);
 }

@@ -1,6 +1,7 @@
 // Hostile translator checkpoints and corpora (issue 16): every size in a checkpoint's config is
 // checked against its tensors before the model is built, the checksum cannot be bypassed by
-// renaming its key, non-finite weights are refused, and corpus errors name the file.
+// renaming its key, non-finite weights are refused, and corpus errors name the file. Issue 28: a
+// 200,000-deep vocabulary value, misaligned files under --subset, sentences too long for SentencePiece.
 #include <doctest/doctest.h>
 
 #include <unistd.h>
@@ -14,8 +15,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/json.h"
 #include "core/serialize.h"
 #include "models/seq2seq/run.h"
+#include "models/text/subword.h"
 #include "nn/checkpoint.h"
 #include "temp_dir.h"
 
@@ -218,4 +221,66 @@ TEST_CASE("hostile corpus: a directory, CR-only line endings and empty splits ar
   std::filesystem::remove_all(data);
   std::filesystem::remove_all(dir);
   std::filesystem::remove(mac);
+}
+
+// Issue 28: nlohmann's dump() recursed once per level of an untrusted value; a vocabulary's error
+// messages now show a value by its type and a bounded prefix, however deep it is.
+TEST_CASE("hostile vocabulary JSON: a 200,000-deep value is a clean error, never a recursion") {
+  const std::string deep = std::string(200'000, '[') + std::string(200'000, ']');
+  for (const std::string& text :
+       {R"({"format":"seqgrad.vocab","version":)" + deep + "}",
+        R"({"format":"seqgrad.vocab","version":1,"tokens":["<pad>","<bos>","<eos>","<unk>",)" + deep + "]}",
+        R"({"format":"seqgrad.vocab","version":2,"kind":)" + deep + R"(,"model":""})"}) {
+    const json value = json::parse(text);  // unlimited on purpose: from_json must not rely on a caller's limit
+    CHECK_THROWS_WITH_AS(text::Vocab::from_json(value), doctest::Contains("an array of 1 item"), ValueError);
+  }
+  CHECK_THROWS_WITH_AS(parse_json(deep, "checkpoint x: src_vocab"),
+                       "checkpoint x: src_vocab: JSON nested deeper than 64 levels", IOError);
+}
+
+// Probe finding 2 of issue 28: a pass that stops at max_pairs (--subset) still reads both files to
+// their ends, so files of different line counts are refused whatever the subset.
+TEST_CASE("hostile corpus: stopping early (--subset) still refuses misaligned files") {
+  std::string de, en;
+  for (int i = 0; i < 2000; ++i) de += "ein mann " + std::to_string(i) + "\n";
+  for (int i = 0; i < 1999; ++i) en += "a man " + std::to_string(i) + "\n";
+  const std::string src = temp_path("subset.de"), tgt = temp_path("subset.en");
+  write_text(src, de);
+  write_text(tgt, en);
+  text::CorpusFiles files;
+  files.src = src, files.tgt = tgt;
+  const std::string message = "'" + src + "' has 2000 lines but '" + tgt + "' has 1999";
+  CHECK_THROWS_WITH_AS(text::index_corpus(files, {.buffer_pairs = 64, .max_pairs = 300}),
+                       doctest::Contains(message.c_str()), IOError);
+  CHECK_THROWS_WITH_AS(text::read_corpus(files, {}, 300), doctest::Contains(message.c_str()), IOError);
+  write_text(tgt, en + "a man 1999\n");  // aligned: the subset reads its 300 pairs, the check costs nothing else
+  text::CorpusIndex index = text::index_corpus(files, {.buffer_pairs = 64, .max_pairs = 300});
+  CHECK(index.pairs == 300);
+  const text::ParallelCorpus subset = text::read_corpus(files, {}, 300);
+  REQUIRE(subset.pairs.size() == 300);
+  CHECK(subset.pairs.back().src == "ein mann 299");
+  std::filesystem::remove(src);
+  std::filesystem::remove(tgt);
+}
+
+// Probe finding 3 of issue 28: SentencePiece drops sentences over its length limit and, with none
+// left, fails with "Internal: ... [!sentences_.empty()]"; the error says what happened and what to do.
+TEST_CASE("hostile corpus: no sentence short enough for the subword trainer") {
+  if (!text::subword_supported()) {
+    MESSAGE("SKIP: this build has no SentencePiece");
+    return;
+  }
+  std::string long_line;
+  while (long_line.size() <= 4192) long_line += "Ein Mann fährt Fahrrad. ";
+  int left = 50;
+  text::SentenceSource next = [&](std::string& sentence) {
+    if (left-- == 0) return false;
+    sentence = long_line;
+    return true;
+  };
+  CHECK_THROWS_WITH_AS(text::SubwordModel::train(next, {.kind = text::SubwordKind::unigram, .vocab_size = 100}),
+                       "subword vocabulary unigram:100: no training sentence is short enough for the SentencePiece "
+                       "trainer, which skips sentences longer than 4192 bytes; split the corpus into shorter lines "
+                       "(one sentence each), or use --vocab word",
+                       ValueError);
 }

@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <limits>
 
+#include <nlohmann/json.hpp>
+
 #include "core/backend.h"
 #include "core/rng.h"
 #include "core/serialize.h"
@@ -331,9 +333,67 @@ TEST_CASE("Optimizer state: mismatches throw naming the key and change nothing")
                        ValueError);
   OptimizerState bad_json = st;
   bad_json.metadata = "{not json";
-  CHECK_THROWS_WITH_AS(fresh.load_state_dict(bad_json), doctest::Contains("metadata is not valid JSON"), ValueError);
+  CHECK_THROWS_WITH_AS(fresh.load_state_dict(bad_json),
+                       doctest::Contains("Adam.load_state_dict: metadata: not valid JSON"), IOError);
+  OptimizerState deep = st;  // a hostile file's nesting is refused before anything recurses over it
+  deep.metadata = std::string(200'000, '[') + std::string(200'000, ']');
+  CHECK_THROWS_WITH_AS(fresh.load_state_dict(deep),
+                       doctest::Contains("Adam.load_state_dict: metadata: JSON nested deeper than 64 levels"), IOError);
   CHECK_NOTHROW(fresh.load_state_dict(st));
   CHECK(fresh.lr() == 0.01);
+}
+
+TEST_CASE("Optimizer state: a non-finite moment is refused, naming the tensor, and nothing changes") {
+  std::vector<Tensor> ps = make_params();
+  Adam adam(ps, {.lr = 0.01});
+  fake_grads(ps, 0);
+  adam.step();
+  const OptimizerState good = adam.state_dict();
+  for (double bad : {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()}) {
+    CAPTURE(bad);
+    OptimizerState st = good;
+    Tensor moment = st.tensors.at("state.1.exp_avg_sq").clone();
+    moment.data<double>()[2] = bad;
+    st.tensors["state.1.exp_avg_sq"] = moment;
+    std::vector<Tensor> qs = copies(ps);
+    Adam fresh(qs, {.lr = 0.5});
+    CHECK_THROWS_WITH_AS(fresh.load_state_dict(st),
+                         "Adam.load_state_dict: tensor 'state.1.exp_avg_sq' (5,) holds 1 non-finite value(s); the "
+                         "state is unusable (saved after a diverged step?)",
+                         ValueError);
+    CHECK(fresh.lr() == 0.5);  // untouched
+    fresh.load_state_dict(good);
+    CHECK(fresh.lr() == 0.01);
+  }
+}
+
+TEST_CASE("schedulers: a non-finite learning rate or a NaN best metric in a state is refused") {
+  Tensor p = param({0.0});
+  SGD opt({p}, {.lr = 1.0});
+  StepLR step(opt, {.step_size = 2});
+  nlohmann::json state = nlohmann::json::parse(step.state_dict());
+  state["last_lr"] = {"nan"};
+  CHECK_THROWS_WITH_AS(step.load_state_dict(state.dump()),
+                       "StepLR.load_state_dict: last_lr[0] = nan is not a finite learning rate", ValueError);
+  state["last_lr"] = {1.0};
+  state["base_lrs"] = {"inf"};
+  CHECK_THROWS_WITH_AS(step.load_state_dict(state.dump()),
+                       "StepLR.load_state_dict: base_lrs[0] = inf is not a finite learning rate", ValueError);
+  CHECK(opt.lr() == 1.0);  // untouched
+  CHECK_THROWS_WITH_AS(step.load_state_dict(std::string(100'000, '[')),
+                       doctest::Contains("StepLR.load_state_dict: state: JSON nested deeper than 64 levels"), IOError);
+
+  ReduceLROnPlateau plateau(opt);
+  nlohmann::json plateau_state = nlohmann::json::parse(plateau.state_dict());
+  CHECK(plateau_state["best"] == "inf");  // no metric yet: +inf is a valid best
+  CHECK_NOTHROW(plateau.load_state_dict(plateau_state.dump()));
+  plateau_state["best"] = "nan";
+  CHECK_THROWS_WITH_AS(plateau.load_state_dict(plateau_state.dump()), doctest::Contains("best = nan"), ValueError);
+  plateau_state["best"] = 1.0;
+  plateau_state["last_lr"] = {"-inf"};
+  CHECK_THROWS_WITH_AS(plateau.load_state_dict(plateau_state.dump()),
+                       "ReduceLROnPlateau.load_state_dict: last_lr[0] = -inf is not a finite learning rate",
+                       ValueError);
 }
 
 // ---- clipping

@@ -310,7 +310,8 @@ TEST_CASE("plot files: unwritable path throws IOError naming it; rewrites replac
   const std::string missing = dir.file("no/such/dir/attention.png");
   CHECK_THROWS_WITH_AS(
       write_heatmap_png(missing, small_heatmap()),
-      doctest::Contains(("write_heatmap_png: cannot open '" + missing + ".tmp'").c_str()),
+      doctest::Contains(("write_heatmap_png: write_file_atomic: cannot create a temporary file "
+                         "beside '" + missing + "': No such file or directory").c_str()),
       seqgrad::IOError);
   CHECK_THROWS_AS(write_html_report(dir.file("missing/report.html"), "r", {}), seqgrad::IOError);
 

@@ -6,6 +6,7 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
+#include "core/json.h"
 #include "models/seq2seq/trainer.h"
 #include "tools/args.h"
 #include "tools/commands.h"
@@ -40,14 +41,19 @@ void print_metrics(const std::filesystem::path& run_dir) {
   fmt::print("epochs ({}):\n  {:>5} {:>10} {:>10} {:>9} {:>9} {:>6} {:>8} {:>8}\n", path.string(), "epoch",
              "train loss", "valid loss", "valid ppl", "sacreBLEU", "chrF", "BLEU tok", "seconds");
   for (std::string line; std::getline(in, line);) {
-    nlohmann::json m = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (!m.is_object() || !m.contains("epoch")) continue;  // a torn last line of a killed run
+    nlohmann::json m;
+    try {
+      m = parse_json(line, path.string());
+    } catch (const IOError&) {
+      continue;  // a torn last line of a killed run (or one nested too deep to be ours): not an epoch
+    }
+    if (!m.is_object() || !m.contains("epoch")) continue;
     auto number = [&](const char* key) {
       return m.contains(key) && m[key].is_number() ? m[key].get<double>() : NAN;  // null when not finite
     };
     // runs from before sacreBLEU was the headline logged only the tokenised BLEU, as valid_bleu
     const double tokenized = m.contains("valid_bleu_tokenized") ? number("valid_bleu_tokenized") : number("valid_bleu");
-    fmt::print("  {:>5} {:>10.3f} {:>10.3f} {:>9.2f} {:>9.2f} {:>6.2f} {:>8.2f} {:>8.0f}\n", m["epoch"].dump(),
+    fmt::print("  {:>5} {:>10.3f} {:>10.3f} {:>9.2f} {:>9.2f} {:>6.2f} {:>8.2f} {:>8.0f}\n", json_preview(m["epoch"]),
                number("train_loss"), number("valid_loss"), number("valid_ppl"), number("valid_sacrebleu"),
                number("valid_chrf"), tokenized, number("seconds"));
   }

@@ -38,6 +38,11 @@ Loaded load_model(const Args& a) {
   SG_CHECK_IO(std::filesystem::exists(path, ec) || ec, "no checkpoint at {} (train one with `seqgrad train`)", path);
   check_safetensors_file(path);
   Loaded l{models::read_checkpoint(path, {.allow_missing_checksum = a.flag("allow-missing-checksum")}), nullptr};
+  // Refused before any decoding allocates beam x vocabulary scores: the first step has only as many
+  // continuations as the target vocabulary has tokens, so a wider beam is a typo, not a search.
+  const int64_t vocab = l.checkpoint.info.tgt_vocab.size();
+  SG_CHECK_USAGE(a.get_int("beam", 1) <= vocab, "--beam {} is wider than the target vocabulary of {} ({} tokens): "
+                 "give --beam {} or less", a.get_int("beam", 1), path, vocab, vocab);
   l.model = std::make_unique<models::Seq2Seq>(l.checkpoint.info.config.model);
   models::load_weights(*l.model, l.checkpoint, path);
   l.model->eval();

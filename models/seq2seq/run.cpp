@@ -171,10 +171,10 @@ class Run {
     if (on.before_validation) on.before_validation(batch ? state.epoch + 1 : state.epoch);
     Evaluation val = trainer_.evaluate(valid_.corpus, valid_.references, valid_.raw_references,
                                        decode_options(config));
-    EpochMetrics m{.epoch = batch ? state.epoch + 1 : state.epoch, .step = state.step, .batch = batch,
-                   .train_loss = trained.loss, .valid_loss = val.loss, .valid_sacrebleu = val.sacrebleu,
-                   .valid_chrf = val.chrf, .valid_bleu_tokenized = val.bleu_tokenized, .seconds = trained.seconds,
-                   .lr = trainer_.optimizer().lr()};
+    EpochMetrics m;
+    m.epoch = batch ? state.epoch + 1 : state.epoch, m.step = state.step, m.batch = batch;
+    m.train_loss = trained.loss, m.valid_loss = val.loss, m.valid_sacrebleu = val.sacrebleu, m.valid_chrf = val.chrf;
+    m.valid_bleu_tokenized = val.bleu_tokenized, m.seconds = trained.seconds, m.lr = trainer_.optimizer().lr();
     if (trainer_.scaler().is_enabled()) m.skipped_steps = trained.skipped, m.loss_scale = trainer_.scaler().get_scale();
     state.best_bleu = std::max(state.best_bleu, val.sacrebleu);
     state.best_metric = config.early_stopping_metric;

@@ -232,6 +232,17 @@ std::optional<SentencePair> PairReader::next() {
   }
 }
 
+void PairReader::check_aligned_to_end() {
+  if (!impl_->tgt) return;
+  const Position here = position();
+  for (;;) {
+    const bool has_src = impl_->src->next(impl_->src_line), has_tgt = impl_->tgt->next(impl_->tgt_line);
+    if (has_src != has_tgt) impl_->mismatched_line_counts(has_src);
+    if (!has_src) break;
+  }
+  seek(here);
+}
+
 PairReader::Position PairReader::position() const {
   return {.src_offset = impl_->src->offset(), .tgt_offset = impl_->tgt ? impl_->tgt->offset() : 0,
           .line = impl_->src->line(), .kept = impl_->kept};
@@ -316,7 +327,11 @@ std::optional<SentencePair> PairReader::Impl::next_tsv() {
 ParallelCorpus read_corpus(const CorpusFiles& files, const ReadOptions& options, int64_t max_pairs) {
   PairReader reader(files, options);
   ParallelCorpus corpus;
-  while (max_pairs <= 0 || static_cast<int64_t>(corpus.pairs.size()) < max_pairs) {
+  for (;;) {
+    if (max_pairs > 0 && static_cast<int64_t>(corpus.pairs.size()) == max_pairs) {
+      reader.check_aligned_to_end();
+      break;
+    }
     std::optional<SentencePair> pair = reader.next();
     if (!pair) break;
     corpus.pairs.push_back(std::move(*pair));

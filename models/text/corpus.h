@@ -96,6 +96,10 @@ class PairReader {
 
   // The next pair that survives cleaning and the selection; nullopt at the end of the corpus.
   std::optional<SentencePair> next();
+  // Aligned files: reads the rest of both (lines only, nothing kept) and throws the line-count
+  // IOError if they differ, then comes back to where it was. A pass that stops early (--subset)
+  // calls it, so that it still refuses misaligned files. TSV: nothing to check.
+  void check_aligned_to_end();
   Position position() const;
   void seek(const Position& position);
   const ReadReport& report() const;

@@ -14,7 +14,10 @@ CorpusIndex index_corpus(const CorpusFiles& files, const IndexOptions& options, 
   CorpusIndex index{.files = files, .read_options = read_options, .report = {}, .pairs = 0, .chunks = {}};
   PairReader reader(files, read_options);
   for (;;) {
-    if (options.max_pairs > 0 && index.pairs == options.max_pairs) break;
+    if (options.max_pairs > 0 && index.pairs == options.max_pairs) {
+      reader.check_aligned_to_end();  // stopping early must not skip the line-count check
+      break;
+    }
     const PairReader::Position before = reader.position();
     std::optional<SentencePair> pair = reader.next();
     if (!pair) break;

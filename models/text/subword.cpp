@@ -59,6 +59,14 @@ MergedPieces merge_pieces(std::span<const std::string> pieces) {
 
 namespace {
 
+// RTLD_DEEPBIND: SentencePiece binds to its own protobuf, not the ONNX export's (subword_engine.h).
+// ASan builds, which refuse DEEPBIND, are built without the ONNX export instead (models/meson.build).
+#ifdef SG_SUBWORD_NO_DEEPBIND
+constexpr int kDeepBind = 0;
+#else
+constexpr int kDeepBind = RTLD_DEEPBIND;
+#endif
+
 // The SentencePiece plugin, loaded once: $SEQGRAD_SENTENCEPIECE_PLUGIN, else the build tree's,
 // else the installed one (paths from meson). Null when none loads (a build without SentencePiece).
 struct Plugin {
@@ -76,8 +84,7 @@ const Plugin& plugin() {
     candidates.emplace_back(SG_SUBWORD_PLUGIN_INSTALL);
 #endif
     for (const std::string& path : candidates) {
-      // RTLD_DEEPBIND: SentencePiece binds to its own protobuf, not the ONNX export's (subword_engine.h)
-      void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+      void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | kDeepBind);
       if (!handle) {
         p.error += fmt::format("{}{}", p.error.empty() ? "" : "; ", dlerror());
         continue;
@@ -128,8 +135,16 @@ struct SubwordModel::Impl {
 SubwordModel::SubwordModel(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
 
 SubwordModel SubwordModel::train(const SentenceSource& next, const SubwordOptions& options) {
-  bool any = false;  // the trainer sees the sentences through this check
-  SentenceSource counted = [&](std::string& sentence) { return next(sentence) && (any = true); };
+  // SentencePiece's default, stated here so that the error below can name it: the trainer drops
+  // longer sentences, and with none left fails with "Internal: ... [!sentences_.empty()]".
+  constexpr std::size_t kMaxSentenceBytes = 4192;
+  bool any = false, any_short = false;  // the trainer sees the sentences through these checks
+  SentenceSource counted = [&](std::string& sentence) {
+    if (!next(sentence)) return false;
+    any = true;
+    any_short = any_short || sentence.size() <= kMaxSentenceBytes;
+    return true;
+  };
   const std::unordered_map<std::string, std::string> spec = {
       {"model_type", options.kind == SubwordKind::bpe ? "bpe" : "unigram"},
       {"vocab_size", std::to_string(options.vocab_size)},
@@ -139,11 +154,15 @@ SubwordModel SubwordModel::train(const SentenceSource& next, const SubwordOption
       {"pad_id", "0"}, {"bos_id", "1"}, {"eos_id", "2"}, {"unk_id", "3"},  // Vocab's special ids
       {"pad_piece", "<pad>"}, {"bos_piece", "<bos>"}, {"eos_piece", "<eos>"}, {"unk_piece", "<unk>"},
       {"num_threads", "2"},
+      {"max_sentence_length", std::to_string(kMaxSentenceBytes)},
       {"minloglevel", "2"},  // errors only: they come back as the status
   };
   std::string proto, error;
   const bool trained = engine().train(counted, spec, static_cast<unsigned>(options.seed), proto, error);
   SG_CHECK_VALUE(any, "subword vocabulary {}: no training sentence", subword_spec(options));
+  SG_CHECK_VALUE(any_short, "subword vocabulary {}: no training sentence is short enough for the SentencePiece "
+                 "trainer, which skips sentences longer than {} bytes; split the corpus into shorter lines (one "
+                 "sentence each), or use --vocab word", subword_spec(options), kMaxSentenceBytes);
   if (!trained) throw_training_error(error, options);
   return from_serialized(std::move(proto));
 }

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "models/text/tokenizer.h"
 
 namespace seqgrad::text {
@@ -177,10 +178,10 @@ Vocab Vocab::from_json(const nlohmann::json& j) {
                  "vocab: JSON is not a seqgrad vocab (expected \"format\": \"{}\")", kFormat);
   SG_CHECK_VALUE(j.contains("version") && (j["version"] == kVersion || j["version"] == kSubwordVersion),
                  "vocab: unsupported \"version\" {} (expected {} for words or {} for a subword model)",
-                 j.contains("version") ? j["version"].dump() : "missing", kVersion, kSubwordVersion);
+                 j.contains("version") ? json_preview(j["version"]) : "missing", kVersion, kSubwordVersion);
   if (j["version"] == kSubwordVersion) {
     SG_CHECK_VALUE(j.contains("kind") && j["kind"] == "sentencepiece", "vocab: version {} needs \"kind\": "
-                   "\"sentencepiece\", got {}", kSubwordVersion, j.contains("kind") ? j["kind"].dump() : "none");
+                   "\"sentencepiece\", got {}", kSubwordVersion, j.contains("kind") ? json_preview(j["kind"]) : "none");
     SG_CHECK_VALUE(j.contains("model") && j["model"].is_string(), "vocab: \"model\" must be a base64 string");
     return from_subword(SubwordModel::from_serialized(base64_decode(j["model"].get<std::string>())));
   }
@@ -190,7 +191,7 @@ Vocab Vocab::from_json(const nlohmann::json& j) {
   tokens.reserve(j["tokens"].size());
   for (const auto& t : j["tokens"]) {
     SG_CHECK_VALUE(t.is_string(), "vocab: \"tokens\"[{}] must be a string, got {}", tokens.size(),
-                   t.dump());
+                   json_preview(t));
     tokens.push_back(t.get<std::string>());
   }
   return Vocab(std::move(tokens));

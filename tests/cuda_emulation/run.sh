@@ -2,6 +2,11 @@
 # Runs tests/test_cuda_parity.cpp with ops/cuda/backend.cpp and memory.cpp on a host emulation of
 # the CUDA runtime, cuBLAS and the kernels (fake_cuda.cpp): the host side of the CUDA backend,
 # checked against the CPU backend on a machine without a GPU. Needs the CUDA headers (not a GPU).
+# Its limits: the kernels are host ports written by hand, so the .cu files themselves are never
+# compiled or run here; a bug in a .cu file that its port does not share goes unseen (only
+# tests/test_cuda_parity.cpp on a GPU runs them). meson registers the same build as the unit test
+# 'cuda_emulated' in every build without the CUDA backend that finds the headers (tests/meson.build),
+# so CI runs it; this script builds it by hand against a given build directory.
 # Usage: tests/cuda_emulation/run.sh [CPU_ONLY_BUILD_DIR]   (default build-nocuda, configured if missing)
 set -euo pipefail
 cd "$(dirname "$0")/../.."

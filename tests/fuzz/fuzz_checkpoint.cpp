@@ -21,7 +21,6 @@ void load_translator(const std::string& path) {
   models::LoadedCheckpoint ckpt = models::read_checkpoint(path, {.allow_missing_checksum = true});
   models::Seq2Seq model(ckpt.info.config.model);  // sizes were checked against the file's tensors
   models::load_weights(model, ckpt, path);
-  (void)ckpt.info.train_state.dump();
 }
 
 // The same file with a correct checksum over its (possibly fuzzed) contents. Written plainly:

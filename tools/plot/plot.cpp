@@ -10,19 +10,15 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <functional>
 #include <memory>
 #include <numbers>
 #include <string_view>
-#include <system_error>
 
 #include "core/error.h"
+#include "core/fileio.h"
 
 namespace seqgrad::plot {
 namespace {
@@ -511,31 +507,15 @@ std::string render_png(const Figure& figure, std::string_view function) {
   return png;
 }
 
-// Writes next to the target and renames, so readers never see a half-written file.
+// core/fileio's temporary file and rename (readers never see a half-written file), its errors
+// (with the system's reason: "No space left on device") prefixed with the plotting function.
 void write_file_atomically(const std::string& path, std::string_view bytes,
                            std::string_view function) {
   SG_CHECK_IO(!path.empty(), "{}: output path is empty", function);
-  const std::string temporary = path + ".tmp";
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    SG_CHECK_IO(out.is_open(), "{}: cannot open '{}' for writing: {}", function, temporary,
-                std::strerror(errno));
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    out.close();
-    if (!out) {
-      std::error_code ignored;
-      std::filesystem::remove(temporary, ignored);
-      throw IOError(
-          fmt::format("{}: writing {} bytes to '{}' failed", function, bytes.size(), temporary));
-    }
-  }
-  std::error_code error;
-  std::filesystem::rename(temporary, path, error);
-  if (error) {
-    std::error_code ignored;
-    std::filesystem::remove(temporary, ignored);
-    throw IOError(fmt::format("{}: cannot rename '{}' to '{}': {}", function, temporary, path,
-                              error.message()));
+  try {
+    write_file_atomic(path, bytes);
+  } catch (const IOError& e) {
+    throw IOError(fmt::format("{}: {}", function, e.what()));
   }
 }
 

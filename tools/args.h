@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/suggest.h"
 
 namespace seqgrad {
 // A mistake on the command line (unknown option, bad flag value): `seqgrad` exits with status 2
@@ -20,11 +21,6 @@ struct UsageError : ValueError {
 #define SG_CHECK_USAGE(cond, ...) SG_CHECK_AS(UsageError, cond, __VA_ARGS__)
 
 namespace seqgrad::tools {
-
-// " (did you mean X?)" when one of `choices` is a likely typo of `word` (edit distance <= 2 and
-// less than half its length), else "".
-std::string did_you_mean(const std::string& word, const std::vector<std::string>& choices,
-                         const std::string& prefix = "");
 
 // Runs `check`, which reads command-line values, turning a ValueError it throws (an unknown preset
 // or attention kind, a value out of range) into a UsageError.

@@ -91,7 +91,7 @@ void check_patterns(const oc::OpCaseRegistry& table, const std::vector<std::stri
     for (const oc::ErrorCase& r : table.error_cases()) found = found || oc::matches(p, r.op, r.name());
     for (const oc::GoldenCase& r : table.golden_cases()) found = found || oc::matches(p, r.op, r.name());
     SG_CHECK_USAGE(found, "no op or row named '{}' in {}{}; its ops: {} (--list lists every row){}", p, source,
-                   seqgrad::tools::did_you_mean(p, names), fmt::join(names, ", "),
+                   seqgrad::did_you_mean(p, names), fmt::join(names, ", "),
                    plugin ? "" : ". To check an op of your own, build its rows into a plugin and pass --plugin "
                                  "(docs/adding-an-op.md)");
   }

@@ -111,7 +111,7 @@ int main(int argc, char** argv) {
     names.emplace_back(c.name);
   }
   const char* unknown = !std::strcmp(argv[1], "help") ? argv[2] : argv[1];
-  fmt::print(stderr, "seqgrad: unknown command '{}'{}\n\n", unknown, seqgrad::tools::did_you_mean(unknown, names));
+  fmt::print(stderr, "seqgrad: unknown command '{}'{}\n\n", unknown, seqgrad::did_you_mean(unknown, names));
   print_usage(stderr);
   return kUsageError;
 }

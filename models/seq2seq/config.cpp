@@ -11,6 +11,7 @@
 
 #include "core/fileio.h"
 #include "core/json.h"
+#include "core/suggest.h"
 #include "models/text/subword.h"
 
 namespace seqgrad::models {
@@ -365,28 +366,10 @@ const nlohmann::json* value_at(const nlohmann::json& j, const std::string& key) 
   }
 }
 
-// Edit distance for "did you mean" (Levenshtein, one row at a time).
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      size_t substitute = diagonal + (a[i - 1] == b[j - 1] ? 0 : 1);
-      diagonal = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, substitute});
-    }
-  }
-  return row[b.size()];
-}
-
 std::string nearest_key(const std::string& key) {
-  const ConfigField* best = nullptr;
-  size_t best_distance = 4;
-  for (const ConfigField& f : config_fields())
-    if (size_t d = edit_distance(key, f.key); d < best_distance) best = &f, best_distance = d;
-  return best ? fmt::format(" (did you mean {}?)", best->key) : "";
+  std::vector<std::string> keys;
+  for (const ConfigField& f : config_fields()) keys.push_back(f.key);
+  return did_you_mean(key, keys);
 }
 
 // Every key of `j` (nested objects joined with dots, down to a field's key) must be a field's.

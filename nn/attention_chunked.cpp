@@ -210,7 +210,7 @@ Tensor ChunkedAdditiveAttention::attend_keys(const Tensor& queries, const Tensor
                                              const Tensor& values, const Tensor& mask) const {
   Tensor qp = w_q(queries);  // (B, Q, A)
   double p = is_training() ? options().dropout : 0.0;
-  Tensor context = chunked_additive_attention(qp, projected_keys, w_v.weight, values, mask,
+  Tensor context = chunked_additive_attention(qp, projected_keys, linear_weight(w_v), values, mask,
                                               chunked_options_.chunk_size, p);  // (B, Q, Dv)
   if (!chunked_options_.keep_weights) {
     keep({}, {});
@@ -219,7 +219,7 @@ Tensor ChunkedAdditiveAttention::attend_keys(const Tensor& queries, const Tensor
   // For plots only, under no-grad: the (B, Q, K) energies chunk by chunk (the (B, Q, C, A) features
   // never exist for all keys at once), then their masked softmax.
   NoGradGuard no_grad;
-  Tensor qp_d = qp.detach().contiguous(), kp_d = projected_keys.detach(), w_v_d = w_v.weight.detach();
+  Tensor qp_d = qp.detach().contiguous(), kp_d = projected_keys.detach(), w_v_d = linear_weight(w_v).detach();
   std::vector<Tensor> raw, scores;
   int64_t keys = kp_d.size(1), chunk = chunked_options_.chunk_size;
   for (int64_t start = 0; start < keys; start += chunk) {

@@ -42,6 +42,13 @@ void write_attention_heatmap(const std::string& path_stem, const std::vector<std
                              const std::vector<std::string>& tgt_tokens, const models::Hypothesis& hyp,
                              const std::string& title, HeatmapLabels labels = HeatmapLabels::tokens);
 
+// This process's resident memory from /proc/self/status, in bytes: VmRSS now and VmHWM, its peak
+// so far; 0 where the file or a line is missing (not Linux).
+struct ResidentMemory {
+  int64_t now = 0, peak = 0;
+};
+ResidentMemory resident_memory();
+
 // Checks that `path` is a regular file that starts like a safetensors file (an 8-byte header length
 // that fits the file, then '{'), so that any other file is "not a safetensors checkpoint".
 void check_safetensors_file(const std::string& path);

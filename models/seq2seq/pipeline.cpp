@@ -544,12 +544,12 @@ void load_weights(Seq2Seq& model, const LoadedCheckpoint& checkpoint, const std:
   for (const auto& [name, t] : checkpoint.tensors)
     if (name.rfind("model.", 0) == 0) weights[name.substr(6)] = t;
   nn::check_finite_tensors(weights, fmt::format("checkpoint {}", path));  // int8 scales: checked when read
-  std::map<std::string, QuantizedWeight> quantized;  // int8 weights: their float values, then the int8 form
+  std::map<std::string, QuantizedWeight> quantized;  // int8 weights: their modules are swapped in first
   for (const auto& [name, q] : checkpoint.quantized)
-    if (name.rfind("model.", 0) == 0) weights[name.substr(6)] = dequantize(q), quantized.emplace(name.substr(6), q);
+    if (name.rfind("model.", 0) == 0) quantized.emplace(name.substr(6), q);
   try {
-    model.load_state_dict(weights);
     nn::load_quantized_weights(model, quantized);
+    model.load_state_dict(weights);
   } catch (const ValueError& e) {
     throw IOError(fmt::format("checkpoint {}: its weights do not fit the model its config describes (saved with a "
                               "different vocabulary or architecture?): {}", path, e.what()));

@@ -11,15 +11,6 @@
 namespace seqgrad::models {
 namespace {
 
-Tensor values_as_float(const QuantizedWeight& q) {
-  return from_vector(std::vector<float>(q.values.begin(), q.values.end()), {q.rows, q.cols});
-}
-
-safetensors::Entry int8_entry(const QuantizedWeight& q) {
-  safetensors::Entry e{.dtype = "I8", .shape = {q.rows, q.cols}, .data = {}};
-  e.data.assign(reinterpret_cast<const char*>(q.values.data()), q.values.size());
-  return e;
-}
 
 QuantizedWeight parse_int8(const std::string& path, const std::string& name, const safetensors::Entry& values,
                            const safetensors::Entry* scales) {
@@ -30,12 +21,10 @@ QuantizedWeight parse_int8(const std::string& path, const std::string& name, con
   SG_CHECK_IO(scales->dtype == "F32" && scales->shape.size() == 1,
               "checkpoint {}: scales '{}{}' must be float32 (rows,) or (1,), got {} with {} dimensions", path, name,
               kScaleSuffix, scales->dtype, scales->shape.size());
-  std::vector<int8_t> v(values.data.size());
-  std::memcpy(v.data(), values.data.data(), v.size());
-  std::vector<float> s(static_cast<size_t>(scales->shape[0]));
-  std::memcpy(s.data(), scales->data.data(), s.size() * sizeof(float));
   try {
-    return make_quantized_weight(values.shape[0], values.shape[1], std::move(v), std::move(s), name);
+    // plain: nn::load_quantized_weights moves a GEMM's weight into the backend's packed layout
+    return make_quantized_weight(from_entry(values, name), from_entry(*scales, name + kScaleSuffix), name,
+                                 Int8Use::rows);
   } catch (const Error& e) {
     throw IOError(fmt::format("checkpoint {}: {}", path, e.what()));
   }
@@ -53,17 +42,14 @@ void save_quantized_checkpoint(const std::string& path, const Seq2Seq& model, co
   std::map<std::string, std::string> metadata = checkpoint_metadata(info);
   metadata[kQuantizedKey] = nlohmann::json{{"scheme", qscheme_name(options.scheme)}, {"kinds", kinds}}.dump();
   CheckpointFile checkpoint;
-  for (const auto& [name, t] : model.state_dict()) {
-    auto q = quantized.find(name);
-    if (q == quantized.end()) checkpoint.file.tensors["model." + name] = t;
-    else checkpoint.quantized.emplace("model." + name, *q->second);
-  }
+  for (const auto& [name, t] : model.state_dict()) checkpoint.file.tensors["model." + name] = t;  // float ones
+  for (const auto& [name, q] : quantized) checkpoint.quantized.emplace("model." + name, *q);
   metadata[nn::kChecksumKey] = nn::checkpoint_checksum(checksummed_tensors(checkpoint), metadata);
   safetensors::File file{.metadata = metadata, .tensors = {}};
   for (const auto& [name, t] : checkpoint.file.tensors) file.tensors.emplace(name, to_entry(t));
   for (const auto& [name, q] : checkpoint.quantized) {
-    file.tensors.emplace(name, int8_entry(q));
-    file.tensors.emplace(name + kScaleSuffix, to_entry(from_vector(q.scales, {static_cast<int64_t>(q.scales.size())})));
+    file.tensors.emplace(name, to_entry(q.int8_values()));  // I8 (rows, cols)
+    file.tensors.emplace(name + kScaleSuffix, to_entry(q.scales));
   }
   std::filesystem::path dir = std::filesystem::path(path).parent_path();
   if (!dir.empty()) std::filesystem::create_directories(dir);
@@ -106,8 +92,8 @@ CheckpointFile load_checkpoint_file(const std::string& path) {
 std::map<std::string, Tensor> checksummed_tensors(const CheckpointFile& checkpoint) {
   std::map<std::string, Tensor> all = checkpoint.file.tensors;
   for (const auto& [name, q] : checkpoint.quantized) {
-    all[name] = values_as_float(q);
-    all[name + kScaleSuffix] = from_vector(q.scales, {static_cast<int64_t>(q.scales.size())});
+    all[name] = q.int8_values().to(DType::f32);
+    all[name + kScaleSuffix] = q.scales;
   }
   return all;
 }

@@ -3,7 +3,8 @@
 // float32 scales "model.X_scale" ((rows,) per channel, (1,) per tensor), the metadata key
 // "quantized" says how ({"scheme": "per_channel", "kinds": ["Linear", "GRU", "Embedding"]}), and
 // the optimizer state is left out (a quantized model is for inference). read_checkpoint reads
-// both kinds (load_checkpoint_file below), so translate, eval, attention and bench load either.
+// both kinds (load_checkpoint_file below), so translate, eval, attention and bench load either;
+// load_weights builds the quantized modules straight from the int8 weights (nn::load_quantized_weights).
 // The checkpoint checksum covers the int8 weights as their values in float32.
 #pragma once
 #include <map>

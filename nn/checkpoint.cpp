@@ -52,9 +52,16 @@ class Crc32 {
 
 std::string checkpoint_checksum(const std::map<std::string, Tensor>& tensors,
                                 const std::map<std::string, std::string>& metadata) {
+  std::map<std::string, std::function<Tensor()>> made;
+  for (const auto& [name, t] : tensors) made.emplace(name, [&t = t] { return t; });
+  return checkpoint_checksum(made, metadata);
+}
+
+std::string checkpoint_checksum(const std::map<std::string, std::function<Tensor()>>& tensors,
+                                const std::map<std::string, std::string>& metadata) {
   Crc32 crc;
-  for (const auto& [name, t] : tensors) {
-    Tensor c = t.detach().cpu().contiguous();
+  for (const auto& [name, make] : tensors) {
+    Tensor c = make().detach().cpu().contiguous();
     crc.update(name);
     crc.update(dtype_name(c.dtype()));
     crc.update(fmt::format("{}", c.shape()));

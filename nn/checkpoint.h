@@ -12,6 +12,7 @@
 // and metadata keys "seqgrad.*" reserved for: the format version, the names of the extra tensors
 // (JSON list) and a CRC-32 over every name, dtype, shape, value and metadata entry.
 #pragma once
+#include <functional>
 #include <map>
 #include <string>
 
@@ -45,6 +46,10 @@ Checkpoint load_checkpoint(const std::string& path, Module& module, bool strict 
 // Other file formats built on safetensors (the translator's, models/seq2seq) use it too.
 inline constexpr const char* kChecksumKey = "seqgrad.crc32";
 std::string checkpoint_checksum(const std::map<std::string, Tensor>& tensors,
+                                const std::map<std::string, std::string>& metadata);
+// The same with each tensor made when its turn comes (in name order) and dropped after it: a
+// quantized checkpoint checksums its int8 weights as float32 without holding them all as float32.
+std::string checkpoint_checksum(const std::map<std::string, std::function<Tensor()>>& tensors,
                                 const std::map<std::string, std::string>& metadata);
 
 // Throws IOError naming `path`, the tensor, the first non-finite value and its flat index, and

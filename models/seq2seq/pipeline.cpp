@@ -388,7 +388,7 @@ namespace {
 void verify_checksum(const CheckpointFile& checkpoint, const std::string& path, const ReadCheckpointOptions& options) {
   const TensorFile& file = checkpoint.file;
   if (auto stored = file.metadata.find(nn::kChecksumKey); stored != file.metadata.end()) {
-    std::string computed = nn::checkpoint_checksum(checksummed_tensors(checkpoint), file.metadata);
+    std::string computed = checkpoint_checksum(checkpoint, file.metadata);
     SG_CHECK_IO(stored->second == computed, "checkpoint {} is corrupted: checksum {} does not match its contents ({})",
                 path, stored->second, computed);
     return;

@@ -3,6 +3,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <functional>
 
 #include <nlohmann/json.hpp>
 
@@ -44,7 +45,7 @@ void save_quantized_checkpoint(const std::string& path, const Seq2Seq& model, co
   CheckpointFile checkpoint;
   for (const auto& [name, t] : model.state_dict()) checkpoint.file.tensors["model." + name] = t;  // float ones
   for (const auto& [name, q] : quantized) checkpoint.quantized.emplace("model." + name, *q);
-  metadata[nn::kChecksumKey] = nn::checkpoint_checksum(checksummed_tensors(checkpoint), metadata);
+  metadata[nn::kChecksumKey] = checkpoint_checksum(checkpoint, metadata);
   safetensors::File file{.metadata = metadata, .tensors = {}};
   for (const auto& [name, t] : checkpoint.file.tensors) file.tensors.emplace(name, to_entry(t));
   for (const auto& [name, q] : checkpoint.quantized) {
@@ -89,13 +90,14 @@ CheckpointFile load_checkpoint_file(const std::string& path) {
   return out;
 }
 
-std::map<std::string, Tensor> checksummed_tensors(const CheckpointFile& checkpoint) {
-  std::map<std::string, Tensor> all = checkpoint.file.tensors;
+std::string checkpoint_checksum(const CheckpointFile& checkpoint, const std::map<std::string, std::string>& metadata) {
+  std::map<std::string, std::function<Tensor()>> all;
+  for (const auto& [name, t] : checkpoint.file.tensors) all.emplace(name, [&t = t] { return t; });
   for (const auto& [name, q] : checkpoint.quantized) {
-    all[name] = q.int8_values().to(DType::f32);
-    all[name + kScaleSuffix] = q.scales;
+    all.emplace(name, [&q = q] { return q.int8_values().to(DType::f32); });  // one weight's float32 copy at a time
+    all.emplace(name + kScaleSuffix, [&q = q] { return q.scales; });
   }
-  return all;
+  return nn::checkpoint_checksum(all, metadata);
 }
 
 }  // namespace seqgrad::models

@@ -34,7 +34,8 @@ struct CheckpointFile {
 // tensor without its scales, scales without their I8 tensor, or scales whose shape does not fit.
 CheckpointFile load_checkpoint_file(const std::string& path);
 
-// The tensors the checkpoint checksum covers: file.tensors plus each int8 weight as float32.
-std::map<std::string, Tensor> checksummed_tensors(const CheckpointFile& checkpoint);
+// The checkpoint checksum (nn::checkpoint_checksum) over file.tensors plus each int8 weight as
+// float32 and its scales, made one weight at a time.
+std::string checkpoint_checksum(const CheckpointFile& checkpoint, const std::map<std::string, std::string>& metadata);
 
 }  // namespace seqgrad::models

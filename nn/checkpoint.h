@@ -47,9 +47,15 @@ Checkpoint load_checkpoint(const std::string& path, Module& module, bool strict 
 inline constexpr const char* kChecksumKey = "seqgrad.crc32";
 std::string checkpoint_checksum(const std::map<std::string, Tensor>& tensors,
                                 const std::map<std::string, std::string>& metadata);
-// The same with each tensor made when its turn comes (in name order) and dropped after it: a
-// quantized checkpoint checksums its int8 weights as float32 without holding them all as float32.
-std::string checkpoint_checksum(const std::map<std::string, std::function<Tensor()>>& tensors,
+// The same over tensors given piece by piece: each one's dtype and shape, and its row-major bytes
+// handed to `write` in any number of pieces (a quantized checkpoint checksums its int8 weights as
+// float32, a few rows at a time, without a float32 copy of a whole weight).
+struct ChecksumSource {
+  DType dtype;
+  Shape shape;
+  std::function<void(const std::function<void(const void* data, size_t bytes)>& write)> bytes;
+};
+std::string checkpoint_checksum(const std::map<std::string, ChecksumSource>& tensors,
                                 const std::map<std::string, std::string>& metadata);
 
 // Throws IOError naming `path`, the tensor, the first non-finite value and its flat index, and

@@ -1,6 +1,7 @@
 // Quantized translator checkpoints (models/seq2seq/quantized_checkpoint.h).
 #include "models/seq2seq/quantized_checkpoint.h"
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -91,11 +92,26 @@ CheckpointFile load_checkpoint_file(const std::string& path) {
 }
 
 std::string checkpoint_checksum(const CheckpointFile& checkpoint, const std::map<std::string, std::string>& metadata) {
-  std::map<std::string, std::function<Tensor()>> all;
-  for (const auto& [name, t] : checkpoint.file.tensors) all.emplace(name, [&t = t] { return t; });
+  std::map<std::string, nn::ChecksumSource> all;
+  auto whole = [](const Tensor& t) {
+    return nn::ChecksumSource{t.dtype(), t.shape(), [&t](const auto& write) {
+                                Tensor c = t.detach().cpu().contiguous();
+                                write(c.raw_data(), static_cast<size_t>(c.numel()) * element_size(c.dtype()));
+                              }};
+  };
+  for (const auto& [name, t] : checkpoint.file.tensors) all.emplace(name, whole(t));
   for (const auto& [name, q] : checkpoint.quantized) {
-    all.emplace(name, [&q = q] { return q.int8_values().to(DType::f32); });  // one weight's float32 copy at a time
-    all.emplace(name + kScaleSuffix, [&q = q] { return q.scales; });
+    // the int8 values as float32, kRowsPerPiece rows at a time: no float32 copy of a whole weight
+    all.emplace(name, nn::ChecksumSource{DType::f32, {q.rows, q.cols}, [&q = q](const auto& write) {
+                                           constexpr int64_t kRowsPerPiece = 64;
+                                           const Tensor values = q.int8_values();
+                                           for (int64_t r = 0; r < q.rows; r += kRowsPerPiece) {
+                                             const Tensor piece =
+                                                 values.narrow(0, r, std::min(kRowsPerPiece, q.rows - r)).to(DType::f32);
+                                             write(piece.raw_data(), static_cast<size_t>(piece.numel()) * sizeof(float));
+                                           }
+                                         }});
+    all.emplace(name + kScaleSuffix, whole(q.scales));
   }
   return nn::checkpoint_checksum(all, metadata);
 }

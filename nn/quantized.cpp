@@ -4,7 +4,8 @@
 #include "nn/quantized.h"
 
 #include <algorithm>
-#include <functional>
+#include <optional>
+#include <set>
 
 namespace seqgrad::nn {
 namespace {
@@ -300,12 +301,12 @@ std::vector<std::string> int8_names(const Found& f) {
 
 void load_quantized_weights(Module& model, const std::map<std::string, QuantizedWeight>& weights) {
   const std::vector<Found> found = modules_of(model);
-  std::map<std::string, const Found*> owner;  // every int8-able weight's name -> its float module
+  std::set<std::string> int8_able;  // the weights of the float modules that have an int8 counterpart
   for (const Found& f : found)
     if (!f.quantized)
-      for (const std::string& name : int8_names(f)) owner[join(f.path, name)] = &f;
+      for (const std::string& name : int8_names(f)) int8_able.insert(join(f.path, name));
   for (const auto& [key, q] : weights)
-    SG_CHECK_VALUE(owner.count(key), "load_quantized_weights: '{}' is not the weight of a Linear, Embedding or GRU "
+    SG_CHECK_VALUE(int8_able.count(key), "load_quantized_weights: '{}' is not the weight of a Linear, Embedding or GRU "
                    "in this model", key);
   std::map<std::string, QuantizedWeight> left = weights;
   std::vector<std::pair<const Found*, std::unique_ptr<Module>>> swaps;

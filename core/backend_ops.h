@@ -56,7 +56,10 @@ enum class GemmPrecision : uint8_t { full, bf16, f16 };
 
 // Fused kernels a backend may provide besides the primitives (core/backend.h). The op that uses
 // one runs its composed twin on a backend without it (each fused op names its twin).
-enum class FusedOp : uint8_t { gru_cell, cross_entropy, additive_scores, adam_update, additive_attention_chunk, int8_gemm };
+enum class FusedOp : uint8_t {
+  gru_cell, cross_entropy, additive_scores, adam_update, additive_attention_chunk,
+  int8_gemm,  // the int8 GEMM of dynamic quantization (no composed twin: CPU only)
+};
 
 constexpr const char* fused_op_name(FusedOp op) {
   constexpr const char* kNames[] = {"gru_cell", "cross_entropy", "additive_scores", "adam_update",

@@ -10,7 +10,9 @@
 namespace seqgrad::nn {
 namespace {
 
-std::string join(const std::string& prefix, const std::string& name) { return prefix.empty() ? name : prefix + "." + name; }
+std::string join(const std::string& prefix, const std::string& name) {
+  return prefix.empty() ? name : prefix + "." + name;
+}
 
 // The kind of a module quantize_dynamic knows, float or quantized; nullopt for the others.
 std::optional<QuantKind> kind_of(const Module& m, bool& quantized) {

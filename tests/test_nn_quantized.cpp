@@ -1,6 +1,7 @@
 // nn::quantize_dynamic (nn/quantized.h): which modules it swaps, the quantized Linear against an
 // independent int8 computation, the quantized model against its float32 self, inference-only
-// backward, refusing to quantize twice, and building quantized modules from stored int8 weights. PyTorch parity is in tests/parity/test_quantized_torch.py.
+// backward, refusing to quantize twice, and building quantized modules from stored int8 weights.
+// PyTorch parity is in tests/parity/test_quantized_torch.py.
 #include <doctest/doctest.h>
 
 #include <cmath>

@@ -13,6 +13,26 @@
 namespace seqgrad::models {
 namespace {
 
+// A tensor's bytes for the checksum, in one piece.
+nn::ChecksumSource whole_tensor(const Tensor& t) {
+  return {t.dtype(), t.shape(), [&t](const auto& write) {
+            const Tensor c = t.detach().cpu().contiguous();
+            write(c.raw_data(), static_cast<size_t>(c.numel()) * element_size(c.dtype()));
+          }};
+}
+
+// An int8 weight's values as float32 for the checksum, kRowsPerPiece rows at a time: no float32
+// copy of a whole weight (the largest, decoder.out, would be 14 MB for the default preset).
+nn::ChecksumSource int8_as_float(const QuantizedWeight& q) {
+  return {DType::f32, {q.rows, q.cols}, [&q](const auto& write) {
+            constexpr int64_t kRowsPerPiece = 64;
+            const Tensor values = q.int8_values();
+            for (int64_t r = 0; r < q.rows; r += kRowsPerPiece) {
+              const Tensor piece = values.narrow(0, r, std::min(kRowsPerPiece, q.rows - r)).to(DType::f32);
+              write(piece.raw_data(), static_cast<size_t>(piece.numel()) * sizeof(float));
+            }
+          }};
+}
 
 QuantizedWeight parse_int8(const std::string& path, const std::string& name, const safetensors::Entry& values,
                            const safetensors::Entry* scales) {
@@ -93,25 +113,10 @@ CheckpointFile load_checkpoint_file(const std::string& path) {
 
 std::string checkpoint_checksum(const CheckpointFile& checkpoint, const std::map<std::string, std::string>& metadata) {
   std::map<std::string, nn::ChecksumSource> all;
-  auto whole = [](const Tensor& t) {
-    return nn::ChecksumSource{t.dtype(), t.shape(), [&t](const auto& write) {
-                                Tensor c = t.detach().cpu().contiguous();
-                                write(c.raw_data(), static_cast<size_t>(c.numel()) * element_size(c.dtype()));
-                              }};
-  };
-  for (const auto& [name, t] : checkpoint.file.tensors) all.emplace(name, whole(t));
+  for (const auto& [name, t] : checkpoint.file.tensors) all.emplace(name, whole_tensor(t));
   for (const auto& [name, q] : checkpoint.quantized) {
-    // the int8 values as float32, kRowsPerPiece rows at a time: no float32 copy of a whole weight
-    all.emplace(name, nn::ChecksumSource{DType::f32, {q.rows, q.cols}, [&q = q](const auto& write) {
-                                           constexpr int64_t kRowsPerPiece = 64;
-                                           const Tensor values = q.int8_values();
-                                           for (int64_t r = 0; r < q.rows; r += kRowsPerPiece) {
-                                             const Tensor piece =
-                                                 values.narrow(0, r, std::min(kRowsPerPiece, q.rows - r)).to(DType::f32);
-                                             write(piece.raw_data(), static_cast<size_t>(piece.numel()) * sizeof(float));
-                                           }
-                                         }});
-    all.emplace(name + kScaleSuffix, whole(q.scales));
+    all.emplace(name, int8_as_float(q));
+    all.emplace(name + kScaleSuffix, whole_tensor(q.scales));
   }
   return nn::checkpoint_checksum(all, metadata);
 }

@@ -137,7 +137,8 @@ void reorder(const dnnl::memory::desc& from_md, const int8_t* from, const dnnl::
 
 int64_t int8_packed_bytes(int64_t n, int64_t k) {
   int64_t bytes = 0;
-  checked("int8_gemm (packing weights)", 1, n, k, [&] { bytes = static_cast<int64_t>(preferred_weights_md(n, k).get_size()); });
+  checked("int8_gemm (packing weights)", 1, n, k,
+          [&] { bytes = static_cast<int64_t>(preferred_weights_md(n, k).get_size()); });
   return bytes;
 }
 

@@ -37,7 +37,8 @@ static_assert(static_cast<int>(ElemType::f32) == static_cast<int>(DType::f32) &&
 // The integer types of int8 inference (int8, uint8, int32) have no CUDA kernels.
 ElemType elem(DType t) {
   if (static_cast<int>(t) > static_cast<int>(DType::b8))
-    throw DTypeError(fmt::format("op {} is not implemented on cuda", dtype_name(t)));
+    throw DTypeError(
+        fmt::format("{} tensors are not implemented on cuda (int8 inference runs on the CPU)", dtype_name(t)));
   return static_cast<ElemType>(t);
 }
 

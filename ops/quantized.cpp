@@ -235,8 +235,10 @@ Tensor quantized_embedding(const Tensor& ids, const QuantizedWeight& w) {
                  ids.shape());
   SG_CHECK(w.values.defined(), "{} ({}): the table is not held row by row (quantize it with Int8Use::rows)", op,
            w.name);
+  SG_CHECK_DEVICE(ids.device() == Device::cpu(), "{} ({}): the int8 table is on the CPU, where int8 inference runs; "
+                  "got ids {} on {}", op, w.name, ids.shape(), ids.device());
   NoGradGuard no_grad;  // a quantized table is not trained
-  Tensor flat = ids.to(Device::cpu()).reshape({-1});                    // (N,)
+  Tensor flat = ids.reshape({-1});                                       // (N,)
   Tensor rows = index_select(w.values, 0, flat).to(DType::f32);         // (N, E): q of each id
   Tensor scales = w.scheme == QScheme::per_channel ? index_select(w.scales, 0, flat).unsqueeze(1) : w.scales;
   Shape out_shape = ids.shape();

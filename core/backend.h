@@ -112,6 +112,21 @@ class Backend {
     unsupported(FusedOp::adam_update, param);
   }
 
+  // The int8 GEMM of dynamic quantization (ops/quantized.cpp), supports(FusedOp::int8_gemm):
+  // c (M, N) int32 = a (M, K) uint8 · wᵀ with exact int32 sums, w the int8 weight (N, K) or its
+  // packed form (1-D int8 from int8_pack; N and K then come from c and a). All contiguous.
+  virtual void int8_gemm(const Tensor& a, const Tensor& /*w*/, const Tensor& /*c*/) {
+    unsupported(FusedOp::int8_gemm, a);
+  }
+  // w (N, K) int8 in the layout int8_gemm reads without repacking, as a 1-D int8 tensor (PyTorch
+  // prepacks its weights likewise); undefined when the plain layout is that layout.
+  virtual Tensor int8_pack(const Tensor& w) { unsupported(FusedOp::int8_gemm, w); }
+  // The plain values of a packed weight into w (N, K) int8.
+  virtual void int8_unpack(const Tensor& packed, const Tensor& /*w*/) { unsupported(FusedOp::int8_gemm, packed); }
+  virtual Int8GemmInfo int8_gemm_info() const {
+    throw DeviceError(fmt::format("op {} is not implemented on {}", fused_op_name(FusedOp::int8_gemm), name()));
+  }
+
  protected:
   [[noreturn]] void unsupported(FusedOp op, const Tensor& t) const {
     throw DeviceError(fmt::format("op {} is not implemented on {} for {}", fused_op_name(op), name(), t.dtype()));

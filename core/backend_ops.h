@@ -56,13 +56,24 @@ enum class GemmPrecision : uint8_t { full, bf16, f16 };
 
 // Fused kernels a backend may provide besides the primitives (core/backend.h). The op that uses
 // one runs its composed twin on a backend without it (each fused op names its twin).
-enum class FusedOp : uint8_t { gru_cell, cross_entropy, additive_scores, adam_update, additive_attention_chunk };
+enum class FusedOp : uint8_t {
+  gru_cell, cross_entropy, additive_scores, adam_update, additive_attention_chunk,
+  int8_gemm,  // the int8 GEMM of dynamic quantization (no composed twin: CPU only)
+};
 
 constexpr const char* fused_op_name(FusedOp op) {
   constexpr const char* kNames[] = {"gru_cell", "cross_entropy", "additive_scores", "adam_update",
-                                    "additive_attention_chunk"};
+                                    "additive_attention_chunk", "int8_gemm"};
   return kNames[static_cast<int>(op)];
 }
+
+// Which int8 GEMM kernels a backend runs (Backend::int8_gemm_info): their name ("onednn",
+// "reference") and whether their u8 · s8 pair sums saturate in int16, which dynamic quantization
+// then avoids with 7-bit activations (ops/quantized.h's reduce_range).
+struct Int8GemmInfo {
+  const char* kernels = "";
+  bool saturates = false;
+};
 
 // One Adam/AdamW update (Backend::adam_update; the formulas: optim/optimizer.h): the options and
 // the 1-based step whose bias corrections apply. decoupled_weight_decay is AdamW's p *= 1 - lr·wd,

@@ -1,4 +1,6 @@
-// Element types: float32 and float64 (float64 for gradient checks), int64 indices, bool masks.
+// Element types: float32 and float64 (float64 for gradient checks), int64 indices, bool masks, and
+// the integer types of int8 inference (ops/quantized.h): int8 weights, uint8 activation codes and
+// their int32 products.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -9,7 +11,7 @@
 
 namespace seqgrad {
 
-enum class DType : uint8_t { f32, f64, i64, b8 };
+enum class DType : uint8_t { f32, f64, i64, b8, i8, u8, i32 };
 
 constexpr size_t element_size(DType t) {
   switch (t) {
@@ -17,6 +19,9 @@ constexpr size_t element_size(DType t) {
     case DType::f64: return 8;
     case DType::i64: return 8;
     case DType::b8: return 1;
+    case DType::i8: return 1;
+    case DType::u8: return 1;
+    case DType::i32: return 4;
   }
   return 0;
 }
@@ -27,6 +32,9 @@ constexpr const char* dtype_name(DType t) {
     case DType::f64: return "float64";
     case DType::i64: return "int64";
     case DType::b8: return "bool";
+    case DType::i8: return "int8";
+    case DType::u8: return "uint8";
+    case DType::i32: return "int32";
   }
   return "?";
 }
@@ -38,6 +46,9 @@ template <> constexpr DType dtype_of<float>() { return DType::f32; }
 template <> constexpr DType dtype_of<double>() { return DType::f64; }
 template <> constexpr DType dtype_of<int64_t>() { return DType::i64; }
 template <> constexpr DType dtype_of<bool>() { return DType::b8; }
+template <> constexpr DType dtype_of<int8_t>() { return DType::i8; }
+template <> constexpr DType dtype_of<uint8_t>() { return DType::u8; }
+template <> constexpr DType dtype_of<int32_t>() { return DType::i32; }
 
 // Calls f.template operator()<T>() with T the C++ type of `t`, restricted to floating types.
 template <class F>
@@ -59,6 +70,9 @@ decltype(auto) dispatch_all(DType t, F&& f) {
     case DType::f64: return f.template operator()<double>();
     case DType::i64: return f.template operator()<int64_t>();
     case DType::b8: return f.template operator()<bool>();
+    case DType::i8: return f.template operator()<int8_t>();
+    case DType::u8: return f.template operator()<uint8_t>();
+    case DType::i32: return f.template operator()<int32_t>();
   }
   return f.template operator()<float>();
 }

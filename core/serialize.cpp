@@ -16,7 +16,7 @@ namespace {
 static_assert(std::endian::native == std::endian::little,
               "safetensors data is little-endian; a big-endian host would need byte swaps here");
 
-constexpr std::string_view kSupported = "F32, F64, I64, BOOL";
+constexpr std::string_view kSupported = "F32, F64, I64, BOOL, I8, U8, I32";
 
 const char* safetensors_dtype(DType dtype) {
   switch (dtype) {
@@ -24,6 +24,9 @@ const char* safetensors_dtype(DType dtype) {
     case DType::f64: return "F64";
     case DType::i64: return "I64";
     case DType::b8: return "BOOL";
+    case DType::i8: return "I8";
+    case DType::u8: return "U8";
+    case DType::i32: return "I32";
   }
   return "?";
 }
@@ -33,6 +36,9 @@ bool seqgrad_dtype(std::string_view name, DType& out) {
   else if (name == "F64") out = DType::f64;
   else if (name == "I64") out = DType::i64;
   else if (name == "BOOL") out = DType::b8;
+  else if (name == "I8") out = DType::i8;
+  else if (name == "U8") out = DType::u8;
+  else if (name == "I32") out = DType::i32;
   else return false;
   return true;
 }

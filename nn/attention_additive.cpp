@@ -43,13 +43,13 @@ Tensor AdditiveAttention::score(const Tensor& queries, const Tensor& keys) const
   check_attention_args(op_, queries, keys, keys, {});
   check_feature_size(op_, "queries", queries, options_.query_size, "query_size");
   check_feature_size(op_, "keys", keys, options_.key_size, "key_size");
-  return additive_scores(w_q(queries), w_k(keys), w_v.weight);  // (B, Q, K)
+  return additive_scores(w_q(queries), w_k(keys), linear_weight(w_v));  // (B, Q, K)
 }
 
 Tensor AdditiveAttention::score(const Tensor& queries, const AttentionMemory& memory) const {
   check_queries(queries, memory, 1);
   check_feature_size(op_, "queries", queries, options_.query_size, "query_size");
-  return additive_scores(w_q(queries), memory.projected[0], w_v.weight);  // (B, Q, K)
+  return additive_scores(w_q(queries), memory.projected[0], linear_weight(w_v));  // (B, Q, K)
 }
 
 void AdditiveAttention::prepare_keys(AttentionMemory& memory) const {
@@ -72,7 +72,7 @@ Tensor AdditiveAttention::attend_projected(const Tensor& queries, const Tensor& 
 
 Tensor AdditiveAttention::attend_keys(const Tensor& queries, const Tensor& projected_keys, const Tensor& values,
                                       const Tensor& key_keep) const {
-  Tensor scores = additive_scores(w_q(queries), projected_keys, w_v.weight);  // (B, Q, K)
+  Tensor scores = additive_scores(w_q(queries), projected_keys, linear_weight(w_v));  // (B, Q, K)
   Tensor weights = softmax_with_keep(scores, key_keep);                       // (B, Q, K)
   keep(scores, weights);
   return matmul(dropout(weights), values);  // (B, Q, Dv)

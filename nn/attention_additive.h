@@ -8,6 +8,7 @@
 #include "nn/attention_base.h"
 #include "nn/dropout.h"
 #include "nn/linear.h"
+#include "nn/quantized.h"
 
 namespace seqgrad::nn {
 
@@ -43,9 +44,10 @@ class AdditiveAttention : public Attention {
 
   const Options& options() const { return options_; }
 
-  Linear w_q;  // weight (A, Dq), no bias
-  Linear w_k;  // weight (A, Dk), no bias
-  Linear w_v;  // weight (1, A), no bias
+  // Quantizable: nn::quantize_dynamic may swap each for a QuantizedLinear (nn/quantized.h).
+  Quantizable<Linear> w_q;  // weight (A, Dq), no bias
+  Quantizable<Linear> w_k;  // weight (A, Dk), no bias
+  Quantizable<Linear> w_v;  // weight (1, A), no bias; enters the energies as a vector (linear_weight)
   Dropout dropout;
 
  protected:

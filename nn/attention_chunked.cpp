@@ -26,7 +26,7 @@ Tensor ChunkedAdditiveAttention::attend_keys(const Tensor& queries, const Tensor
   double p = is_training() ? options().dropout : 0.0;
   const int64_t chunk = chunked_options_.chunk_size;
   Tensor context =  // (B, Q, Dv)
-      chunked_additive_attention(qp, projected_keys, w_v.weight, values, key_keep, chunk, p);
+      chunked_additive_attention(qp, projected_keys, linear_weight(w_v), values, key_keep, chunk, p);
   if (!chunked_options_.keep_weights) {
     keep({}, {});
     return context;
@@ -34,7 +34,7 @@ Tensor ChunkedAdditiveAttention::attend_keys(const Tensor& queries, const Tensor
   // For plots only, under no-grad: the (B, Q, K) energies chunk by chunk (the (B, Q, C, A) features
   // never exist for all keys at once), then their masked softmax.
   NoGradGuard no_grad;
-  Tensor qp_d = qp.detach().contiguous(), kp_d = projected_keys.detach(), w_v_d = w_v.weight.detach();
+  Tensor qp_d = qp.detach().contiguous(), kp_d = projected_keys.detach(), w_v_d = linear_weight(w_v).detach();
   std::vector<Tensor> scores;
   const int64_t keys = kp_d.size(1);
   for (int64_t start = 0; start < keys; start += chunk)

@@ -27,7 +27,7 @@ DotProductAttention::DotProductAttention(std::string type_name, const char* op, 
       options_(options),
       scaled_(scaled) {
   if (options.query_size > 0) {
-    w_q = std::make_unique<Linear>(
+    w_q = std::make_unique<Quantizable<Linear>>(
         Linear::Options{.in_features = options.query_size, .out_features = options.key_size, .bias = false});
     register_module("w_q", *w_q);
   }

@@ -10,6 +10,7 @@
 #include "nn/attention_base.h"
 #include "nn/dropout.h"
 #include "nn/linear.h"
+#include "nn/quantized.h"
 
 namespace seqgrad::nn {
 
@@ -37,7 +38,7 @@ class DotProductAttention : public Attention {
   bool scaled() const { return scaled_; }
   const Options& options() const { return options_; }
 
-  std::unique_ptr<Linear> w_q;  // weight (Dk, Dq), no bias; only when query_size and key_size are given
+  std::unique_ptr<Quantizable<Linear>> w_q;  // weight (Dk, Dq), no bias; only when query_size and key_size are given
   Dropout dropout;
 
  protected:

@@ -53,13 +53,23 @@ class Crc32 {
 
 std::string checkpoint_checksum(const std::map<std::string, Tensor>& tensors,
                                 const std::map<std::string, std::string>& metadata) {
+  std::map<std::string, ChecksumSource> sources;
+  for (const auto& [name, t] : tensors)
+    sources.emplace(name, ChecksumSource{t.dtype(), t.shape(), [&t = t](const auto& write) {
+                                           Tensor c = t.detach().cpu().contiguous();
+                                           write(c.raw_data(), static_cast<size_t>(c.numel()) * element_size(c.dtype()));
+                                         }});
+  return checkpoint_checksum(sources, metadata);
+}
+
+std::string checkpoint_checksum(const std::map<std::string, ChecksumSource>& tensors,
+                                const std::map<std::string, std::string>& metadata) {
   Crc32 crc;
-  for (const auto& [name, t] : tensors) {
-    Tensor c = t.detach().cpu().contiguous();
+  for (const auto& [name, source] : tensors) {
     crc.update(name);
-    crc.update(dtype_name(c.dtype()));
-    crc.update(fmt::format("{}", c.shape()));
-    crc.update(c.raw_data(), static_cast<size_t>(c.numel()) * element_size(c.dtype()));
+    crc.update(dtype_name(source.dtype));
+    crc.update(fmt::format("{}", source.shape));
+    source.bytes([&](const void* data, size_t bytes) { crc.update(data, bytes); });
   }
   for (const auto& [key, value] : metadata) {
     if (key == kChecksumKey) continue;

@@ -12,6 +12,7 @@
 // and metadata keys "seqgrad.*" reserved for: the format version, the names of the extra tensors
 // (JSON list) and a CRC-32 over every name, dtype, shape, value and metadata entry.
 #pragma once
+#include <functional>
 #include <map>
 #include <string>
 
@@ -45,6 +46,16 @@ Checkpoint load_checkpoint(const std::string& path, Module& module, bool strict 
 // Other file formats built on safetensors (the translator's, models/seq2seq) use it too.
 inline constexpr const char* kChecksumKey = "seqgrad.crc32";
 std::string checkpoint_checksum(const std::map<std::string, Tensor>& tensors,
+                                const std::map<std::string, std::string>& metadata);
+// The same over tensors given piece by piece: each one's dtype and shape, and its row-major bytes
+// handed to `write` in any number of pieces (a quantized checkpoint checksums its int8 weights as
+// float32, a few rows at a time, without a float32 copy of a whole weight).
+struct ChecksumSource {
+  DType dtype;
+  Shape shape;
+  std::function<void(const std::function<void(const void* data, size_t bytes)>& write)> bytes;
+};
+std::string checkpoint_checksum(const std::map<std::string, ChecksumSource>& tensors,
                                 const std::map<std::string, std::string>& metadata);
 
 // Throws IOError naming `path`, the tensor, the first non-finite value and its flat index, and

@@ -28,7 +28,7 @@ void Embedding::reset_parameters() {
 Tensor Embedding::operator()(const Tensor& ids) const {
   SG_CHECK(ids.defined(), "embedding: ids are undefined");
   SG_CHECK_DTYPE(ids.dtype() == DType::i64, "embedding: ids must be int64, got {} {}", ids.dtype(), ids.shape());
-  return embedding(qweight ? weight.detach() : weight, ids, padding_index_);
+  return embedding(weight, ids, padding_index_);
 }
 
 }  // namespace seqgrad::nn

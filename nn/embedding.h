@@ -1,14 +1,9 @@
 // Embedding: a lookup table of num_embeddings vectors, as torch.nn.Embedding.
 #pragma once
 #include <cstdint>
-#include <memory>
 #include <optional>
 
 #include "nn/module.h"
-
-namespace seqgrad {
-struct QuantizedWeight;  // ops/quantized.h
-}
 
 namespace seqgrad::nn {
 
@@ -33,10 +28,6 @@ class Embedding : public Module {
   int64_t padding_index() const { return padding_index_; }
 
   Tensor weight;  // (num_embeddings, embedding_dim)
-  // Set by nn::quantize_dynamic with the Embedding kind (nn/quantized.h): int8 rows with per-row
-  // scales; `weight` then holds their values s·q exactly and the lookup gives no gradient (a
-  // quantized table is not trained, as in PyTorch). Null for a float table.
-  std::shared_ptr<const QuantizedWeight> qweight;
 
  private:
   Options options_;

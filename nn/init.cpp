@@ -7,6 +7,7 @@
 
 #include "core/autograd.h"
 #include "core/backend.h"
+#include "core/rng.h"
 #include "ops/ops.h"
 
 namespace seqgrad::nn::init {
@@ -21,6 +22,15 @@ void check_fillable(const char* fn, const Tensor& t) {
 void write(const Tensor& tensor, const Tensor& values) {
   backend_for(tensor).copy(values.to(tensor.dtype()).to(tensor.device()), tensor);
   tensor.bump_version();
+}
+
+thread_local bool skipping = false;
+
+// Under SkipInitGuard: the generator advances by the `draws` the fill would make, nothing is written.
+bool skipped(int64_t draws) {
+  if (!skipping) return false;
+  if (draws > 0) default_generator().reserve(static_cast<uint64_t>(draws));
+  return true;
 }
 
 int64_t fan(const Tensor& tensor, FanMode mode) {
@@ -60,6 +70,7 @@ Fans calculate_fan_in_and_fan_out(const Tensor& tensor) {
 
 Tensor uniform_(const Tensor& tensor, double low, double high) {
   check_fillable("uniform_", tensor);
+  if (skipped(tensor.numel())) return tensor;
   NoGradGuard no_grad;
   Tensor t = tensor;
   t.uniform_(low, high);
@@ -68,6 +79,7 @@ Tensor uniform_(const Tensor& tensor, double low, double high) {
 
 Tensor normal_(const Tensor& tensor, double mean, double std) {
   check_fillable("normal_", tensor);
+  if (skipped(tensor.numel())) return tensor;
   NoGradGuard no_grad;
   Tensor t = tensor;
   t.normal_(mean, std);
@@ -76,6 +88,7 @@ Tensor normal_(const Tensor& tensor, double mean, double std) {
 
 Tensor constant_(const Tensor& tensor, double value) {
   check_fillable("constant_", tensor);
+  if (skipped(0)) return tensor;
   NoGradGuard no_grad;
   Tensor t = tensor;
   t.fill_(value);
@@ -120,7 +133,7 @@ Tensor orthogonal_(const Tensor& tensor, double gain) {
   SG_CHECK_SHAPE(tensor.ndim() >= 2, "orthogonal_: only tensors with 2 or more dimensions are supported, got {}",
                  tensor.shape());
   const int64_t rows = tensor.size(0), cols = tensor.numel() / std::max<int64_t>(rows, 1);
-  if (tensor.numel() == 0) return tensor;
+  if (tensor.numel() == 0 || skipped(rows * cols)) return tensor;  // its draws: the normal matrix below
   NoGradGuard no_grad;
   Tensor normal = randn({rows, cols}, {.dtype = DType::f64});
   const bool transposed = rows < cols;
@@ -172,5 +185,9 @@ Tensor orthogonal_(const Tensor& tensor, double gain) {
   write(tensor, qt.contiguous().view(tensor.shape()));
   return tensor;
 }
+
+SkipInitGuard::SkipInitGuard() : previous_(skipping) { skipping = true; }
+SkipInitGuard::~SkipInitGuard() { skipping = previous_; }
+bool SkipInitGuard::active() { return skipping; }
 
 }  // namespace seqgrad::nn::init

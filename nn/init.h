@@ -52,4 +52,20 @@ Tensor kaiming_normal_(const Tensor& tensor, KaimingOptions options = {});
 // does. Rows are orthonormal when rows <= cols, columns otherwise.
 Tensor orthogonal_(const Tensor& tensor, double gain = 1.0);
 
+// While alive on this thread, every fill above leaves its tensor as it is and only advances the
+// default generator as its draws would (torch.nn.utils.skip_init): for a model whose values are
+// all loaded next (a checkpoint), whose memory then stays untouched until they are (a weight an
+// int8 module replaces never becomes resident). Guards nest.
+class SkipInitGuard {
+ public:
+  SkipInitGuard();
+  ~SkipInitGuard();
+  SkipInitGuard(const SkipInitGuard&) = delete;
+  SkipInitGuard& operator=(const SkipInitGuard&) = delete;
+  static bool active();
+
+ private:
+  bool previous_;
+};
+
 }  // namespace seqgrad::nn::init

@@ -4,7 +4,6 @@
 #include <cmath>
 
 #include "nn/init.h"
-#include "ops/quantized.h"
 
 namespace seqgrad::nn {
 
@@ -34,7 +33,6 @@ Tensor Linear::operator()(const Tensor& x) const {
   SG_CHECK_DTYPE(x.dtype() == weight.dtype(),
                  "linear: input dtype {} != parameter dtype {} (x: {}); convert the module with .to(DType::{})",
                  x.dtype(), weight.dtype(), x.shape(), x.dtype() == DType::f64 ? "f64" : "f32");
-  if (qweight) return quantized_linear(x, *qweight, bias);
   return linear(x, weight, bias);
 }
 

@@ -1,13 +1,8 @@
 // Linear: y = x · Wᵀ + b over the last dimension, as torch.nn.Linear.
 #pragma once
 #include <cstdint>
-#include <memory>
 
 #include "nn/module.h"
-
-namespace seqgrad {
-struct QuantizedWeight;  // ops/quantized.h
-}
 
 namespace seqgrad::nn {
 
@@ -30,9 +25,6 @@ class Linear : public Module {
 
   Tensor weight;  // (out_features, in_features)
   Tensor bias;    // (out_features,); undefined when options.bias is false
-  // Set by nn::quantize_dynamic (nn/quantized.h): the int8 weight the forward then uses (`weight`
-  // holds its dequantized values); null for a float layer.
-  std::shared_ptr<const QuantizedWeight> qweight;
 
  private:
   Options options_;

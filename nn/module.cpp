@@ -139,6 +139,24 @@ void Module::add_child(const std::string& name, Module* child) {
   child->parents_.push_back(this);
 }
 
+void Module::replace_child(const std::string& name, std::unique_ptr<Module> replacement) {
+  auto replacer = replacers_.find(name);
+  SG_CHECK_VALUE(replacer != replacers_.end(), "{}: submodule '{}' is not held by a member that can swap it "
+                 "(nn::Quantizable)", type_name_, name);
+  SG_CHECK_VALUE(replacement != nullptr, "{}: replace_child('{}'): the replacement is null", type_name_, name);
+  auto child = std::find_if(children_.begin(), children_.end(), [&](const auto& c) { return c.first == name; });
+  SG_CHECK_VALUE(child != children_.end(), "{}: no submodule '{}' to replace", type_name_, name);
+  Module* old = child->second;
+  Module* now = replacement.get();
+  for (Module* parent : old->parents_)  // every registration of the old child now names the new one
+    for (auto& [_, c] : parent->children_)
+      if (c == old) c = now;
+  now->parents_ = std::move(old->parents_);
+  old->parents_.clear();
+  now->training_ = old->training_;
+  replacer->second(std::move(replacement));  // the member owns the new child and destroys the old one
+}
+
 uint64_t Module::construction_window_end() const {
   if (construction_end_ != 0) return construction_end_;
   return members_end_;  // only register_module<M> members: the window ends after the last one

@@ -20,6 +20,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -81,6 +82,13 @@ class Module {
   const std::vector<std::pair<std::string, Tensor*>>& own_parameters() const { return params_; }
   const std::vector<std::pair<std::string, Module*>>& children() const { return children_; }
 
+  // Swapping a child (nn::quantize_dynamic, nn/quantized.h, as PyTorch's setattr on the parent):
+  // whether the child `name` is held by a member that can swap it (an nn::Quantizable), and the
+  // swap itself: `replacement` takes the child's place (same name and position, in every module
+  // that registered it) and the member takes ownership of it; the old child is destroyed.
+  bool is_replaceable(const std::string& name) const { return replacers_.count(name) > 0; }
+  void replace_child(const std::string& name, std::unique_ptr<Module> replacement);
+
  protected:
   // Registers a member tensor as a parameter (sets requires_grad) and returns it.
   Tensor& register_parameter(const std::string& name, Tensor& member);
@@ -97,6 +105,19 @@ class Module {
     note_registration_call();
     add_child(name, &member);
     return member;
+  }
+  // Registers a member that holds its module through a pointer and can swap it
+  // (nn::Quantizable): its module() now, and replace_child hands it the replacement.
+  template <class Slot>
+    requires requires(Slot& s, std::unique_ptr<Module> m) {
+      { s.module() } -> std::same_as<Module&>;
+      s.replace(std::move(m));
+    }
+  Slot& register_module(const std::string& name, Slot& slot) {
+    note_registration_call();
+    add_child(name, &slot.module());
+    replacers_[name] = [&slot](std::unique_ptr<Module> m) { slot.replace(std::move(m)); };
+    return slot;
   }
   // Declares and registers in one: the member is built in place, already registered.
   //   nn::Linear fc = register_module<nn::Linear>("fc", {.in_features = 4, .out_features = 8});
@@ -152,6 +173,7 @@ class Module {
   std::vector<std::pair<std::string, Tensor*>> params_;
   std::vector<std::pair<std::string, Tensor*>> buffers_;
   std::vector<std::pair<std::string, Module*>> children_;
+  std::map<std::string, std::function<void(std::unique_ptr<Module>)>> replacers_;  // swappable children
   std::deque<Tensor> owned_;      // register_parameter/register_buffer(name, Tensor&&)'s (stable addresses)
   std::vector<Module*> parents_;  // modules that registered this one (it leaves them when destroyed)
   // Construction tracking for check_registration: this module's construction number on its

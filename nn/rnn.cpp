@@ -9,7 +9,6 @@
 
 #include "nn/init.h"
 #include "nn/mask.h"
-#include "ops/quantized.h"
 
 namespace seqgrad::nn {
 namespace {
@@ -33,18 +32,7 @@ LSTMState lstm_step(const Tensor& xp, const LSTMState& state, const Tensor& w_hh
   return {.h = o * tanh(c), .c = c};
 }
 
-// The runner below is written once for both; these adapt the state type.
-struct GRUMath {
-  using State = Tensor;
-  static State step(const Tensor& xp, const State& h, const Tensor& w_hh_t, const Tensor& bias_hh) {
-    return gru_step(xp, h, w_hh_t, bias_hh);
-  }
-  static const Tensor& hidden(const State& h) { return h; }
-  static State keep_where(const Tensor& keep, const State& next, const State& prev) {
-    return where(keep, next, prev);
-  }
-};
-
+// The LSTM's state type for the step loop below.
 struct LSTMMath {
   using State = LSTMState;
   static State step(const Tensor& xp, const State& s, const Tensor& w_hh_t, const Tensor& bias_hh) {
@@ -94,23 +82,24 @@ StepMask make_step_mask(const char* op, const Tensor& lengths, const Tensor& kee
   return mask;
 }
 
-// Runs one layer in one direction over time-major projected inputs xp (T, B, G·H), starting from
-// `state`. Returns the per-step outputs stacked along `stack_dim` ((T, B, H) for 0, (B, T, H) for
-// 1) and the final state.
-template <class Math>
-std::pair<Tensor, typename Math::State> run_direction(const Tensor& xp, typename Math::State state,
-                                                      const RNNWeights& w, const StepMask& mask,
-                                                      Direction direction, int64_t stack_dim) {
+// A GRU direction from its states y (T, B, H) (one gru_layer node): outputs stacked along
+// `stack_dim` ((T, B, H) for 0, (B, T, H) for 1), zero at padded steps, and the final state.
+std::pair<Tensor, Tensor> gru_direction_outputs(Tensor y, const StepMask& mask, Direction direction,
+                                                int64_t stack_dim) {
+  const int64_t T = y.size(0);
+  Tensor final_state = y.select(0, direction == Direction::forward ? T - 1 : 0);
+  if (mask.keep.defined())  // outputs are zero at padded steps
+    y = where(mask.keep, y, zeros({}, {.dtype = y.dtype(), .device = y.device()}));
+  return {stack_dim == 1 ? y.transpose(0, 1) : y, final_state};
+}
+
+// Runs one LSTM layer in one direction over time-major projected inputs xp (T, B, 4H), starting
+// from `state`. Returns the per-step outputs stacked along `stack_dim` ((T, B, H) for 0, (B, T, H)
+// for 1) and the final state.
+std::pair<Tensor, LSTMState> lstm_direction(const Tensor& xp, LSTMState state, const RNNWeights& w,
+                                            const StepMask& mask, Direction direction, int64_t stack_dim) {
   const int64_t T = xp.size(0);
-  if constexpr (std::is_same_v<Math, GRUMath>) {  // the whole direction is one gru_layer node
-    Tensor keep = mask.keep.defined() ? mask.keep.squeeze(2) : Tensor();  // (T, B)
-    Tensor y = w.qweight_hh ? gru_layer_quantized(xp, state, *w.qweight_hh, w.bias_hh, keep, direction)
-                            : gru_layer(xp, state, w.weight_hh, w.bias_hh, keep, direction);  // (T, B, H) states
-    Tensor final_state = y.select(0, direction == Direction::forward ? T - 1 : 0);
-    if (keep.defined())  // outputs are zero at padded steps
-      y = where(mask.keep, y, zeros({}, {.dtype = y.dtype(), .device = y.device()}));
-    return {stack_dim == 1 ? y.transpose(0, 1) : y, final_state};
-  }
+  using Math = LSTMMath;
   const Tensor& h0 = Math::hidden(state);
   Tensor padding = zeros(h0.shape(), {.dtype = h0.dtype(), .device = h0.device()});  // (B, H)
   const Tensor w_hh_t = w.weight_hh.t();  // (H, G·H)
@@ -118,7 +107,7 @@ std::pair<Tensor, typename Math::State> run_direction(const Tensor& xp, typename
   const std::vector<Tensor> xp_steps = unbind(xp.narrow(0, 0, mask.any_real), 0);  // steps past any_real are not run
   for (int64_t i = 0; i < mask.any_real; ++i) {
     const int64_t t = direction == Direction::forward ? i : mask.any_real - 1 - i;
-    typename Math::State next = Math::step(xp_steps[t], state, w_hh_t, w.bias_hh);
+    Math::State next = Math::step(xp_steps[t], state, w_hh_t, w.bias_hh);
     if (t < mask.all_real) {
       state = std::move(next);
       outputs[t] = Math::hidden(state);
@@ -132,10 +121,12 @@ std::pair<Tensor, typename Math::State> run_direction(const Tensor& xp, typename
 }
 
 // All layers and directions. x: (B, T, F); states: one initial state per layer · dirs + direction,
-// replaced by the final ones. Returns the top layer's output (B, T, dirs · H).
-template <class Math>
-Tensor run_layers(const RNNOptions& options, const std::vector<RNNWeights>& weights, bool training,
-                  const Tensor& x, std::vector<typename Math::State>& states, const StepMask& mask) {
+// replaced by the final ones. project(k, input (T, B, F)) gives a layer's input projections
+// (T, B, G·H), and run(k, xp, state, direction, stack_dim) its outputs and final state as
+// lstm_direction. Returns the top layer's output (B, T, dirs · H).
+template <class State, class Project, class Run>
+Tensor run_layers(const RNNOptions& options, bool training, const Tensor& x, std::vector<State>& states,
+                  const Project& project, const Run& run) {
   const int64_t dirs = options.bidirectional ? 2 : 1;
   // Time-major, so that each step's rows of the projection are one contiguous block.
   Tensor input = x.transpose(0, 1).contiguous();  // (T, B, F)
@@ -144,11 +135,9 @@ Tensor run_layers(const RNNOptions& options, const std::vector<RNNWeights>& weig
     std::vector<Tensor> outputs;
     for (int64_t d = 0; d < dirs; ++d) {
       const int64_t k = layer * dirs + d;
-      const RNNWeights& w = weights[k];
-      // (T, B, G·H): every step in one GEMM; int8 in a quantized GRU (nn/quantized.h)
-      Tensor xp = w.qweight_ih ? quantized_linear(input, *w.qweight_ih, w.bias_ih) : linear(input, w.weight_ih, w.bias_ih);
+      Tensor xp = project(k, input);  // (T, B, G·H): every step in one GEMM
       const Direction direction = d == 0 ? Direction::forward : Direction::reverse;
-      auto [output, final_state] = run_direction<Math>(xp, states[k], w, mask, direction, last ? 1 : 0);
+      auto [output, final_state] = run(k, xp, states[k], direction, last ? 1 : 0);
       outputs.push_back(output);  // (B, T, H) for the last layer, else (T, B, H)
       states[k] = std::move(final_state);
     }
@@ -157,6 +146,22 @@ Tensor run_layers(const RNNOptions& options, const std::vector<RNNWeights>& weig
     input = training && options.dropout > 0 ? dropout(y, options.dropout) : y;
   }
 }
+
+// The float GRU's products: ops' linear and gru_layer over its parameters.
+class FloatGRUProducts final : public GRUProducts {
+ public:
+  explicit FloatGRUProducts(const std::vector<RNNWeights>& weights) : weights_(weights) {}
+  Tensor project(int64_t index, const Tensor& input) const override {
+    return linear(input, weights_[index].weight_ih, weights_[index].bias_ih);
+  }
+  Tensor recur(int64_t index, const Tensor& xp, const Tensor& h0, const Tensor& keep,
+               Direction direction) const override {
+    return gru_layer(xp, h0, weights_[index].weight_hh, weights_[index].bias_hh, keep, direction);
+  }
+
+ private:
+  const std::vector<RNNWeights>& weights_;
+};
 
 std::string layer_suffix(int64_t layer, int64_t direction) {
   return fmt::format("_l{}{}", layer, direction == 1 ? "_reverse" : "");
@@ -297,33 +302,44 @@ void RNNBase::reset_parameters() {
 
 namespace {
 
-void check_sequence_input(const char* op, const Tensor& x, const RNNOptions& options, const Tensor& weight) {
+void check_sequence_input(const char* op, const Tensor& x, const RNNOptions& options, DType dtype) {
   SG_CHECK(x.defined(), "{}: input is undefined", op);
   SG_CHECK_SHAPE(x.ndim() == 3, "{}: expected a batch-first input (B, T, input_size = {}), got x: {}", op,
                  options.input_size, x.shape());
   SG_CHECK_SHAPE(x.size(2) == options.input_size, "{}: input feature size {} != input_size {} (x: {})", op, x.size(2),
                  options.input_size, x.shape());
   SG_CHECK_SHAPE(x.size(1) > 0, "{}: input has no time steps (x: {})", op, x.shape());
-  SG_CHECK_DTYPE(x.dtype() == weight.dtype(),
+  SG_CHECK_DTYPE(x.dtype() == dtype,
                  "{}: input dtype {} != parameter dtype {} (x: {}); convert the module with .to()", op, x.dtype(),
-                 weight.dtype(), x.shape());
+                 dtype, x.shape());
 }
 
 }  // namespace
+
+GRUOutput gru_forward(const char* op, const RNNOptions& options, DType dtype, bool training, const Tensor& x,
+                      const GRUArgs& args, const GRUProducts& products) {
+  check_sequence_input(op, x, options, dtype);
+  const int64_t B = x.size(0), H = options.hidden_size, n = options.num_layers * (options.bidirectional ? 2 : 1);
+  StepMask mask = make_step_mask(op, args.lengths, args.keep, x, Extents::skip);
+  Tensor h0 = state_or_zeros(op, "h0", args.h0, {n, B, H}, x);  // (L·dirs, B, H)
+  std::vector<Tensor> states;
+  for (int64_t k = 0; k < n; ++k) states.push_back(h0.select(0, k));
+  Tensor keep = mask.keep.defined() ? mask.keep.squeeze(2) : Tensor();  // (T, B)
+  auto run = [&](int64_t k, const Tensor& xp, const Tensor& state, Direction direction, int64_t stack_dim) {
+    // the whole direction is one gru_layer node: (T, B, H) states
+    return gru_direction_outputs(products.recur(k, xp, state, keep, direction), mask, direction, stack_dim);
+  };
+  auto project = [&](int64_t k, const Tensor& input) { return products.project(k, input); };
+  Tensor output = run_layers(options, training, x, states, project, run);
+  return {.output = output, .h_n = stack(states, 0)};
+}
 
 // ---- GRU
 
 GRU::GRU(Options options) : RNNBase("GRU", "gru", options, 3) {}
 
 GRUOutput GRU::operator()(const Tensor& x, const GRUArgs& args) const {
-  check_sequence_input(op_, x, options_, weights_[0].weight_ih);
-  const int64_t B = x.size(0), H = options_.hidden_size, n = options_.num_layers * num_directions();
-  StepMask mask = make_step_mask(op_, args.lengths, args.keep, x, Extents::skip);
-  Tensor h0 = state_or_zeros(op_, "h0", args.h0, {n, B, H}, x);  // (L·dirs, B, H)
-  std::vector<Tensor> states;
-  for (int64_t k = 0; k < n; ++k) states.push_back(h0.select(0, k));
-  Tensor output = run_layers<GRUMath>(options_, weights_, is_training(), x, states, mask);
-  return {.output = output, .h_n = stack(states, 0)};
+  return gru_forward(op_, options_, weights_[0].weight_ih.dtype(), is_training(), x, args, FloatGRUProducts(weights_));
 }
 
 // ---- LSTM
@@ -331,14 +347,20 @@ GRUOutput GRU::operator()(const Tensor& x, const GRUArgs& args) const {
 LSTM::LSTM(Options options) : RNNBase("LSTM", "lstm", options, 4) {}
 
 LSTMOutput LSTM::operator()(const Tensor& x, const LSTMArgs& args) const {
-  check_sequence_input(op_, x, options_, weights_[0].weight_ih);
+  check_sequence_input(op_, x, options_, weights_[0].weight_ih.dtype());
   const int64_t B = x.size(0), H = options_.hidden_size, n = options_.num_layers * num_directions();
   StepMask mask = make_step_mask(op_, args.lengths, args.keep, x, Extents::compute);
   Tensor h0 = state_or_zeros(op_, "h0", args.h0, {n, B, H}, x);  // (L·dirs, B, H)
   Tensor c0 = state_or_zeros(op_, "c0", args.c0, {n, B, H}, x);
   std::vector<LSTMState> states;
   for (int64_t k = 0; k < n; ++k) states.push_back({.h = h0.select(0, k), .c = c0.select(0, k)});
-  Tensor output = run_layers<LSTMMath>(options_, weights_, is_training(), x, states, mask);
+  auto project = [&](int64_t k, const Tensor& input) {
+    return linear(input, weights_[k].weight_ih, weights_[k].bias_ih);
+  };
+  auto run = [&](int64_t k, const Tensor& xp, const LSTMState& state, Direction direction, int64_t stack_dim) {
+    return lstm_direction(xp, state, weights_[k], mask, direction, stack_dim);
+  };
+  Tensor output = run_layers(options_, is_training(), x, states, project, run);
   std::vector<Tensor> h, c;
   for (const LSTMState& s : states) {
     h.push_back(s.h);

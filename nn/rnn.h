@@ -52,10 +52,6 @@
 
 #include "nn/module.h"
 
-namespace seqgrad {
-struct QuantizedWeight;  // ops/quantized.h
-}
-
 namespace seqgrad::nn {
 
 // ---- cells (one step; x (B, input_size), states (B, hidden_size))
@@ -137,10 +133,6 @@ struct RNNWeights {
   Tensor weight_hh = {};
   Tensor bias_ih = {};  // undefined without bias
   Tensor bias_hh = {};
-  // Set by nn::quantize_dynamic (nn/quantized.h), GRU only: both products then run in int8 with
-  // the gate math in float32 (the weights hold their dequantized values); null for a float layer.
-  std::shared_ptr<const QuantizedWeight> qweight_ih = {};
-  std::shared_ptr<const QuantizedWeight> qweight_hh = {};
 };
 
 // What GRU returns; use with structured bindings: auto [output, h_n] = gru(x);
@@ -185,6 +177,24 @@ class RNNBase : public Module {
   int64_t gates_;
   std::vector<RNNWeights> weights_;  // index layer · dirs + direction; never resized after construction
 };
+
+// How one layer and direction of a GRU (index layer · dirs + direction) computes its two
+// products: the float GRU from its RNNWeights, QuantizedGRU (nn/quantized.h) in int8.
+class GRUProducts {
+ public:
+  virtual ~GRUProducts() = default;
+  // W_ih x + b_ih for every step: input (T, B, F) -> (T, B, 3H)
+  virtual Tensor project(int64_t index, const Tensor& input) const = 0;
+  // The layer's states (T, B, H) from xp (T, B, 3H) and h0 (B, H), as ops' gru_layer; keep (T, B)
+  // bool, true at real steps, or undefined (every step real).
+  virtual Tensor recur(int64_t index, const Tensor& xp, const Tensor& h0, const Tensor& keep,
+                       Direction direction) const = 0;
+};
+
+// GRU's forward over any products: x (B, T, input_size) with parameters of `dtype`; checks x,
+// args.h0 and args.lengths, naming `op`.
+GRUOutput gru_forward(const char* op, const RNNOptions& options, DType dtype, bool training, const Tensor& x,
+                      const GRUArgs& args, const GRUProducts& products);
 
 class GRU : public RNNBase {
  public:

@@ -1,19 +1,16 @@
 // Dynamic int8 quantization (ops/quantized.h): weight and activation quantizers, the int8 GEMM
-// dispatch, and quantized_linear (check -> compute -> record, with an inference-only backward).
+// through the backend's primitive, quantized_linear and quantized_embedding (check -> compute ->
+// record, with an inference-only backward).
 #include "ops/quantized.h"
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 #include <limits>
 
 #include "core/autograd.h"
-#include "core/threads.h"
+#include "core/backend.h"
+#include "ops/cpu/int8.h"
 #include "ops/detail.h"
-#ifdef SG_ONEDNN
-#include "ops/cpu/onednn.h"
-#endif
 
 namespace seqgrad {
 namespace {
@@ -29,26 +26,27 @@ int8_t quantize_symmetric(float w, float inv_scale) {
   return static_cast<int8_t>(std::clamp(q, -128.0f, 127.0f));
 }
 
-std::vector<int32_t> sums_of_rows(const std::vector<int8_t>& values, int64_t rows, int64_t cols) {
-  std::vector<int32_t> sums(rows);
+// Σ_k values[r, k] per row: (rows,) int32
+Tensor sums_of_rows(const Tensor& values) {
+  const int64_t rows = values.size(0), cols = values.size(1);
+  Tensor sums = Tensor::empty({rows}, {.dtype = DType::i32});
+  const int8_t* v = values.data<int8_t>();
+  int32_t* s = sums.data<int32_t>();
   for (int64_t r = 0; r < rows; ++r) {
-    int32_t s = 0;
-    for (int64_t c = 0; c < cols; ++c) s += values[r * cols + c];
-    sums[r] = s;
+    int32_t total = 0;
+    for (int64_t c = 0; c < cols; ++c) total += v[r * cols + c];
+    s[r] = total;
   }
   return sums;
 }
 
-[[maybe_unused]] bool force_reference_gemm() {  // used only with oneDNN
-  static const bool forced = [] {
-    const char* v = std::getenv("SEQGRAD_INT8_GEMM");
-    return v != nullptr && std::strcmp(v, "reference") == 0;
-  }();
-  return forced;
+// The CPU backend, which runs int8 inference; another device's input is refused by name.
+Backend& int8_backend(const char* op, const std::string& name, const Tensor& x) {
+  Backend& backend = backend_for(x);
+  SG_CHECK_DEVICE(backend.supports(FusedOp::int8_gemm), "{} ({}): op {} is not implemented on {} (x: {}); int8 "
+                  "inference runs on the CPU", op, name, fused_op_name(FusedOp::int8_gemm), backend.name(), x.shape());
+  return backend;
 }
-
-// Products smaller than this many multiply-adds run on one thread.
-constexpr int64_t kInt8SplitWork = int64_t{1} << 18;
 
 }  // namespace
 
@@ -56,7 +54,21 @@ const char* qscheme_name(QScheme scheme) {
   return scheme == QScheme::per_channel ? "per_channel" : "per_tensor";
 }
 
-QuantizedWeight quantize_weight(const Tensor& weight, QScheme scheme, const std::string& name) {
+Tensor QuantizedWeight::int8_values() const {
+  if (values.defined()) return values;
+  Tensor plain = Tensor::empty({rows, cols}, {.dtype = DType::i8});
+  backend_for(Device::cpu()).int8_unpack(packed, plain);
+  return plain;
+}
+
+int64_t QuantizedWeight::nbytes() const {
+  int64_t total = 0;
+  for (const Tensor* t : {&values, &packed, &scales, &row_sums})
+    if (t->defined()) total += t->numel() * static_cast<int64_t>(element_size(t->dtype()));
+  return total;
+}
+
+QuantizedWeight quantize_weight(const Tensor& weight, QScheme scheme, const std::string& name, Int8Use use) {
   SG_CHECK(weight.defined(), "quantize_weight ({}): weight is undefined", name);
   SG_CHECK_SHAPE(weight.ndim() == 2, "quantize_weight ({}): expected a 2-D weight (rows, cols), got {}", name,
                  weight.shape());
@@ -76,45 +88,49 @@ QuantizedWeight quantize_weight(const Tensor& weight, QScheme scheme, const std:
     }
   std::vector<float> scales(amax.size());
   for (size_t i = 0; i < amax.size(); ++i) scales[i] = std::max(amax[i] / kSymmetricHalfRange, kMinScale);
-  std::vector<int8_t> values(w.size());
+  Tensor values = Tensor::empty({rows, cols}, {.dtype = DType::i8});
+  int8_t* q = values.data<int8_t>();
   for (int64_t r = 0; r < rows; ++r) {
     const float inv_scale = 1.0f / scales[scheme == QScheme::per_channel ? r : 0];
-    for (int64_t c = 0; c < cols; ++c) values[r * cols + c] = quantize_symmetric(w[r * cols + c], inv_scale);
+    for (int64_t c = 0; c < cols; ++c) q[r * cols + c] = quantize_symmetric(w[r * cols + c], inv_scale);
   }
-  return make_quantized_weight(rows, cols, std::move(values), std::move(scales), name);
+  return make_quantized_weight(values, from_vector(scales, {static_cast<int64_t>(scales.size())}), name, use);
 }
 
-QuantizedWeight make_quantized_weight(int64_t rows, int64_t cols, std::vector<int8_t> values,
-                                      std::vector<float> scales, const std::string& name) {
-  SG_CHECK_SHAPE(rows > 0 && cols > 0, "quantized weight ({}): shape ({}, {}) must be positive", name, rows, cols);
-  SG_CHECK_SHAPE(static_cast<int64_t>(values.size()) == rows * cols,
-                 "quantized weight ({}): {} int8 values for shape ({}, {}), expected {}", name, values.size(), rows,
-                 cols, rows * cols);
-  SG_CHECK_SHAPE(static_cast<int64_t>(scales.size()) == rows || scales.size() == 1,
-                 "quantized weight ({}): {} scales for {} rows, expected {} (per channel) or 1 (per tensor)", name,
-                 scales.size(), rows, rows);
-  for (float s : scales)
-    SG_CHECK_VALUE(std::isfinite(s) && s > 0, "quantized weight ({}): scale {} must be finite and positive", name, s);
+QuantizedWeight make_quantized_weight(const Tensor& values, const Tensor& scales, const std::string& name,
+                                      Int8Use use) {
+  SG_CHECK(values.defined() && scales.defined(), "quantized weight ({}): values or scales are undefined", name);
+  SG_CHECK_DTYPE(values.dtype() == DType::i8 && scales.dtype() == DType::f32,
+                 "quantized weight ({}): expected int8 values and float32 scales, got {} {} and {} {}", name,
+                 values.dtype(), values.shape(), scales.dtype(), scales.shape());
+  SG_CHECK_SHAPE(values.ndim() == 2 && values.size(0) > 0 && values.size(1) > 0,
+                 "quantized weight ({}): values must be 2-D (rows, cols) with positive sizes, got {}", name,
+                 values.shape());
+  const int64_t rows = values.size(0), cols = values.size(1);
+  SG_CHECK_SHAPE(scales.ndim() == 1 && (scales.size(0) == rows || scales.size(0) == 1),
+                 "quantized weight ({}): {} scales for {} rows, expected ({},) (per channel) or (1,) (per tensor)",
+                 name, scales.shape(), rows, rows);
   QuantizedWeight q;
   q.rows = rows;
   q.cols = cols;
+  q.scales = scales.to(Device::cpu()).contiguous();
+  for (float s : q.scales.to_vector<float>())
+    SG_CHECK_VALUE(std::isfinite(s) && s > 0, "quantized weight ({}): scale {} must be finite and positive", name, s);
   // a single row is per channel and per tensor at once; keep what the caller's count says
-  q.scheme = scales.size() == 1 && rows != 1 ? QScheme::per_tensor : QScheme::per_channel;
-  q.row_sums = sums_of_rows(values, rows, cols);
-  q.values = std::move(values);
-  q.scales = std::move(scales);
+  q.scheme = scales.size(0) == 1 && rows != 1 ? QScheme::per_tensor : QScheme::per_channel;
   q.name = name;
-#ifdef SG_ONEDNN
-  if (!force_reference_gemm()) q.packed = onednn::pack_int8_weights(rows, cols, q.values.data());
-#endif
+  q.values = values.to(Device::cpu()).contiguous();
+  q.row_sums = sums_of_rows(q.values);
+  if (use == Int8Use::gemm) {
+    q.packed = backend_for(Device::cpu()).int8_pack(q.values);
+    if (q.packed.defined()) q.values = Tensor();  // held once: in the GEMM's own layout
+  }
   return q;
 }
 
 Tensor dequantize(const QuantizedWeight& w) {
-  std::vector<float> out(w.values.size());
-  for (int64_t r = 0; r < w.rows; ++r)
-    for (int64_t c = 0; c < w.cols; ++c) out[r * w.cols + c] = w.scale(r) * static_cast<float>(w.values[r * w.cols + c]);
-  return from_vector(out, {w.rows, w.cols});
+  const Tensor scales = w.scheme == QScheme::per_channel ? w.scales.reshape({w.rows, 1}) : w.scales;
+  return w.int8_values().to(DType::f32) * scales;  // s · q, one float32 product per value
 }
 
 // PyTorch's ChooseQuantizationParams (aten/src/ATen/native/quantized/cpu/QuantUtils.h) for
@@ -133,60 +149,22 @@ ActivationParams choose_activation_params(float x_min, float x_max, bool reduce_
   return {.scale = s, .zero_point = zero_point, .q_max = q_max};
 }
 
-bool int8_needs_reduce_range() {
-#ifdef SG_ONEDNN
-  return !force_reference_gemm() && !onednn::cpu_has_vnni();
-#else
-  return false;
-#endif
-}
+bool int8_needs_reduce_range() { return backend_for(Device::cpu()).int8_gemm_info().saturates; }
 
-const char* int8_gemm_backend() {
-#ifdef SG_ONEDNN
-  if (!force_reference_gemm()) return "onednn";
-#endif
-  return "reference";
-}
+const char* int8_gemm_backend() { return backend_for(Device::cpu()).int8_gemm_info().kernels; }
 
 void int8_gemm_reference(int64_t m, int64_t n, int64_t k, const uint8_t* a, const int8_t* b, int32_t* c) {
-  const int64_t grain = std::max<int64_t>(1, kInt8SplitWork / std::max<int64_t>(m * k, 1));
-  parallel_for(n, grain, [&](int64_t j0, int64_t j1) {
-    for (int64_t j = j0; j < j1; ++j) {  // b's row j stays in cache for every row of a
-      const int8_t* bj = b + j * k;
-      for (int64_t i = 0; i < m; ++i) {
-        const uint8_t* ai = a + i * k;
-        int32_t acc = 0;
-#pragma omp simd reduction(+ : acc)
-        for (int64_t kk = 0; kk < k; ++kk) acc += static_cast<int32_t>(ai[kk]) * static_cast<int32_t>(bj[kk]);
-        c[i * n + j] = acc;
-      }
-    }
-  });
+  cpu::int8_reference_kernels().gemm(m, n, k, a, b, c);
 }
 
-void int8_gemm(int64_t m, int64_t n, int64_t k, const uint8_t* a, const int8_t* b, int32_t* c) {
-  if (m == 0 || n == 0) return;
-  if (k == 0) {
-    std::fill(c, c + m * n, 0);
-    return;
-  }
-#ifdef SG_ONEDNN
-  if (!force_reference_gemm()) {
-    onednn::int8_gemm(m, n, k, a, b, c);
-    return;
-  }
-#endif
-  int8_gemm_reference(m, n, k, a, b, c);
-}
-
-void int8_gemm(int64_t m, const uint8_t* a, const QuantizedWeight& w, int32_t* c) {
-#ifdef SG_ONEDNN
-  if (w.packed && m > 0 && !force_reference_gemm()) {
-    onednn::int8_gemm_packed(m, w.rows, w.cols, a, w.packed.get(), c);
-    return;
-  }
-#endif
-  int8_gemm(m, w.rows, w.cols, a, w.values.data(), c);
+Tensor int8_gemm(const Tensor& a, const QuantizedWeight& w) {
+  SG_CHECK_DTYPE(a.dtype() == DType::u8 && a.ndim() == 2 && a.size(1) == w.cols && a.is_contiguous(),
+                 "int8_gemm ({}): expected contiguous uint8 activations (m, {}), got {} {}", w.name, w.cols,
+                 a.dtype(), a.shape());
+  Backend& backend = int8_backend("int8_gemm", w.name, a);
+  Tensor c = Tensor::empty({a.size(0), w.rows}, {.dtype = DType::i32});
+  backend.int8_gemm(a, w.packed.defined() ? w.packed : w.values, c);
+  return c;
 }
 
 // quantized_linear  y = s_x · s_w[n] · (Σ_k xq[m, k] Wq[n, k] - z_x Σ_k Wq[n, k]) + b[n]
@@ -196,8 +174,7 @@ Tensor quantized_linear(const Tensor& x, const QuantizedWeight& w, const Tensor&
   detail::check_defined(op, x);
   SG_CHECK_DTYPE(x.dtype() == DType::f32, "{} ({}): expected a float32 input, got {} {}", op, w.name, x.dtype(),
                  x.shape());
-  SG_CHECK_DEVICE(x.device() == Device::cpu(), "{} ({}): int8 inference runs on the CPU, got x {} on {}", op, w.name,
-                  x.shape(), x.device());
+  int8_backend(op, w.name, x);
   SG_CHECK_SHAPE(x.ndim() >= 1 && x.size(-1) == w.cols, "{} ({}): input feature size {} != in_features {} (x: {})", op,
                  w.name, x.ndim() >= 1 ? x.size(-1) : 0, w.cols, x.shape());
   if (bias.defined()) {
@@ -220,21 +197,23 @@ Tensor quantized_linear(const Tensor& x, const QuantizedWeight& w, const Tensor&
                    w.name, x.shape());
     const ActivationParams p = choose_activation_params(x_min, x_max, int8_needs_reduce_range());
     // 2. xq = clamp(round(x / s_x) + z_x, 0, q_max)
-    std::vector<uint8_t> xq(rows * cols);
+    Tensor xq = Tensor::empty({rows, cols}, {.dtype = DType::u8});  // (M, K) uint8 codes
+    uint8_t* pq = xq.data<uint8_t>();
     const float inv_scale = 1.0f / p.scale;
     for (int64_t i = 0; i < rows * cols; ++i) {
       float q = std::nearbyint(px[i] * inv_scale) + static_cast<float>(p.zero_point);
-      xq[i] = static_cast<uint8_t>(std::clamp(q, 0.0f, static_cast<float>(p.q_max)));
+      pq[i] = static_cast<uint8_t>(std::clamp(q, 0.0f, static_cast<float>(p.q_max)));
     }
     // 3. the exact int32 product, 4. the float epilogue
-    std::vector<int32_t> acc(rows * out);
-    int8_gemm(rows, xq.data(), w, acc.data());
+    const Tensor acc = int8_gemm(xq, w);  // (M, N) int32
+    const int32_t* pa = acc.data<int32_t>();
+    const int32_t* sums = w.row_sums.data<int32_t>();
     float* py = y.data<float>();
     const Tensor bias_c = bias.defined() ? bias.detach().contiguous() : Tensor();
     const float* pb = bias_c.defined() ? bias_c.data<float>() : nullptr;
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t n = 0; n < out; ++n) {
-        const int32_t centred = acc[r * out + n] - p.zero_point * w.row_sums[n];
+        const int32_t centred = pa[r * out + n] - p.zero_point * sums[n];
         py[r * out + n] = p.scale * w.scale(n) * static_cast<float>(centred) + (pb ? pb[n] : 0.0f);
       }
   }
@@ -246,6 +225,25 @@ Tensor quantized_linear(const Tensor& x, const QuantizedWeight& w, const Tensor&
                       "inference-only; train the float32 model and quantize it afterwards",
                       name));
                 });
+}
+
+// quantized_embedding  y[..., e] = s[id] · q[id, e]: int8 rows gathered, then scaled in float32
+Tensor quantized_embedding(const Tensor& ids, const QuantizedWeight& w) {
+  const char* op = "quantized_embedding";
+  SG_CHECK(ids.defined(), "{} ({}): ids are undefined", op, w.name);
+  SG_CHECK_DTYPE(ids.dtype() == DType::i64, "{} ({}): ids must be int64, got {} {}", op, w.name, ids.dtype(),
+                 ids.shape());
+  SG_CHECK(w.values.defined(), "{} ({}): the table is not held row by row (quantize it with Int8Use::rows)", op,
+           w.name);
+  SG_CHECK_DEVICE(ids.device() == Device::cpu(), "{} ({}): the int8 table is on the CPU, where int8 inference runs; "
+                  "got ids {} on {}", op, w.name, ids.shape(), ids.device());
+  NoGradGuard no_grad;  // a quantized table is not trained
+  Tensor flat = ids.reshape({-1});                                       // (N,)
+  Tensor rows = index_select(w.values, 0, flat).to(DType::f32);         // (N, E): q of each id
+  Tensor scales = w.scheme == QScheme::per_channel ? index_select(w.scales, 0, flat).unsqueeze(1) : w.scales;
+  Shape out_shape = ids.shape();
+  out_shape.push_back(w.cols);
+  return (rows * scales).view(out_shape);  // (ids..., E)
 }
 
 // As PyTorch's dynamic quantized GRU; quantized_linear's backward throws, naming the module.

@@ -99,11 +99,23 @@ TEST_CASE("serialize: non-contiguous tensors are written as their contiguous val
   fs::remove(path);
 }
 
+TEST_CASE("serialize: the integer types of int8 inference round-trip as I8, U8 and I32") {
+  Tensor i8 = Tensor::empty({2}, {.dtype = DType::i8});
+  i8.data<int8_t>()[0] = -128, i8.data<int8_t>()[1] = 127;
+  st::Entry e = to_entry(i8);
+  CHECK(e.dtype == "I8");
+  Tensor back = from_entry(e, "q");
+  CHECK(back.dtype() == DType::i8);
+  CHECK(back.to(DType::i64).to_vector<int64_t>() == std::vector<int64_t>{-128, 127});
+  CHECK(to_entry(zeros({3}, {.dtype = DType::u8})).dtype == "U8");
+  CHECK(from_entry(st::Entry{"I32", {1}, std::string(4, '\0')}, "acc").dtype() == DType::i32);
+}
+
 TEST_CASE("serialize: from_entry rejects dtypes seqgrad has no type for, naming the tensor and dtype") {
   st::Entry f16{"F16", {2}, std::string("\x00\x3c\x00\xc0", 4)};
   CHECK_THROWS_WITH_AS(from_entry(f16, "encoder.weight"),
                        doctest::Contains("tensor 'encoder.weight' has dtype F16"), IOError);
-  CHECK_THROWS_AS(from_entry(st::Entry{"I32", {1}, std::string(4, '\0')}, "ids"), IOError);
+  CHECK_THROWS_AS(from_entry(st::Entry{"I16", {1}, std::string(2, '\0')}, "ids"), IOError);
   CHECK_THROWS_AS(from_entry(st::Entry{"BF16", {1}, std::string(2, '\0')}, "w"), IOError);
 
   // Through a file: the message also names the path.

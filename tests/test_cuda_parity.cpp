@@ -28,6 +28,7 @@
 #include "nn/loss.h"
 #include "nn/rnn.h"
 #include "ops/ops.h"
+#include "ops/quantized.h"
 #include "optim/optim.h"
 #include "tools/op_cases.h"
 
@@ -767,6 +768,17 @@ TEST_CASE("cuda GradScaler: inf gradients on the device skip the step") {
   p.set_grad(tensor({2.0, 2.0, 2.0}).to(kCuda));
   CHECK(scaler.step(opt));
   for (float v : p.cpu().to_vector<float>()) CHECK(v == doctest::Approx(0.9).epsilon(1e-6));
+}
+
+TEST_CASE("cuda int8: quantized inference is refused by name (int8 runs on the CPU)") {
+  QuantizedWeight w = quantize_weight(tensor({0.5, -1.0, 0.25, 2.0, -0.5, 0.0}, {2, 3}), QScheme::per_channel,
+                                      "decoder.out", Int8Use::rows);
+  CHECK_FALSE(backend_for(kCuda).supports(FusedOp::int8_gemm));
+  CHECK_THROWS_WITH_AS(quantized_linear(zeros({4, 3}).to(kCuda), w, Tensor()),
+                       doctest::Contains("quantized_linear (decoder.out): op int8_gemm is not implemented on cuda"),
+                       DeviceError);
+  CHECK_THROWS_WITH_AS(quantized_embedding(tensor({1}).to(DType::i64).to(kCuda), w),
+                       doctest::Contains("the int8 table is on the CPU"), DeviceError);
 }
 
 int main(int argc, char** argv) {

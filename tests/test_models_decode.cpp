@@ -30,10 +30,10 @@ std::unique_ptr<Seq2Seq> constant_model(const std::vector<double>& probs) {
   auto model = std::make_unique<Seq2Seq>(tiny_config());
   init_xavier(*model);
   NoGradGuard no_grad;
-  model->decoder.out.weight.fill_(0);
+  model->decoder.out->weight.fill_(0);
   std::vector<float> bias;
   for (double p : probs) bias.push_back(static_cast<float>(std::log(p)));
-  model->decoder.out.bias.copy_(from_vector(bias, {static_cast<int64_t>(bias.size())}));
+  model->decoder.out->bias.copy_(from_vector(bias, {static_cast<int64_t>(bias.size())}));
   return model;
 }
 

@@ -307,9 +307,9 @@ TEST_CASE("AdditiveAttention: parameter names, hand-computed scores, project_key
   CHECK(names_of(a) == std::vector<std::string>{"w_q.weight", "w_k.weight", "w_v.weight"});
   {
     NoGradGuard no_grad;
-    a.w_q.weight.fill_(1);
-    a.w_k.weight.fill_(2);
-    a.w_v.weight.fill_(3);
+    a.w_q->weight.fill_(1);
+    a.w_k->weight.fill_(2);
+    a.w_v->weight.fill_(3);
   }
   // s = 3 tanh(q + 2k): q = 0.5, k = [0, 1] -> [3 tanh(0.5), 3 tanh(2.5)]
   Tensor s = a.score(tensor({0.5}, {1, 1, 1}), tensor({0, 1}, {1, 2, 1}));

@@ -1,6 +1,7 @@
-// nn::quantize_dynamic (nn/quantized.h): which weights it converts, the quantized Linear and GRU
-// against their float32 selves, inference-only backward, refusing to quantize twice, and
-// installing stored int8 weights. PyTorch parity is in tests/parity/test_quantized_torch.py.
+// nn::quantize_dynamic (nn/quantized.h): which modules it swaps, the quantized Linear against an
+// independent int8 computation, the quantized model against its float32 self, inference-only
+// backward, refusing to quantize twice, and building quantized modules from stored int8 weights.
+// PyTorch parity is in tests/parity/test_quantized_torch.py.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -20,9 +21,9 @@ namespace {
 
 // A small model with every quantizable kind, named as the translator's parts are.
 struct Toy : Module {
-  Embedding embedding{{.num_embeddings = 10, .embedding_dim = 6}};
-  GRU rnn{{.input_size = 6, .hidden_size = 8, .num_layers = 2, .bidirectional = true}};
-  Linear out{{.in_features = 16, .out_features = 5}};
+  Quantizable<Embedding> embedding{{.num_embeddings = 10, .embedding_dim = 6}};
+  Quantizable<GRU> rnn{{.input_size = 6, .hidden_size = 8, .num_layers = 2, .bidirectional = true}};
+  Quantizable<Linear> out{{.in_features = 16, .out_features = 5}};
   Toy() : Module("Toy") {
     register_module("embedding", embedding);
     register_module("rnn", rnn);
@@ -36,6 +37,30 @@ struct Toy : Module {
 
 Tensor ids_batch() { return tensor({1, 2, 3, 4, 5, 6, 7, 8}, {2, 4}).to(DType::i64); }
 Tensor lengths_batch() { return tensor({4, 2}).to(DType::i64); }
+
+// quantized_linear's arithmetic (ops/quantized.h) written out independently: x quantized to
+// uint8 with this call's range, Σ_k (xq - z) q in 64-bit integers, y = s_x s_w[n] acc + b[n].
+std::vector<float> int8_linear_by_hand(const Tensor& x, const QuantizedWeight& w, const Tensor& bias) {
+  const std::vector<float> xv = x.contiguous().to_vector<float>();
+  const std::vector<int64_t> q = w.int8_values().to(DType::i64).to_vector<int64_t>();
+  const std::vector<float> b = bias.to_vector<float>();
+  const int64_t k = w.cols, n = w.rows, m = static_cast<int64_t>(xv.size()) / k;
+  float lo = 0, hi = 0;
+  for (float v : xv) lo = std::min(lo, v), hi = std::max(hi, v);
+  const ActivationParams p = choose_activation_params(lo, hi, int8_needs_reduce_range());
+  std::vector<float> y(m * n);
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t j = 0; j < n; ++j) {
+      int64_t acc = 0;
+      for (int64_t c = 0; c < k; ++c) {
+        const float code = std::nearbyint(xv[r * k + c] * (1.0f / p.scale)) + static_cast<float>(p.zero_point);
+        acc += (static_cast<int64_t>(std::clamp(code, 0.0f, static_cast<float>(p.q_max))) - p.zero_point) *
+               q[j * k + c];
+      }
+      y[r * n + j] = p.scale * w.scale(j) * static_cast<float>(acc) + b[j];
+    }
+  return y;
+}
 
 double max_abs_diff(const Tensor& a, const Tensor& b) {
   std::vector<float> x = a.to_vector<float>(), y = b.to_vector<float>();
@@ -53,10 +78,18 @@ TEST_CASE("quantize_dynamic: Linear and GRU by default, embeddings only when ask
   CHECK(names.size() == 1 + 2 * 2 * 2);  // out.weight + (ih, hh) × 2 layers × 2 directions
   CHECK(std::find(names.begin(), names.end(), "out.weight") != names.end());
   CHECK(std::find(names.begin(), names.end(), "rnn.weight_hh_l1_reverse") != names.end());
-  CHECK(!model.embedding.qweight);
+  CHECK(!model.embedding.quantized());
+  REQUIRE(model.out.quantized());
+  CHECK(model.rnn.quantized());
   CHECK(quantized_weights(model).size() == names.size());
-  // the float parameter holds s·q exactly
-  CHECK(model.out.weight.to_vector<float>() == dequantize(*model.out.qweight).to_vector<float>());
+  // the float modules are gone: their weights with them; the biases stay float32
+  CHECK_THROWS_WITH_AS(model.out->weight, doctest::Contains("QuantizedLinear: the float module was swapped"),
+                       ValueError);
+  std::map<std::string, Tensor> state = model.state_dict();
+  CHECK(state.count("out.weight") == 0);
+  CHECK(state.count("rnn.weight_hh_l0") == 0);
+  CHECK(state.at("out.bias").dtype() == DType::f32);
+  CHECK(state.count("embedding.weight") == 1);
   // embeddings on request, the rest refused as already quantized
   CHECK_THROWS_WITH_AS(quantize_dynamic(model), doctest::Contains("GRU 'rnn' is already quantized"), ValueError);
   names = quantize_dynamic(model, {.kinds = {QuantKind::Embedding}});
@@ -83,7 +116,11 @@ TEST_CASE("quantize_dynamic: the quantized model stays close to float32; backwar
     const double diff = max_abs_diff(y, y_float);
     MESSAGE(scheme_name << ": max |quantized - float32| = " << diff);
     CHECK(diff < 0.05);
-    CHECK(diff > 0);  // it really ran in int8
+    // it really ran in int8: the output layer equals, bit for bit, the int8 arithmetic written out
+    // here on its own (uint8 codes, exact integer sums, the float epilogue)
+    Tensor features = q.rnn(q.embedding(ids), {.lengths = lengths}).output.detach();
+    CHECK(q.out(features).to_vector<float>() == int8_linear_by_hand(features, q.out.quantized()->weight(),
+                                                                     q.out.quantized()->bias));
     CHECK_THROWS_WITH_AS(y.sum().backward(), doctest::Contains("backward is not supported"), Error);
     {
       NoGradGuard no_grad;  // inference: no graph, no error
@@ -94,11 +131,15 @@ TEST_CASE("quantize_dynamic: the quantized model stays close to float32; backwar
 
 TEST_CASE("quantized GRU: padded steps keep the state and output zeros, as the float GRU") {
   manual_seed(5);
-  GRU gru({.input_size = 4, .hidden_size = 6, .num_layers = 1, .bidirectional = true});
-  quantize_dynamic(gru);
+  struct Holder : Module {
+    Quantizable<GRU> gru{{.input_size = 4, .hidden_size = 6, .num_layers = 1, .bidirectional = true}};
+    Holder() : Module("Holder") { register_module("gru", gru); }
+  } holder;
+  quantize_dynamic(holder);
+  REQUIRE(holder.gru.quantized());
   Tensor x = zeros({2, 3, 4}) + 0.5;
   NoGradGuard no_grad;
-  auto [y, h_n] = gru(x, {.lengths = tensor({3, 1}).to(DType::i64)});
+  auto [y, h_n] = holder.gru(x, {.lengths = tensor({3, 1}).to(DType::i64)});
   std::vector<float> v = y.to_vector<float>();  // (2, 3, 12)
   for (int64_t t = 1; t < 3; ++t)
     for (int64_t j = 0; j < 12; ++j) CHECK(v[(1 * 3 + t) * 12 + j] == 0.0f);
@@ -113,9 +154,10 @@ TEST_CASE("load_quantized_weights: stored int8 weights reproduce the quantized m
   quantize_dynamic(a, {.kinds = {QuantKind::Linear, QuantKind::GRU, QuantKind::Embedding}});
   std::map<std::string, QuantizedWeight> stored;
   for (const auto& [name, q] : quantized_weights(a)) stored.emplace(name, *q);
-  Toy b;  // different float weights; the int8 ones replace them, biases come from the state dict
-  b.load_state_dict(a.state_dict());
+  Toy b;  // different float weights; the int8 modules replace them, biases come from the state dict
   load_quantized_weights(b, stored);
+  b.load_state_dict(a.state_dict());
+  CHECK(b.out.quantized());
   NoGradGuard no_grad;
   CHECK(b(ids_batch(), lengths_batch()).to_vector<float>() == a(ids_batch(), lengths_batch()).to_vector<float>());
   std::map<std::string, QuantizedWeight> bad;
@@ -124,6 +166,16 @@ TEST_CASE("load_quantized_weights: stored int8 weights reproduce the quantized m
                        doctest::Contains("'out.bias' is not the weight of a Linear, Embedding or GRU"), ValueError);
   bad.clear();
   bad.emplace("out.weight", stored.at("rnn.weight_ih_l0"));
-  CHECK_THROWS_WITH_AS(load_quantized_weights(b, bad), doctest::Contains("'out.weight' is (24, 6) but the model's is (5, 16)"),
+  Toy c;
+  CHECK_THROWS_WITH_AS(load_quantized_weights(c, bad), doctest::Contains("'out.weight' is (24, 6) but the model's is (5, 16)"),
                        ValueError);
+  CHECK(!c.out.quantized());  // refused before anything was swapped
+}
+
+TEST_CASE("quantize_dynamic: a plain (not Quantizable) member is named, not skipped") {
+  struct Plain : Module {
+    Linear fc{{.in_features = 3, .out_features = 2}};
+    Plain() : Module("Plain") { register_module("fc", fc); }
+  } plain;
+  CHECK_THROWS_WITH_AS(quantize_dynamic(plain), doctest::Contains("Linear 'fc' cannot be swapped"), ValueError);
 }

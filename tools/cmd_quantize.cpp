@@ -2,6 +2,7 @@
 // translate, eval, attention and bench load as they load a float32 one (nn/quantized.h,
 // models/seq2seq/quantized_checkpoint.h).
 #include <filesystem>
+#include <memory>
 
 #include <fmt/core.h>
 
@@ -35,7 +36,12 @@ int quantize_main(int argc, char** argv) {
                  "quantize: {} is already quantized; quantize the float32 checkpoint (quantizing twice would round "
                  "the weights twice)",
                  in);
-  models::Seq2Seq model(checkpoint.info.config.model);
+  std::unique_ptr<models::Seq2Seq> built;
+  {
+    nn::init::SkipInitGuard loaded_next;  // every value comes from the checkpoint
+    built = std::make_unique<models::Seq2Seq>(checkpoint.info.config.model);
+  }
+  models::Seq2Seq& model = *built;
   models::load_weights(model, checkpoint, in);
   nn::QuantizeOptions options{.kinds = {nn::QuantKind::Linear, nn::QuantKind::GRU},
                               .scheme = a.flag("per-tensor") ? QScheme::per_tensor : QScheme::per_channel};

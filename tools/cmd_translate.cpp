@@ -37,15 +37,26 @@ Loaded load_model(const Args& a) {
   std::error_code ec;  // a symlink loop or a denied folder: reading it below names the reason
   SG_CHECK_IO(std::filesystem::exists(path, ec) || ec, "no checkpoint at {} (train one with `seqgrad train`)", path);
   check_safetensors_file(path);
+  const ResidentMemory before = resident_memory();
   Loaded l{models::read_checkpoint(path, {.allow_missing_checksum = a.flag("allow-missing-checksum")}), nullptr};
   // Refused before any decoding allocates beam x vocabulary scores: the first step has only as many
   // continuations as the target vocabulary has tokens, so a wider beam is a typo, not a search.
   const int64_t vocab = l.checkpoint.info.tgt_vocab.size();
   SG_CHECK_USAGE(a.get_int("beam", 1) <= vocab, "--beam {} is wider than the target vocabulary of {} ({} tokens): "
                  "give --beam {} or less", a.get_int("beam", 1), path, vocab, vocab);
-  l.model = std::make_unique<models::Seq2Seq>(l.checkpoint.info.config.model);
+  {
+    nn::init::SkipInitGuard loaded_next;  // the checkpoint sets every value: nothing to draw or write
+    l.model = std::make_unique<models::Seq2Seq>(l.checkpoint.info.config.model);
+  }
   models::load_weights(*l.model, l.checkpoint, path);
+  l.checkpoint.tensors.clear();  // the model holds the weights now, not the file's copies
+  l.checkpoint.quantized.clear();
   l.model->eval();
+  if (a.flag("memory-stats")) {
+    const ResidentMemory after = resident_memory();
+    fmt::print(stderr, "model memory: {:.1f} MB (peak RSS {:.1f} MB while loading - RSS {:.1f} MB before)\n",
+               (after.peak - before.now) / 1e6, after.peak / 1e6, before.now / 1e6);
+  }
   return l;
 }
 
@@ -156,7 +167,9 @@ void common_options(Args& a) {
       .option("merge-pieces", "", "heatmaps: label rows and columns with words, a subword model's pieces merged "
               "(source columns summed, output rows averaged; energies stay per piece)")
       .option("allow-missing-checksum", "", "load a checkpoint that has no checksum (written before seqgrad stored "
-              "one), unverified");
+              "one), unverified")
+      .option("memory-stats", "", "print on stderr the memory the model's weights hold: the peak resident size while "
+              "loading minus the resident size before");
 }
 
 void apply_threads(const Args& a) {

@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include <fmt/core.h>
 
@@ -12,6 +14,20 @@
 #include "tools/plot/plot.h"
 
 namespace seqgrad::tools {
+
+ResidentMemory resident_memory() {
+  ResidentMemory m;
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    std::istringstream fields(line);
+    std::string key;
+    int64_t kib = 0;
+    fields >> key >> kib;  // "VmRSS:  12345 kB"
+    if (key == "VmRSS:") m.now = kib * 1024;
+    if (key == "VmHWM:") m.peak = kib * 1024;
+  }
+  return m;
+}
 
 plot::Heatmap attention_heatmap(const std::vector<std::string>& src_tokens, const std::vector<std::string>& tgt_tokens,
                                 const std::vector<std::vector<float>>& rows, const std::string& title, bool energies) {

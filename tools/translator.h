@@ -60,6 +60,13 @@ models::DecodeOptions decode_options(const Args& args, const models::TrainConfig
 // Their usage errors, before anything loads (a command's flags are checked before its checkpoint).
 void check_decode_flags(const Args& args);
 
+// This process's resident memory from /proc/self/status, in bytes: VmRSS now and VmHWM, its peak
+// so far; 0 where the file or a line is missing (not Linux).
+struct ResidentMemory {
+  int64_t now = 0, peak = 0;
+};
+ResidentMemory resident_memory();
+
 // Checks that `path` is a regular file that starts like a safetensors file (an 8-byte header length
 // that fits the file, then '{'), so that any other file is "not a safetensors checkpoint".
 void check_safetensors_file(const std::string& path);

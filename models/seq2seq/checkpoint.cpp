@@ -53,7 +53,7 @@ namespace {
 void verify_checksum(const CheckpointFile& checkpoint, const std::string& path, const ReadCheckpointOptions& options) {
   const TensorFile& file = checkpoint.file;
   if (auto stored = file.metadata.find(nn::kChecksumKey); stored != file.metadata.end()) {
-    std::string computed = nn::checkpoint_checksum(checksummed_tensors(checkpoint), file.metadata);
+    std::string computed = checkpoint_checksum(checkpoint, file.metadata);
     SG_CHECK_IO(stored->second == computed, "checkpoint {} is corrupted: checksum {} does not match its contents ({})",
                 path, stored->second, computed);
     return;
@@ -184,12 +184,12 @@ void load_weights(Seq2Seq& model, const LoadedCheckpoint& checkpoint, const std:
   for (const auto& [name, t] : checkpoint.tensors)
     if (name.rfind("model.", 0) == 0) weights[name.substr(6)] = t;
   nn::check_finite_tensors(weights, fmt::format("checkpoint {}", path));  // int8 scales: checked when read
-  std::map<std::string, QuantizedWeight> quantized;  // int8 weights: their float values, then the int8 form
+  std::map<std::string, QuantizedWeight> quantized;  // int8 weights: their modules are swapped in first
   for (const auto& [name, q] : checkpoint.quantized)
-    if (name.rfind("model.", 0) == 0) weights[name.substr(6)] = dequantize(q), quantized.emplace(name.substr(6), q);
+    if (name.rfind("model.", 0) == 0) quantized.emplace(name.substr(6), q);
   try {
-    model.load_state_dict(weights);
     nn::load_quantized_weights(model, quantized);
+    model.load_state_dict(weights);
   } catch (const ValueError& e) {
     throw IOError(fmt::format("checkpoint {}: its weights do not fit the model its config describes (saved with a "
                               "different vocabulary or architecture?): {}", path, e.what()));

@@ -156,7 +156,7 @@ const nn::AdditiveAttention* AttnDecoder::additive_part() const {
   return dynamic_cast<const nn::AdditiveAttention*>(attention.get());
 }
 
-const nn::Linear* AttnDecoder::query_projection() const {
+const nn::Quantizable<nn::Linear>* AttnDecoder::query_projection() const {
   if (auto* hybrid = dynamic_cast<const nn::HybridAttention*>(attention.get())) return hybrid->scaled_dot.w_q.get();
   auto* dot = dynamic_cast<const nn::DotProductAttention*>(attention.get());
   return dot ? dot->w_q.get() : nullptr;
@@ -230,7 +230,7 @@ void init_xavier(Seq2Seq& model) {
     }
     nn::init::xavier_uniform_(p);
   }
-  for (nn::Embedding* e : {&model.encoder.embedding, &model.decoder.embedding})
+  for (nn::Embedding* e : {&*model.encoder.embedding, &*model.decoder.embedding})
     e->weight.select(0, model.config().pad_id).zero_();
 }
 

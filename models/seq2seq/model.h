@@ -47,10 +47,11 @@ class Encoder : public nn::Module {
   // turned into it; Seq2Seq::encode does that once per batch for the encoder and the attention).
   Output operator()(const Tensor& src, const Tensor& src_keep) const;
 
-  nn::Embedding embedding;
+  // Quantizable members: nn::quantize_dynamic swaps them for int8 modules (nn/quantized.h).
+  nn::Quantizable<nn::Embedding> embedding;
   nn::Dropout dropout;
-  nn::GRU rnn;
-  nn::Linear bridge;
+  nn::Quantizable<nn::GRU> rnn;
+  nn::Quantizable<nn::Linear> bridge;
 
  private:
   int64_t num_layers_, hidden_size_;
@@ -79,20 +80,20 @@ class AttnDecoder : public nn::Module {
   // Teacher forcing over tgt_in (B, T): logits (B, T, V).
   Tensor operator()(const Tensor& tgt_in, Tensor state, const Memory& memory) const;
 
-  nn::Embedding embedding;
+  nn::Quantizable<nn::Embedding> embedding;
   nn::Dropout dropout;
   // By config.attention: additive (query H, keys 2H, width A), scaled dot (w_q maps the query H
   // into the key space 2H) or hybrid (both). Checkpoint names are those of the model before it
   // used nn's classes: the additive part is "attention.*", the scaled-dot w_q is "query_proj.*".
   std::unique_ptr<nn::Attention> attention;
-  nn::GRU rnn;
-  nn::Linear out;
+  nn::Quantizable<nn::GRU> rnn;
+  nn::Quantizable<nn::Linear> out;
 
   // The attention's parts by role, for code that walks the weights (an exporter): the additive
   // part (additive, hybrid) and the scaled-dot query projection (scaled dot, hybrid); null when
   // the kind has none.
   const nn::AdditiveAttention* additive_part() const;
-  const nn::Linear* query_projection() const;
+  const nn::Quantizable<nn::Linear>* query_projection() const;
 
  private:
   // A step up to the output layer's input: features (B, 1, F), F = H (+ 2H + E with deep_output).

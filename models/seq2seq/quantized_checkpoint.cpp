@@ -1,8 +1,10 @@
 // Quantized translator checkpoints (models/seq2seq/quantized_checkpoint.h).
 #include "models/seq2seq/quantized_checkpoint.h"
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 
 #include <nlohmann/json.hpp>
 
@@ -11,14 +13,25 @@
 namespace seqgrad::models {
 namespace {
 
-Tensor values_as_float(const QuantizedWeight& q) {
-  return from_vector(std::vector<float>(q.values.begin(), q.values.end()), {q.rows, q.cols});
+// A tensor's bytes for the checksum, in one piece.
+nn::ChecksumSource whole_tensor(const Tensor& t) {
+  return {t.dtype(), t.shape(), [&t](const auto& write) {
+            const Tensor c = t.detach().cpu().contiguous();
+            write(c.raw_data(), static_cast<size_t>(c.numel()) * element_size(c.dtype()));
+          }};
 }
 
-safetensors::Entry int8_entry(const QuantizedWeight& q) {
-  safetensors::Entry e{.dtype = "I8", .shape = {q.rows, q.cols}, .data = {}};
-  e.data.assign(reinterpret_cast<const char*>(q.values.data()), q.values.size());
-  return e;
+// An int8 weight's values as float32 for the checksum, kRowsPerPiece rows at a time: no float32
+// copy of a whole weight (the largest, decoder.out, would be 14 MB for the default preset).
+nn::ChecksumSource int8_as_float(const QuantizedWeight& q) {
+  return {DType::f32, {q.rows, q.cols}, [&q](const auto& write) {
+            constexpr int64_t kRowsPerPiece = 64;
+            const Tensor values = q.int8_values();
+            for (int64_t r = 0; r < q.rows; r += kRowsPerPiece) {
+              const Tensor piece = values.narrow(0, r, std::min(kRowsPerPiece, q.rows - r)).to(DType::f32);
+              write(piece.raw_data(), static_cast<size_t>(piece.numel()) * sizeof(float));
+            }
+          }};
 }
 
 QuantizedWeight parse_int8(const std::string& path, const std::string& name, const safetensors::Entry& values,
@@ -30,12 +43,10 @@ QuantizedWeight parse_int8(const std::string& path, const std::string& name, con
   SG_CHECK_IO(scales->dtype == "F32" && scales->shape.size() == 1,
               "checkpoint {}: scales '{}{}' must be float32 (rows,) or (1,), got {} with {} dimensions", path, name,
               kScaleSuffix, scales->dtype, scales->shape.size());
-  std::vector<int8_t> v(values.data.size());
-  std::memcpy(v.data(), values.data.data(), v.size());
-  std::vector<float> s(static_cast<size_t>(scales->shape[0]));
-  std::memcpy(s.data(), scales->data.data(), s.size() * sizeof(float));
   try {
-    return make_quantized_weight(values.shape[0], values.shape[1], std::move(v), std::move(s), name);
+    // plain: nn::load_quantized_weights moves a GEMM's weight into the backend's packed layout
+    return make_quantized_weight(from_entry(values, name), from_entry(*scales, name + kScaleSuffix), name,
+                                 Int8Use::rows);
   } catch (const Error& e) {
     throw IOError(fmt::format("checkpoint {}: {}", path, e.what()));
   }
@@ -53,17 +64,14 @@ void save_quantized_checkpoint(const std::string& path, const Seq2Seq& model, co
   std::map<std::string, std::string> metadata = checkpoint_metadata(info);
   metadata[kQuantizedKey] = nlohmann::json{{"scheme", qscheme_name(options.scheme)}, {"kinds", kinds}}.dump();
   CheckpointFile checkpoint;
-  for (const auto& [name, t] : model.state_dict()) {
-    auto q = quantized.find(name);
-    if (q == quantized.end()) checkpoint.file.tensors["model." + name] = t;
-    else checkpoint.quantized.emplace("model." + name, *q->second);
-  }
-  metadata[nn::kChecksumKey] = nn::checkpoint_checksum(checksummed_tensors(checkpoint), metadata);
+  for (const auto& [name, t] : model.state_dict()) checkpoint.file.tensors["model." + name] = t;  // float ones
+  for (const auto& [name, q] : quantized) checkpoint.quantized.emplace("model." + name, *q);
+  metadata[nn::kChecksumKey] = checkpoint_checksum(checkpoint, metadata);
   safetensors::File file{.metadata = metadata, .tensors = {}};
   for (const auto& [name, t] : checkpoint.file.tensors) file.tensors.emplace(name, to_entry(t));
   for (const auto& [name, q] : checkpoint.quantized) {
-    file.tensors.emplace(name, int8_entry(q));
-    file.tensors.emplace(name + kScaleSuffix, to_entry(from_vector(q.scales, {static_cast<int64_t>(q.scales.size())})));
+    file.tensors.emplace(name, to_entry(q.int8_values()));  // I8 (rows, cols)
+    file.tensors.emplace(name + kScaleSuffix, to_entry(q.scales));
   }
   std::filesystem::path dir = std::filesystem::path(path).parent_path();
   if (!dir.empty()) std::filesystem::create_directories(dir);
@@ -103,13 +111,14 @@ CheckpointFile load_checkpoint_file(const std::string& path) {
   return out;
 }
 
-std::map<std::string, Tensor> checksummed_tensors(const CheckpointFile& checkpoint) {
-  std::map<std::string, Tensor> all = checkpoint.file.tensors;
+std::string checkpoint_checksum(const CheckpointFile& checkpoint, const std::map<std::string, std::string>& metadata) {
+  std::map<std::string, nn::ChecksumSource> all;
+  for (const auto& [name, t] : checkpoint.file.tensors) all.emplace(name, whole_tensor(t));
   for (const auto& [name, q] : checkpoint.quantized) {
-    all[name] = values_as_float(q);
-    all[name + kScaleSuffix] = from_vector(q.scales, {static_cast<int64_t>(q.scales.size())});
+    all.emplace(name, int8_as_float(q));
+    all.emplace(name + kScaleSuffix, whole_tensor(q.scales));
   }
-  return all;
+  return nn::checkpoint_checksum(all, metadata);
 }
 
 }  // namespace seqgrad::models

@@ -3,7 +3,8 @@
 // float32 scales "model.X_scale" ((rows,) per channel, (1,) per tensor), the metadata key
 // "quantized" says how ({"scheme": "per_channel", "kinds": ["Linear", "GRU", "Embedding"]}), and
 // the optimizer state is left out (a quantized model is for inference). read_checkpoint reads
-// both kinds (load_checkpoint_file below), so translate, eval, attention and bench load either.
+// both kinds (load_checkpoint_file below), so translate, eval, attention and bench load either;
+// load_weights builds the quantized modules straight from the int8 weights (nn::load_quantized_weights).
 // The checkpoint checksum covers the int8 weights as their values in float32.
 #pragma once
 #include <map>
@@ -33,7 +34,8 @@ struct CheckpointFile {
 // tensor without its scales, scales without their I8 tensor, or scales whose shape does not fit.
 CheckpointFile load_checkpoint_file(const std::string& path);
 
-// The tensors the checkpoint checksum covers: file.tensors plus each int8 weight as float32.
-std::map<std::string, Tensor> checksummed_tensors(const CheckpointFile& checkpoint);
+// The checkpoint checksum (nn::checkpoint_checksum) over file.tensors plus each int8 weight as
+// float32 and its scales, made one weight at a time.
+std::string checkpoint_checksum(const CheckpointFile& checkpoint, const std::map<std::string, std::string>& metadata);
 
 }  // namespace seqgrad::models

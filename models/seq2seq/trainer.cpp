@@ -147,7 +147,8 @@ Evaluation evaluate(Seq2Seq& model, const text::EncodedCorpus& corpus, const tex
   NoGradGuard no_grad;
   double loss_sum = 0;
   int64_t tokens = 0;
-  const Device device = model.parameters().front().device();  // batches go where the model is
+  // batches go where the model is; a quantized model's float tensors are buffers, in state_dict too
+  const Device device = model.state_dict().begin()->second.device();
   for (const text::Batch& batch : text::make_batches(corpus.pairs, {.batch_size = 128, .shuffle = false})) {
     TensorBatch b = to_tensors(batch, device);
     Tensor logits = model(b.src, b.src_lengths, b.tgt_in);  // (B, T, V)

@@ -62,6 +62,12 @@ class CpuBackend final : public Backend {
   void adam_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
                    const Tensor& max_exp_avg_sq, const AdamParams& p) override;
 
+  // int8.cpp: the kernels ops/cpu/dispatch.cpp chose (ops/cpu/int8.h)
+  void int8_gemm(const Tensor& a, const Tensor& w, const Tensor& c) override;
+  Tensor int8_pack(const Tensor& w) override;
+  void int8_unpack(const Tensor& packed, const Tensor& w) override;
+  Int8GemmInfo int8_gemm_info() const override;
+
   // random.cpp: random values go to element i in row-major order; a strided output is filled
   // through a dense one.
   void random_uniform(const Tensor& out_in, double a, double b, uint64_t seed, uint64_t offset) override;

@@ -1,9 +1,12 @@
-// Picks the CPU kernels' build at start-up: the kernel files are compiled for x86-64-v2 (the project's
+// Picks the CPU kernels at start-up: the kernel files are compiled for x86-64-v2 (the project's
 // baseline) and, on x86-64, again with AVX2 + FMA; the wider build runs where the CPU has them.
+// The int8 GEMM is oneDNN's where the build has it, else the reference loops (ops/cpu/int8.h).
 #include "ops/cpu/kernels.h"
 
 #include <cstdlib>
 #include <cstring>
+
+#include "ops/cpu/int8.h"
 
 namespace seqgrad::cpu {
 namespace {
@@ -20,7 +23,22 @@ bool has_avx2_fma() {
 #endif
 }
 
+// SEQGRAD_INT8_GEMM=reference forces the reference int8 loops (to test them in a oneDNN build).
+[[maybe_unused]] bool int8_reference_forced() {
+  const char* forced = std::getenv("SEQGRAD_INT8_GEMM");
+  return forced != nullptr && std::strcmp(forced, "reference") == 0;
+}
+
 }  // namespace
+
+const Int8Kernels& int8_kernels() {
+#if defined(SG_ONEDNN)
+  static const Int8Kernels& chosen = int8_reference_forced() ? int8_reference_kernels() : int8_onednn_kernels();
+  return chosen;
+#else
+  return int8_reference_kernels();
+#endif
+}
 
 Backend& backend() {
 #if defined(SG_HAVE_AVX2_KERNELS)

@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "core/threads.h"
+#include "ops/cpu/int8.h"
 
 namespace seqgrad::onednn {
 namespace {
@@ -79,6 +80,9 @@ void run(const Matmul& product, const dnnl::memory::desc& a_md, const void* a, c
   stream.wait();
 }
 
+// b (n, k) row-major is bᵀ (k, n) with strides (1, k)
+dnnl::memory::desc plain_weights_md(int64_t n, int64_t k) { return {dims{k, n}, dt::s8, dims{1, k}}; }
+
 // oneDNN reports failures as dnnl::error; ours name the product and the shape.
 template <class F>
 void checked(const char* what, int64_t m, int64_t n, int64_t k, F&& body) {
@@ -95,7 +99,7 @@ void checked(const char* what, int64_t m, int64_t n, int64_t k, F&& body) {
 void int8_gemm(int64_t m, int64_t n, int64_t k, const uint8_t* a, const int8_t* b, int32_t* c) {
   checked("int8_gemm", m, n, k, [&] {
     dnnl::memory::desc a_md(dims{m, k}, dt::u8, dims{k, 1});
-    dnnl::memory::desc b_md(dims{k, n}, dt::s8, dims{1, k});  // b (n, k) row-major is bᵀ (k, n)
+    dnnl::memory::desc b_md = plain_weights_md(n, k);
     dnnl::memory::desc c_md(dims{m, n}, dt::s32, dims{n, 1});
     Matmul product = cached(Key{0, m, n, k, 0, 0, 0, 0, 0}, a_md, b_md, c_md);
     set_threads_for(m, n, k);
@@ -105,46 +109,58 @@ void int8_gemm(int64_t m, int64_t n, int64_t k, const uint8_t* a, const int8_t* 
 
 namespace {
 
-// A packed weight: its blocked layout and the reordered bytes.
-struct PackedWeights {
-  dnnl::memory::desc md;
-  std::vector<int8_t> bytes;
-};
-
-// The layout oneDNN's int8 matmul picks for weights (k, n) when it may choose (format any).
+// The blocked layout oneDNN's int8 matmul picks for weights (k, n) when it may choose (format
+// any). It depends on (n, k) only; creating the primitive descriptor that tells it costs ~0.1 ms,
+// so it is looked up once per shape.
 dnnl::memory::desc preferred_weights_md(int64_t n, int64_t k) {
+  static std::mutex mutex;
+  static std::map<std::pair<int64_t, int64_t>, dnnl::memory::desc> layouts;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = layouts.find({n, k});
+  if (it != layouts.end()) return it->second;
   dnnl::memory::desc a_md(dims{1, k}, dt::u8, dims{k, 1});
   dnnl::memory::desc b_any(dims{k, n}, dt::s8, dnnl::memory::format_tag::any);
   dnnl::memory::desc c_md(dims{1, n}, dt::s32, dims{n, 1});
   dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_any, c_md), engine());
-  return pd.weights_desc();
+  return layouts.emplace(std::make_pair(n, k), pd.weights_desc()).first->second;
+}
+
+// Copies between two layouts of the same weight.
+void reorder(const dnnl::memory::desc& from_md, const int8_t* from, const dnnl::memory::desc& to_md, int8_t* to) {
+  dnnl::memory src(from_md, engine(), const_cast<int8_t*>(from));
+  dnnl::memory dst(to_md, engine(), to);
+  dnnl::reorder(src, dst).execute(thread_stream(), src, dst);
+  thread_stream().wait();
 }
 
 }  // namespace
 
-std::shared_ptr<const void> pack_int8_weights(int64_t n, int64_t k, const int8_t* b) {
-  auto packed = std::make_shared<PackedWeights>();
-  checked("int8_gemm (packing weights)", 1, n, k, [&] {
-    packed->md = preferred_weights_md(n, k);
-    packed->bytes.resize(packed->md.get_size());
-    dnnl::memory::desc plain(dims{k, n}, dt::s8, dims{1, k});
-    dnnl::memory src(plain, engine(), const_cast<int8_t*>(b));
-    dnnl::memory dst(packed->md, engine(), packed->bytes.data());
-    dnnl::reorder(src, dst).execute(thread_stream(), src, dst);
-    thread_stream().wait();
-  });
-  return packed;
+int64_t int8_packed_bytes(int64_t n, int64_t k) {
+  int64_t bytes = 0;
+  checked("int8_gemm (packing weights)", 1, n, k,
+          [&] { bytes = static_cast<int64_t>(preferred_weights_md(n, k).get_size()); });
+  return bytes;
 }
 
-void int8_gemm_packed(int64_t m, int64_t n, int64_t k, const uint8_t* a, const void* packed_b, int32_t* c) {
-  const auto& packed = *static_cast<const PackedWeights*>(packed_b);
+void pack_int8_weights(int64_t n, int64_t k, const int8_t* b, int8_t* packed) {
+  checked("int8_gemm (packing weights)", 1, n, k,
+          [&] { reorder(plain_weights_md(n, k), b, preferred_weights_md(n, k), packed); });
+}
+
+void unpack_int8_weights(int64_t n, int64_t k, const int8_t* packed, int8_t* b) {
+  checked("int8_gemm (unpacking weights)", 1, n, k,
+          [&] { reorder(preferred_weights_md(n, k), packed, plain_weights_md(n, k), b); });
+}
+
+void int8_gemm_packed(int64_t m, int64_t n, int64_t k, const uint8_t* a, const int8_t* packed_b, int32_t* c) {
   checked("int8_gemm", m, n, k, [&] {
     dnnl::memory::desc a_md(dims{m, k}, dt::u8, dims{k, 1});
+    dnnl::memory::desc b_md = preferred_weights_md(n, k);
     dnnl::memory::desc c_md(dims{m, n}, dt::s32, dims{n, 1});
     // the blocked layout depends on (n, k) only, so one key per shape holds
-    Matmul product = cached(Key{2, m, n, k, 0, 0, 0, 0, 0}, a_md, packed.md, c_md);
+    Matmul product = cached(Key{2, m, n, k, 0, 0, 0, 0, 0}, a_md, b_md, c_md);
     set_threads_for(m, n, k);
-    run(product, a_md, a, packed.md, packed.bytes.data(), c_md, c);
+    run(product, a_md, a, b_md, packed_b, c_md, c);
   });
 }
 
@@ -193,3 +209,18 @@ void f32_gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_row, in
 }
 
 }  // namespace seqgrad::onednn
+
+namespace seqgrad::cpu {
+
+const Int8Kernels& int8_onednn_kernels() {
+  static const Int8Kernels kernels{.name = "onednn",
+                                   .saturates = [] { return !onednn::cpu_has_vnni(); },
+                                   .gemm = onednn::int8_gemm,
+                                   .packed_bytes = onednn::int8_packed_bytes,
+                                   .pack = onednn::pack_int8_weights,
+                                   .unpack = onednn::unpack_int8_weights,
+                                   .gemm_packed = onednn::int8_gemm_packed};
+  return kernels;
+}
+
+}  // namespace seqgrad::cpu

@@ -34,7 +34,13 @@ static_assert(static_cast<int>(ElemType::f32) == static_cast<int>(DType::f32) &&
               static_cast<int>(ElemType::i64) == static_cast<int>(DType::i64) &&
               static_cast<int>(ElemType::b8) == static_cast<int>(DType::b8));
 
-ElemType elem(DType t) { return static_cast<ElemType>(t); }
+// The integer types of int8 inference (int8, uint8, int32) have no CUDA kernels.
+ElemType elem(DType t) {
+  if (static_cast<int>(t) > static_cast<int>(DType::b8))
+    throw DTypeError(
+        fmt::format("{} tensors are not implemented on cuda (int8 inference runs on the CPU)", dtype_name(t)));
+  return static_cast<ElemType>(t);
+}
 
 // Operand strides over `shape` (core/broadcast.h: 0 where broadcast, dimensions coalesced).
 template <int N>
@@ -258,7 +264,10 @@ class CudaBackend final : public Backend {
 
   // ---- fused kernels (fused.cu): every operand dense, on one CUDA device, of one floating dtype
   // The chunked attention's fused backward has no CUDA kernel yet (it uses additive_scores twice).
-  bool supports(FusedOp op) const override { return op != FusedOp::additive_attention_chunk; }
+  // int8 inference (ops/quantized.h) runs on the CPU: Backend's int8 members say "not implemented on cuda"
+  bool supports(FusedOp op) const override {
+    return op != FusedOp::additive_attention_chunk && op != FusedOp::int8_gemm;
+  }
 
   void gru_cell(const Tensor& xp, const Tensor& hp, const Tensor& h, const Tensor& valid, const Tensor& h_next,
                 const Tensor& gates) override {

@@ -30,10 +30,18 @@ std::map<std::string, Tensor> group(const std::map<std::string, Tensor>& in, con
   return found;
 }
 
-void put_weights(const nn::Module& m, const std::string& name, std::map<std::string, Tensor>& out) {
-  for (const auto& [param, q] : nn::quantized_weights(m)) {
-    out[name + "/int8/" + param] = from_vector(std::vector<float>(q->values.begin(), q->values.end()), {q->rows, q->cols});
-    out[name + "/scale/" + param] = from_vector(q->scales, {static_cast<int64_t>(q->scales.size())});
+// The module under test as the member "m" of a model: quantize_dynamic swaps members.
+template <class Float>
+struct Holder : nn::Module {
+  nn::Quantizable<Float> m;
+  explicit Holder(typename Float::Options options) : Module("Holder"), m(std::move(options)) { register_module("m", m); }
+};
+
+void put_weights(const nn::Module& model, const std::string& name, std::map<std::string, Tensor>& out) {
+  for (const auto& [param, q] : nn::quantized_weights(model)) {
+    const std::string own = param.substr(2);  // "m.weight" -> "weight"
+    out[name + "/int8/" + own] = q->int8_values().to(DType::f32);
+    out[name + "/scale/" + own] = q->scales;
   }
 }
 
@@ -46,22 +54,22 @@ void run_case(const json& j, const std::map<std::string, Tensor>& in, std::map<s
   const Tensor x = in.at(name + "/input/x");
   NoGradGuard no_grad;
   if (kind == "linear") {
-    nn::Linear m({.in_features = j.at("in_features"), .out_features = j.at("out_features")});
-    m.load_state_dict(params);
-    nn::quantize_dynamic(m, options);
-    out[name + "/output/y"] = m(x);
-    put_weights(m, name, out);
+    Holder<nn::Linear> model({.in_features = j.at("in_features"), .out_features = j.at("out_features")});
+    model.m->load_state_dict(params);
+    nn::quantize_dynamic(model, options);
+    out[name + "/output/y"] = model.m(x);
+    put_weights(model, name, out);
   } else if (kind == "gru") {
-    nn::GRU m({.input_size = j.at("input_size"), .hidden_size = j.at("hidden_size"), .num_layers = j.at("num_layers"),
-               .bidirectional = j.at("bidirectional")});
-    m.load_state_dict(params);
-    m.eval();
-    nn::quantize_dynamic(m, options);
+    Holder<nn::GRU> model({.input_size = j.at("input_size"), .hidden_size = j.at("hidden_size"),
+                           .num_layers = j.at("num_layers"), .bidirectional = j.at("bidirectional")});
+    model.m->load_state_dict(params);
+    model.eval();
+    nn::quantize_dynamic(model, options);
     auto it = in.find(name + "/input/lengths");
-    auto [output, h_n] = m(x, {.lengths = it == in.end() ? Tensor() : it->second});
+    auto [output, h_n] = model.m(x, {.lengths = it == in.end() ? Tensor() : it->second});
     out[name + "/output/output"] = output;
     out[name + "/output/h_n"] = h_n;
-    put_weights(m, name, out);
+    put_weights(model, name, out);
   } else {
     throw ValueError("unknown case kind '" + kind + "'");
   }

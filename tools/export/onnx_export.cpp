@@ -195,8 +195,7 @@ struct Int8Weight {
 Int8Weight int8_tensors(const QuantizedWeight& w) {
   std::vector<float> scales(static_cast<size_t>(w.rows));
   for (int64_t r = 0; r < w.rows; ++r) scales[static_cast<size_t>(r)] = w.scale(r);
-  return {from_vector(std::vector<float>(w.values.begin(), w.values.end()), {w.rows, w.cols}),
-          from_vector(scales, {w.rows, 1})};
+  return {w.int8_values().to(DType::f32), from_vector(scales, {w.rows, 1})};
 }
 
 // s · q in float32 from an int8 initializer and its scales: the stored weight is int8, the value
@@ -213,25 +212,29 @@ std::string dequantized(Builder& b, const Int8Weight& w, const std::string& name
 // DynamicQuantizeLinear gives x ≈ s_x · (x_q - z_x) from this call's range (uint8), MatMulInteger
 // the exact int32 product (x_q - z_x) · W_qᵀ, and the float result is scaled by s_x · s_w. Only the
 // activations' rounding differs from seqgrad's (ONNX picks z_x from the low end of the range).
-std::string linear(Builder& b, const std::string& x, const nn::Linear& layer, const std::string& name) {
+std::string linear(Builder& b, const std::string& x, const nn::Quantizable<nn::Linear>& layer,
+                   const std::string& name) {
   std::string y;
-  if (layer.qweight) {
-    Int8Weight w = int8_tensors(*layer.qweight);
+  const nn::QuantizedLinear* quantized = layer.quantized();
+  if (quantized) {
+    Int8Weight w = int8_tensors(quantized->weight());
     std::vector<std::string> xq = b.ops("DynamicQuantizeLinear", {x}, {}, 3);  // x_q, s_x, z_x
     std::string acc = b.op("MatMulInteger", {xq[0], b.int8_weight(name + ".weight_t_q", w.q.transpose(0, 1)), xq[2]});
     std::string scale = b.op("Mul", {xq[1], b.weight(name + ".weight_scale", w.scale.reshape({-1}))});  // (out,)
     y = b.op("Mul", {b.op("Cast", {acc}, {attr("to", int64_t{pb::TensorProto::FLOAT})}), scale});
   } else {
-    y = b.op("MatMul", {x, b.weight(name + ".weight_t", layer.weight.transpose(0, 1))});
+    y = b.op("MatMul", {x, b.weight(name + ".weight_t", layer->weight.transpose(0, 1))});
   }
-  if (!layer.bias.defined()) return y;
-  return b.op("Add", {y, b.weight(name + ".bias", layer.bias)});
+  const Tensor& bias = quantized ? quantized->bias : layer->bias;
+  if (!bias.defined()) return y;
+  return b.op("Add", {y, b.weight(name + ".bias", bias)});
 }
 
 // Embedding: Gather over the table; an int8 table gathers its rows and their scales.
-std::string embedding(Builder& b, const nn::Embedding& table, const std::string& ids, const std::string& name) {
-  if (!table.qweight) return b.op("Gather", {b.weight(name + ".weight", table.weight), ids});
-  Int8Weight w = int8_tensors(*table.qweight);
+std::string embedding(Builder& b, const nn::Quantizable<nn::Embedding>& table, const std::string& ids,
+                      const std::string& name) {
+  if (!table.quantized()) return b.op("Gather", {b.weight(name + ".weight", table->weight), ids});
+  Int8Weight w = int8_tensors(table.quantized()->weight());
   std::string rows = b.op("Gather", {b.int8_weight(name + ".weight_q", w.q), ids});  // (..., E) int8
   std::string scales = b.op("Gather", {b.weight(name + ".weight_scale", w.scale), ids});  // (..., 1)
   return b.op("Mul", {b.op("Cast", {rows}, {attr("to", int64_t{pb::TensorProto::FLOAT})}), scales});
@@ -246,12 +249,12 @@ Tensor onnx_gate_order(const Tensor& w, int64_t hidden) {
 // direction's (3H, F) weight. An int8 GRU stores its int8 values and scales and runs the ONNX GRU
 // on their dequantized values: ONNX has no int8 GRU (onnxruntime's quantize_dynamic keeps GRUs
 // float too), so the recurrence computes in float32 where seqgrad's int8 GRU quantizes its inputs.
-std::string gru_input(Builder& b, const std::vector<const Tensor*>& weights,
+std::string gru_input(Builder& b, const std::vector<Tensor>& weights,
                       const std::vector<const QuantizedWeight*>& quantized, int64_t hidden, const std::string& name) {
   std::vector<Tensor> values, scales;
-  for (size_t d = 0; d < weights.size(); ++d) {
+  for (size_t d = 0; d < quantized.size(); ++d) {
     if (!quantized[d]) {
-      values.push_back(onnx_gate_order(*weights[d], hidden));
+      values.push_back(onnx_gate_order(weights[d], hidden));
       continue;
     }
     Int8Weight w = int8_tensors(*quantized[d]);
@@ -264,17 +267,30 @@ std::string gru_input(Builder& b, const std::vector<const Tensor*>& weights,
 }
 
 // The W, R and B inputs of ONNX's GRU for one layer: (dirs, 3H, F), (dirs, 3H, H), (dirs, 6H).
-std::vector<std::string> gru_weights(Builder& b, const nn::GRU& gru, int64_t layer, const std::string& name) {
-  const int64_t H = gru.options().hidden_size;
-  std::vector<const Tensor*> w, r;
+std::vector<std::string> gru_weights(Builder& b, const nn::Quantizable<nn::GRU>& gru, int64_t layer,
+                                     const std::string& name) {
+  const nn::QuantizedGRU* quantized = gru.quantized();
+  const nn::RNNOptions& options = quantized ? quantized->options() : gru->options();
+  const int64_t H = options.hidden_size;
+  std::vector<Tensor> w, r;
   std::vector<const QuantizedWeight*> w_q, r_q;
   std::vector<Tensor> bias;
-  for (int64_t d = 0; d < gru.num_directions(); ++d) {
-    const nn::RNNWeights& p = gru.weights(layer, d == 0 ? nn::Direction::forward : nn::Direction::reverse);
-    w.push_back(&p.weight_ih), w_q.push_back(p.qweight_ih.get());
-    r.push_back(&p.weight_hh), r_q.push_back(p.qweight_hh.get());
-    Tensor b_ih = p.bias_ih.defined() ? onnx_gate_order(p.bias_ih, H) : zeros({3 * H});
-    Tensor b_hh = p.bias_hh.defined() ? onnx_gate_order(p.bias_hh, H) : zeros({3 * H});
+  for (int64_t d = 0; d < (options.bidirectional ? 2 : 1); ++d) {
+    const nn::Direction direction = d == 0 ? nn::Direction::forward : nn::Direction::reverse;
+    Tensor b_ih_in, b_hh_in;
+    if (quantized) {
+      const nn::QuantizedGRU::Layer& p = quantized->layer(layer, direction);
+      w.emplace_back(), w_q.push_back(&p.weight_ih);
+      r.emplace_back(), r_q.push_back(&p.weight_hh);
+      b_ih_in = p.bias_ih, b_hh_in = p.bias_hh;
+    } else {
+      const nn::RNNWeights& p = gru->weights(layer, direction);
+      w.push_back(p.weight_ih), w_q.push_back(nullptr);
+      r.push_back(p.weight_hh), r_q.push_back(nullptr);
+      b_ih_in = p.bias_ih, b_hh_in = p.bias_hh;
+    }
+    Tensor b_ih = b_ih_in.defined() ? onnx_gate_order(b_ih_in, H) : zeros({3 * H});
+    Tensor b_hh = b_hh_in.defined() ? onnx_gate_order(b_hh_in, H) : zeros({3 * H});
     bias.push_back(cat({b_ih, b_hh}, 0));
   }
   std::string prefix = fmt::format("{}.l{}", name, layer);

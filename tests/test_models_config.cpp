@@ -77,6 +77,7 @@ TEST_CASE("config: validate() names the field and its range") {
            {"model.num_layers", 65, "config field model.num_layers = 65 must be in [1, 64]"},
            {"shuffle_buffer", 0, "config field shuffle_buffer = 0 must be >= 1"},
            {"patience", -1, "config field patience = -1 must be >= 0"},
+           {"batch_tokens", -1, "config field batch_tokens = -1 must be >= 0"},
            {"valid_every", -1, "config field valid_every = -1 must be >= 0"},
            {"early_stopping_metric", "bleu",
             "config field early_stopping_metric = \"bleu\" must be one of: sacrebleu, chrf, loss"},
@@ -121,11 +122,12 @@ TEST_CASE("config: JSON of the wrong type, unknown keys and missing fields are e
   j = sized.to_json();
   j.erase("amp"), j.erase("vocab");  // written by later versions: a checkpoint from before has them not
   for (const char* key : {"accum_steps", "valid_every", "patience", "early_stopping_metric", "keep_checkpoints",
-                          "init_from"})
+                          "init_from", "batch_tokens"})
     j.erase(key);
   CHECK(TrainConfig::from_json(j).amp == GemmPrecision::full);
   CHECK(TrainConfig::from_json(j).patience == 0);  // an old run had no early stopping
   CHECK(TrainConfig::from_json(j).accum_steps == 1);
+  CHECK(TrainConfig::from_json(j).batch_tokens == 0);  // sentence batches, as before
   j = models::preset("d2l").to_json();
   j["seed"] = -1;
   CHECK(error_of([&] { TrainConfig::from_json(j); }) == "config field seed = -1 must be an integer >= 0");

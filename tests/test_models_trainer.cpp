@@ -345,7 +345,7 @@ TEST_CASE("trainer: --amp bf16 follows float32's loss curve over 300 steps") {
   toy.config.label_smoothing = 0.1, toy.config.gamma = 1.0, toy.config.lr = 0.005, toy.config.clip = 1.0;
   auto curve = [&](const std::string& amp) {
     models::TrainConfig c = toy.config;
-    c.amp = amp;
+    c.amp = models::parse_amp(amp);
     Trainer trainer(c, toy.src_vocab, toy.tgt_vocab);
     std::vector<double> losses;
     for (int epoch = 0; epoch < 100; ++epoch) losses.push_back(trainer.train_epoch(toy.corpus).loss);

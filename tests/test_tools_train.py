@@ -184,6 +184,7 @@ class Flags(Base):
                                      ("--keep-checkpoints", "-1", r"--keep-checkpoints must be in \[0, 1000\], got -1"),
                                      ("--accum-steps", "0", r"--accum-steps must be in \[1, 4096\], got 0"),
                                      ("--accum-steps", "x", r"--accum-steps expects an integer, got 'x'"),
+                                     ("--batch-tokens", "-1", r"--batch-tokens must be >= 0, got -1"),
                                      ("--vocab", "spm:", r"--vocab must name a SentencePiece model file after spm:, "
                                                          r"got spm:")]:
             with self.subTest(flag=flag, value=value):
@@ -609,6 +610,22 @@ class Accumulation(Base):
         self.assertEqual([r["step"] for r in rows], [3, 6])  # 8 batches an epoch: steps of 3, 3 and 2
         self.assertEqual(self.train(cut, "--epochs", "2", "--accum-steps", "3", "--patience", "0",
                                     "--stop-after-steps", "4").returncode, 130)
+        self.assertOk(self.train(cut, "--resume"))
+        self.assertEqual(without_seconds(read_metrics(os.path.join(cut, "metrics.jsonl"))), without_seconds(rows))
+        self.assertTrue(same_file(os.path.join(whole, "last.safetensors"), os.path.join(cut, "last.safetensors")))
+
+
+class TokenBatches(Base):
+    def test_batch_tokens_trains_and_resumes_exactly(self):
+        whole, cut = self.out("tokens_whole"), self.out("tokens_cut")
+        self.assertOk(self.train(whole, "--epochs", "2", "--batch-tokens", "400", "--patience", "0"))
+        rows = read_metrics(os.path.join(whole, "metrics.jsonl"))
+        per_epoch = rows[0]["step"]
+        self.assertEqual([r["step"] for r in rows], [per_epoch, 2 * per_epoch])
+        self.assertGreater(per_epoch, 8)  # 256 short pairs in batches of at most 400 tokens: more than 256 / 32
+        # interrupted two steps into the second epoch, then resumed: the same batches, the same weights
+        self.assertEqual(self.train(cut, "--epochs", "2", "--batch-tokens", "400", "--patience", "0",
+                                    "--stop-after-steps", str(per_epoch + 2)).returncode, 130)
         self.assertOk(self.train(cut, "--resume"))
         self.assertEqual(without_seconds(read_metrics(os.path.join(cut, "metrics.jsonl"))), without_seconds(rows))
         self.assertTrue(same_file(os.path.join(whole, "last.safetensors"), os.path.join(cut, "last.safetensors")))

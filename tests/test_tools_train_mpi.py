@@ -1,7 +1,8 @@
 """`mpirun -np 2 seqgrad train` against one rank (meson test --suite dist): the d2l preset for one
 epoch on 2 ranks gives the 1-rank run's losses and weights (float32 summation order apart: dropout
 off, so both runs compute the same function), only rank 0 writes, and a checkpoint that 2 ranks
-saved mid-epoch resumes on 1 rank to the same end point.
+saved mid-epoch resumes on 1 rank to the same end point; token batches (--batch-tokens) small enough
+that many batches leave a rank without rows train as on 1 rank.
 Usage: test_tools_train_mpi.py MPIRUN SEQGRAD DATA_DIR"""
 import array
 import json
@@ -81,6 +82,21 @@ with tempfile.TemporaryDirectory() as tmp:
                     os.path.join(resumed, "last.safetensors"), 1e-4)
     if metrics(resumed)[0]["step"] != m1[0]["step"]:
         failures.append(f"resumed run: step {metrics(resumed)[0]['step']} != {m1[0]['step']}")
+
+    # token batches of 12 tokens: pairs of up to 11 ids, so many batches hold one pair and rank 0's
+    # shard of them is empty; the 2 ranks still train as 1 does (on 60 pairs: float32 summation
+    # differences grow with the steps under Adam, and 600 pairs take 263 of them)
+    tokens_one, tokens_two = os.path.join(tmp, "tokens_one"), os.path.join(tmp, "tokens_two")
+    run(1, tokens_one, "--batch-tokens", "12", "--subset", "60")
+    run(2, tokens_two, "--batch-tokens", "12", "--subset", "60")
+    t1, t2 = metrics(tokens_one), metrics(tokens_two)
+    if t1[0]["step"] == m1[0]["step"] or t1[0]["step"] != t2[0]["step"]:
+        failures.append(f"--batch-tokens 12: steps {t1[0]['step']} (1 rank), {t2[0]['step']} (2 ranks), "
+                        f"sentence batches {m1[0]['step']}")
+    if abs(t1[0]["train_loss"] - t2[0]["train_loss"]) > 1e-5 * abs(t1[0]["train_loss"]):
+        failures.append(f"--batch-tokens 12: train_loss 1 rank {t1[0]['train_loss']} vs 2 ranks {t2[0]['train_loss']}")
+    compare_weights("--batch-tokens 12, 1 rank vs 2 ranks", os.path.join(tokens_one, "last.safetensors"),
+                    os.path.join(tokens_two, "last.safetensors"), 1e-4)
 
 for f in failures:
     print("FAIL:", f)

@@ -208,7 +208,7 @@ Run run_one(TrainConfig c, AttentionKind kind, const Data& data, int64_t train_p
                  m.valid_bleu_tokenized, e.sharpness.entropy, e.sharpness.normalized, m.seconds);
     return true;
   };
-  text::MemoryBatches batches(d.train.pairs, {.batch_size = c.batch_size});
+  text::MemoryBatches batches(d.train.pairs, {.batch_size = c.batch_size, .batch_tokens = c.batch_tokens});
   try {
     models::fit(trainer, batches, {d.valid, valid_pairs, data.valid_references}, options);
   } catch (const models::DivergenceError& e) {
@@ -235,7 +235,7 @@ struct Timing {
 std::vector<Timing> time_steps(TrainConfig c, const std::vector<AttentionKind>& kinds, const Data& data,
                                int64_t train_pairs, int64_t steps) {
   Prepared d = prepare(c, data, train_pairs);
-  std::vector<text::Batch> batches = text::make_batches(d.train.pairs, {.batch_size = c.batch_size, .seed = c.seed});
+  std::vector<text::Batch> batches = text::make_batches(d.train.pairs, {.batch_size = c.batch_size, .batch_tokens = c.batch_tokens, .seed = c.seed});
   struct Timed {
     std::unique_ptr<models::Trainer> trainer;
     std::vector<double> seconds;

@@ -336,7 +336,10 @@ int train(int argc, char** argv) {
   fmt::print("model: {} parameters, vocab {} -> {}, attention {}, device {}, amp {}\n",
              trainer->model().num_parameters(), src_vocab.size(), tgt_vocab.size(),
              models::attention_kind_name(config.model.attention), device, models::amp_name(config.amp));
-  if (job->world_size() > 1)
+  if (job->world_size() > 1 && config.batch_tokens > 0)
+    fmt::print("data-parallel: {} ranks ({}), each batch of up to {} tokens split between them by rows\n",
+               job->world_size(), job->backend(), config.batch_tokens);
+  else if (job->world_size() > 1)
     fmt::print("data-parallel: {} ranks ({}), {} pairs per rank per batch of {}\n", job->world_size(), job->backend(),
                config.batch_size / job->world_size(), config.batch_size);
   if (state.step > 0)

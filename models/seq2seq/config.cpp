@@ -282,6 +282,9 @@ std::vector<ConfigField> make_table() {
       // the optimisation
       integer("batch_size", "batch-size", "sentence pairs per batch",
               [](TrainConfig& c) -> auto& { return c.batch_size; }, {.min = 1, .max = kMaxSize}),
+      integer("batch_tokens", "batch-tokens",
+              "fill each batch to n tokens (pairs x the longest side, <eos> counted) instead of batch-size pairs "
+              "(0 = off)", [](TrainConfig& c) -> auto& { return c.batch_tokens; }, {.min = 0}),
       integer("epochs", "epochs", "training epochs (a resumed run may extend them)",
               [](TrainConfig& c) -> auto& { return c.epochs; }, {.min = 1}),
       number("lr", "lr", "Adam learning rate", [](TrainConfig& c) -> auto& { return c.lr; },
@@ -349,7 +352,7 @@ std::vector<ConfigField> make_table() {
 bool added_later(const std::string& key) {
   static const std::set<std::string> later = {"amp", "shuffle_buffer", "vocab", "joint_vocab", "accum_steps",
                                               "valid_every", "patience", "early_stopping_metric",
-                                              "keep_checkpoints", "init_from"};
+                                              "keep_checkpoints", "init_from", "batch_tokens"};
   return later.count(key) > 0 || key.starts_with("files.");
 }
 

@@ -39,6 +39,7 @@ struct TrainConfig {
   int64_t min_freq = 2;
   // the optimisation: Adam, StepLR(step_size, gamma) per epoch, label-smoothed cross-entropy, clipping
   int64_t batch_size = 64;
+  int64_t batch_tokens = 0;  // > 0: batches filled to n padded tokens instead of batch_size pairs (text::BatchOptions)
   int64_t epochs = 10;
   double lr = 0.005;
   int64_t step_size = 10;

@@ -61,7 +61,8 @@ RunData load_run_data(const TrainConfig& config, std::optional<Vocabularies> voc
                  config.min_freq, src.size(), tgt.size());
   tokenize_held_splits(d.corpora, src, tgt);
   d.train = std::make_unique<text::StreamingBatches>(d.corpora.train, pair_encoder(src, tgt, config.max_tokens),
-                                                     text::BatchOptions{.batch_size = config.batch_size});
+                                                     text::BatchOptions{.batch_size = config.batch_size,
+                                                                        .batch_tokens = config.batch_tokens});
   const text::EncodeOptions truncate{.max_src_tokens = config.max_tokens, .max_tgt_tokens = config.max_tokens};
   d.valid = {text::encode_pairs(d.corpora.valid, src, tgt, truncate), d.corpora.valid, d.corpora.valid_references};
   return d;

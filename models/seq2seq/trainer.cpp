@@ -295,7 +295,7 @@ StepResult Trainer::train_step(std::span<const TensorBatch> group) {
 }
 
 EpochResult Trainer::train_epoch(const text::EncodedCorpus& train, const AfterStep& after_step) {
-  text::MemoryBatches batches(train.pairs, {.batch_size = config_.batch_size});
+  text::MemoryBatches batches(train.pairs, {.batch_size = config_.batch_size, .batch_tokens = config_.batch_tokens});
   return train_epoch(batches, after_step);
 }
 

@@ -149,7 +149,7 @@ class Trainer {
   // epoch steps the scheduler and moves the state to the next epoch.
   using AfterStep = std::function<bool(const StepResult&)>;
   EpochResult train_epoch(text::BatchSource& batches, const AfterStep& after_step = {});
-  // The same over pairs in memory: text::MemoryBatches with config.batch_size.
+  // The same over pairs in memory: text::MemoryBatches with config.batch_size (or batch_tokens).
   EpochResult train_epoch(const text::EncodedCorpus& train, const AfterStep& after_step = {});
   // The seed of the current epoch's batch order: config.seed + epoch (new batches every epoch).
   uint64_t epoch_seed() const { return config_.seed + static_cast<uint64_t>(state_.epoch); }

@@ -511,9 +511,54 @@ void check_pairs(std::span<const EncodedPair> pairs) {
 
 }  // namespace
 
+void check_batch_options(const BatchOptions& options) {
+  SG_CHECK_VALUE(options.batch_size >= 1, "make_batches: batch_size = {} must be >= 1", options.batch_size);
+  SG_CHECK_VALUE(options.batch_tokens >= 0, "make_batches: batch_tokens = {} must be >= 0 (0 = batch_size pairs)",
+                 options.batch_tokens);
+  if (options.batch_tokens == 0) return;
+  SG_CHECK_VALUE(options.bucket_by_length, "make_batches: batch_tokens = {} needs bucket_by_length",
+                 options.batch_tokens);
+  SG_CHECK_VALUE(!options.drop_last, "make_batches: drop_last applies to sentence batches, not batch_tokens = {}",
+                 options.batch_tokens);
+}
+
+namespace {
+
+// [begin, end) of each batch along `order`, in order.
+using Bounds = std::vector<std::pair<std::size_t, std::size_t>>;
+
+Bounds sentence_bounds(std::size_t n, const BatchOptions& options) {
+  const auto size = static_cast<std::size_t>(options.batch_size);
+  Bounds bounds;
+  for (std::size_t start = 0; start < n; start += size)
+    if (!options.drop_last || start + size <= n) bounds.emplace_back(start, std::min(start + size, n));
+  return bounds;
+}
+
+// Greedy: a pair joins the batch unless rows x longest side would pass the budget; a batch always
+// takes its first pair, so a pair longer than the budget forms a batch of its own.
+Bounds token_bounds(std::span<const EncodedPair> pairs, const std::vector<int64_t>& order, int64_t budget) {
+  Bounds bounds;
+  std::size_t begin = 0;
+  int64_t longest = 0;
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    const EncodedPair& p = pairs[static_cast<std::size_t>(order[i])];
+    const int64_t side = static_cast<int64_t>(std::max(p.src.size(), p.tgt.size()));
+    const int64_t rows = static_cast<int64_t>(i - begin) + 1;
+    if (i > begin && std::max(longest, side) * rows > budget) {
+      bounds.emplace_back(begin, i);
+      begin = i, longest = 0;
+    }
+    longest = std::max(longest, side);
+  }
+  if (begin < order.size()) bounds.emplace_back(begin, order.size());
+  return bounds;
+}
+
+}  // namespace
+
 std::vector<std::vector<int64_t>> plan_batches(std::span<const EncodedPair> pairs, const BatchOptions& options) {
-  SG_CHECK_VALUE(options.batch_size >= 1, "make_batches: batch_size = {} must be >= 1",
-                 options.batch_size);
+  check_batch_options(options);
   check_pairs(pairs);
   std::vector<int64_t> order(pairs.size());
   std::iota(order.begin(), order.end(), int64_t{0});
@@ -527,18 +572,14 @@ std::vector<std::vector<int64_t>> plan_batches(std::span<const EncodedPair> pair
                                             : pa.tgt.size() < pb.tgt.size();
     });
   }
-  const auto size = static_cast<std::size_t>(options.batch_size);
-  std::vector<std::size_t> starts;
-  for (std::size_t start = 0; start < order.size(); start += size)
-    if (!options.drop_last || start + size <= order.size()) starts.push_back(start);
-  if (options.shuffle) shuffle(starts, rng);
+  Bounds bounds = options.batch_tokens > 0 ? token_bounds(pairs, order, options.batch_tokens)
+                                           : sentence_bounds(order.size(), options);
+  if (options.shuffle) shuffle(bounds, rng);
 
   std::vector<std::vector<int64_t>> plan;
-  plan.reserve(starts.size());
-  for (std::size_t start : starts) {
-    const auto first = order.begin() + static_cast<std::ptrdiff_t>(start);
-    plan.emplace_back(first, first + static_cast<std::ptrdiff_t>(std::min(size, order.size() - start)));
-  }
+  plan.reserve(bounds.size());
+  for (const auto& [begin, end] : bounds)
+    plan.emplace_back(order.begin() + static_cast<std::ptrdiff_t>(begin), order.begin() + static_cast<std::ptrdiff_t>(end));
   return plan;
 }
 

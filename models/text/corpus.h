@@ -223,16 +223,28 @@ struct Batch {
 
 struct BatchOptions {
   int64_t batch_size = 32;
+  // > 0: fill each batch to this many tokens instead of batch_size pairs (batch_size is then
+  // unused). A batch's tokens are its padded size: rows x the longest side of any of its pairs,
+  // max(source length, target length) with <eos> counted, as in fairseq's --max-tokens.
+  int64_t batch_tokens = 0;
   uint64_t seed = 0;             // vary per epoch (e.g. seed + epoch) for new batches
   bool bucket_by_length = true;  // batch pairs of similar source (then target) length
   bool shuffle = true;           // random tie order inside buckets and random batch order
-  bool drop_last = false;        // drop the final short batch
+  bool drop_last = false;        // drop the final short batch (sentence batches only)
 };
 
+// Throws ValueError on batch_size < 1, batch_tokens < 0, or batch_tokens with drop_last or without
+// bucket_by_length (a token cut of an unsorted order would give each seed another batch count).
+void check_batch_options(const BatchOptions& options);
+
 // Bucketing: shuffle the pairs (when shuffle), stable-sort by (source length, target length),
-// cut into batches of batch_size, then shuffle the batch order. Without shuffle the batches come
-// in sorted (or, without bucketing, corpus) order. Throws ValueError on batch_size < 1 or a pair
-// that does not end with <eos>.
+// cut into batches, then shuffle the batch order. Sentence batches hold batch_size pairs. Token
+// batches are cut greedily along the sorted order: a pair joins the current batch unless that
+// would make rows x longest side exceed batch_tokens; a pair longer than batch_tokens alone forms
+// a batch of one. The sorted order's lengths do not depend on the seed, so neither do the batch
+// count and the batch sizes: only which pairs (among equal lengths) and the order. Without shuffle
+// the batches come in sorted (or, without bucketing, corpus) order. Throws ValueError on bad
+// options (check_batch_options) or a pair that does not end with <eos>.
 std::vector<Batch> make_batches(std::span<const EncodedPair> pairs, const BatchOptions& options);
 
 // make_batches in two steps, so that a caller can build one batch at a time: the rows (indices

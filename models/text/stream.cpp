@@ -96,18 +96,27 @@ uint64_t chunk_seed(uint64_t seed, std::size_t chunk) {
 StreamingBatches::StreamingBatches(CorpusIndex index, PairEncoder encode, BatchOptions options)
     : index_(std::move(index)), encode_(std::move(encode)), options_(options), reader_(index_.files,
                                                                                          index_.read_options) {
-  SG_CHECK_VALUE(options_.batch_size >= 1, "make_batches: batch_size = {} must be >= 1", options_.batch_size);
+  check_batch_options(options_);
   SG_CHECK_VALUE(static_cast<bool>(encode_), "StreamingBatches: no pair encoder given");
-}
-
-int64_t StreamingBatches::chunk_batches(const Chunk& chunk) const {
-  return options_.drop_last ? chunk.pairs / options_.batch_size
-                            : (chunk.pairs + options_.batch_size - 1) / options_.batch_size;
+  const int64_t size = options_.batch_size;
+  for (std::size_t chunk = 0; chunk < index_.chunks.size(); ++chunk) {
+    const int64_t pairs = index_.chunks[chunk].pairs;
+    if (options_.batch_tokens == 0) {
+      chunk_batches_.push_back(options_.drop_last ? pairs / size : (pairs + size - 1) / size);
+      continue;
+    }
+    read_chunk(chunk);
+    BatchOptions sorted = options_;
+    sorted.shuffle = false;  // the count is the same for every seed (plan_batches)
+    chunk_batches_.push_back(static_cast<int64_t>(plan_batches(pairs_, sorted).size()));
+  }
+  pairs_.clear();
+  pairs_.shrink_to_fit();
 }
 
 int64_t StreamingBatches::batches_per_epoch() const {
   int64_t total = 0;
-  for (const Chunk& c : index_.chunks) total += chunk_batches(c);
+  for (int64_t n : chunk_batches_) total += n;
   return total;
 }
 
@@ -123,8 +132,8 @@ void StreamingBatches::start_epoch(uint64_t seed, int64_t skip) {
   }
   // Whole chunks before the resumed batch are skipped without reading them.
   chunk_ = 0;
-  while (chunk_ < chunk_order_.size() && skip >= chunk_batches(index_.chunks[chunk_order_[chunk_]]))
-    skip -= chunk_batches(index_.chunks[chunk_order_[chunk_++]]);
+  while (chunk_ < chunk_order_.size() && skip >= chunk_batches_[chunk_order_[chunk_]])
+    skip -= chunk_batches_[chunk_order_[chunk_++]];
   loaded_ = false;
   pairs_.clear();
   plan_.clear();
@@ -134,11 +143,9 @@ void StreamingBatches::start_epoch(uint64_t seed, int64_t skip) {
   }
 }
 
-void StreamingBatches::load_chunk(std::size_t position) {
-  const std::size_t chunk = chunk_order_[position];
+void StreamingBatches::read_chunk(std::size_t chunk) {
   const Chunk& c = index_.chunks[chunk];
   pairs_.clear();
-  plan_.clear();
   pairs_.reserve(static_cast<std::size_t>(c.pairs));
   reader_.seek(c.start);
   while (static_cast<int64_t>(pairs_.size()) < c.pairs) {
@@ -147,9 +154,19 @@ void StreamingBatches::load_chunk(std::size_t position) {
                 index_.files.describe(), chunk, pairs_.size(), c.pairs);
     pairs_.push_back(encode_(*pair));
   }
+}
+
+void StreamingBatches::load_chunk(std::size_t position) {
+  const std::size_t chunk = chunk_order_[position];
+  plan_.clear();
+  read_chunk(chunk);
   BatchOptions options = options_;
   options.seed = chunk_seed(seed_, chunk);
   plan_ = plan_batches(pairs_, options);
+  // a resumed run counts on every chunk giving the batches counted at the start
+  SG_CHECK_IO(static_cast<int64_t>(plan_.size()) == chunk_batches_[chunk],
+              "{} changed since it was read: chunk {} gives {} batches, not {}", index_.files.describe(), chunk,
+              plan_.size(), chunk_batches_[chunk]);
   next_ = 0;
   loaded_ = true;
 }

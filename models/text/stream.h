@@ -103,7 +103,9 @@ using PairEncoder = std::function<EncodedPair(const SentencePair&)>;
 // make_batches' batches: shuffled, bucketed by length, in shuffled order, with the seed (the first
 // chunk in file order uses the epoch's seed itself, so a corpus that fits in one buffer gets
 // exactly make_batches(all pairs, seed)). Only the current chunk's ids and its batch plan are
-// held. Skipping to a resumed batch reads only the chunk that holds it.
+// held. Skipping to a resumed batch reads only the chunk that holds it. With options.batch_tokens a
+// chunk's batch count depends on its pairs' lengths (not on the seed): the constructor reads and
+// encodes each chunk once to count them.
 class StreamingBatches : public BatchSource {
  public:
   StreamingBatches(CorpusIndex index, PairEncoder encode, BatchOptions options);
@@ -114,13 +116,14 @@ class StreamingBatches : public BatchSource {
   const CorpusIndex& index() const { return index_; }
 
  private:
+  void read_chunk(std::size_t chunk);  // reads and encodes index_.chunks[chunk] into pairs_
   void load_chunk(std::size_t chunk);  // reads, encodes and plans chunk_order_[chunk]
-  int64_t chunk_batches(const Chunk& chunk) const;
 
   CorpusIndex index_;
   PairEncoder encode_;
   BatchOptions options_;
   PairReader reader_;
+  std::vector<int64_t> chunk_batches_;  // batches of each chunk, in file order
   uint64_t seed_ = 0;
   std::vector<std::size_t> chunk_order_;
   std::size_t chunk_ = 0;  // position in chunk_order_ of the chunk loaded

@@ -145,7 +145,7 @@ models::TrainConfig apply_flags(models::TrainConfig c, const Args& a) {
   // absolute, so that eval and resume find the files from any folder
   c.data_dir = absolute(c.data_dir);
   if (!c.init_from.empty()) c.init_from = absolute(c.init_from);
-  if (c.vocab.starts_with(text::kSubwordModelPrefix))
+  if (c.vocab.starts_with(text::kSubwordModelPrefix) && c.vocab.size() > text::kSubwordModelPrefix.size())
     c.vocab = std::string(text::kSubwordModelPrefix) + absolute(c.vocab.substr(text::kSubwordModelPrefix.size()));
   c.validate();
   return c;

@@ -9,8 +9,10 @@ score: `12 ms`, `3.5 s`, `13 min`, `75.5 MB`, `9.5%`, `2.18x`, `221 GFLOP/s`, `s
 passes only inside the text of a link to a results row, `[35.31](docs/results.md#default-preset)`,
 whose anchor must exist. Not checked (the rule for structural numbers): fenced code blocks tagged
 with a programming language (```sh, ```cpp, ...: commands and code, whose sizes are inputs, not
-results), inline code (`--max-seq 2048`), and link targets. Fenced blocks without a language
-(program output) are checked: show output with its figures elided (`…`) and link the row.
+results; the info string's first word is the language), ```text sample blocks (a program's output
+that tests/install/check_doc_commands.py compares with a real run), inline code (`--max-seq 2048`),
+and link targets. Other fenced blocks (program output) are checked: show output with its figures
+elided (`…`) and link the row.
 
 Links: every relative link in those files must name an existing file, and an anchor in it (a
 heading of a .md file) must exist. Quoted code: a fenced block right after a line
@@ -77,9 +79,12 @@ def checked_lines(path: pathlib.Path):
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         stripped = line.strip()
         if stripped.startswith("```"):
-            fence = None if fence is not None else stripped[3:].strip().lower()
+            # the info string's first word is the language ("cpp file=myops.cpp"); a "sample" block
+            # is a program's output that tests/install/check_doc_commands.py compares with a real run
+            info = stripped[3:].strip().lower().split()
+            fence = None if fence is not None else ("sample" if "sample" in info else info[0] if info else "")
             continue
-        if fence is None or fence not in CODE_LANGUAGES:
+        if fence is None or (fence not in CODE_LANGUAGES and fence != "sample"):
             yield number, line
 
 

@@ -189,5 +189,5 @@ TEST_CASE("subword: a checkpoint config naming an unknown vocabulary is refused"
   models::TrainConfig config = toy_config("word");
   nlohmann::json j = config.to_json();
   j["vocab"] = "wordpiece:100";
-  CHECK_THROWS_WITH_AS(models::TrainConfig::from_json(j), doctest::Contains("vocab 'wordpiece:100'"), ValueError);
+  CHECK_THROWS_WITH_AS(models::TrainConfig::from_json(j), doctest::Contains("config field vocab = \"wordpiece:100\" expected unigram:SIZE"), ValueError);
 }

@@ -345,7 +345,7 @@ class ResumeState(Base):
             header["__metadata__"]["config"] = json.dumps(config)
         path = crafted("bogus_corpus", bogus_corpus)
         p = run("eval", "--checkpoint", path, "--threads", "1")
-        self.assertFails(p, rf"{re.escape(path)}.*corpus.*'bogus'")
+        self.assertFails(p, rf'{re.escape(path)}.*config field corpus = "bogus" must be one of')
 
     def test_a_run_past_its_last_epoch_says_so(self):
         # probe finding 6: a train state at epoch 10^12, beyond --epochs, once ended silently with exit 0

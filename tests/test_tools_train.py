@@ -241,7 +241,7 @@ class ConfigTable(Base):
         write(path, json.dumps({"preset": "d2l", "model": {"hidden_size": 24}, "lr_step_size": 3}))
         self.assertFails(run("train", "--config", path, "--print-config"),
                          r"config file .*partial.json: config field lr_step_size is not a field of the translator's "
-                         r"config \(did you mean step_size\?\)", status=2)
+                         r"config \(did you mean step_size\? --lr-step-size sets it\)", status=2)
         write(path, json.dumps({"preset": "d2l", "model": {"hidden_size": 24}, "step_size": 3}))
         config = self.print_config("--config", path)
         d2l = self.print_config("--preset", "d2l")
@@ -468,7 +468,7 @@ class ResumeState(Base):
                 ({"rng_offset": -3}, r"train_state.rng_offset must be an integer >= 0, got -3"),
                 ({"batch": 100, "step": 200, "epoch": 0}, r"train_state.batch = 100 is past the 8 batches of epoch 1"),
                 ({"scheduler": None}, r"train_state has no scheduler state to resume from"),
-                ({"scheduler": "garbage"}, r"train_state.scheduler: StepLR.load_state_dict: state is not valid JSON"),
+                ({"scheduler": "garbage"}, r"train_state.scheduler: StepLR.load_state_dict: state: not valid JSON"),
                 ({"optimizer": 5}, r"train_state.optimizer: .*must be string, but is number")]):
             with self.subTest(changes=changes):
                 out = self.crafted(f"state{i}", **changes)

@@ -12,6 +12,7 @@
 #include "core/serialize.h"
 #include "core/threads.h"
 #include "models/seq2seq/checkpoint.h"
+#include "models/seq2seq/run.h"
 #include "models/text/vocab.h"
 #include "nn/quantized.h"
 #include "tools/args.h"
@@ -76,6 +77,7 @@ nlohmann::json translator_json(const models::Seq2Seq& model, const models::Check
   j["int8_weights"] = int8;
   if (!info) return j;
   j["languages"] = {{"source", info->config.src_lang}, {"target", info->config.tgt_lang}};
+  j["max_output_tokens"] = models::decode_options(info->config).max_len;  // as `seqgrad translate` decodes
   const int64_t max_source_tokens = info->config.max_tokens > 0 ? 2 * info->config.max_tokens : 0;
   if (info->src_vocab.is_subword())  // the SentencePiece models are written beside (write_export)
     j["tokenizer"] = {{"kind", "sentencepiece"}, {"src_model", kSubwordModelFiles[0]},

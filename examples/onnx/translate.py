@@ -149,6 +149,8 @@ class Translator:
         self.src_ids = {t: i for i, t in enumerate(self.info["src_vocab"])}
         self.tgt_tokens = self.info["tgt_vocab"]
         self.special = self.info["special_ids"]
+        # the longest output `seqgrad translate` produces for this model (50 for an export without one)
+        self.max_len = self.info.get("max_output_tokens", 50)
         self.tokenizer = self.info["tokenizer"]
         self.pieces = None  # (source, target) SentencePiece processors of a subword export
         if self.tokenizer["kind"] == "sentencepiece":
@@ -178,8 +180,9 @@ class Translator:
         ids = [self.src_ids.get(t, self.special["unk"]) for t in tokens]
         return ids + [self.special["eos"]] if self.tokenizer["append_eos"] else ids
 
-    def greedy(self, src_ids, max_len=50):
+    def greedy(self, src_ids, max_len=None):
         """Target ids without <bos>/<eos>, and the attention rows (one per produced token)."""
+        max_len = max_len or self.max_len
         src = np.array([src_ids], dtype=np.int64)
         memory, keys, state, src_keep = self.encoder.run(
             ["memory", "keys", "state", "src_keep"], {"src": src, "src_lengths": np.array([len(src_ids)], dtype=np.int64)})
@@ -195,7 +198,7 @@ class Translator:
             out.append(int(y[0]))
         return out, attention
 
-    def translate(self, sentence, max_len=50):
+    def translate(self, sentence, max_len=None):
         ids, _ = self.greedy(self.encode(sentence), max_len)
         skip = {self.special["pad"], self.special["bos"], self.special["eos"]}
         return self.join([self.tgt_tokens[i] for i in ids if i not in skip])
@@ -205,7 +208,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("folder", help="the output folder of `seqgrad export`")
     p.add_argument("sentence", nargs="*", help="text to translate (else one per line on stdin)")
-    p.add_argument("--max-len", type=int, default=50, help="longest output in tokens")
+    p.add_argument("--max-len", type=int, default=None,
+                   help="longest output in tokens (default: the export's max_output_tokens, as seqgrad translate)")
     p.add_argument("--threads", type=int, default=0, help="onnxruntime threads (default: its own choice)")
     a = p.parse_args()
     translator = Translator(a.folder, a.threads)

@@ -369,9 +369,17 @@ const nlohmann::json* value_at(const nlohmann::json& j, const std::string& key) 
   }
 }
 
+// " (did you mean K?)": the closest key, or the key whose flag the unknown key spells
+// ("lr_step_size" for --lr-step-size: step_size).
 std::string nearest_key(const std::string& key) {
   std::vector<std::string> keys;
-  for (const ConfigField& f : config_fields()) keys.push_back(f.key);
+  for (const ConfigField& f : config_fields()) {
+    std::string flag = f.flag;
+    std::replace(flag.begin(), flag.end(), '-', '_');
+    if (!flag.empty() && (key == flag || key == "model." + flag))
+      return fmt::format(" (did you mean {}? --{} sets it)", f.key, f.flag);
+    keys.push_back(f.key);
+  }
   return did_you_mean(key, keys);
 }
 

@@ -30,7 +30,8 @@ int main() {
   models::Trainer trainer(config, data.vocabs.src, data.vocabs.tgt);
   const std::string out = "runs/fit_example";
   std::filesystem::remove_all(out);
-  models::RunOptions options{.out_dir = out};
+  models::RunOptions options;
+  options.out_dir = out;
   options.callbacks.after_epoch = [](const models::EpochMetrics& m, const models::Evaluation&) {
     fmt::print("epoch {}: train loss {:.3f}, valid loss {:.3f}, sacreBLEU {:.2f}{}\n", m.epoch, m.train_loss,
                m.valid_loss, m.valid_sacrebleu, m.best ? " (best so far)" : "");

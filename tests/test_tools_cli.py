@@ -737,6 +737,13 @@ class Compare(Base):
         self.assertIn("scaled_dot (256 pairs)", section)
         self.assertEqual(section.count("<svg"), 2)
 
+    def test_print_config(self):
+        p = run("compare", "--preset", "d2l", "--epochs", "3", "--print-config", "--data-dir", DATA)
+        self.assertOk(p)
+        config = json.loads(p.stdout)
+        # compare's own settings over the preset: its epochs, word vocabularies, no early stopping
+        self.assertEqual((config["preset"], config["epochs"], config["vocab"], config["patience"]), ("d2l", 3, "word", 0))
+
     def test_bad_input(self):
         for args, pattern in [(["--attention", "cosine"], r"attention kind 'cosine'"),
                               (["--subsets", "0"], r"--subsets expects positive pair counts or 'all', got '0'"),

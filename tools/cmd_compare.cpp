@@ -339,6 +339,10 @@ int compare_main(int argc, char** argv) {
   SG_CHECK_USAGE(args.positionals().empty(), "unexpected argument '{}'", args.positionals()[0]);
   apply_threads_flag(args);
   TrainConfig config = base_config(args);
+  if (args.flag("print-config")) {  // the config every kind trains with (its attention kind aside)
+    fmt::print("{}\n", config.to_json().dump(2));
+    return 0;
+  }
   std::vector<AttentionKind> kinds;
   for (const std::string& k : split_list(args.get("attention")))
     kinds.push_back(checking_flags([&] { return models::parse_attention_kind(k); }));

@@ -184,8 +184,9 @@ TEST_CASE("trainer: a diverged step throws before the update and leaves the stat
 }
 
 TEST_CASE("trainer: a checkpoint's train state is checked field by field") {
-  models::TrainState s{.epoch = 2, .batch = 3, .step = 40, .best_bleu = 12.5, .epoch_loss_sum = 7.25,
-                       .epoch_tokens = 100, .epoch_skipped = 1, .rng_offset = 99};
+  models::TrainState s;
+  s.epoch = 2, s.batch = 3, s.step = 40, s.best_bleu = 12.5, s.epoch_loss_sum = 7.25;
+  s.epoch_tokens = 100, s.epoch_skipped = 1, s.rng_offset = 99;
   models::TrainState back = models::train_state_from_json(models::train_state_to_json(s), "ck.safetensors");
   CHECK(back.epoch == 2);
   CHECK(back.batch == 3);

@@ -83,6 +83,9 @@ TEST_CASE("beam_search: a hypothesis still open when beam_size have finished nev
   CHECK(best.attention.size() == 2);  // "a" and <eos>
   CHECK(best.attention[1].size() == 4);
   CHECK(best.log_prob == doctest::Approx(log_p(probs, kA) + log_p(probs, kEos)).epsilon(1e-6));
+  REQUIRE(best.token_log_probs.size() == 2);  // "a" and <eos>, each its own
+  CHECK(best.token_log_probs[0] == doctest::Approx(log_p(probs, kA)).epsilon(1e-6));
+  CHECK(best.token_log_probs[1] == doctest::Approx(log_p(probs, kEos)).epsilon(1e-6));
   CHECK(best.score == doctest::Approx(best.log_prob / 2).epsilon(1e-6));
   const Hypothesis& second = ranked[0][1];
   CHECK(second.tokens.empty());
@@ -144,6 +147,14 @@ TEST_CASE("beam_search with beam 1 is greedy decoding") {
     CHECK(beam[i][0].tokens == greedy[i].tokens);
     CHECK(beam[i][0].finished == greedy[i].finished);
     CHECK(beam[i][0].log_prob == doctest::Approx(greedy[i].log_prob).epsilon(1e-5));
+    REQUIRE(greedy[i].token_log_probs.size() == greedy[i].attention.size());  // one per produced token
+    REQUIRE(beam[i][0].token_log_probs.size() == greedy[i].token_log_probs.size());
+    double sum = 0;
+    for (size_t t = 0; t < greedy[i].token_log_probs.size(); ++t) {
+      CHECK(beam[i][0].token_log_probs[t] == doctest::Approx(greedy[i].token_log_probs[t]).epsilon(1e-5));
+      sum += greedy[i].token_log_probs[t];
+    }
+    CHECK(greedy[i].log_prob == doctest::Approx(sum).epsilon(1e-12));
   }
 }
 

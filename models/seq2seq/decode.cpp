@@ -57,7 +57,8 @@ struct SentenceBeams {
 };
 
 struct Candidate {
-  double log_prob;
+  double log_prob;        // the hypothesis's, with this token
+  double token_log_prob;  // this token's
   int64_t row, token;
 };
 
@@ -74,6 +75,7 @@ std::vector<int64_t> advance_sentence(SentenceBeams& beams, const std::vector<Ca
   for (const Candidate& c : candidates) {
     if (full(next.size()) || full(beams.finished.size())) break;
     Hypothesis h = row_owner[c.row]->hyp;
+    h.token_log_probs.push_back(c.token_log_prob);
     h.log_prob = c.log_prob;
     add_attention_row(h, weights, energies, c.row, src_len);
     if (c.token == options.eos_id) {
@@ -113,6 +115,7 @@ std::vector<Hypothesis> greedy_decode(Seq2Seq& model, const Tensor& src, const T
     for (int64_t b = 0; b < batch; ++b) {
       if (out[b].finished) continue;
       add_attention_row(out[b], weights, energies, b, src_len[b]);
+      out[b].token_log_probs.push_back(lp[b]);
       out[b].log_prob += lp[b];
       if (ids[b] == options.eos_id) out[b].finished = true;
       else out[b].tokens.push_back(ids[b]);
@@ -171,7 +174,7 @@ std::vector<std::vector<Hypothesis>> beam_search(Seq2Seq& model, const Tensor& s
       int64_t rows = static_cast<int64_t>(sentences[b].open.size());
       std::vector<Candidate> candidates;
       for (int64_t i = r; i < r + rows; ++i)
-        for (int64_t j = 0; j < k; ++j) candidates.push_back({row_hyp[i]->hyp.log_prob + lp[i * k + j], i, ids[i * k + j]});
+        for (int64_t j = 0; j < k; ++j) candidates.push_back({row_hyp[i]->hyp.log_prob + lp[i * k + j], lp[i * k + j], i, ids[i * k + j]});
       std::stable_sort(candidates.begin(), candidates.end(),
                        [](const Candidate& x, const Candidate& y) { return x.log_prob > y.log_prob; });
       r += rows;

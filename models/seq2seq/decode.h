@@ -11,7 +11,8 @@ struct Hypothesis {
   std::vector<int64_t> tokens;                 // target ids without <bos>, ending before <eos>
   std::vector<std::vector<float>> attention;   // one row (source length) per token, incl. <eos> if finished
   std::vector<std::vector<float>> energies;    // the same rows before the softmax (hybrid: the additive half's)
-  double log_prob = 0;                         // sum of token log-probabilities, incl. <eos> if finished
+  std::vector<double> token_log_probs;         // each produced token's log-probability, incl. <eos> if finished
+  double log_prob = 0;                         // their sum
   double score = 0;                            // log_prob / length^length_penalty (beam search)
   bool finished = true;                        // ended with <eos>; false when cut at max_len
 };

@@ -74,11 +74,13 @@ TEST_CASE("hard_alignment: a reversal of n tokens aligns source i with output n 
 }
 
 TEST_CASE("hard_alignment: the <eos> row and column are left out, ties go to the first source token") {
-  // Output 0 looks most at the source's <eos> (0.5), then at b (0.3): aligned to b. Output 1 ties
-  // a and b (0.4 each): aligned to a. The <eos> row gets no pair.
-  AttentionMatrix m = attention_matrix({"a", "b"}, {"x", "y"},
-                                       with_attention({{0.2f, 0.3f, 0.5f}, {0.4f, 0.4f, 0.2f}, {0.1f, 0.1f, 0.8f}}));
-  CHECK(pharaoh(hard_alignment(m)) == "0-1 1-0");
+  // Output 0 looks most at the source's <eos> (0.5), then at c (0.3): aligned to c. Output 1 ties
+  // a and b (0.4 each): aligned to a. The <eos> row gets no pair. Pairs are source-target: 2-0, 0-1.
+  AttentionMatrix m = attention_matrix({"a", "b", "c"}, {"x", "y"},
+                                       with_attention({{0.1f, 0.1f, 0.3f, 0.5f}, {0.4f, 0.4f, 0.1f, 0.1f},
+                                                       {0.1f, 0.1f, 0.1f, 0.7f}}));
+  CHECK(hard_alignment(m) == std::vector<AlignmentPoint>{{.src = 0, .tgt = 1}, {.src = 2, .tgt = 0}});
+  CHECK(pharaoh(hard_alignment(m)) == "0-1 2-0");
   // an unfinished hypothesis: its last row is a token and is aligned
   AttentionMatrix cut = attention_matrix({"a", "b"}, {"x"}, with_attention({{0.1f, 0.8f, 0.1f}}, false));
   CHECK(pharaoh(hard_alignment(cut)) == "1-0");

@@ -22,7 +22,7 @@ using models::evaluate;
 enum class HeatmapLabels { tokens, words };
 
 // The test split decoded and scored: sacreBLEU (13a, cased), chrF and tokenised lower-cased BLEU.
-Evaluation evaluate_test(models::Seq2Seq& model, const text::Vocab& src_vocab, const text::Vocab& tgt_vocab,
+Evaluation evaluate_test(const models::Ensemble& models, const text::Vocab& src_vocab, const text::Vocab& tgt_vocab,
                          const models::Corpora& data, const models::TrainConfig& config,
                          const models::DecodeOptions& decoding);
 // The test line, the metrics' signatures and five sample translations on stdout.
@@ -52,10 +52,14 @@ void write_attention_heatmap(const std::string& path_stem, const std::vector<std
                              const std::vector<std::string>& tgt_tokens, const models::Hypothesis& hyp,
                              const std::string& title, HeatmapLabels labels = HeatmapLabels::tokens);
 
-// --beam, --length-penalty and --max-len, for every command that decodes (train's test report,
-// translate, eval, attention), and the DecodeOptions they give over the checkpoint's defaults
-// (models::decode_options: at most 2 x its max_tokens + 10 tokens, as validation decodes).
+// --beam, --length-penalty, --length-penalty-type, --coverage-penalty, --min-len and --max-len,
+// for every command that decodes (train's test report, translate, eval, attention), and the
+// DecodeOptions they give over the checkpoint's defaults (models::decode_options: at most 2 x its
+// max_tokens + 10 tokens, as validation decodes), with --nbest and the sampling flags where the
+// command declares them.
 void add_decode_options(Args& args);
+// --sample, --temperature and --seed (translate, eval, attention; train's --seed seeds the run).
+void add_sampling_options(Args& args);
 models::DecodeOptions decode_options(const Args& args, const models::TrainConfig& config);
 // Their usage errors, before anything loads (a command's flags are checked before its checkpoint).
 void check_decode_flags(const Args& args);

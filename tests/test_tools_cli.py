@@ -534,31 +534,33 @@ class SearchOptions(Base):
                             r"\d+ tokens", status=2)
 
     def test_eval_score(self):
-        # scoring the model's own greedy translations gives the log-probabilities translate reports
-        sources = ["ein mann fährt fahrrad .", "zwei hunde spielen im schnee .", "eine frau liest ."]
-        p = self.translate("--json", *sources)
-        self.assertOk(p)
-        outputs = [json.loads(line)["nbest"][0] for line in p.stdout.splitlines()]
-        src, hyp = self.out("score.de"), self.out("score.en")
-        for path, lines in [(src, sources), (hyp, [o["translation"] for o in outputs])]:
+        # forced decoding of the references: per-token log-probabilities, <eos> included, whose total
+        # gives the perplexity that eval's teacher-forced loss gives (no sentence is truncated)
+        src, tgt = self.out("score.de"), self.out("score.en")
+        for path, lines in [(src, ["ein mann fährt fahrrad .", "zwei hunde spielen im schnee .", "eine frau liest ."]),
+                            (tgt, ["a man rides a bike .", "two dogs play in the snow .", "a woman reads ."])]:
             with open(path, "w", encoding="utf-8") as f:
                 f.write("".join(l + "\n" for l in lines))
-        p = run("eval", "--checkpoint", self.ckpt, "--threads", "1", "--score", "--json", "--test", src, hyp)
+        p = run("eval", "--checkpoint", self.ckpt, "--threads", "1", "--score", "--json", "--test", src, tgt)
         self.assertOk(p)
         scored = [json.loads(line) for line in p.stdout.splitlines()]
-        self.assertEqual([s["line"] for s in scored], [1, 2, 3])
-        for o, s in zip(outputs, scored):
-            self.assertEqual(len(s["token_log_probs"]), len(s["tokens"]) + 1)  # <eos> included
+        self.assertEqual([(s["line"], len(s["tokens"]), len(s["token_log_probs"])) for s in scored],
+                         [(1, 6, 7), (2, 7, 8), (3, 4, 5)])
+        for s in scored:
             self.assertAlmostEqual(sum(s["token_log_probs"]), s["log_prob"], places=6)
-            if o["finished"] and s["tokens"] == o["tokens"]:
-                self.assertAlmostEqual(s["log_prob"], o["log_prob"], places=3)
-        p = run("eval", "--checkpoint", self.ckpt, "--threads", "1", "--score", "--quiet", "--test", src, hyp)
+            self.assertLess(s["log_prob"], 0)
+        p = run("eval", "--checkpoint", self.ckpt, "--threads", "1", "--score", "--quiet", "--test", src, tgt)
         self.assertOk(p)
         lines = p.stdout.splitlines()
         self.assertEqual(len(lines), 4)
-        self.assertRegex(lines[0], r"^1\t-[\d.]+\t-[\d.]+\t" + re.escape(outputs[0]["translation"]) + "$")
-        self.assertRegex(lines[3], r"^scored 3 pairs: log-probability -[\d.]+ over \d+ tokens \(<eos> included\), "
-                                   r"ppl [\d.]+$")
+        self.assertRegex(lines[0], r"^1\t-[\d.]+\t-[\d.]+\ta man rides a bike \.$")
+        total = re.fullmatch(r"scored 3 pairs: log-probability (-[\d.]+) over 20 tokens \(<eos> included\), "
+                             r"ppl ([\d.]+)", lines[3])
+        self.assertTrue(total, lines[3])
+        self.assertAlmostEqual(float(total.group(1)), sum(s["log_prob"] for s in scored), places=2)
+        teacher_forced = json.loads(run("eval", "--checkpoint", self.ckpt, "--threads", "1", "--json", "--test", src,
+                                        tgt).stdout)
+        self.assertAlmostEqual(float(total.group(2)), teacher_forced["ppl"], delta=0.01 + 1e-4 * teacher_forced["ppl"])
 
 
 # ---- resume and interruption --------------------------------------------------------------------

@@ -19,6 +19,7 @@ How the tests force the rare events:
     GradScaler at a scale so large that the first steps' fp16 GEMM operands overflow.
 """
 import json
+import math
 import os
 import re
 import select
@@ -1000,6 +1001,154 @@ class AttentionReport(Base):
             self.assertIn("zyxwvutsrq (&lt;unk&gt;)", html)  # a source word the model saw as <unk>
 
 
+# ---- translate: alignments and the JSON attention object (docs/outputs.md) ---------------------
+
+REVERSAL_WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliet".split()
+
+
+def reversal_sentences(seed, count):
+    """count sentences of 3 to 6 words drawn from REVERSAL_WORDS."""
+    import random
+    r = random.Random(seed)
+    return [" ".join(r.choice(REVERSAL_WORDS) for _ in range(r.randint(3, 6))) for _ in range(count)]
+
+
+def reversal_checkpoint():
+    """A model trained to reverse sentences of 3 to 6 words (a few seconds): output t copies source
+    word n - 1 - t, so its attention is anti-diagonal and its hard alignment is {i-(n-1-i)}."""
+    if not hasattr(reversal_checkpoint, "path"):
+        d = os.path.join(Base.tmp, "reversal")
+        os.makedirs(d, exist_ok=True)
+        for split, seed, count in [("train", 0, 3000), ("valid", 1, 100)]:
+            with open(os.path.join(d, split + ".tsv"), "w") as f:
+                f.writelines(f"{s}\t{' '.join(reversed(s.split()))}\n" for s in reversal_sentences(seed, count))
+        p = run("train", "--preset", "default", "--vocab", "word", "--min-freq", "1", "--embed", "32", "--hidden", "32",
+                "--batch-size", "32", "--threads", "1", "--quiet", "--epochs", "6", "--dropout", "0",
+                "--label-smoothing", "0", "--lr", "0.01", "--lr-step-size", "100", "--src", "src", "--tgt", "tgt",
+                "--train-tsv", os.path.join(d, "train.tsv"), "--valid-tsv", os.path.join(d, "valid.tsv"),
+                "--out", os.path.join(d, "run"), timeout=600)
+        if p.returncode != 0:
+            raise AssertionError(f"reversal training failed:\n{p.stdout}\n{p.stderr}")
+        reversal_checkpoint.path = os.path.join(d, "run", "best.safetensors")
+    return reversal_checkpoint.path
+
+
+def entropy(row):
+    return -sum(w * math.log(w) for w in row if w > 0)
+
+
+def diagonal_distance(weights, finished=True):
+    """docs/outputs.md's definition: the mean over output units t (no <eos> row) of |sum_s w_ts p_s - q_t|,
+    w_t renormalised over the source units (no <eos> column), p_s = (s + 1/2)/S, q_t = (t + 1/2)/T."""
+    rows = [row[:-1] for row in (weights[:-1] if finished else weights)]
+    S, T = len(rows[0]), len(rows)
+    distances = [abs(sum(w * (s + 0.5) / S for s, w in enumerate(row)) / sum(row) - (t + 0.5) / T)
+                 for t, row in enumerate(rows) if sum(row) > 0]
+    return sum(distances) / len(distances)
+
+
+class TranslateAlignment(Base):
+    def translate(self, ckpt, *args, stdin=None):
+        return run("translate", "--checkpoint", ckpt, "--threads", "1", *args, stdin=stdin)
+
+    def test_the_hard_alignment_of_a_reversal_is_the_anti_diagonal(self):
+        sentences = reversal_sentences(2, 12)  # not the training sentences
+        p = self.translate(reversal_checkpoint(), "--alignment", "hard", stdin="\n".join(sentences) + "\n")
+        self.assertOk(p)
+        lines = p.stdout.splitlines()
+        self.assertEqual(len(lines), len(sentences))
+        right = 0
+        for source, line in zip(sentences, lines):
+            translation, alignment = line.split(" ||| ")
+            n = len(source.split())
+            right += translation == " ".join(reversed(source.split())) and \
+                alignment == " ".join(f"{i}-{n - 1 - i}" for i in range(n))
+        self.assertGreaterEqual(right, 11, p.stdout)
+
+    def test_json_attention_of_a_reversal(self):
+        sentences = reversal_sentences(3, 4)
+        p = self.translate(reversal_checkpoint(), "--json", "--alignment", "soft", *sentences)
+        self.assertOk(p)
+        for source, line in zip(sentences, p.stdout.splitlines()):
+            j = json.loads(line)
+            words = source.split()
+            n = len(words)
+            self.assertEqual(j["src_tokens"], words)
+            self.assertEqual(j["tgt_tokens"], words[::-1])
+            self.assertTrue(j["finished"])
+            self.assertEqual(len(j["token_log_probs"]), n + 1)  # the words and <eos>
+            self.assertAlmostEqual(sum(j["token_log_probs"]), j["log_prob"], places=4)
+            self.assertEqual(j["nbest"][0]["token_log_probs"], j["token_log_probs"])
+            att = j["attention"]
+            self.assertEqual(att["level"], "tokens")
+            self.assertEqual(att["src"], words + ["<eos>"])
+            self.assertEqual(att["tgt"], words[::-1] + ["<eos>"])
+            weights = att["weights"]
+            self.assertEqual([len(row) for row in weights], [n + 1] * (n + 1))
+            for row in weights:
+                self.assertAlmostEqual(sum(row), 1, places=4)
+            # the diagnostics, recomputed here from the weights
+            for got, row in zip(att["entropy"], weights):
+                self.assertAlmostEqual(got, entropy(row), places=5)
+            self.assertAlmostEqual(att["mean_entropy"], sum(att["entropy"]) / (n + 1), places=6)
+            for s in range(n + 1):
+                self.assertAlmostEqual(att["coverage"][s], sum(row[s] for row in weights), places=5)
+            self.assertAlmostEqual(att["diagonal_distance"], diagonal_distance(weights), places=5)
+            # near a reversal's exact distance, the mean of |n - 1 - 2t|/n
+            self.assertAlmostEqual(att["diagonal_distance"], sum(abs(n - 1 - 2 * t) for t in range(n)) / n / n,
+                                   delta=0.05)
+            self.assertNotIn("alignment", att)
+
+    def test_text_and_json_alignments_agree(self):
+        ckpt = os.path.join(trained_checkpoint(), "best.safetensors")
+        sentences = ["ein mann fährt fahrrad .", "zwei hunde spielen im schnee .", "eine frau ."]
+        hard = self.translate(ckpt, "--alignment", "hard", "--max-len", "8", *sentences)
+        soft = self.translate(ckpt, "--alignment", "soft", "--max-len", "8", *sentences)
+        both = self.translate(ckpt, "--json", "--alignment", "soft", "--max-len", "8", *sentences)
+        pairs = self.translate(ckpt, "--json", "--alignment", "hard", "--max-len", "8", *sentences)
+        for p in (hard, soft, both, pairs):
+            self.assertOk(p)
+        for h, s, line, pline in zip(hard.stdout.splitlines(), soft.stdout.splitlines(), both.stdout.splitlines(),
+                                     pairs.stdout.splitlines()):
+            j, att = json.loads(line), json.loads(line)["attention"]
+            translation, alignment = h.split(" ||| ")
+            self.assertEqual(translation, j["translation"])
+            # hard: each output token (no <eos> row) with the source token it weighs most (no <eos> column),
+            # source-target pairs sorted by source
+            rows = att["weights"][:-1] if j["finished"] else att["weights"]
+            expected = sorted((max(range(len(row) - 1), key=lambda c: (row[c], -c)), t) for t, row in enumerate(rows))
+            self.assertEqual(alignment, " ".join(f"{a}-{b}" for a, b in expected))
+            self.assertEqual(json.loads(pline)["attention"]["alignment"], [list(pair) for pair in expected])
+            # soft: every row of weights, "," within a row, " " between rows
+            soft_rows = [[float(w) for w in group.split(",")] for group in s.split(" ||| ")[1].split(" ")]
+            self.assertEqual(len(soft_rows), len(att["weights"]))
+            for got, row in zip(soft_rows, att["weights"]):
+                self.assertEqual(got, [round(w, 4) for w in row])
+        # n-best lines each carry their own alignment
+        p = self.translate(ckpt, "--beam", "3", "--nbest", "2", "--alignment", "hard", "--max-len", "5", "eine frau .")
+        self.assertOk(p)
+        self.assertEqual([re.fullmatch(r"1\t-[\d.]+\t.* \|\|\| (\d+-\d+ ?)*", l) is not None
+                          for l in p.stdout.splitlines()], [True, True], p.stdout)
+        # --merge-pieces: words (a word vocabulary's tokens are words already)
+        p = self.translate(ckpt, "--json", "--merge-pieces", "--alignment", "hard", "eine frau .")
+        self.assertOk(p)
+        j = json.loads(p.stdout)
+        self.assertEqual(j["attention"]["level"], "words")
+        self.assertEqual(j["attention"]["src"], ["eine", "frau", ".", "<eos>"])
+
+    def test_bad_alignment_values(self):
+        ckpt = os.path.join(trained_checkpoint(), "best.safetensors")
+        for value in ["bogus", "HARD", "0.5"]:
+            with self.subTest(value=value):
+                self.assertFails(self.translate(ckpt, "--alignment", value, "ein mann ."),
+                                 rf"--alignment expects hard or soft, got '{re.escape(value)}'", status=2)
+        self.assertFails(self.translate(ckpt, "--alignment", "", "ein mann ."), r"--alignment needs a value", status=2)
+        self.assertFails(self.translate(ckpt, "ein mann .", "--alignment"), r"--alignment needs a value", status=2)
+        # refused before the checkpoint loads
+        self.assertFails(run("translate", "--checkpoint", self.out("nope.safetensors"), "--alignment", "x", "a"),
+                         r"--alignment expects hard or soft", status=2)
+
+
 # ---- inspect and eval away from the training folder -----------------------------------------
 
 class Inspect(Base):
@@ -1100,6 +1249,35 @@ class Subword(Base):
             # pieces: "▁Ein" labels; merged: "Ein" and the title says so
             self.assertEqual("pieces merged into words" in svg, bool(merge))
             self.assertEqual("\u2581Ein" in svg, not merge)
+
+    def test_word_level_attention(self):
+        # translate --merge-pieces: the word matrix is the piece matrix with each word's source columns summed
+        # and its output rows averaged; a word starts at a piece beginning with "▁", <eos> is a word of its own
+        ckpt = os.path.join(self.trained(), "best.safetensors")
+        args = ["translate", "--checkpoint", ckpt, "--threads", "1", "--json", "--alignment", "soft", "--max-len", "8",
+                "Ein Hund läuft im Schnee."]
+        pieces, words = (json.loads(run(*args, *merge).stdout)["attention"] for merge in ([], ["--merge-pieces"]))
+
+        def word_of(labels):
+            subword, index, previous_special = any(l.startswith("\u2581") for l in labels), [], False
+            for label in labels:
+                special = len(label) > 2 and label[0] == "<" and label[-1] == ">"
+                starts = not index or label.startswith("\u2581") or special or previous_special or not subword
+                index.append(index[-1] + starts if index else 0)
+                previous_special = special
+            return index
+
+        cols, rows = word_of(pieces["src"]), word_of(pieces["tgt"])
+        self.assertEqual(words["level"], "words")
+        self.assertEqual(len(words["src"]), cols[-1] + 1)
+        self.assertNotIn("\u2581", "".join(words["src"]))
+        expected = [[0.0] * len(words["src"]) for _ in words["tgt"]]
+        for r, row in enumerate(pieces["weights"]):
+            for c, w in enumerate(row):
+                expected[rows[r]][cols[c]] += w / rows.count(rows[r])
+        for got, want in zip(words["weights"], expected):
+            for a, b in zip(got, want):
+                self.assertAlmostEqual(a, b, places=5)
 
     def test_a_vocabulary_larger_than_the_text_is_refused_before_training(self):
         p = run("train", "--preset", "default", "--vocab", "unigram:8000", "--subset", "64", "--threads", "1",

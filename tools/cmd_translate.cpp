@@ -129,67 +129,6 @@ class LineReader {
   bool eof_ = false;
 };
 
-// One input sentence: its tokens and hypotheses (best first), or why it could not be translated.
-struct Translation {
-  std::vector<std::string> src_tokens;
-  std::vector<models::Hypothesis> hyps;
-  std::vector<std::vector<std::string>> out_tokens;  // per hypothesis
-  bool truncated = false;
-  std::string error;  // not empty: nothing was translated
-};
-
-// Tokenizes and encodes the sentences, then decodes the good ones as one batch.
-// Source sentences are cut to `max_tokens` tokens (0: not at all).
-std::vector<Translation> translate_batch(Loaded& l, const std::vector<std::string>& sentences,
-                                         const models::DecodeOptions& options, int64_t max_tokens,
-                                         Generator& sampling) {
-  const models::CheckpointInfo& info = l.checkpoint.info;
-  std::vector<Translation> out(sentences.size());
-  std::vector<std::vector<int64_t>> ids;
-  std::vector<size_t> which;  // the sentence of each encoded row
-  for (size_t i = 0; i < sentences.size(); ++i) {
-    Translation& t = out[i];
-    try {
-      t.src_tokens = info.src_vocab.tokenize(sentences[i]);
-    } catch (const Error& e) {
-      t.error = e.what();
-      continue;
-    }
-    if (t.src_tokens.empty()) {
-      t.error = "empty (nothing to translate)";
-      continue;
-    }
-    t.truncated = max_tokens > 0 && static_cast<int64_t>(t.src_tokens.size()) > max_tokens;
-    if (t.truncated) t.src_tokens.resize(max_tokens);
-    ids.push_back(models::encode_sentence(info.src_vocab, t.src_tokens, 0));
-    which.push_back(i);
-  }
-  if (ids.empty()) return out;
-  int64_t longest = 0;
-  for (const auto& row : ids) longest = std::max<int64_t>(longest, static_cast<int64_t>(row.size()));
-  std::vector<int64_t> flat, lengths;
-  for (const auto& row : ids) {
-    flat.insert(flat.end(), row.begin(), row.end());
-    flat.insert(flat.end(), longest - static_cast<int64_t>(row.size()), text::Vocab::kPad);
-    lengths.push_back(static_cast<int64_t>(row.size()));
-  }
-  auto rows = static_cast<int64_t>(ids.size());
-  Tensor src = from_vector(flat, {rows, longest}, {.dtype = DType::i64});
-  Tensor len = from_vector(lengths, {rows}, {.dtype = DType::i64});
-  std::vector<std::vector<models::Hypothesis>> ranked;
-  if (options.beam_size > 1) {
-    ranked = models::beam_search(l.ensemble(), src, len, options);
-  } else {
-    for (models::Hypothesis& h : models::decode(l.ensemble(), src, len, options, &sampling)) ranked.push_back({std::move(h)});
-  }
-  for (size_t r = 0; r < which.size(); ++r) {
-    Translation& t = out[which[r]];
-    t.hyps = std::move(ranked[r]);
-    for (const models::Hypothesis& h : t.hyps) t.out_tokens.push_back(info.tgt_vocab.decode(h.tokens));
-  }
-  return out;
-}
-
 void common_options(Args& a) {
   a.list_option("checkpoint", "file", "checkpoint to load; several (each ending in .safetensors) decode as an "
                 "ensemble that averages their probabilities (the same vocabularies; heatmaps show the first's attention)",
@@ -197,8 +136,8 @@ void common_options(Args& a) {
   add_decode_options(a);
   add_sampling_options(a);
   a.option("threads", "n", fmt::format("threads, at most {} (default: all cores)", max_threads()))
-      .option("merge-pieces", "", "heatmaps: label rows and columns with words, a subword model's pieces merged "
-              "(source columns summed, output rows averaged; energies stay per piece)")
+      .option("merge-pieces", "", "heatmaps (and translate's --alignment and --json attention): words, a subword "
+              "model's pieces merged (source columns summed, output rows averaged; energies stay per piece)")
       .option("allow-missing-checksum", "", "load a checkpoint that has no checksum (written before seqgrad stored "
               "one), unverified")
       .option("memory-stats", "", "print on stderr the memory the model's weights hold: the peak resident size while "
@@ -273,36 +212,19 @@ std::string energies_explanation(const models::Seq2SeqConfig& m) {
 }
 
 // Prints one input's result: its translation (an empty line when it failed), or with --nbest its
-// hypotheses as "<input number>\t<score>\t<translation>" lines.
-void print_translation(const Translation& t, const text::Vocab& tgt_vocab, size_t number, int64_t nbest) {
+// hypotheses as "<input number>\t<score>\t<translation>" lines; with --alignment each translation
+// is followed by " ||| " and its alignment (docs/outputs.md).
+void print_translation(const Translation& t, const text::Vocab& tgt_vocab, size_t number, int64_t nbest,
+                       AlignmentOutput alignment, HeatmapLabels labels) {
+  auto text = [&](size_t n) {
+    std::string line = tgt_vocab.detokenize(t.out_tokens[n]);
+    return alignment == AlignmentOutput::none ? line : line + " ||| " + alignment_text(t, n, alignment, labels);
+  };
   if (nbest <= 1) {
-    fmt::print("{}\n", t.error.empty() ? tgt_vocab.detokenize(t.out_tokens[0]) : "");
+    fmt::print("{}\n", t.error.empty() ? text(0) : "");
     return;
   }
-  for (size_t n = 0; n < t.hyps.size(); ++n)
-    fmt::print("{}\t{:.4f}\t{}\n", number, t.hyps[n].score, tgt_vocab.detokenize(t.out_tokens[n]));
-}
-
-// The same as one JSON line (--json): the input's number and text, the best translation with its
-// score and log-probability, and with --nbest every hypothesis; an input that failed has its error.
-void print_translation_json(const Translation& t, const std::string& source, const text::Vocab& tgt_vocab,
-                            size_t number) {
-  nlohmann::json j{{"line", number}, {"src", source}};
-  if (!t.error.empty()) {
-    j["error"] = t.error;
-  } else {
-    nlohmann::json nbest = nlohmann::json::array();
-    for (size_t n = 0; n < t.hyps.size(); ++n)
-      nbest.push_back({{"translation", tgt_vocab.detokenize(t.out_tokens[n])}, {"tokens", t.out_tokens[n]},
-                       {"score", t.hyps[n].score}, {"log_prob", t.hyps[n].log_prob},
-                       {"finished", t.hyps[n].finished}});
-    j["translation"] = nbest[0]["translation"];
-    j["score"] = nbest[0]["score"];
-    j["truncated"] = t.truncated;
-    j["src_tokens"] = t.src_tokens;
-    j["nbest"] = std::move(nbest);
-  }
-  fmt::print("{}\n", j.dump());
+  for (size_t n = 0; n < t.hyps.size(); ++n) fmt::print("{}\t{:.4f}\t{}\n", number, t.hyps[n].score, text(n));
 }
 
 }  // namespace
@@ -340,17 +262,26 @@ int translate_main(int argc, char** argv) {
                       "length are truncated with a warning. A line that cannot be translated (empty, not UTF-8)\n"
                       "gives an error naming it on stderr and an empty output line; the others go on, and the exit\n"
                       "status is 1. With --nbest N each sentence gives N lines: number<TAB>score<TAB>translation.\n"
-                      "With --json each input gives one JSON line (docs/cli.md, JSON output).");
+                      "With --alignment each translation is followed by \" ||| \" and its alignment to the source.\n"
+                      "With --json each input gives one JSON line. docs/outputs.md describes both.");
   common_options(a);
   a.option("nbest", "n", "print the n best hypotheses of the beam with their scores (needs --beam >= n)")
       .option("out", "dir", "also write each sentence's attention heatmap (PNG and SVG) into dir")
       .deprecated_alias("heatmaps", "out")
       .option("truncate", "n", "cut each source sentence to n tokens (default: twice the checkpoint's truncation)")
-      .option("json", "", "one JSON line per input: translation, score, log-probability, tokens, n-best")
+      .option("json", "", "one JSON line per input: translation, score, log-probabilities, tokens, n-best, attention "
+              "diagnostics (docs/outputs.md)")
+      .option("alignment", "kind", "hard: append \" ||| \" and src-tgt index pairs (Pharaoh, 0-based), each output "
+              "token to the source token it attends to most; soft: the attention rows (Marian's formats); with --json, "
+              "attention.alignment or attention.weights")
       .positional("sentence", "text to translate (else one per line on stdin)");
   if (!a.parse(argc, argv)) return 0;
   apply_threads(a);
   check_decode_flags(a);
+  const AlignmentOutput alignment = a.has("alignment") ? parse_alignment_output(a.get("alignment")) : AlignmentOutput::none;
+  const TranslationJsonOptions json_options{.labels = heatmap_labels(a),
+                                            .hard_alignment = alignment == AlignmentOutput::hard,
+                                            .weights = alignment == AlignmentOutput::soft};
   Loaded l = load_model(a);
   models::DecodeOptions options = decode_options(a, l.checkpoint.info.config);
   const int64_t truncate = a.has("truncate") ? a.get_int("truncate", 1) : 2 * l.checkpoint.info.config.max_tokens;
@@ -365,7 +296,8 @@ int translate_main(int argc, char** argv) {
   for (;;) {
     std::vector<std::string> sentences = from_stdin ? reader.next_batch(kMaxBatch) : a.positionals();
     if (sentences.empty()) break;
-    std::vector<Translation> done = translate_batch(l, sentences, options, truncate, sampling);
+    std::vector<Translation> done =
+        translate_batch(l.ensemble(), l.checkpoint.info, sentences, options, truncate, &sampling);
     for (size_t i = 0; i < done.size(); ++i) {
       const Translation& t = done[i];
       std::string where = fmt::format("{} {}", unit, ++number);
@@ -380,8 +312,13 @@ int translate_main(int argc, char** argv) {
                                   marked_unknown(t.src_tokens, l.checkpoint.info.src_vocab), t.out_tokens[0], t.hyps[0],
                                   sentences[i], heatmap_labels(a));
       }
-      if (a.flag("json")) print_translation_json(t, sentences[i], l.checkpoint.info.tgt_vocab, number);
-      else print_translation(t, l.checkpoint.info.tgt_vocab, number, options.nbest);
+      if (a.flag("json")) {
+        nlohmann::json j = translation_json(t, sentences[i], l.checkpoint.info.tgt_vocab, json_options);
+        j["line"] = number;
+        fmt::print("{}\n", j.dump());
+      } else {
+        print_translation(t, l.checkpoint.info.tgt_vocab, number, options.nbest, alignment, heatmap_labels(a));
+      }
     }
     std::fflush(stdout);
     if (!from_stdin) break;
@@ -531,8 +468,8 @@ int attention_main(int argc, char** argv) {
   }
   SG_CHECK_VALUE(!sentences.empty(), "attention: no input sentences");
   Generator sampling(options.sampling ? options.sampling->seed : 0);
-  std::vector<Translation> done =
-      translate_batch(l, sentences, options, 2 * l.checkpoint.info.config.max_tokens, sampling);
+  std::vector<Translation> done = translate_batch(l.ensemble(), l.checkpoint.info, sentences, options,
+                                                  2 * l.checkpoint.info.config.max_tokens, &sampling);
   std::vector<plot::ReportSection> sections;
   for (size_t i = 0; i < sentences.size(); ++i) {
     const Translation& t = done[i];

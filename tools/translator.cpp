@@ -1,5 +1,6 @@
 #include "tools/translator.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -9,7 +10,6 @@
 #include <fmt/core.h>
 
 #include "models/text/bleu.h"
-#include "models/text/subword.h"
 #include "models/text/chrf.h"
 #include "models/text/tokenizer.h"
 #include "tools/plot/plot.h"
@@ -59,24 +59,137 @@ std::vector<std::string> marked_unknown(const std::vector<std::string>& src_toke
 }
 
 plot::Heatmap merged_into_words(const plot::Heatmap& pieces) {
-  const text::MergedPieces cols = text::merge_pieces(pieces.col_labels);
-  const text::MergedPieces rows = text::merge_pieces(pieces.row_labels);
-  plot::Heatmap words = pieces;
-  words.cols = static_cast<int>(cols.words.size());
-  words.rows = static_cast<int>(rows.words.size());
-  words.col_labels = cols.words;
-  words.row_labels = rows.words;
-  words.title = pieces.title + " (pieces merged into words)";
-  std::vector<int> pieces_per_row(rows.words.size(), 0);
-  for (int64_t word : rows.word_of_piece) ++pieces_per_row[word];
-  words.values.assign(static_cast<size_t>(words.rows) * words.cols, 0.0f);
-  for (int r = 0; r < pieces.rows; ++r) {
-    const int64_t row = rows.word_of_piece[r];
-    for (int c = 0; c < pieces.cols; ++c)  // sum over the word's columns, mean over its rows
-      words.values[row * words.cols + cols.word_of_piece[c]] +=
-          pieces.values[static_cast<size_t>(r) * pieces.cols + c] / static_cast<float>(pieces_per_row[row]);
+  models::AttentionMatrix words = models::merged_into_words(
+      {.src = pieces.col_labels, .tgt = pieces.row_labels, .weights = pieces.values});
+  plot::Heatmap merged = pieces;
+  merged.cols = static_cast<int>(words.src.size());
+  merged.rows = static_cast<int>(words.tgt.size());
+  merged.col_labels = std::move(words.src);
+  merged.row_labels = std::move(words.tgt);
+  merged.values = std::move(words.weights);
+  merged.title = pieces.title + " (pieces merged into words)";
+  return merged;
+}
+
+std::vector<Translation> translate_batch(const models::Ensemble& models, const models::CheckpointInfo& info,
+                                         const std::vector<std::string>& sentences,
+                                         const models::DecodeOptions& options, int64_t max_tokens,
+                                         Generator* sampling) {
+  std::vector<Translation> out(sentences.size());
+  std::vector<std::vector<int64_t>> ids;
+  std::vector<size_t> which;  // the sentence of each encoded row
+  for (size_t i = 0; i < sentences.size(); ++i) {
+    Translation& t = out[i];
+    try {
+      t.src_tokens = info.src_vocab.tokenize(sentences[i]);
+    } catch (const Error& e) {
+      t.error = e.what();
+      continue;
+    }
+    if (t.src_tokens.empty()) {
+      t.error = "empty (nothing to translate)";
+      continue;
+    }
+    t.truncated = max_tokens > 0 && static_cast<int64_t>(t.src_tokens.size()) > max_tokens;
+    if (t.truncated) t.src_tokens.resize(max_tokens);
+    ids.push_back(models::encode_sentence(info.src_vocab, t.src_tokens, 0));
+    which.push_back(i);
   }
-  return words;
+  if (ids.empty()) return out;
+  int64_t longest = 0;
+  for (const auto& row : ids) longest = std::max<int64_t>(longest, static_cast<int64_t>(row.size()));
+  std::vector<int64_t> flat, lengths;
+  for (const auto& row : ids) {
+    flat.insert(flat.end(), row.begin(), row.end());
+    flat.insert(flat.end(), longest - static_cast<int64_t>(row.size()), text::Vocab::kPad);
+    lengths.push_back(static_cast<int64_t>(row.size()));
+  }
+  auto rows = static_cast<int64_t>(ids.size());
+  Tensor src = from_vector(flat, {rows, longest}, {.dtype = DType::i64});
+  Tensor len = from_vector(lengths, {rows}, {.dtype = DType::i64});
+  std::vector<std::vector<models::Hypothesis>> ranked;
+  if (options.beam_size > 1) {
+    ranked = models::beam_search(models, src, len, options);
+  } else {
+    for (models::Hypothesis& h : models::decode(models, src, len, options, sampling)) ranked.push_back({std::move(h)});
+  }
+  for (size_t r = 0; r < which.size(); ++r) {
+    Translation& t = out[which[r]];
+    t.hyps = std::move(ranked[r]);
+    for (const models::Hypothesis& h : t.hyps) t.out_tokens.push_back(info.tgt_vocab.decode(h.tokens));
+  }
+  return out;
+}
+
+AlignmentOutput parse_alignment_output(const std::string& value) {
+  if (value == "hard") return AlignmentOutput::hard;
+  if (value == "soft") return AlignmentOutput::soft;
+  throw UsageError(fmt::format("--alignment expects hard or soft, got '{}'", value));
+}
+
+namespace {
+
+// Hypothesis n's attention with its axes, in tokens or in words.
+models::AttentionMatrix attention_of(const Translation& t, size_t n, HeatmapLabels labels) {
+  models::AttentionMatrix m = models::attention_matrix(t.src_tokens, t.out_tokens[n], t.hyps[n]);
+  return labels == HeatmapLabels::words ? models::merged_into_words(m) : m;
+}
+
+// One hypothesis: its text, tokens and scores. A field that decoding adds per token (as
+// token_log_probs: one entry per produced token, <eos> included when finished) belongs here.
+nlohmann::json hypothesis_json(const Translation& t, size_t n, const text::Vocab& tgt_vocab) {
+  const models::Hypothesis& h = t.hyps[n];
+  return {{"translation", tgt_vocab.detokenize(t.out_tokens[n])}, {"tokens", t.out_tokens[n]},
+          {"score", h.score}, {"log_prob", h.log_prob}, {"finished", h.finished},
+          {"token_log_probs", h.token_log_probs}};
+}
+
+// The best hypothesis's attention: its axes and diagnostics, and what the options add.
+nlohmann::json attention_json(const Translation& t, const TranslationJsonOptions& options) {
+  const models::AttentionMatrix m = attention_of(t, 0, options.labels);
+  const models::AttentionDiagnostics d = models::attention_diagnostics(m);
+  nlohmann::json j{{"level", options.labels == HeatmapLabels::words ? "words" : "tokens"},
+                   {"src", m.src}, {"tgt", m.tgt},
+                   {"entropy", d.entropy}, {"mean_entropy", d.mean_entropy}, {"coverage", d.coverage},
+                   {"diagonal_distance", d.diagonal_distance ? nlohmann::json(*d.diagonal_distance) : nullptr}};
+  if (options.hard_alignment) {
+    nlohmann::json pairs = nlohmann::json::array();
+    for (const models::AlignmentPoint& p : models::hard_alignment(m)) pairs.push_back({p.src, p.tgt});
+    j["alignment"] = std::move(pairs);
+  }
+  if (options.weights) {
+    nlohmann::json rows = nlohmann::json::array();
+    for (size_t r = 0; r < m.tgt.size(); ++r)
+      rows.push_back(std::vector<float>(m.weights.begin() + r * m.src.size(), m.weights.begin() + (r + 1) * m.src.size()));
+    j["weights"] = std::move(rows);
+  }
+  return j;
+}
+
+}  // namespace
+
+std::string alignment_text(const Translation& t, size_t n, AlignmentOutput kind, HeatmapLabels labels) {
+  const models::AttentionMatrix m = attention_of(t, n, labels);
+  return kind == AlignmentOutput::soft ? models::soft_alignment_text(m) : models::pharaoh(models::hard_alignment(m));
+}
+
+nlohmann::json translation_json(const Translation& t, const std::string& source, const text::Vocab& tgt_vocab,
+                                const TranslationJsonOptions& options) {
+  nlohmann::json j{{"src", source}};
+  if (!t.error.empty()) {
+    j["error"] = t.error;
+    return j;
+  }
+  nlohmann::json nbest = nlohmann::json::array();
+  for (size_t n = 0; n < t.hyps.size(); ++n) nbest.push_back(hypothesis_json(t, n, tgt_vocab));
+  for (const char* field : {"translation", "score", "log_prob", "finished", "token_log_probs"})
+    j[field] = nbest[0][field];
+  j["tgt_tokens"] = nbest[0]["tokens"];
+  j["src_tokens"] = t.src_tokens;
+  j["truncated"] = t.truncated;
+  j["nbest"] = std::move(nbest);
+  j["attention"] = attention_json(t, options);
+  return j;
 }
 
 void write_attention_heatmap(const std::string& stem, const std::vector<std::string>& src_tokens,

@@ -469,6 +469,101 @@ class Translate(Base):
         self.assertTrue(os.path.exists(self.out("att/report.html")))
 
 
+class SearchOptions(Base):
+    """Length and coverage penalties, --min-len, sampling, ensembles and eval --score end to end."""
+
+    def setUp(self):
+        self.ckpt = os.path.join(trained_checkpoint(), "best.safetensors")
+
+    def translate(self, *args, checkpoints=None):
+        return run("translate", "--checkpoint", *(checkpoints or [self.ckpt]), "--threads", "1", *args)
+
+    def test_bad_search_flags(self):
+        for args, pattern in [
+                (["--length-penalty-type", "wu"], r"--length-penalty-type: length penalty 'wu' is not one of: power, gnmt"),
+                (["--coverage-penalty", "-0.5"], r"--coverage-penalty must be >= 0 \(0 = off\), got -0.5"),
+                (["--coverage-penalty", "x"], r"--coverage-penalty expects a finite number, got 'x'"),
+                (["--min-len", "-1"], r"--min-len must be >= 0, got -1"),
+                (["--min-len", "20", "--max-len", "10"], r"--min-len 20 must be <= the longest output, --max-len 10"),
+                (["--sample", "topk:0"], r"--sample expects topk:K \(K >= 1\) or topp:P \(0 < P <= 1\), got 'topk:0'"),
+                (["--sample", "topp:1.5"], r"--sample expects topk:K .* got 'topp:1.5'"),
+                (["--sample", "nucleus"], r"--sample expects topk:K .* got 'nucleus'"),
+                (["--sample", "topk:2", "--temperature", "0"], r"--temperature must be > 0, got 0"),
+                (["--sample", "topk:2", "--seed", "-1"], r"--seed must be >= 0, got -1"),
+                (["--temperature", "2"], r"--temperature applies to sampling: give --sample topk:K or topp:P too"),
+                (["--seed", "3"], r"--seed applies to sampling"),
+                (["--sample", "topk:2", "--beam", "2"], r"--sample draws one output per sentence: it does not combine "
+                                                        r"with --beam 2")]:
+            with self.subTest(args=args):
+                self.assertFails(self.translate(*args, "ein mann ."), r"seqgrad translate: error: " + pattern, status=2)
+        self.assertFails(run("eval", "--checkpoint", self.ckpt, "--score", "--sample", "topk:2"),
+                         r"--score scores the given targets: --sample does not apply", status=2)
+
+    def test_penalties_and_min_len(self):
+        p = self.translate("--beam", "3", "--length-penalty-type", "gnmt", "--length-penalty", "0.6",
+                           "--coverage-penalty", "0.2", "ein mann fährt fahrrad .")
+        self.assertOk(p)
+        self.assertEqual(len(p.stdout.splitlines()), 1)
+        for beam in ["1", "3"]:
+            p = self.translate("--json", "--beam", beam, "--min-len", "12", "ein mann .")
+            self.assertOk(p)
+            self.assertGreaterEqual(len(json.loads(p.stdout)["nbest"][0]["tokens"]), 12)
+
+    def test_sampling(self):
+        greedy = self.translate("ein mann fährt fahrrad .", "zwei hunde spielen .")
+        self.assertEqual(self.translate("--sample", "topk:1", "ein mann fährt fahrrad .", "zwei hunde spielen .").stdout,
+                         greedy.stdout)
+        args = ["--sample", "topp:0.95", "--temperature", "1.5", "--seed", "4", "ein mann fährt fahrrad ."]
+        first = self.translate(*args)
+        self.assertOk(first)
+        self.assertEqual(self.translate(*args).stdout, first.stdout)  # the same seed, the same output
+
+    def test_ensemble(self):
+        # an ensemble of a model with itself averages equal distributions: the model's own output; the
+        # sentence after the checkpoints is still a sentence
+        single = self.translate("--beam", "2", "ein mann fährt fahrrad .")
+        double = self.translate("--beam", "2", "ein mann fährt fahrrad .", checkpoints=[self.ckpt, self.ckpt])
+        self.assertOk(double)
+        self.assertEqual(double.stdout, single.stdout)
+        other = self.out("other_vocab")
+        if not os.path.exists(os.path.join(other, "best.safetensors")):  # trained on fewer pairs: fewer words
+            self.assertOk(run("train", *TINY, "--subset", "64", "--epochs", "1", "--data-dir", DATA, "--out", other,
+                              timeout=600))
+        p = self.translate("ein mann .", checkpoints=[self.ckpt, os.path.join(other, "best.safetensors")])
+        self.assertFails(p, r"--checkpoint: an ensemble needs the same vocabularies, but the source vocabularies of "
+                            r".*reference/best.safetensors and .*other_vocab/best.safetensors differ: \d+ tokens and "
+                            r"\d+ tokens", status=2)
+
+    def test_eval_score(self):
+        # forced decoding of the references: per-token log-probabilities, <eos> included, whose total
+        # gives the perplexity that eval's teacher-forced loss gives (no sentence is truncated)
+        src, tgt = self.out("score.de"), self.out("score.en")
+        for path, lines in [(src, ["ein mann fährt fahrrad .", "zwei hunde spielen im schnee .", "eine frau liest ."]),
+                            (tgt, ["a man rides a bike .", "two dogs play in the snow .", "a woman reads ."])]:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write("".join(l + "\n" for l in lines))
+        p = run("eval", "--checkpoint", self.ckpt, "--threads", "1", "--score", "--json", "--test", src, tgt)
+        self.assertOk(p)
+        scored = [json.loads(line) for line in p.stdout.splitlines()]
+        self.assertEqual([(s["line"], len(s["tokens"]), len(s["token_log_probs"])) for s in scored],
+                         [(1, 6, 7), (2, 7, 8), (3, 4, 5)])
+        for s in scored:
+            self.assertAlmostEqual(sum(s["token_log_probs"]), s["log_prob"], places=6)
+            self.assertLess(s["log_prob"], 0)
+        p = run("eval", "--checkpoint", self.ckpt, "--threads", "1", "--score", "--quiet", "--test", src, tgt)
+        self.assertOk(p)
+        lines = p.stdout.splitlines()
+        self.assertEqual(len(lines), 4)
+        self.assertRegex(lines[0], r"^1\t-[\d.]+\t-[\d.]+\ta man rides a bike \.$")
+        total = re.fullmatch(r"scored 3 pairs: log-probability (-[\d.]+) over 20 tokens \(<eos> included\), "
+                             r"ppl ([\d.]+)", lines[3])
+        self.assertTrue(total, lines[3])
+        self.assertAlmostEqual(float(total.group(1)), sum(s["log_prob"] for s in scored), places=2)
+        teacher_forced = json.loads(run("eval", "--checkpoint", self.ckpt, "--threads", "1", "--json", "--test", src,
+                                        tgt).stdout)
+        self.assertAlmostEqual(float(total.group(2)), teacher_forced["ppl"], delta=0.01 + 1e-4 * teacher_forced["ppl"])
+
+
 # ---- resume and interruption --------------------------------------------------------------------
 
 LOSS_KEYS = ["epoch", "step", "train_loss", "valid_loss", "valid_ppl", "valid_sacrebleu", "valid_chrf",

@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <string_view>
+#include <tuple>
 
 #include <fmt/core.h>
 
@@ -28,30 +30,57 @@ namespace {
 constexpr size_t kMaxBatch = 64;  // sentences decoded together when more input is waiting
 
 struct Loaded {
-  models::LoadedCheckpoint checkpoint;
+  models::LoadedCheckpoint checkpoint;  // the first checkpoint's: its vocabularies and config serve them all
   std::unique_ptr<models::Seq2Seq> model;
+  std::vector<std::unique_ptr<models::Seq2Seq>> ensemble_rest;  // further --checkpoint files
+  models::Ensemble ensemble() const {
+    std::vector<models::Seq2Seq*> members{model.get()};
+    for (const auto& m : ensemble_rest) members.push_back(m.get());
+    return models::Ensemble(members);
+  }
 };
 
-Loaded load_model(const Args& a) {
-  const std::string path = a.get("checkpoint");
+// A --checkpoint file and the model its weights build.
+std::pair<models::LoadedCheckpoint, std::unique_ptr<models::Seq2Seq>> load_checkpoint_model(const std::string& path,
+                                                                                          const Args& a) {
   std::error_code ec;  // a symlink loop or a denied folder: reading it below names the reason
   SG_CHECK_IO(std::filesystem::exists(path, ec) || ec, "no checkpoint at {} (train one with `seqgrad train`)", path);
   check_safetensors_file(path);
-  const ResidentMemory before = resident_memory();
-  Loaded l{models::read_checkpoint(path, {.allow_missing_checksum = a.flag("allow-missing-checksum")}), nullptr};
+  models::LoadedCheckpoint checkpoint =
+      models::read_checkpoint(path, {.allow_missing_checksum = a.flag("allow-missing-checksum")});
   // Refused before any decoding allocates beam x vocabulary scores: the first step has only as many
   // continuations as the target vocabulary has tokens, so a wider beam is a typo, not a search.
-  const int64_t vocab = l.checkpoint.info.tgt_vocab.size();
+  const int64_t vocab = checkpoint.info.tgt_vocab.size();
   SG_CHECK_USAGE(a.get_int("beam", 1) <= vocab, "--beam {} is wider than the target vocabulary of {} ({} tokens): "
                  "give --beam {} or less", a.get_int("beam", 1), path, vocab, vocab);
+  std::unique_ptr<models::Seq2Seq> model;
   {
     nn::init::SkipInitGuard loaded_next;  // the checkpoint sets every value: nothing to draw or write
-    l.model = std::make_unique<models::Seq2Seq>(l.checkpoint.info.config.model);
+    model = std::make_unique<models::Seq2Seq>(checkpoint.info.config.model);
   }
-  models::load_weights(*l.model, l.checkpoint, path);
-  l.checkpoint.tensors.clear();  // the model holds the weights now, not the file's copies
-  l.checkpoint.quantized.clear();
-  l.model->eval();
+  models::load_weights(*model, checkpoint, path);
+  checkpoint.tensors.clear();  // the model holds the weights now, not the file's copies
+  checkpoint.quantized.clear();
+  model->eval();
+  return {std::move(checkpoint), std::move(model)};
+}
+
+// The --checkpoint files: one model, or an ensemble of models with the same vocabularies.
+Loaded load_model(const Args& a) {
+  const std::vector<std::string> paths = a.get_list("checkpoint");
+  const ResidentMemory before = resident_memory();
+  Loaded l;
+  std::tie(l.checkpoint, l.model) = load_checkpoint_model(paths[0], a);
+  for (size_t i = 1; i < paths.size(); ++i) {
+    auto [checkpoint, model] = load_checkpoint_model(paths[i], a);
+    for (const auto& [side, first, other] : {std::tuple{"source", &l.checkpoint.info.src_vocab, &checkpoint.info.src_vocab},
+                                             {"target", &l.checkpoint.info.tgt_vocab, &checkpoint.info.tgt_vocab}}) {
+      const std::string difference = text::vocab_difference(*first, *other);
+      SG_CHECK_USAGE(difference.empty(), "--checkpoint: an ensemble needs the same vocabularies, but the {} "
+                     "vocabularies of {} and {} differ: {}", side, paths[0], paths[i], difference);
+    }
+    l.ensemble_rest.push_back(std::move(model));
+  }
   if (a.flag("memory-stats")) {
     const ResidentMemory after = resident_memory();
     fmt::print(stderr, "model memory: {:.1f} MB (peak RSS {:.1f} MB while loading - RSS {:.1f} MB before)\n",
@@ -101,8 +130,11 @@ class LineReader {
 };
 
 void common_options(Args& a) {
-  a.option("checkpoint", "file", "checkpoint to load", "runs/default/best.safetensors");
+  a.list_option("checkpoint", "file", "checkpoint to load; several (each ending in .safetensors) decode as an "
+                "ensemble that averages their probabilities (the same vocabularies; heatmaps show the first's attention)",
+                "runs/default/best.safetensors", [](std::string_view arg) { return arg.ends_with(".safetensors"); });
   add_decode_options(a);
+  add_sampling_options(a);
   a.option("threads", "n", fmt::format("threads, at most {} (default: all cores)", max_threads()))
       .option("merge-pieces", "", "heatmaps (and translate's --alignment and --json attention): words, a subword "
               "model's pieces merged (source columns summed, output rows averaged; energies stay per piece)")
@@ -255,6 +287,7 @@ int translate_main(int argc, char** argv) {
   const int64_t truncate = a.has("truncate") ? a.get_int("truncate", 1) : 2 * l.checkpoint.info.config.max_tokens;
   if (a.has("out")) create_output_folder(a.get("out"), "--out");  // once the inputs have loaded
   UnknownWords unknown(l.checkpoint.info);
+  Generator sampling(options.sampling ? options.sampling->seed : 0);  // one stream for every batch
   const bool from_stdin = a.positionals().empty();
   const char* unit = from_stdin ? "line" : "sentence";
   LineReader reader;
@@ -263,7 +296,8 @@ int translate_main(int argc, char** argv) {
   for (;;) {
     std::vector<std::string> sentences = from_stdin ? reader.next_batch(kMaxBatch) : a.positionals();
     if (sentences.empty()) break;
-    std::vector<Translation> done = translate_batch(*l.model, l.checkpoint.info, sentences, options, truncate);
+    std::vector<Translation> done =
+        translate_batch(l.ensemble(), l.checkpoint.info, sentences, options, truncate, &sampling);
     for (size_t i = 0; i < done.size(); ++i) {
       const Translation& t = done[i];
       std::string where = fmt::format("{} {}", unit, ++number);
@@ -293,6 +327,32 @@ int translate_main(int argc, char** argv) {
   return status;
 }
 
+// eval --score: each test pair's target scored by forced decoding. Sources are cut as evaluation
+// cuts them; targets are scored whole. Text: "number<TAB>log-probability<TAB>score<TAB>target" lines
+// and a total; --json: one JSON line per pair.
+void print_test_scores(const Loaded& l, const models::Corpora& data, const models::TrainConfig& config,
+                       const models::DecodeOptions& options, bool json) {
+  const text::Vocab &src_vocab = l.checkpoint.info.src_vocab, &tgt_vocab = l.checkpoint.info.tgt_vocab;
+  text::EncodedCorpus test = text::encode_pairs(data.test, src_vocab, tgt_vocab, {.max_src_tokens = config.max_tokens});
+  std::vector<models::Hypothesis> scored = models::score_corpus(l.ensemble(), test, options);
+  double total = 0;
+  size_t tokens = 0;
+  for (size_t i = 0; i < scored.size(); ++i) {
+    const models::Hypothesis& h = scored[i];
+    total += h.log_prob;
+    tokens += h.token_log_probs.size();
+    if (json)
+      fmt::print("{}\n", nlohmann::json{{"line", i + 1}, {"src", data.test_sources[i]}, {"tgt", data.test_references[i]},
+                                        {"tokens", tgt_vocab.decode(h.tokens)}, {"log_prob", h.log_prob},
+                                        {"score", h.score}, {"token_log_probs", h.token_log_probs}}.dump());
+    else
+      fmt::print("{}\t{:.4f}\t{:.4f}\t{}\n", i + 1, h.log_prob, h.score, data.test_references[i]);
+  }
+  if (!json && tokens > 0)
+    fmt::print("scored {} pairs: log-probability {:.2f} over {} tokens (<eos> included), ppl {:.2f}\n", scored.size(),
+               total, tokens, std::exp(-total / static_cast<double>(tokens)));
+}
+
 // --test SRC TGT or --test-tsv FILE: the test corpus eval scores instead of the checkpoint's own.
 bool apply_test_flags(models::TrainConfig& c, const Args& a) {
   std::optional<text::CorpusFiles> test = split_flag(a, "test", "test-tsv");
@@ -317,7 +377,9 @@ int eval_main(int argc, char** argv) {
       .option("json", "", "the scores, signatures, decoding and every output as one JSON object")
       .option("quiet", "", "no lines about the checkpoint and the data (the scores still print)")
       .option("hyp", "file", "hypotheses, one per line (scores files instead of a checkpoint)")
-      .option("ref", "file", "references, one per line");
+      .option("ref", "file", "references, one per line")
+      .option("score", "", "forced decoding: each test pair's target (a reference, or any translation given with "
+              "--test) scored under the model, one line each: number, log-probability, score, target");
   if (!a.parse(argc, argv)) return 0;
   apply_threads(a);
   if (a.has("hyp") || a.has("ref")) {
@@ -336,6 +398,7 @@ int eval_main(int argc, char** argv) {
     return 0;
   }
   check_decode_flags(a);
+  SG_CHECK_USAGE(!a.flag("score") || !a.has("sample"), "--score scores the given targets: --sample does not apply");
   Loaded l = load_model(a);
   models::TrainConfig c = l.checkpoint.info.config;
   models::DecodeOptions options = decode_options(a, c);
@@ -355,11 +418,16 @@ int eval_main(int argc, char** argv) {
   if (chatty) fmt::print("test: {} pairs from {}\n", data.test.size(), source);
   const text::Vocab &src_vocab = l.checkpoint.info.src_vocab, &tgt_vocab = l.checkpoint.info.tgt_vocab;
   models::tokenize_held_splits(data, src_vocab, tgt_vocab);
-  Evaluation test = evaluate_test(*l.model, src_vocab, tgt_vocab, data, c, options);
+  if (a.flag("score")) {
+    print_test_scores(l, data, c, options, a.flag("json"));
+    return 0;
+  }
+  Evaluation test = evaluate_test(l.ensemble(), src_vocab, tgt_vocab, data, c, options);
   if (a.has("out")) create_output_folder(a.get("out"), "--out");  // once the inputs have loaded
   if (a.flag("json")) {
     nlohmann::json j = test_report_json(test, options);
     j["checkpoint"] = a.get("checkpoint");
+    if (!l.ensemble_rest.empty()) j["ensemble"] = a.get_list("checkpoint");
     j["test"] = {{"pairs", data.test.size()}, {"source", source}};
     fmt::print("{}\n", j.dump());
   }
@@ -399,8 +467,9 @@ int attention_main(int argc, char** argv) {
     sentences.insert(sentences.end(), lines.begin(), lines.end());
   }
   SG_CHECK_VALUE(!sentences.empty(), "attention: no input sentences");
-  std::vector<Translation> done =
-      translate_batch(*l.model, l.checkpoint.info, sentences, options, 2 * l.checkpoint.info.config.max_tokens);
+  Generator sampling(options.sampling ? options.sampling->seed : 0);
+  std::vector<Translation> done = translate_batch(l.ensemble(), l.checkpoint.info, sentences, options,
+                                                  2 * l.checkpoint.info.config.max_tokens, &sampling);
   std::vector<plot::ReportSection> sections;
   for (size_t i = 0; i < sentences.size(); ++i) {
     const Translation& t = done[i];

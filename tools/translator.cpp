@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -70,9 +71,10 @@ plot::Heatmap merged_into_words(const plot::Heatmap& pieces) {
   return merged;
 }
 
-std::vector<Translation> translate_batch(models::Seq2Seq& model, const models::CheckpointInfo& info,
+std::vector<Translation> translate_batch(const models::Ensemble& models, const models::CheckpointInfo& info,
                                          const std::vector<std::string>& sentences,
-                                         const models::DecodeOptions& options, int64_t max_tokens) {
+                                         const models::DecodeOptions& options, int64_t max_tokens,
+                                         Generator* sampling) {
   std::vector<Translation> out(sentences.size());
   std::vector<std::vector<int64_t>> ids;
   std::vector<size_t> which;  // the sentence of each encoded row
@@ -107,9 +109,9 @@ std::vector<Translation> translate_batch(models::Seq2Seq& model, const models::C
   Tensor len = from_vector(lengths, {rows}, {.dtype = DType::i64});
   std::vector<std::vector<models::Hypothesis>> ranked;
   if (options.beam_size > 1) {
-    ranked = models::beam_search(model, src, len, options);
+    ranked = models::beam_search(models, src, len, options);
   } else {
-    for (models::Hypothesis& h : models::greedy_decode(model, src, len, options)) ranked.push_back({std::move(h)});
+    for (models::Hypothesis& h : models::decode(models, src, len, options, sampling)) ranked.push_back({std::move(h)});
   }
   for (size_t r = 0; r < which.size(); ++r) {
     Translation& t = out[which[r]];
@@ -203,18 +205,40 @@ void write_attention_heatmap(const std::string& stem, const std::vector<std::str
   plot::write_heatmap_svg(stem + "_energies.svg", energies);
 }
 
-Evaluation evaluate_test(models::Seq2Seq& model, const text::Vocab& src_vocab, const text::Vocab& tgt_vocab,
+Evaluation evaluate_test(const models::Ensemble& models, const text::Vocab& src_vocab, const text::Vocab& tgt_vocab,
                          const models::Corpora& data, const models::TrainConfig& config,
                          const models::DecodeOptions& decoding) {
   text::EncodeOptions truncate{.max_src_tokens = config.max_tokens, .max_tgt_tokens = config.max_tokens};
   text::EncodedCorpus test = text::encode_pairs(data.test, src_vocab, tgt_vocab, truncate);
-  return evaluate(model, test, tgt_vocab, data.test, data.test_references, decoding);
+  return evaluate(models, test, tgt_vocab, data.test, data.test_references, decoding);
 }
 
 namespace {
 
 std::string search_name(const models::DecodeOptions& decoding) {
+  if (const auto& s = decoding.sampling)
+    return s->top_k > 0 ? fmt::format("sampling topk:{}", s->top_k) : fmt::format("sampling topp:{}", s->top_p);
   return decoding.beam_size > 1 ? fmt::format("beam {}", decoding.beam_size) : "greedy";
+}
+
+// --sample topk:K or topp:P.
+models::SamplingOptions parse_sample_flag(const std::string& value) {
+  const std::string usage = fmt::format("--sample expects topk:K (K >= 1) or topp:P (0 < P <= 1), got '{}'", value);
+  const size_t colon = value.find(':');
+  SG_CHECK_USAGE(colon != std::string::npos, "{}", usage);
+  const std::string kind = value.substr(0, colon), number = value.substr(colon + 1);
+  char* end = nullptr;
+  const double x = std::strtod(number.c_str(), &end);
+  SG_CHECK_USAGE(!number.empty() && end == number.c_str() + number.size() && std::isfinite(x), "{}", usage);
+  models::SamplingOptions s;
+  if (kind == "topk") {
+    SG_CHECK_USAGE(x >= 1 && x == std::floor(x) && x <= 1e9, "{}", usage);
+    s.top_k = static_cast<int64_t>(x);
+  } else {
+    SG_CHECK_USAGE(kind == "topp" && x > 0 && x <= 1, "{}", usage);
+    s.top_p = x;
+  }
+  return s;
 }
 
 }  // namespace
@@ -248,7 +272,10 @@ nlohmann::json test_report_json(const Evaluation& ev, const models::DecodeOption
           {"bleu_tokenized", ev.bleu_tokenized},
           {"signatures", {{"sacrebleu", text::bleu_signature()}, {"chrf", text::chrf_signature()}}},
           {"decoding", {{"search", search_name(decoding)}, {"beam", decoding.beam_size},
-                        {"max_len", decoding.max_len}, {"length_penalty", decoding.length_penalty}}},
+                        {"max_len", decoding.max_len}, {"min_len", decoding.min_len},
+                        {"length_penalty", decoding.length_penalty},
+                        {"length_penalty_type", models::length_penalty_name(decoding.length_penalty_kind)},
+                        {"coverage_penalty", decoding.coverage_penalty}}},
           {"outputs", ev.outputs}};
 }
 
@@ -256,19 +283,52 @@ void check_decode_flags(const Args& a) { decode_options(a, models::TrainConfig{}
 
 void add_decode_options(Args& a) {
   a.option("beam", "n", "beam size (1 = greedy)", "1")
-      .option("length-penalty", "alpha", "beam score = log p / length^alpha", "1.0")
+      .option("length-penalty", "alpha", "beam score = log p / length^alpha (the power penalty; see --length-penalty-type)",
+              "1.0")
+      .option("length-penalty-type", "kind", "power: log p / length^alpha | gnmt: log p / ((5 + length) / 6)^alpha "
+              "(Wu et al. 2016)", "power")
+      .option("coverage-penalty", "beta", "beam score + beta x sum over source words of log(min(attention received, 1)) "
+              "(GNMT's; 0 = off)", "0")
+      .option("min-len", "n", "no <eos> before n output tokens", "0")
       .option("max-len", "n", "longest output in tokens (default: 2 x the checkpoint's truncation + 10, as validation)");
+}
+
+void add_sampling_options(Args& a) {
+  a.option("sample", "topk:K|topp:P", "random sampling instead of the search: from the K most probable tokens, or from "
+           "the nucleus of probability P (one output per sentence; --seed makes it reproducible)")
+      .option("temperature", "t", "with --sample: sample from the distribution at temperature t (> 0)", "1.0")
+      .option("seed", "n", "with --sample: the seed of the draws", "0");
 }
 
 models::DecodeOptions decode_options(const Args& a, const models::TrainConfig& config) {
   models::DecodeOptions o = models::decode_options(config, a.get_int("beam", 1));
   if (a.has("max-len")) o.max_len = a.get_int("max-len", 1);
   o.length_penalty = a.get_double("length-penalty");
+  try {
+    o.length_penalty_kind = models::parse_length_penalty(a.get("length-penalty-type"));
+  } catch (const ValueError& e) {
+    throw UsageError(fmt::format("--length-penalty-type: {}", e.what()));
+  }
+  o.coverage_penalty = a.get_double("coverage-penalty");
+  SG_CHECK_USAGE(o.coverage_penalty >= 0, "--coverage-penalty must be >= 0 (0 = off), got {}", a.get("coverage-penalty"));
+  o.min_len = a.get_int("min-len", 0);
+  SG_CHECK_USAGE(o.min_len <= o.max_len, "--min-len {} must be <= the longest output, --max-len {}", o.min_len,
+                 o.max_len);
   if (a.is_declared("nbest") && a.has("nbest")) {
     o.nbest = a.get_int("nbest", 1);
     SG_CHECK_USAGE(o.nbest <= o.beam_size, "--nbest {} needs a beam at least as wide (--beam {}): give --beam {}",
                    o.nbest, o.beam_size, o.nbest);
   }
+  if (!a.is_declared("sample")) return o;
+  for (const char* flag : {"temperature", "seed"})
+    SG_CHECK_USAGE(!a.has(flag) || a.has("sample"), "--{} applies to sampling: give --sample topk:K or topp:P too", flag);
+  if (!a.has("sample")) return o;
+  SG_CHECK_USAGE(o.beam_size == 1, "--sample draws one output per sentence: it does not combine with --beam {}",
+                 o.beam_size);
+  o.sampling = parse_sample_flag(a.get("sample"));
+  o.sampling->temperature = a.get_double("temperature");
+  SG_CHECK_USAGE(o.sampling->temperature > 0, "--temperature must be > 0, got {}", a.get("temperature"));
+  o.sampling->seed = static_cast<uint64_t>(a.get_int("seed", 0));
   return o;
 }
 

@@ -23,7 +23,7 @@ using models::evaluate;
 enum class HeatmapLabels { tokens, words };
 
 // The test split decoded and scored: sacreBLEU (13a, cased), chrF and tokenised lower-cased BLEU.
-Evaluation evaluate_test(models::Seq2Seq& model, const text::Vocab& src_vocab, const text::Vocab& tgt_vocab,
+Evaluation evaluate_test(const models::Ensemble& models, const text::Vocab& src_vocab, const text::Vocab& tgt_vocab,
                          const models::Corpora& data, const models::TrainConfig& config,
                          const models::DecodeOptions& decoding);
 // The test line, the metrics' signatures and five sample translations on stdout.
@@ -59,12 +59,15 @@ struct Translation {
   bool truncated = false;
   std::string error;  // not empty: nothing was translated
 };
-// Tokenizes and encodes the sentences, then decodes the good ones as one batch (beam search when
-// options.beam_size > 1, with options.nbest hypotheses each). Source sentences are cut to
+// Tokenizes and encodes the sentences, then decodes the good ones as one batch with the model or
+// ensemble (beam search when options.beam_size > 1, with options.nbest hypotheses each). Source sentences are cut to
 // `max_tokens` tokens (0: not at all). A sentence that cannot be translated has its error set.
-std::vector<Translation> translate_batch(models::Seq2Seq& model, const models::CheckpointInfo& info,
+// Sampling (options.sampling) draws from `sampling`, or from a Generator seeded with
+// options.sampling->seed when it is null.
+std::vector<Translation> translate_batch(const models::Ensemble& models, const models::CheckpointInfo& info,
                                          const std::vector<std::string>& sentences,
-                                         const models::DecodeOptions& options, int64_t max_tokens);
+                                         const models::DecodeOptions& options, int64_t max_tokens,
+                                         Generator* sampling = nullptr);
 
 // The alignment `translate --alignment` appends to each output line after " ||| " (docs/outputs.md).
 enum class AlignmentOutput { none, hard, soft };
@@ -87,10 +90,14 @@ struct TranslationJsonOptions {
 nlohmann::json translation_json(const Translation& t, const std::string& source, const text::Vocab& tgt_vocab,
                                 const TranslationJsonOptions& options = {});
 
-// --beam, --length-penalty and --max-len, for every command that decodes (train's test report,
-// translate, eval, attention), and the DecodeOptions they give over the checkpoint's defaults
-// (models::decode_options: at most 2 x its max_tokens + 10 tokens, as validation decodes).
+// --beam, --length-penalty, --length-penalty-type, --coverage-penalty, --min-len and --max-len,
+// for every command that decodes (train's test report, translate, eval, attention), and the
+// DecodeOptions they give over the checkpoint's defaults (models::decode_options: at most 2 x its
+// max_tokens + 10 tokens, as validation decodes), with --nbest and the sampling flags where the
+// command declares them.
 void add_decode_options(Args& args);
+// --sample, --temperature and --seed (translate, eval, attention; train's --seed seeds the run).
+void add_sampling_options(Args& args);
 models::DecodeOptions decode_options(const Args& args, const models::TrainConfig& config);
 // Their usage errors, before anything loads (a command's flags are checked before its checkpoint).
 void check_decode_flags(const Args& args);

@@ -134,7 +134,16 @@ std::string hypothesis_text(const text::Vocab& tgt_vocab, const std::vector<int6
   return tgt_vocab.detokenize(tgt_vocab.decode(ids));
 }
 
-Evaluation evaluate(Seq2Seq& model, const text::EncodedCorpus& corpus, const text::Vocab& tgt_vocab,
+namespace {
+
+// Where a model's tensors are: a quantized model's float tensors are buffers, in state_dict too.
+Device model_device(Seq2Seq& model) { return model.state_dict().begin()->second.device(); }
+
+constexpr int64_t kEvalBatch = 128;  // pairs per evaluation batch
+
+}  // namespace
+
+Evaluation evaluate(const Ensemble& models, const text::EncodedCorpus& corpus, const text::Vocab& tgt_vocab,
                     const std::vector<text::TokenizedPair>& references, const std::vector<std::string>& raw_references,
                     const DecodeOptions& options) {
   SG_CHECK_VALUE(references.size() == corpus.pairs.size() && raw_references.size() == corpus.pairs.size(),
@@ -142,24 +151,22 @@ Evaluation evaluate(Seq2Seq& model, const text::EncodedCorpus& corpus, const tex
                  raw_references.size());
   Evaluation out;
   out.hypotheses.resize(corpus.pairs.size());
-  bool was_training = model.is_training();
-  model.eval();
+  EvalScope eval(models);
   NoGradGuard no_grad;
   double loss_sum = 0;
   int64_t tokens = 0;
-  // batches go where the model is; a quantized model's float tensors are buffers, in state_dict too
-  const Device device = model.state_dict().begin()->second.device();
-  for (const text::Batch& batch : text::make_batches(corpus.pairs, {.batch_size = 128, .shuffle = false})) {
+  const Device device = model_device(models.first());  // batches go where the models are
+  Generator sampling(options.sampling ? options.sampling->seed : 0);  // one stream for the corpus
+  for (const text::Batch& batch : text::make_batches(corpus.pairs, {.batch_size = kEvalBatch, .shuffle = false})) {
     TensorBatch b = to_tensors(batch, device);
-    Tensor logits = model(b.src, b.src_lengths, b.tgt_in);  // (B, T, V)
+    Tensor logits = models.forward(b.src, b.src_lengths, b.tgt_in);  // (B, T, V)
     Tensor loss = nn::cross_entropy(logits.reshape({-1, logits.size(-1)}), b.tgt_out.reshape({-1}),
                                     {.ignore_index = text::Vocab::kPad, .reduction = nn::Reduction::sum});
     loss_sum += loss.item();
     tokens += b.target_tokens;
-    std::vector<Hypothesis> hyps = decode(model, b.src, b.src_lengths, options);
+    std::vector<Hypothesis> hyps = decode(models, b.src, b.src_lengths, options, &sampling);
     for (size_t i = 0; i < hyps.size(); ++i) out.hypotheses[batch.index[i]] = std::move(hyps[i]);
   }
-  model.train(was_training);
   out.loss = tokens ? loss_sum / tokens : 0;
   std::vector<std::vector<std::string>> hyp_tokens, ref_tokens;
   for (size_t i = 0; i < corpus.pairs.size(); ++i) {
@@ -171,6 +178,23 @@ Evaluation evaluate(Seq2Seq& model, const text::EncodedCorpus& corpus, const tex
   out.sacrebleu = text::corpus_bleu(out.outputs, raw_references).score;
   out.chrf = text::corpus_chrf(out.outputs, raw_references).score;
   out.bleu_tokenized = text::corpus_bleu_tokens(hyp_tokens, ref_tokens).score;
+  return out;
+}
+
+std::vector<Hypothesis> score_corpus(const Ensemble& models, const text::EncodedCorpus& corpus,
+                                     const DecodeOptions& options) {
+  std::vector<Hypothesis> out(corpus.pairs.size());
+  const Device device = model_device(models.first());
+  for (const text::Batch& batch : text::make_batches(corpus.pairs, {.batch_size = kEvalBatch, .shuffle = false})) {
+    TensorBatch b = to_tensors(batch, device);
+    std::vector<std::vector<int64_t>> targets;
+    for (int64_t i : batch.index) {
+      const std::vector<int64_t>& tgt = corpus.pairs[i].tgt;
+      targets.emplace_back(tgt.begin(), tgt.end() - 1);  // without its <eos>, which score_targets adds
+    }
+    std::vector<Hypothesis> scored = score_targets(models, b.src, b.src_lengths, targets, options);
+    for (size_t i = 0; i < scored.size(); ++i) out[batch.index[i]] = std::move(scored[i]);
+  }
   return out;
 }
 

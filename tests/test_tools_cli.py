@@ -45,9 +45,10 @@ TINY = ["--preset", "default", "--vocab", "word", "--embed", "16", "--hidden", "
         "--quiet"]
 
 
-def run(*args, stdin=None, timeout=300):  # generous: the machine may be shared
-    """Runs seqgrad with args; returns CompletedProcess (text)."""
-    return subprocess.run([SEQGRAD, *args], input=stdin, capture_output=True, text=True, timeout=timeout)
+def run(*args, stdin=None, timeout=300, env=None):  # generous: the machine may be shared
+    """Runs seqgrad with args (env: variables set over this process's); returns CompletedProcess (text)."""
+    return subprocess.run([SEQGRAD, *args], input=stdin, capture_output=True, text=True, timeout=timeout,
+                          env=None if env is None else {**os.environ, **env})
 
 
 def read_metrics(path):
@@ -212,7 +213,16 @@ class CliTable(Base):
                          status=2)
         self.assertFails(run("export", "--checkpoint", self.out("x")), r"--out <dir> is required", status=2)
         info = json.loads(run("info", "--json").stdout)
-        self.assertEqual(sorted(info), ["blas", "cpu_kernels", "threads", "version"])
+        self.assertEqual(sorted(info), ["bf16_gemm", "blas", "cpu_kernels", "int8_gemm", "threads", "version"])
+        self.assertEqual(sorted(info["bf16_gemm"]), ["kernels", "used_by_amp", "why"])
+        self.assertIn(info["int8_gemm"]["kernels"], ["onednn", "reference"])
+        # the bf16 rule (ops/cpu/onednn_gemm.h): bf16 products for training only as AMX tiles, unless forced
+        amx = info["bf16_gemm"]["kernels"] == "onednn avx512_core_amx"
+        self.assertEqual(info["bf16_gemm"]["used_by_amp"], amx)
+        forced = json.loads(run("info", "--json", env={"SEQGRAD_BF16_GEMM": "native"}).stdout)["bf16_gemm"]
+        self.assertTrue(forced["used_by_amp"])
+        self.assertFails(run("info", env={"SEQGRAD_BF16_GEMM": "fast"}),
+                         r"SEQGRAD_BF16_GEMM=fast: expected auto, native or emulate", status=1)
         # `demo` is the subcommand wherever it stands before "--", and nothing is created first
         p = run("attention", "--threads", "1", "demo", "--attention", "additive,dot")
         self.assertOk(p)
@@ -670,6 +680,9 @@ class MixedPrecision(Base):
             p = self.train(out, "--subset", "128", "--epochs", "1", "--amp", amp)
             self.assertOk(p)
             self.assertIn(f"amp {amp}", p.stdout)
+            if amp == "bf16":  # float32 products where bf16 ones would be slower, and it says so
+                used = json.loads(run("info", "--json").stdout)["bf16_gemm"]["used_by_amp"]
+                self.assertEqual("float32 GEMMs run instead" in p.stdout, not used)
             self.assertRegex(p.stdout, r"test: loss [\d.]+, ppl [\d.]+, sacreBLEU [\d.]+, chrF [\d.]+, BLEU")
             (m,) = read_metrics(os.path.join(out, "metrics.jsonl"))
             for key in ["train_loss", "valid_loss"]:

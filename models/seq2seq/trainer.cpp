@@ -13,6 +13,7 @@
 #include "models/text/bleu.h"
 #include "models/text/chrf.h"
 #include "models/text/tokenizer.h"
+#include "ops/bf16_gemm.h"
 #include "nn/checkpoint.h"
 
 namespace seqgrad::models {
@@ -198,11 +199,16 @@ std::vector<Hypothesis> score_corpus(const Ensemble& models, const text::Encoded
   return out;
 }
 
+GemmPrecision training_precision(GemmPrecision requested, Device device) {
+  if (requested != GemmPrecision::bf16) return requested;
+  return bf16_gemm_info(device).preferred ? GemmPrecision::bf16 : GemmPrecision::full;
+}
+
 Trainer::Trainer(TrainConfig config, text::Vocab src_vocab, text::Vocab tgt_vocab, TrainerOptions options)
     : config_(with_vocab_sizes(std::move(config), src_vocab, tgt_vocab)),
       src_vocab_(std::move(src_vocab)),
       tgt_vocab_(std::move(tgt_vocab)),
-      precision_(config_.amp),
+      precision_(training_precision(config_.amp, options.device)),
       device_(options.device),
       model_(seeded(config_)),
       optimizer_(initialised_parameters(model_, options.device), {.lr = config_.lr}),

@@ -109,6 +109,11 @@ std::vector<Hypothesis> score_corpus(const Ensemble& models, const text::Encoded
 // diverged even if it stayed finite (a huge learning rate): stop as for a NaN.
 constexpr double kDivergedLossFactor = 4.0;
 
+// The GEMM precision a run asked for `requested` trains with on `device`: bf16 only where its
+// products beat float32 ones (ops/bf16_gemm.h; SEQGRAD_BF16_GEMM=native or emulate forces them),
+// otherwise float32. fp16 and float32 are kept as asked.
+GemmPrecision training_precision(GemmPrecision requested, Device device);
+
 struct TrainerOptions {
   Device device = Device::cpu();  // where the model, optimizer state and batches live
   double init_loss_scale = 65536;  // --amp fp16: the GradScaler's initial scale
@@ -183,6 +188,7 @@ class Trainer {
   const optim::GradScaler& scaler() const { return scaler_; }
   const text::Vocab& src_vocab() const { return src_vocab_; }
   const text::Vocab& tgt_vocab() const { return tgt_vocab_; }
+  // The GEMM precision the steps run in: training_precision(config().amp, device).
   GemmPrecision precision() const { return precision_; }
   // This process's rank and the job's size (0 and 1 without a communicator).
   int rank() const { return ddp_ ? ddp_->communicator().rank() : 0; }

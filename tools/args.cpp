@@ -49,6 +49,12 @@ Args& Args::required() {
   return *this;
 }
 
+Args& Args::repeatable() {
+  SG_CHECK(!order_.empty(), "{}: repeatable() before any option", command_);
+  options_[order_.back()].repeatable = true;
+  return *this;
+}
+
 Args& Args::group(const std::string& name) {
   SG_CHECK(!order_.empty(), "{}: group '{}' before any option", command_, name);
   options_[order_.back()].group = name;
@@ -115,6 +121,7 @@ bool Args::parse(int argc, char** argv) {
     SG_CHECK_USAGE(!value.empty(), "option --{} needs a value <{}>, got an empty one", name,
                    it->second.value_name);
     values_[name] = value;
+    if (it->second.repeatable) all_values_[name].push_back(value);
     if (const std::string& second = it->second.second_value_name; !second.empty()) {
       SG_CHECK_USAGE(!inline_value && i + 1 < argc && std::string_view(argv[i + 1]).rfind("--", 0) != 0 &&
                          argv[i + 1][0] != '\0',
@@ -175,6 +182,12 @@ std::pair<std::string, std::string> Args::get_pair(const std::string& name) cons
   auto second = second_values_.find(name);
   SG_CHECK(has(name) && second != second_values_.end(), "{}: --{} is not a given pair option", command_, name);
   return {get(name), second->second};
+}
+
+std::vector<std::string> Args::get_all(const std::string& name) const {
+  auto all = all_values_.find(name);
+  if (all != all_values_.end()) return all->second;
+  return {get(name)};
 }
 
 bool Args::is_pair_option(const std::string& name) const {

@@ -56,6 +56,9 @@ class Args {
   // Marks the option declared last as required: its help says so, and parse() refuses a command
   // line without it (a usage error, exit 2).
   Args& required();
+  // Lets the option declared last be given several times (`--checkpoint A --checkpoint B`); read
+  // every value with get_all(), get() gives the last.
+  Args& repeatable();
   // Puts the option declared last in a named group (the config flags: tools/train_flags.h).
   Args& group(const std::string& name);
   bool in_group(const std::string& option, const std::string& name) const;
@@ -78,6 +81,8 @@ class Args {
   int get_threads(const std::string& name = "threads") const;
   double get_double(const std::string& name) const;
   std::pair<std::string, std::string> get_pair(const std::string& name) const;  // a given pair_option
+  // A repeatable option's values in command-line order; its default alone when it was not given.
+  std::vector<std::string> get_all(const std::string& name) const;
   bool is_pair_option(const std::string& name) const;  // declared with pair_option
   bool is_declared(const std::string& name) const { return options_.count(name) > 0; }
   bool flag(const std::string& name) const { return has(name); }
@@ -91,12 +96,14 @@ class Args {
     std::string second_value_name;  // a pair_option's second value
     std::string group;
     bool required = false;
+    bool repeatable = false;
   };
   std::string command_, summary_;
   std::vector<std::string> order_;
   std::map<std::string, Option> options_;
   std::map<std::string, std::string> values_;
   std::map<std::string, std::string> second_values_;  // of pair options
+  std::map<std::string, std::vector<std::string>> all_values_;  // of repeatable options
   std::map<std::string, std::string> aliases_;        // deprecated spelling -> option
   std::string positional_name_, positional_help_;
   std::vector<std::string> positionals_;

@@ -20,6 +20,7 @@
 #include "tools/commands.h"
 #include "tools/plot/plot.h"
 #include "tools/train_flags.h"
+#include "tools/translation.h"
 #include "tools/translator.h"
 
 namespace seqgrad::tools {
@@ -27,37 +28,12 @@ namespace {
 
 constexpr size_t kMaxBatch = 64;  // sentences decoded together when more input is waiting
 
-struct Loaded {
-  models::LoadedCheckpoint checkpoint;
-  std::unique_ptr<models::Seq2Seq> model;
-};
+using Loaded = LoadedModel;
 
 Loaded load_model(const Args& a) {
-  const std::string path = a.get("checkpoint");
-  std::error_code ec;  // a symlink loop or a denied folder: reading it below names the reason
-  SG_CHECK_IO(std::filesystem::exists(path, ec) || ec, "no checkpoint at {} (train one with `seqgrad train`)", path);
-  check_safetensors_file(path);
-  const ResidentMemory before = resident_memory();
-  Loaded l{models::read_checkpoint(path, {.allow_missing_checksum = a.flag("allow-missing-checksum")}), nullptr};
-  // Refused before any decoding allocates beam x vocabulary scores: the first step has only as many
-  // continuations as the target vocabulary has tokens, so a wider beam is a typo, not a search.
-  const int64_t vocab = l.checkpoint.info.tgt_vocab.size();
-  SG_CHECK_USAGE(a.get_int("beam", 1) <= vocab, "--beam {} is wider than the target vocabulary of {} ({} tokens): "
-                 "give --beam {} or less", a.get_int("beam", 1), path, vocab, vocab);
-  {
-    nn::init::SkipInitGuard loaded_next;  // the checkpoint sets every value: nothing to draw or write
-    l.model = std::make_unique<models::Seq2Seq>(l.checkpoint.info.config.model);
-  }
-  models::load_weights(*l.model, l.checkpoint, path);
-  l.checkpoint.tensors.clear();  // the model holds the weights now, not the file's copies
-  l.checkpoint.quantized.clear();
-  l.model->eval();
-  if (a.flag("memory-stats")) {
-    const ResidentMemory after = resident_memory();
-    fmt::print(stderr, "model memory: {:.1f} MB (peak RSS {:.1f} MB while loading - RSS {:.1f} MB before)\n",
-               (after.peak - before.now) / 1e6, after.peak / 1e6, before.now / 1e6);
-  }
-  return l;
+  return tools::load_model(a.get("checkpoint"), {.allow_missing_checksum = a.flag("allow-missing-checksum"),
+                                                 .memory_stats = a.flag("memory-stats"),
+                                                 .beam = a.get_int("beam", 1)});
 }
 
 // Reads stdin line by line. next_batch() waits for one complete line, then also takes the lines
@@ -99,66 +75,6 @@ class LineReader {
   std::string buffer_;
   bool eof_ = false;
 };
-
-// One input sentence: its tokens and hypotheses (best first), or why it could not be translated.
-struct Translation {
-  std::vector<std::string> src_tokens;
-  std::vector<models::Hypothesis> hyps;
-  std::vector<std::vector<std::string>> out_tokens;  // per hypothesis
-  bool truncated = false;
-  std::string error;  // not empty: nothing was translated
-};
-
-// Tokenizes and encodes the sentences, then decodes the good ones as one batch.
-// Source sentences are cut to `max_tokens` tokens (0: not at all).
-std::vector<Translation> translate_batch(Loaded& l, const std::vector<std::string>& sentences,
-                                         const models::DecodeOptions& options, int64_t max_tokens) {
-  const models::CheckpointInfo& info = l.checkpoint.info;
-  std::vector<Translation> out(sentences.size());
-  std::vector<std::vector<int64_t>> ids;
-  std::vector<size_t> which;  // the sentence of each encoded row
-  for (size_t i = 0; i < sentences.size(); ++i) {
-    Translation& t = out[i];
-    try {
-      t.src_tokens = info.src_vocab.tokenize(sentences[i]);
-    } catch (const Error& e) {
-      t.error = e.what();
-      continue;
-    }
-    if (t.src_tokens.empty()) {
-      t.error = "empty (nothing to translate)";
-      continue;
-    }
-    t.truncated = max_tokens > 0 && static_cast<int64_t>(t.src_tokens.size()) > max_tokens;
-    if (t.truncated) t.src_tokens.resize(max_tokens);
-    ids.push_back(models::encode_sentence(info.src_vocab, t.src_tokens, 0));
-    which.push_back(i);
-  }
-  if (ids.empty()) return out;
-  int64_t longest = 0;
-  for (const auto& row : ids) longest = std::max<int64_t>(longest, static_cast<int64_t>(row.size()));
-  std::vector<int64_t> flat, lengths;
-  for (const auto& row : ids) {
-    flat.insert(flat.end(), row.begin(), row.end());
-    flat.insert(flat.end(), longest - static_cast<int64_t>(row.size()), text::Vocab::kPad);
-    lengths.push_back(static_cast<int64_t>(row.size()));
-  }
-  auto rows = static_cast<int64_t>(ids.size());
-  Tensor src = from_vector(flat, {rows, longest}, {.dtype = DType::i64});
-  Tensor len = from_vector(lengths, {rows}, {.dtype = DType::i64});
-  std::vector<std::vector<models::Hypothesis>> ranked;
-  if (options.beam_size > 1) {
-    ranked = models::beam_search(*l.model, src, len, options);
-  } else {
-    for (models::Hypothesis& h : models::greedy_decode(*l.model, src, len, options)) ranked.push_back({std::move(h)});
-  }
-  for (size_t r = 0; r < which.size(); ++r) {
-    Translation& t = out[which[r]];
-    t.hyps = std::move(ranked[r]);
-    for (const models::Hypothesis& h : t.hyps) t.out_tokens.push_back(info.tgt_vocab.decode(h.tokens));
-  }
-  return out;
-}
 
 void common_options(Args& a) {
   a.option("checkpoint", "file", "checkpoint to load", "runs/default/best.safetensors");

@@ -10,12 +10,15 @@ import tempfile
 import urllib.error
 import urllib.request
 
-TINY = ["--preset", "default", "--vocab", "word", "--embed", "16", "--hidden", "16", "--batch-size", "32",
-        "--threads", "1", "--quiet", "--subset", "256"]
+# Small enough to train in seconds, large enough that its translations end with <eos> (the explorer
+# steps to it) instead of repeating <unk> up to the length limit.
+TINY = ["--preset", "default", "--vocab", "word", "--embed", "32", "--hidden", "32", "--batch-size", "32",
+        "--threads", "1", "--quiet", "--subset", "512", "--truncate", "12", "--lr", "0.005", "--lr-gamma", "1.0",
+        "--min-freq", "2"]
 
 
-def train_tiny(seqgrad, data, folder, epochs=2):
-    """A tiny model's last checkpoint (E = H = 16, 256 pairs), trained once per folder."""
+def train_tiny(seqgrad, data, folder, epochs=8):
+    """A tiny model's last checkpoint (E = H = 32, 512 pairs, 8 epochs), trained once per folder."""
     path = os.path.join(folder, "run", "last.safetensors")
     if not os.path.exists(path):
         p = subprocess.run([seqgrad, "train", *TINY, "--epochs", str(epochs), "--data-dir", data, "--out",
@@ -34,9 +37,16 @@ def quantize(seqgrad, checkpoint, out):
     return out
 
 
-def test_sentences(data, count, start=0):
+def test_sentences(data, count, start=0, max_words=15):
+    """`count` German sentences of test2016 from line `start` on, of at most `max_words` words (so that
+    no tiny model truncates them: the server refuses what `translate` would cut)."""
     with open(os.path.join(data, "multi30k", "test2016.de"), encoding="utf-8") as f:
-        return [line.strip() for line in f][start:start + count]
+        lines = [line.strip() for line in f]
+    return [s for s in lines[start:] if len(s.split()) <= max_words][:count]
+
+
+# Loopback only: no proxy from the environment (http_proxy) may see the requests.
+OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 class Server:
@@ -59,7 +69,7 @@ class Server:
         data = raw if raw is not None else None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(self.url + path, data=data, headers={"Content-Type": "application/json"})
         try:
-            with urllib.request.urlopen(req, timeout=timeout) as r:
+            with OPENER.open(req, timeout=timeout) as r:
                 status, headers, text = r.status, r.headers, r.read().decode()
         except urllib.error.HTTPError as e:
             status, headers, text = e.code, e.headers, e.read().decode()
@@ -74,7 +84,9 @@ class Server:
         status = self.proc.wait(timeout=timeout)
         self.proc.stdout.close()
         self.log.seek(0)
-        return status, out, self.log.read()
+        err = self.log.read()
+        self.log.close()
+        return status, out, err
 
 
 def translate_cli(seqgrad, checkpoint, sentences, *flags):

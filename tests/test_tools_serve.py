@@ -113,8 +113,9 @@ class Translations(ServeBase):
         status, _, body = self.post({"src": ["Ein Hund läuft."], "alignment": "hard", "explain": True})
         self.assertEqual(status, 200, body)
         t = body["translations"][0]
-        rows, src = t["attention"], t["src_tokens"]
-        self.assertEqual(t["attention_rows"][:len(t["tokens"])], t["tokens"])
+        rows, src = t["attention"], t["attention_columns"]
+        self.assertEqual(src, t["src_tokens"] + ["<eos>"])  # the source as encoded
+        self.assertEqual(t["attention_rows"], t["tokens"] + ["<eos>"] * t["finished"])
         self.assertEqual(len(rows), len(t["attention_rows"]))
         for row in rows:
             self.assertEqual(len(row), len(src))
@@ -174,7 +175,7 @@ class BadInput(ServeBase):
         cases = [  # (raw body, status, field, message)
             (b"{\"src\": [", 400, "", r"not JSON"),
             (b"[1, 2", 400, "", r"not JSON"),
-            (b"{\"src\": [\"Ein \xff Hund\"]}", 400, "", r"not valid UTF-8 \(byte 13 of"),
+            (b"{\"src\": [\"Ein \xff Hund\"]}", 400, "", r"not valid UTF-8 \(byte 14 of 23\)"),
             (b"{\"src\": [\"\xed\xa0\x80\"]}", 400, "", r"not valid UTF-8"),  # a UTF-16 surrogate
             (b"\"Ein Hund\"", 400, "", r"must be a JSON object"),
             (b"{}", 422, "src", r"no 'src'"),
@@ -230,17 +231,27 @@ class BadInput(ServeBase):
             self.assertEqual(server.stop()[0], 0)
 
 
+def wait_for_queue(server, sentences):
+    """Waits until `sentences` sentences wait in the server's queue (its /metrics says so)."""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if f"seqgrad_queue_sentences {sentences}\n" in server.request("/metrics")[2]:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"the queue never held {sentences} sentences")
+
+
 class Lifecycle(unittest.TestCase):
     def test_full_queue_answers_503_with_retry_after(self):
-        # the first request waits 1.5 s in the queue for company, holding both places
+        # the first request waits up to 3 s in the queue for company, holding both places
         server = Server(SEQGRAD, "--checkpoint", checkpoint(), "--threads", "1", "--queue-size", "2",
-                        "--max-sentences", "2", "--max-wait-ms", "1500")
+                        "--max-sentences", "2", "--max-wait-ms", "3000")
         try:
             first = []
             t = threading.Thread(target=lambda: first.append(server.request("/v1/translate",
                                                                              body={"src": ["Ein Hund.", "Ein Mann."]})))
             t.start()
-            time.sleep(0.5)
+            wait_for_queue(server, 2)
             status, headers, body = server.request("/v1/translate", body={"src": ["Eine Frau."]})
             self.assertEqual(status, 503, body)
             self.assertEqual(headers["Retry-After"], "1")
@@ -252,11 +263,11 @@ class Lifecycle(unittest.TestCase):
             self.assertEqual(server.stop()[0], 0)
 
     def test_sigterm_finishes_the_request_in_flight_then_exits_0(self):
-        server = Server(SEQGRAD, "--checkpoint", checkpoint(), "--threads", "1", "--max-wait-ms", "1500")
+        server = Server(SEQGRAD, "--checkpoint", checkpoint(), "--threads", "1", "--max-wait-ms", "3000")
         answer = []
         t = threading.Thread(target=lambda: answer.append(server.request("/v1/translate", body={"src": ["Ein Hund."]})))
         t.start()
-        time.sleep(0.5)  # the request waits in the batcher
+        wait_for_queue(server, 1)  # the request waits in the batcher
         status, out, err = server.stop(signal.SIGTERM)
         t.join()
         self.assertEqual(status, 0, err)
@@ -279,7 +290,7 @@ class Lifecycle(unittest.TestCase):
             (["--max-wait-ms", "-1"], r"--max-wait-ms"),
             (["--max-src-tokens", "0"], r"--max-src-tokens"),
             (["--beam", "0"], r"--beam"),
-            (["--prot", "1"], r"unknown option --prot \(did you mean --port\?\)"),
+            (["--portt", "1"], r"unknown option --portt \(did you mean --port\?\)"),
         ]:
             with self.subTest(args=args):
                 p = run("--checkpoint", checkpoint(), *args)

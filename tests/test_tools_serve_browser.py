@@ -3,10 +3,10 @@
 page served by a tiny model is given a German sentence and must show
   * the translation `seqgrad translate` prints for the same checkpoint;
   * a heatmap of one cell per (output token, source token), each row's weights summing to 1, its
-    rows the output tokens then </s>;
+    rows the output tokens then <eos>;
   * on hovering a row, the source token with the row's largest weight marked as the argmax;
   * on clicking a cell, that step's energies and weights;
-  * step-through decoding that reaches the </s> step.
+  * step-through decoding that reaches the <eos> step.
 A screenshot is saved as BUILD_DIR/serve-explorer.png (CI keeps it). Exits 77 (SKIP) with the
 reason when Chromium, chromedriver or Selenium is missing, or the build has no HTTP server.
 
@@ -102,7 +102,7 @@ def run_page(drv, url, expected, screenshot):
                 for c in panel.find_elements(By.CSS_SELECTOR, f"td.cell[data-row='{i}']")] for i in range(len(rows))]
     for i, row in enumerate(weights):
         check(abs(sum(row) - 1) < 1e-4, f"row {i} ({rows[i].text}) sums to {sum(row)}")
-    check(rows[-1].text == "</s>", f"the last row is {rows[-1].text!r}, not </s>")
+    check(rows[-1].text == "<eos>", f"the last row is {rows[-1].text!r}, not <eos>")
 
     # hovering a row marks its argmax source token
     for i in [0, len(rows) // 2]:
@@ -119,13 +119,13 @@ def run_page(drv, url, expected, screenshot):
           f"the details of step 2 show weights {shown}, the heatmap {weights[1]}")
     check(len(panel.find_elements(By.CSS_SELECTOR, ".details td.energy")) == len(sources), "no energies shown")
 
-    # step-through decoding reaches </s>
+    # step-through decoding reaches <eos>
     stepper = panel.find_element(By.CSS_SELECTOR, ".stepper")
     check(stepper.get_attribute("data-step") == "0", "the stepper does not start at step 1")
     nxt = panel.find_element(By.CSS_SELECTOR, ".step-next")
     for _ in range(len(rows) - 1):
         nxt.click()
-    check(stepper.get_attribute("data-token") == "</s>", f"the last step is {stepper.get_attribute('data-token')!r}")
+    check(stepper.get_attribute("data-token") == "<eos>", f"the last step is {stepper.get_attribute('data-token')!r}")
     check(not nxt.is_enabled(), "next is still enabled at the last step")
     panel.find_element(By.CSS_SELECTOR, ".step-prev").click()
     check(stepper.get_attribute("data-step") == str(len(rows) - 2), "prev does not go back one step")

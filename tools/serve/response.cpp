@@ -6,12 +6,12 @@
 namespace seqgrad::tools::serve {
 namespace {
 
-// The output tokens a hypothesis's attention rows belong to: its tokens, then "</s>" when it ended
-// with the end-of-sentence token (decoding keeps that step's row).
-std::vector<std::string> row_labels(const std::vector<std::string>& tokens, const models::Hypothesis& h) {
-  std::vector<std::string> labels = tokens;
-  if (h.attention.size() > tokens.size()) labels.push_back("</s>");
-  return labels;
+// The labels of a hypothesis's attention matrix (as tools/translator.cpp's heatmaps): rows are the
+// output tokens, then "<eos>" when decoding ended with it (that step's row is kept); columns are the
+// source tokens as encoded, then "<eos>".
+std::vector<std::string> with_eos(std::vector<std::string> tokens, size_t count) {
+  if (count > tokens.size()) tokens.push_back("<eos>");
+  return tokens;
 }
 
 // Per output token, the source position it attends to most (ties: the first).
@@ -45,7 +45,8 @@ nlohmann::json sentence_json(const Translation& t, const std::string& src, const
   if (options.alignment == Alignment::soft) j["alignment"] = best.attention;
   if (options.attention || options.explain) {
     j["attention"] = best.attention;
-    j["attention_rows"] = row_labels(t.out_tokens.front(), best);
+    j["attention_rows"] = with_eos(t.out_tokens.front(), best.attention.size());
+    j["attention_columns"] = with_eos(t.src_tokens, best.attention.empty() ? 0 : best.attention.front().size());
   }
   if (options.explain) {
     j["token_log_probs"] = best.token_log_probs;

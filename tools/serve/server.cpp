@@ -3,6 +3,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <atomic>
@@ -54,6 +55,15 @@ std::string route_label(const std::string& path) {
   return "other";
 }
 
+// httplib::Server listening with a queue of pending connections as long as the system allows:
+// cpp-httplib 0.11 (Debian 12) listens with a backlog of 5, so under a burst of new connections
+// the kernel drops the others' SYNs and their clients retry a second later. Listening again on the
+// bound socket changes the backlog (Linux).
+class HttpServer : public httplib::Server {
+ public:
+  void widen_backlog() { ::listen(svr_sock_, SOMAXCONN); }
+};
+
 class Server {
  public:
   Server(std::vector<ServedModel>& models, const ServerOptions& options)
@@ -72,6 +82,7 @@ class Server {
                                         : (http_.bind_to_port(options_.host, options_.port) ? options_.port : -1);
     SG_CHECK_IO(port > 0, "serve: cannot listen on {}:{} (in use, or not an address of this machine)", options_.host,
                 options_.port);
+    http_.widen_backlog();
     fmt::print("seqgrad serve: listening on http://{}:{}/ ({} checkpoint{}; SIGTERM or Ctrl-C stops)\n", options_.host,
                port, models_.size(), models_.size() == 1 ? "" : "s");
     std::fflush(stdout);
@@ -103,6 +114,9 @@ class Server {
       if (sig != SIGINT && sig != SIGTERM) continue;
       fmt::print(stderr, "seqgrad serve: {}: finishing the requests in flight, then stopping\n",
                  sig == SIGINT ? "SIGINT" : "SIGTERM");
+      // stop() does nothing before listen_after_bind() has started: a signal right after the start
+      // would be lost, so wait until it runs
+      while (!http_.is_running() && !finished) std::this_thread::sleep_for(std::chrono::milliseconds(10));
       http_.stop();
       return;
     }
@@ -111,6 +125,12 @@ class Server {
   void configure() {
     const int threads = options_.http_threads;
     http_.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+    // SO_REUSEADDR only: cpp-httplib's default adds SO_REUSEPORT, with which a second server started on
+    // the same port would silently share its connections instead of failing to start
+    http_.set_socket_options([](socket_t sock) {
+      int yes = 1;
+      ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    });
     http_.set_read_timeout(options_.timeout.count());
     http_.set_write_timeout(options_.timeout.count());
     http_.set_keep_alive_timeout(std::min<time_t>(options_.timeout.count(), 5));
@@ -219,7 +239,7 @@ class Server {
   std::vector<models::DecodeOptions> defaults_;
   std::vector<int64_t> vocab_sizes_;
   RequestLimits limits_;
-  httplib::Server http_;
+  HttpServer http_;
 };
 
 }  // namespace

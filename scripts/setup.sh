@@ -4,7 +4,7 @@
 #   scripts/setup.sh [--tests] [BUILD_DIR] [meson options...]
 #
 # Without --tests: what building and the quick start need (compiler, meson, BLAS, fmt, JSON, cairo,
-# SentencePiece, oneDNN). With --tests: also what the test suites need (PyTorch, ONNX, OpenMPI,
+# SentencePiece, oneDNN, cpp-httplib). With --tests: also what the test suites need (PyTorch, ONNX, OpenMPI,
 # clang for the fuzz targets, cmake for the install check) and the Python packages the parity
 # tests compare against, which go into the project's virtual environment .venv (created with
 # --system-site-packages, so Debian's python3-torch stays visible); the system Python is never
@@ -19,6 +19,7 @@ say() { echo "setup: $*"; }
 
 packages=(g++ meson ninja-build pkg-config libopenblas-dev libopenblas0-pthread libfmt-dev
           nlohmann-json3-dev libcairo2-dev libsentencepiece-dev libdnnl-dev
+          libcpp-httplib-dev  # seqgrad serve
           doctest-dev)  # the build compiles the unit suites too
 if ((with_tests)); then
   packages+=(ccache cmake python3-venv python3-torch python3-numpy)
@@ -26,6 +27,7 @@ if ((with_tests)); then
   packages+=(libonnx-dev libprotobuf-dev)                  # seqgrad export and the onnx suite
   packages+=(libopenmpi-dev openmpi-bin)                   # dist/ and the mpirun suites
   packages+=(clang libclang-rt-14-dev libomp-14-dev)       # tests/fuzz: libFuzzer targets
+  packages+=(chromium chromium-driver python3-selenium)    # the serve explorer's browser test
 fi
 missing=()
 for p in "${packages[@]}"; do

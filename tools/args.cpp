@@ -121,17 +121,19 @@ bool Args::parse(int argc, char** argv) {
     }
     SG_CHECK_USAGE(!value.empty(), "option --{} needs a value <{}>, got an empty one", name,
                    it->second.value_name);
+    if (const auto& continues = it->second.continues) {  // a list option: every value of every occurrence
+      std::vector<std::string>& list = list_values_[name];
+      list.push_back(value);
+      while (i + 1 < argc && argv[i + 1][0] != '-' && continues(argv[i + 1])) list.push_back(argv[++i]);
+      values_[name] = list.front();
+      continue;
+    }
     values_[name] = value;
     if (const std::string& second = it->second.second_value_name; !second.empty()) {
       SG_CHECK_USAGE(!inline_value && i + 1 < argc && std::string_view(argv[i + 1]).rfind("--", 0) != 0 &&
                          argv[i + 1][0] != '\0',
                      "option --{} needs two values: --{} <{}> <{}>", name, name, it->second.value_name, second);
       second_values_[name] = argv[++i];
-    }
-    if (const auto& continues = it->second.continues) {
-      std::vector<std::string>& more = more_values_[name];
-      more.clear();  // given again: the last list counts, as for any option
-      while (i + 1 < argc && argv[i + 1][0] != '-' && continues(argv[i + 1])) more.push_back(argv[++i]);
     }
   }
   for (const std::string& name : order_) {
@@ -190,10 +192,8 @@ std::pair<std::string, std::string> Args::get_pair(const std::string& name) cons
 }
 
 std::vector<std::string> Args::get_list(const std::string& name) const {
-  std::vector<std::string> values{get(name)};
-  if (auto more = more_values_.find(name); more != more_values_.end())
-    values.insert(values.end(), more->second.begin(), more->second.end());
-  return values;
+  auto list = list_values_.find(name);
+  return list != list_values_.end() ? list->second : std::vector<std::string>{get(name)};
 }
 
 bool Args::is_pair_option(const std::string& name) const {

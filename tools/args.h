@@ -56,7 +56,8 @@ class Args {
                     const std::string& help);
   // An option followed by one or more values, e.g. --checkpoint a.safetensors b.safetensors (read
   // with get_list()): after the first value, each following argument that `continues` accepts is
-  // another, so the values end before a positional argument that it refuses.
+  // another, so the values end before a positional argument that it refuses. Given again
+  // (--checkpoint a --checkpoint b), it adds to the list.
   Args& list_option(const std::string& name, const std::string& value_name, const std::string& help,
                     const std::string& default_value, std::function<bool(std::string_view)> continues);
   Args& positional(const std::string& name, const std::string& help);  // zero or more
@@ -85,7 +86,7 @@ class Args {
   int get_threads(const std::string& name = "threads") const;
   double get_double(const std::string& name) const;
   std::pair<std::string, std::string> get_pair(const std::string& name) const;  // a given pair_option
-  // A list_option's values as given, else its default alone (get() gives the first).
+  // A list_option's values in command-line order, else its default alone (get() gives the first).
   std::vector<std::string> get_list(const std::string& name) const;
   bool is_pair_option(const std::string& name) const;  // declared with pair_option
   bool is_declared(const std::string& name) const { return options_.count(name) > 0; }
@@ -107,7 +108,7 @@ class Args {
   std::map<std::string, Option> options_;
   std::map<std::string, std::string> values_;
   std::map<std::string, std::string> second_values_;  // of pair options
-  std::map<std::string, std::vector<std::string>> more_values_;  // of list options, after the first
+  std::map<std::string, std::vector<std::string>> list_values_;  // of list options, every value
   std::map<std::string, std::string> aliases_;        // deprecated spelling -> option
   std::string positional_name_, positional_help_;
   std::vector<std::string> positionals_;

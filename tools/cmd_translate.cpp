@@ -22,6 +22,7 @@
 #include "tools/commands.h"
 #include "tools/plot/plot.h"
 #include "tools/train_flags.h"
+#include "tools/translation.h"
 #include "tools/translator.h"
 
 namespace seqgrad::tools {
@@ -29,64 +30,13 @@ namespace {
 
 constexpr size_t kMaxBatch = 64;  // sentences decoded together when more input is waiting
 
-struct Loaded {
-  models::LoadedCheckpoint checkpoint;  // the first checkpoint's: its vocabularies and config serve them all
-  std::unique_ptr<models::Seq2Seq> model;
-  std::vector<std::unique_ptr<models::Seq2Seq>> ensemble_rest;  // further --checkpoint files
-  models::Ensemble ensemble() const {
-    std::vector<models::Seq2Seq*> members{model.get()};
-    for (const auto& m : ensemble_rest) members.push_back(m.get());
-    return models::Ensemble(members);
-  }
-};
-
-// A --checkpoint file and the model its weights build.
-std::pair<models::LoadedCheckpoint, std::unique_ptr<models::Seq2Seq>> load_checkpoint_model(const std::string& path,
-                                                                                          const Args& a) {
-  std::error_code ec;  // a symlink loop or a denied folder: reading it below names the reason
-  SG_CHECK_IO(std::filesystem::exists(path, ec) || ec, "no checkpoint at {} (train one with `seqgrad train`)", path);
-  check_safetensors_file(path);
-  models::LoadedCheckpoint checkpoint =
-      models::read_checkpoint(path, {.allow_missing_checksum = a.flag("allow-missing-checksum")});
-  // Refused before any decoding allocates beam x vocabulary scores: the first step has only as many
-  // continuations as the target vocabulary has tokens, so a wider beam is a typo, not a search.
-  const int64_t vocab = checkpoint.info.tgt_vocab.size();
-  SG_CHECK_USAGE(a.get_int("beam", 1) <= vocab, "--beam {} is wider than the target vocabulary of {} ({} tokens): "
-                 "give --beam {} or less", a.get_int("beam", 1), path, vocab, vocab);
-  std::unique_ptr<models::Seq2Seq> model;
-  {
-    nn::init::SkipInitGuard loaded_next;  // the checkpoint sets every value: nothing to draw or write
-    model = std::make_unique<models::Seq2Seq>(checkpoint.info.config.model);
-  }
-  models::load_weights(*model, checkpoint, path);
-  checkpoint.tensors.clear();  // the model holds the weights now, not the file's copies
-  checkpoint.quantized.clear();
-  model->eval();
-  return {std::move(checkpoint), std::move(model)};
-}
+using Loaded = LoadedModel;
 
 // The --checkpoint files: one model, or an ensemble of models with the same vocabularies.
 Loaded load_model(const Args& a) {
-  const std::vector<std::string> paths = a.get_list("checkpoint");
-  const ResidentMemory before = resident_memory();
-  Loaded l;
-  std::tie(l.checkpoint, l.model) = load_checkpoint_model(paths[0], a);
-  for (size_t i = 1; i < paths.size(); ++i) {
-    auto [checkpoint, model] = load_checkpoint_model(paths[i], a);
-    for (const auto& [side, first, other] : {std::tuple{"source", &l.checkpoint.info.src_vocab, &checkpoint.info.src_vocab},
-                                             {"target", &l.checkpoint.info.tgt_vocab, &checkpoint.info.tgt_vocab}}) {
-      const std::string difference = text::vocab_difference(*first, *other);
-      SG_CHECK_USAGE(difference.empty(), "--checkpoint: an ensemble needs the same vocabularies, but the {} "
-                     "vocabularies of {} and {} differ: {}", side, paths[0], paths[i], difference);
-    }
-    l.ensemble_rest.push_back(std::move(model));
-  }
-  if (a.flag("memory-stats")) {
-    const ResidentMemory after = resident_memory();
-    fmt::print(stderr, "model memory: {:.1f} MB (peak RSS {:.1f} MB while loading - RSS {:.1f} MB before)\n",
-               (after.peak - before.now) / 1e6, after.peak / 1e6, before.now / 1e6);
-  }
-  return l;
+  return tools::load_model(a.get_list("checkpoint"), {.allow_missing_checksum = a.flag("allow-missing-checksum"),
+                                                      .memory_stats = a.flag("memory-stats"),
+                                                      .beam = a.get_int("beam", 1)});
 }
 
 // Reads stdin line by line. next_batch() waits for one complete line, then also takes the lines

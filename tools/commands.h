@@ -23,6 +23,8 @@ int export_main(int argc, char** argv);
 int quantize_main(int argc, char** argv);
 // seqgrad average --out-file F CKPT...: the mean of checkpoints' weights (tools/cmd_average.cpp).
 int average_main(int argc, char** argv);
+// seqgrad serve --checkpoint F [--port N]: translations over HTTP and the attention explorer (tools/cmd_serve.cpp).
+int serve_main(int argc, char** argv);
 // seqgrad inspect CHECKPOINT: what a translator checkpoint holds (tools/cmd_inspect.cpp).
 int inspect_main(int argc, char** argv);
 }  // namespace seqgrad::tools

@@ -54,6 +54,7 @@ const Command kCommands[] = {
     {"train", seqgrad::tools::train_main, "train the seq2seq-with-attention translator"},
     {"translate", seqgrad::tools::translate_main, "translate sentences with a trained checkpoint"},
     {"eval", seqgrad::tools::eval_main, "BLEU (sacreBLEU-compatible) and perplexity of a checkpoint"},
+    {"serve", seqgrad::tools::serve_main, "translations over HTTP (batched, OpenNMT-py compatible) and the attention explorer"},
     {"attention", seqgrad::tools::attention_main, "attention heatmaps, energies and the toy demo"},
     {"compare", seqgrad::tools::compare_main, "additive vs scaled-dot vs hybrid attention: loss, BLEU, speed, sharpness"},
     {"gradcheck", gradcheck_main, "finite-difference gradient checks of every op (float64)"},

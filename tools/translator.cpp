@@ -71,56 +71,6 @@ plot::Heatmap merged_into_words(const plot::Heatmap& pieces) {
   return merged;
 }
 
-std::vector<Translation> translate_batch(const models::Ensemble& models, const models::CheckpointInfo& info,
-                                         const std::vector<std::string>& sentences,
-                                         const models::DecodeOptions& options, int64_t max_tokens,
-                                         Generator* sampling) {
-  std::vector<Translation> out(sentences.size());
-  std::vector<std::vector<int64_t>> ids;
-  std::vector<size_t> which;  // the sentence of each encoded row
-  for (size_t i = 0; i < sentences.size(); ++i) {
-    Translation& t = out[i];
-    try {
-      t.src_tokens = info.src_vocab.tokenize(sentences[i]);
-    } catch (const Error& e) {
-      t.error = e.what();
-      continue;
-    }
-    if (t.src_tokens.empty()) {
-      t.error = "empty (nothing to translate)";
-      continue;
-    }
-    t.truncated = max_tokens > 0 && static_cast<int64_t>(t.src_tokens.size()) > max_tokens;
-    if (t.truncated) t.src_tokens.resize(max_tokens);
-    ids.push_back(models::encode_sentence(info.src_vocab, t.src_tokens, 0));
-    which.push_back(i);
-  }
-  if (ids.empty()) return out;
-  int64_t longest = 0;
-  for (const auto& row : ids) longest = std::max<int64_t>(longest, static_cast<int64_t>(row.size()));
-  std::vector<int64_t> flat, lengths;
-  for (const auto& row : ids) {
-    flat.insert(flat.end(), row.begin(), row.end());
-    flat.insert(flat.end(), longest - static_cast<int64_t>(row.size()), text::Vocab::kPad);
-    lengths.push_back(static_cast<int64_t>(row.size()));
-  }
-  auto rows = static_cast<int64_t>(ids.size());
-  Tensor src = from_vector(flat, {rows, longest}, {.dtype = DType::i64});
-  Tensor len = from_vector(lengths, {rows}, {.dtype = DType::i64});
-  std::vector<std::vector<models::Hypothesis>> ranked;
-  if (options.beam_size > 1) {
-    ranked = models::beam_search(models, src, len, options);
-  } else {
-    for (models::Hypothesis& h : models::decode(models, src, len, options, sampling)) ranked.push_back({std::move(h)});
-  }
-  for (size_t r = 0; r < which.size(); ++r) {
-    Translation& t = out[which[r]];
-    t.hyps = std::move(ranked[r]);
-    for (const models::Hypothesis& h : t.hyps) t.out_tokens.push_back(info.tgt_vocab.decode(h.tokens));
-  }
-  return out;
-}
-
 AlignmentOutput parse_alignment_output(const std::string& value) {
   if (value == "hard") return AlignmentOutput::hard;
   if (value == "soft") return AlignmentOutput::soft;

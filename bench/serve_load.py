@@ -1,0 +1,138 @@
+#!/usr/bin/python3
+"""Load test of `seqgrad serve` (loopback only; bounded: each client sends a fixed number of
+requests, then the run stops by itself). For each checkpoint (float32, and int8 when --int8 is
+given or made with `seqgrad quantize`) and each concurrency (1, 8, 32 clients by default), the
+clients send real test2016 sentences, one per request, and the run reports sentences/s, p50 and
+p99 latency and the server's peak RSS; beside it `seqgrad translate` is run one sentence at a time
+(one process per sentence, as a script would call it). Every answer is checked against its request:
+its "src" must be the sentence sent and its translation the one `seqgrad translate` gives for it
+(a lost, duplicated or crossed answer fails the run, exit 1).
+
+    bench/serve_load.py --seqgrad build/tools/seqgrad --checkpoint runs/default/best.safetensors \\
+        [--int8 FILE] [--clients 1,8,32] [--requests 20] [--threads 2] [--data-dir data] [--json]
+
+--requests is per client. Figures go into docs/results.md with the command, commit and machine.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+from serve_common import Server, quantize, test_sentences, translate_cli  # noqa: E402
+
+
+def peak_rss_mb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def percentile(values, q):
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def load(server, clients, requests, sentences, expected):
+    """Runs `clients` threads of `requests` requests each; returns the row of figures."""
+    latencies, failures = [], []
+    lock = threading.Lock()
+
+    def client(c):
+        for r in range(requests):
+            sentence = sentences[(c * requests + r) % len(sentences)]
+            start = time.monotonic()
+            status, _, body = server.request("/v1/translate", body={"src": [sentence]})
+            took = time.monotonic() - start
+            got = body["translations"][0] if status == 200 else {}
+            with lock:
+                latencies.append(took)
+                if status != 200 or got.get("src") != sentence or got.get("translation") != expected[sentence]:
+                    failures.append((sentence, status, body))
+
+    threads = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
+    start = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.monotonic() - start
+    return {"clients": clients, "sentences": len(latencies), "sentences_per_s": len(latencies) / wall,
+            "p50_ms": 1000 * percentile(latencies, 0.5), "p99_ms": 1000 * percentile(latencies, 0.99),
+            "failures": failures}
+
+
+def one_at_a_time(seqgrad, checkpoint, sentences, threads):
+    """`seqgrad translate` called once per sentence: sentences/s and p50/p99 per call."""
+    times = []
+    for s in sentences:
+        start = time.monotonic()
+        translate_cli(seqgrad, checkpoint, [s], "--threads", str(threads))
+        times.append(time.monotonic() - start)
+    return {"clients": "translate, 1 per call", "sentences": len(times), "sentences_per_s": len(times) / sum(times),
+            "p50_ms": 1000 * statistics.median(times), "p99_ms": 1000 * percentile(times, 0.99), "failures": []}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seqgrad", default="build/tools/seqgrad")
+    ap.add_argument("--checkpoint", required=True)
+    ap.add_argument("--int8", help="the int8 checkpoint (default: made with seqgrad quantize in a temporary folder)")
+    ap.add_argument("--clients", default="1,8,32")
+    ap.add_argument("--requests", type=int, default=20, help="requests per client (one sentence each)")
+    ap.add_argument("--translate-sentences", type=int, default=10, help="sentences for the translate column")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--data-dir", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data"))
+    ap.add_argument("--json", action="store_true", help="one JSON object per row instead of the table")
+    a = ap.parse_args()
+    clients = [int(c) for c in a.clients.split(",")]
+    if min(clients) < 1 or max(clients) > 64 or not 1 <= a.requests <= 1000:
+        sys.exit("serve_load.py: --clients must lie in [1, 64] and --requests in [1, 1000] (the test is bounded)")
+    tmp = tempfile.mkdtemp(prefix="seqgrad_serve_load_")
+    checkpoints = {"float32": a.checkpoint,
+                   "int8": a.int8 or quantize(a.seqgrad, a.checkpoint, os.path.join(tmp, "int8.safetensors"))}
+    sentences = test_sentences(a.data_dir, max(clients) * a.requests)[:200]
+    failed = False
+    rows = []
+    for kind, ckpt in checkpoints.items():
+        expected = dict(zip(sentences, translate_cli(a.seqgrad, ckpt, sentences, "--threads", str(a.threads))))
+        server = Server(a.seqgrad, "--checkpoint", ckpt, "--threads", str(a.threads), "--max-wait-ms", "5",
+                        "--http-threads", str(max(64, max(clients))))
+        try:
+            for c in clients:
+                row = load(server, c, a.requests, sentences, expected)
+                row.update(kind=kind, peak_rss_mb=peak_rss_mb(server.proc.pid))
+                rows.append(row)
+        finally:
+            status, _, err = server.stop()
+            if status != 0:
+                print(f"serve_load.py: the {kind} server exited with {status}:\n{err}", file=sys.stderr)
+                failed = True
+        row = one_at_a_time(a.seqgrad, ckpt, sentences[:a.translate_sentences], a.threads)
+        row.update(kind=kind, peak_rss_mb=float("nan"))
+        rows.append(row)
+    for row in rows:
+        if row["failures"]:
+            failed = True
+            print(f"serve_load.py: {len(row['failures'])} wrong answers ({row['kind']}, {row['clients']} clients), "
+                  f"first: {row['failures'][0]}", file=sys.stderr)
+        row["failures"] = len(row["failures"])
+        if a.json:
+            print(json.dumps(row))
+    if not a.json:
+        print("| model | clients | sentences | sentences/s | p50 ms | p99 ms | peak RSS MB |\n|---|---|---|---|---|---|---|")
+        for r in rows:
+            print(f"| {r['kind']} | {r['clients']} | {r['sentences']} | {r['sentences_per_s']:.1f} | {r['p50_ms']:.1f} | "
+                  f"{r['p99_ms']:.1f} | {r['peak_rss_mb']:.0f} |")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,98 @@
+"""Shared by the `seqgrad serve` suites (test_tools_serve.py, test_tools_serve_browser.py) and
+bench/serve_load.py: a tiny checkpoint trained once, a server on an ephemeral port, and JSON over
+urllib (loopback only)."""
+import json
+import os
+import re
+import signal
+import subprocess
+import tempfile
+import urllib.error
+import urllib.request
+
+# Small enough to train in seconds, large enough that its translations end with <eos> (the explorer
+# steps to it) instead of repeating <unk> up to the length limit.
+TINY = ["--preset", "default", "--vocab", "word", "--embed", "32", "--hidden", "32", "--batch-size", "32",
+        "--threads", "1", "--quiet", "--subset", "512", "--truncate", "12", "--lr", "0.005", "--lr-gamma", "1.0",
+        "--min-freq", "2"]
+
+
+def train_tiny(seqgrad, data, folder, epochs=8):
+    """A tiny model's last checkpoint (E = H = 32, 512 pairs, 8 epochs), trained once per folder."""
+    path = os.path.join(folder, "run", "last.safetensors")
+    if not os.path.exists(path):
+        p = subprocess.run([seqgrad, "train", *TINY, "--epochs", str(epochs), "--data-dir", data, "--out",
+                            os.path.join(folder, "run")], capture_output=True, text=True, timeout=300)
+        if p.returncode != 0:
+            raise AssertionError(f"training failed:\n{p.stdout}\n{p.stderr}")
+    return path
+
+
+def quantize(seqgrad, checkpoint, out):
+    if not os.path.exists(out):
+        p = subprocess.run([seqgrad, "quantize", "--checkpoint", checkpoint, "--out-file", out], capture_output=True,
+                           text=True, timeout=120)
+        if p.returncode != 0:
+            raise AssertionError(f"quantize failed:\n{p.stdout}\n{p.stderr}")
+    return out
+
+
+def test_sentences(data, count, start=0, max_words=15):
+    """`count` German sentences of test2016 from line `start` on, of at most `max_words` words (so that
+    no tiny model truncates them: the server refuses what `translate` would cut)."""
+    with open(os.path.join(data, "multi30k", "test2016.de"), encoding="utf-8") as f:
+        lines = [line.strip() for line in f]
+    return [s for s in lines[start:] if len(s.split()) <= max_words][:count]
+
+
+# Loopback only: no proxy from the environment (http_proxy) may see the requests.
+OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+class Server:
+    """`seqgrad serve --port 0 ...` until stop(); url is http://127.0.0.1:PORT."""
+
+    def __init__(self, seqgrad, *args):
+        self.log = tempfile.TemporaryFile(mode="w+")
+        self.proc = subprocess.Popen([seqgrad, "serve", "--port", "0", *args], stdout=subprocess.PIPE,
+                                     stderr=self.log, text=True)
+        line = self.proc.stdout.readline()
+        m = re.search(r"listening on (http://[0-9.]+:(\d+))/", line)
+        if not m:
+            self.proc.kill()
+            self.log.seek(0)
+            raise AssertionError(f"the server did not start: {line!r}\n{self.log.read()}")
+        self.url, self.port = m.group(1), int(m.group(2))
+
+    def request(self, path, body=None, raw=None, timeout=60):
+        """(status, headers, parsed JSON or text) of GET path, or of POST body (JSON) / raw (bytes)."""
+        data = raw if raw is not None else None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.url + path, data=data, headers={"Content-Type": "application/json"})
+        try:
+            with OPENER.open(req, timeout=timeout) as r:
+                status, headers, text = r.status, r.headers, r.read().decode()
+        except urllib.error.HTTPError as e:
+            status, headers, text = e.code, e.headers, e.read().decode()
+        kind = headers.get("Content-Type", "")
+        return status, headers, json.loads(text) if kind.startswith("application/json") else text
+
+    def stop(self, sig=signal.SIGTERM, timeout=30):
+        """Sends sig; returns (exit status, rest of stdout, stderr)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        out = self.proc.stdout.read()
+        status = self.proc.wait(timeout=timeout)
+        self.proc.stdout.close()
+        self.log.seek(0)
+        err = self.log.read()
+        self.log.close()
+        return status, out, err
+
+
+def translate_cli(seqgrad, checkpoint, sentences, *flags):
+    """`seqgrad translate`'s output lines for the sentences (given as arguments: one batch)."""
+    p = subprocess.run([seqgrad, "translate", "--checkpoint", checkpoint, "--threads", "1", *flags, *sentences],
+                       capture_output=True, text=True, timeout=120)
+    if p.returncode != 0:
+        raise AssertionError(f"translate failed:\n{p.stdout}\n{p.stderr}")
+    return p.stdout.splitlines()

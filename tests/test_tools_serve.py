@@ -1,0 +1,326 @@
+#!/usr/bin/python3
+"""End-to-end tests of `seqgrad serve` over HTTP (loopback, an ephemeral port), on a tiny model
+trained once (E = H = 16, 256 pairs) and its int8 quantization:
+  * translations over HTTP equal `seqgrad translate`'s for the same checkpoint and options (greedy,
+    beam with n-best, int8 served beside float32), on both routes (/v1/translate and OpenNMT-py's /translator/translate);
+  * concurrent requests are decoded together (a batch of more than one request's sentences) and
+    every answer belongs to its request;
+  * bad input gets a 4xx JSON error naming the field, and the server keeps answering: malformed
+    JSON, wrong types, invalid UTF-8, empty or too many sentences, a sentence over the length
+    limit, unknown fields, a body over the size limit (413); a full queue answers 503 with
+    Retry-After; a client that stops sending is cut off after --timeout;
+  * SIGTERM lets the request in flight finish, then the server exits 0; bad flags exit 2.
+Usage: test_tools_serve.py PATH/TO/seqgrad DATA_DIR
+"""
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from serve_common import Server, quantize, test_sentences, train_tiny, translate_cli  # noqa: E402
+from test_tools_cli import program_and_data  # noqa: E402
+
+SEQGRAD = None
+DATA = None
+TMP = tempfile.mkdtemp(prefix="seqgrad_serve_")
+
+
+def checkpoint():
+    return train_tiny(SEQGRAD, DATA, TMP)
+
+
+def int8_checkpoint():
+    return quantize(SEQGRAD, checkpoint(), os.path.join(TMP, "int8.safetensors"))
+
+
+class ServeBase(unittest.TestCase):
+    maxDiff = None
+    server = None
+    flags = []
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = Server(SEQGRAD, "--checkpoint", checkpoint(), "--threads", "1", *cls.flags)
+
+    @classmethod
+    def tearDownClass(cls):
+        status, _, err = cls.server.stop()
+        assert status == 0, f"the server exited with {status}:\n{err}"
+
+    def post(self, body, path="/v1/translate", **kw):
+        return self.server.request(path, body=body, **kw)
+
+    def assertError(self, answer, status, field, pattern):
+        got, headers, body = answer
+        self.assertEqual(got, status, body)
+        self.assertEqual(body["status"], "error", body)
+        self.assertEqual(body.get("field", ""), field, body)
+        self.assertRegex(body["error"], pattern)
+        return headers
+
+
+class Translations(ServeBase):
+    def test_same_as_translate_greedy_and_beam(self):
+        sentences = test_sentences(DATA, 6)
+        status, _, body = self.post({"src": sentences})
+        self.assertEqual(status, 200, body)
+        expected = translate_cli(SEQGRAD, checkpoint(), sentences)
+        self.assertEqual([t["translation"] for t in body["translations"]], expected)
+        self.assertEqual([t["src"] for t in body["translations"]], sentences)
+        # beam 3 with 2 best: translate --nbest prints "number<TAB>score<TAB>translation"
+        status, _, body = self.post({"src": sentences, "beam": 3, "nbest": 2})
+        self.assertEqual(status, 200, body)
+        lines = translate_cli(SEQGRAD, checkpoint(), sentences, "--beam", "3", "--nbest", "2")
+        got = [f"{i + 1}\t{h['score']:.4f}\t{h['translation']}" for i, t in enumerate(body["translations"])
+               for h in t["nbest"]]
+        self.assertEqual(got, lines)
+
+    def test_int8_checkpoint_beside_the_float_one(self):
+        # two checkpoints served side by side (--checkpoint twice): a request's "model" picks one
+        sentences = test_sentences(DATA, 4, start=10)
+        server = Server(SEQGRAD, "--checkpoint", checkpoint(), "--checkpoint", int8_checkpoint(), "--threads", "1")
+        try:
+            models = server.request("/v1/models")[2]["models"]
+            answers = [server.request("/v1/translate", body={"src": sentences, "model": m}) for m in [0, 1]]
+        finally:
+            self.assertEqual(server.stop()[0], 0)
+        self.assertEqual([m["name"] for m in models], [checkpoint(), int8_checkpoint()])
+        for (status, _, body), path in zip(answers, [checkpoint(), int8_checkpoint()]):
+            self.assertEqual(status, 200, body)
+            self.assertEqual(body["model"], path)
+            self.assertEqual([t["translation"] for t in body["translations"]], translate_cli(SEQGRAD, path, sentences))
+
+    def test_opennmt_route(self):
+        sentences = test_sentences(DATA, 3, start=20)
+        status, _, body = self.post([{"src": s, "id": 100} for s in sentences], path="/translator/translate")
+        self.assertEqual(status, 200, body)
+        self.assertEqual(len(body), 1)  # one list per n-best rank, one item per input
+        self.assertEqual([r["src"] for r in body[0]], sentences)
+        self.assertEqual([r["tgt"] for r in body[0]], translate_cli(SEQGRAD, checkpoint(), sentences))
+        self.assertEqual({r["n_best"] for r in body[0]}, {1})
+        self.assertTrue(all(isinstance(r["pred_score"], float) for r in body[0]))
+
+    def test_alignment_attention_and_explain(self):
+        status, _, body = self.post({"src": ["Ein Hund läuft."], "alignment": "hard", "explain": True})
+        self.assertEqual(status, 200, body)
+        t = body["translations"][0]
+        rows, src = t["attention"], t["attention_columns"]
+        self.assertEqual(src, t["src_tokens"] + ["<eos>"])  # the source as encoded
+        self.assertEqual(t["attention_rows"], t["tokens"] + ["<eos>"] * t["finished"])
+        self.assertEqual(len(rows), len(t["attention_rows"]))
+        for row in rows:
+            self.assertEqual(len(row), len(src))
+            self.assertAlmostEqual(sum(row), 1.0, places=5)
+        self.assertEqual(t["alignment"], [row.index(max(row)) for row in rows[:len(t["tokens"])]])
+        self.assertEqual(len(t["energies"]), len(rows))  # additive attention has energies
+        self.assertAlmostEqual(sum(t["token_log_probs"]), t["log_prob"], places=4)
+
+    def test_health_models_explorer_and_metrics(self):
+        self.assertEqual(self.server.request("/health")[2], {"status": "ok"})
+        models = self.server.request("/v1/models")[2]["models"]
+        self.assertEqual([(m["model"], m["name"], m["attention"]) for m in models], [(0, checkpoint(), "additive")])
+        status, headers, page = self.server.request("/")
+        self.assertEqual(status, 200)
+        self.assertIn("text/html", headers["Content-Type"])
+        self.assertIn("seqgrad attention explorer", page)
+        self.assertNotRegex(page, r"(src|href)=\"?(https?:)?//")  # nothing fetched from elsewhere
+        self.post({"src": ["Ein Mann."]})
+        status, headers, text = self.server.request("/metrics")
+        self.assertEqual(status, 200)
+        self.assertIn("text/plain", headers["Content-Type"])
+        self.assertRegex(text, r'seqgrad_requests_total\{route="/v1/translate",status="200"\} [1-9]')
+        for name in ["seqgrad_sentences_total", "seqgrad_queue_sentences", 'seqgrad_batch_sentences_bucket{le="+Inf"}',
+                     "seqgrad_request_seconds_count"]:
+            self.assertRegex(text, re.escape(name) + r" \d")
+
+
+class Concurrency(ServeBase):
+    flags = ["--max-wait-ms", "300", "--max-batch-sentences", "64"]
+
+    def test_concurrent_requests_share_batches_and_get_their_own_answers(self):
+        sentences = test_sentences(DATA, 12, start=30)
+        expected = dict(zip(sentences, translate_cli(SEQGRAD, checkpoint(), sentences)))
+        answers = [None] * len(sentences)
+
+        def client(i):
+            answers[i] = self.post({"src": [sentences[i]]})
+
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(len(sentences))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for i, (status, _, body) in enumerate(answers):
+            self.assertEqual(status, 200, body)
+            self.assertEqual(body["translations"][0]["src"], sentences[i])
+            self.assertEqual(body["translations"][0]["translation"], expected[sentences[i]])
+        metrics = self.server.request("/metrics")[2]
+        batches = int(re.search(r"seqgrad_batch_sentences_count (\d+)", metrics).group(1))
+        self.assertLess(batches, len(sentences), metrics)  # some batch held several requests' sentences
+
+
+class BadInput(ServeBase):
+    flags = ["--max-sentences", "3", "--max-src-tokens", "8", "--max-body-bytes", "4096"]
+
+    def test_each_bad_request_names_its_field(self):
+        cases = [  # (raw body, status, field, message)
+            (b"{\"src\": [", 400, "", r"not JSON"),
+            (b"[1, 2", 400, "", r"not JSON"),
+            (b"{\"src\": [\"Ein \xff Hund\"]}", 400, "", r"not valid UTF-8 \(byte 14 of 23\)"),
+            (b"{\"src\": [\"\xed\xa0\x80\"]}", 400, "", r"not valid UTF-8"),  # a UTF-16 surrogate
+            (b"\"Ein Hund\"", 400, "", r"must be a JSON object"),
+            (b"{}", 422, "src", r"no 'src'"),
+            (b"{\"src\": \"Ein Hund\"}", 422, "src", r"src must be a list of strings, got string"),
+            (b"{\"src\": []}", 422, "src", r"src has 0 sentences: give 1 to 3"),
+            (b"{\"src\": [\"a\", \"b\", \"c\", \"d\"]}", 422, "src", r"src has 4 sentences: give 1 to 3"),
+            (b"{\"src\": [\"Hund\", 7]}", 422, "src[1]", r"src\[1\] must be a string, got integer 7"),
+            (b"{\"src\": [\"   \"]}", 422, "src[0]", r"src\[0\]: empty"),
+            (b"{\"src\": [\"ein zwei drei vier fuenf sechs sieben acht neun\"]}", 422, "src[0]",
+             r"src\[0\] has 9 tokens, more than the server's limit of 8 \(--max-src-tokens\)"),
+            (b"{\"src\": [\"Hund\"], \"beem\": 2}", 422, "beem", r"unknown field 'beem' in the request \(did you mean beam\?\)"),
+            (b"{\"src\": [\"Hund\"], \"beam\": 0}", 422, "beam", r"beam = 0 is out of range \[1, 16\]"),
+            (b"{\"src\": [\"Hund\"], \"beam\": \"5\"}", 422, "beam", r"beam must be an integer, got string \"5\""),
+            (b"{\"src\": [\"Hund\"], \"beam\": 18446744073709551615}", 422, "beam", r"out of range"),
+            (b"{\"src\": [\"Hund\"], \"beam\": 2, \"nbest\": 3}", 422, "nbest", r"nbest = 3 is out of range \[1, 2\]"),
+            (b"{\"src\": [\"Hund\"], \"length_penalty\": -1}", 422, "length_penalty", r"a number in \[0, 10\]"),
+            (b"{\"src\": [\"Hund\"], \"alignment\": \"fuzzy\"}", 422, "alignment", r"\"hard\", \"soft\" or null"),
+            (b"{\"src\": [\"Hund\"], \"attention\": 1}", 422, "attention", r"true or false, got integer 1"),
+            (b"{\"src\": [\"Hund\"], \"model\": 1}", 422, "model", r"model = 1 is out of range \[0, 0\]"),
+        ]
+        for raw, status, field, pattern in cases:
+            with self.subTest(body=raw):
+                self.assertError(self.post(None, raw=raw), status, field, pattern)
+        opennmt = [
+            (b"{\"src\": \"Hund\"}", 400, "", r"must be a JSON list"),
+            (b"[{\"text\": \"Hund\"}]", 422, "text", r"unknown field 'text' in item \[0\]"),
+            (b"[{\"src\": \"Hund\", \"id\": \"x\"}]", 422, "[0].id", r"must be an integer"),
+            (b"[]", 422, "", r"the request has 0 items: give 1 to 3"),
+        ]
+        for raw, status, field, pattern in opennmt:
+            with self.subTest(body=raw):
+                self.assertError(self.post(None, raw=raw, path="/translator/translate"), status, field, pattern)
+        self.assertEqual(self.post({"src": ["Ein Hund."]})[0], 200)  # still serving
+
+    def test_body_over_the_limit_and_unknown_routes(self):
+        self.assertError(self.post({"src": ["Hund " * 1000]}), 413, "", r"larger than the server's limit")
+        self.assertError(self.server.request("/v2/translate"), 404, "", r"no such route")
+        self.assertEqual(self.post({"src": ["Ein Hund."]})[0], 200)
+
+    def test_a_client_that_stops_sending_is_cut_off(self):
+        server = Server(SEQGRAD, "--checkpoint", checkpoint(), "--threads", "1", "--timeout", "1")
+        try:
+            with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
+                s.sendall(b"POST /v1/translate HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"src\"")
+                start = time.monotonic()
+                answer = b""
+                while chunk := s.recv(4096):  # until the server closes the connection
+                    answer += chunk
+                self.assertLess(time.monotonic() - start, 5)
+                self.assertTrue(answer == b"" or answer.startswith(b"HTTP/1.1 400"), answer)
+            self.assertEqual(server.request("/health")[0], 200)
+        finally:
+            self.assertEqual(server.stop()[0], 0)
+
+
+def wait_for_queue(server, sentences):
+    """Waits until `sentences` sentences wait in the server's queue (its /metrics says so)."""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if f"seqgrad_queue_sentences {sentences}\n" in server.request("/metrics")[2]:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"the queue never held {sentences} sentences")
+
+
+class Lifecycle(unittest.TestCase):
+    def test_full_queue_answers_503_with_retry_after(self):
+        # the first request waits up to 3 s in the queue for company, holding both places
+        server = Server(SEQGRAD, "--checkpoint", checkpoint(), "--threads", "1", "--queue-size", "2",
+                        "--max-sentences", "2", "--max-wait-ms", "3000")
+        try:
+            first = []
+            t = threading.Thread(target=lambda: first.append(server.request("/v1/translate",
+                                                                             body={"src": ["Ein Hund.", "Ein Mann."]})))
+            t.start()
+            wait_for_queue(server, 2)
+            status, headers, body = server.request("/v1/translate", body={"src": ["Eine Frau."]})
+            self.assertEqual(status, 503, body)
+            self.assertEqual(headers["Retry-After"], "1")
+            self.assertRegex(body["error"], r"busy \(2 sentences queued at most\)")
+            t.join()
+            self.assertEqual(first[0][0], 200)
+            self.assertEqual(server.request("/v1/translate", body={"src": ["Eine Frau."]})[0], 200)
+        finally:
+            self.assertEqual(server.stop()[0], 0)
+
+    def test_sigterm_finishes_the_request_in_flight_then_exits_0(self):
+        server = Server(SEQGRAD, "--checkpoint", checkpoint(), "--threads", "1", "--max-wait-ms", "3000")
+        answer = []
+        t = threading.Thread(target=lambda: answer.append(server.request("/v1/translate", body={"src": ["Ein Hund."]})))
+        t.start()
+        wait_for_queue(server, 1)  # the request waits in the batcher
+        status, out, err = server.stop(signal.SIGTERM)
+        t.join()
+        self.assertEqual(status, 0, err)
+        self.assertEqual(answer[0][0], 200, answer)
+        self.assertEqual(answer[0][2]["translations"][0]["translation"],
+                         translate_cli(SEQGRAD, checkpoint(), ["Ein Hund."])[0])
+        self.assertIn("SIGTERM: finishing the requests in flight", err)
+        self.assertIn("stopped", out)
+        with self.assertRaises(OSError):
+            socket.create_connection(("127.0.0.1", server.port), timeout=2).close()
+        s = Server(SEQGRAD, "--checkpoint", checkpoint(), "--threads", "1")
+        self.assertEqual(s.stop(signal.SIGINT)[0], 0)
+
+    def test_bad_flags(self):
+        def run(*args):
+            return subprocess.run([SEQGRAD, "serve", *args], capture_output=True, text=True, timeout=60)
+        for args, pattern in [
+            (["--port", "70000"], r"--port .*70000"),
+            (["--queue-size", "4", "--max-sentences", "8"], r"--queue-size 4 is smaller than --max-sentences 8"),
+            (["--max-wait-ms", "-1"], r"--max-wait-ms"),
+            (["--max-src-tokens", "0"], r"--max-src-tokens"),
+            (["--beam", "0"], r"--beam"),
+            (["--portt", "1"], r"unknown option --portt \(did you mean --port\?\)"),
+        ]:
+            with self.subTest(args=args):
+                p = run("--checkpoint", checkpoint(), *args)
+                self.assertEqual(p.returncode, 2, p.stderr)
+                self.assertRegex(p.stderr, r"seqgrad serve: error: .*" + pattern)
+        p = run("--checkpoint", os.path.join(TMP, "missing.safetensors"))
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("no checkpoint at", p.stderr)
+        busy = Server(SEQGRAD, "--checkpoint", checkpoint(), "--threads", "1")
+        try:
+            p = run("--checkpoint", checkpoint(), "--port", str(busy.port))
+            self.assertEqual(p.returncode, 1, p.stderr)
+            self.assertRegex(p.stderr, r"cannot listen on 127\.0\.0\.1:\d+")
+        finally:
+            busy.stop()
+
+
+def main():
+    global SEQGRAD, DATA
+    SEQGRAD, DATA, argv = program_and_data("test_tools_serve.py")
+    p = subprocess.run([SEQGRAD, "serve", "--checkpoint", "x", "--port", "0"], capture_output=True, text=True)
+    if "built without an HTTP server" in p.stderr:
+        print("SKIP: this build has no HTTP server (cpp-httplib, libcpp-httplib-dev, missing)")
+        sys.exit(77)
+    try:
+        unittest.main(argv=[sys.argv[0], *argv])
+    finally:
+        if os.environ.get("SEQGRAD_KEEP_TMP") != "1":
+            shutil.rmtree(TMP, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,111 @@
+// Dynamic batching of the requests' sentences (tools/serve/batcher.h).
+#include "tools/serve/batcher.h"
+
+#include <fmt/core.h>
+
+namespace seqgrad::tools::serve {
+namespace {
+
+// Jobs that may share a batch: the decoding runs once with one DecodeOptions for all its rows.
+bool same_decoding(const Job& a, const Job& b) {
+  const models::DecodeOptions &x = a.options, &y = b.options;
+  return a.model == b.model && x.max_len == y.max_len && x.beam_size == y.beam_size &&
+         x.length_penalty == y.length_penalty && x.nbest == y.nbest && x.bos_id == y.bos_id && x.eos_id == y.eos_id;
+}
+
+}  // namespace
+
+int64_t Job::tokens() const {
+  int64_t n = 0;
+  for (const Translation& t : translations) n += static_cast<int64_t>(t.src_tokens.size());
+  return n;
+}
+
+Batcher::Batcher(std::vector<LoadedModel*> models, const BatchLimits& limits, Metrics& metrics)
+    : models_(std::move(models)), limits_(limits), metrics_(metrics), thread_([this] { run(); }) {}
+
+Batcher::~Batcher() { stop(); }
+
+bool Batcher::submit(const std::shared_ptr<Job>& job) {
+  const auto sentences = static_cast<int64_t>(job->translations.size());
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_ || queued_sentences_ + sentences > limits_.queue_sentences) return false;
+    job->queued = std::chrono::steady_clock::now();
+    queue_.push_back(job);
+    queued_sentences_ += sentences;
+    metrics_.set_queue_length(queued_sentences_);
+  }
+  changed_.notify_all();
+  return true;
+}
+
+void Batcher::stop() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  changed_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Batcher::run() {
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    changed_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stopping, and everything queued is decoded
+    std::vector<std::shared_ptr<Job>> batch = next_batch(lock);
+    lock.unlock();
+    decode(batch);
+    lock.lock();
+  }
+}
+
+// The oldest job and the queued jobs that may join it, within the limits. While there is room it
+// waits for more until the oldest job has waited max_wait (not when stopping: finish quickly).
+std::vector<std::shared_ptr<Job>> Batcher::next_batch(std::unique_lock<std::mutex>& lock) {
+  const std::shared_ptr<Job> head = queue_.front();
+  const auto deadline = head->queued + limits_.max_wait;
+  for (;;) {
+    std::vector<std::shared_ptr<Job>> batch;
+    int64_t sentences = 0, tokens = 0;
+    bool full = false;
+    for (const std::shared_ptr<Job>& job : queue_) {
+      if (!same_decoding(*head, *job)) continue;
+      const auto n = static_cast<int64_t>(job->translations.size());
+      const int64_t t = job->tokens();
+      if (!batch.empty() && (sentences + n > limits_.max_sentences || tokens + t > limits_.max_tokens)) {
+        full = true;
+        break;
+      }
+      batch.push_back(job);
+      sentences += n;
+      tokens += t;
+    }
+    full = full || sentences >= limits_.max_sentences || tokens >= limits_.max_tokens;
+    if (full || stopping_ || std::chrono::steady_clock::now() >= deadline) {
+      for (const std::shared_ptr<Job>& job : batch) std::erase(queue_, job);
+      queued_sentences_ -= sentences;
+      metrics_.set_queue_length(queued_sentences_);
+      return batch;
+    }
+    changed_.wait_until(lock, deadline);
+  }
+}
+
+void Batcher::decode(const std::vector<std::shared_ptr<Job>>& batch) {
+  std::vector<Translation*> rows;
+  for (const std::shared_ptr<Job>& job : batch)
+    for (Translation& t : job->translations) rows.push_back(&t);
+  try {
+    const LoadedModel& model = *models_[batch.front()->model];
+    decode_translations(model.ensemble(), model.checkpoint.info, rows, batch.front()->options);
+  } catch (...) {
+    for (const std::shared_ptr<Job>& job : batch) job->done.set_exception(std::current_exception());
+    return;
+  }
+  metrics_.batch_decoded(static_cast<int64_t>(rows.size()));
+  for (const std::shared_ptr<Job>& job : batch) job->done.set_value();
+}
+
+}  // namespace seqgrad::tools::serve

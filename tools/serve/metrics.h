@@ -1,0 +1,46 @@
+// The server's counters for GET /metrics, in Prometheus's text exposition format: requests by
+// route and status, sentences, the queue's length, batch sizes and request latencies.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace seqgrad::tools::serve {
+
+// A Prometheus histogram: cumulative counts of observations at or below each bound, their sum and
+// their count (the +Inf bucket).
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size(), 0) {}
+  void observe(double value);
+  // "<name>_bucket{le="..."} n" lines, then _sum and _count.
+  std::string exposition(const std::string& name) const;
+
+ private:
+  std::vector<double> bounds_;
+  std::vector<uint64_t> counts_;  // per bound, not yet cumulative
+  uint64_t count_ = 0;
+  double sum_ = 0;
+};
+
+class Metrics {
+ public:
+  void request_done(const std::string& route, int status, double seconds);
+  void batch_decoded(int64_t sentences);
+  void set_queue_length(int64_t sentences);
+  std::string exposition() const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<std::pair<std::string, int>, uint64_t> requests_;  // (route, status) -> count
+  uint64_t sentences_ = 0;
+  int64_t queue_length_ = 0;
+  Histogram latency_{{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}};  // seconds
+  Histogram batch_sizes_{{1, 2, 4, 8, 16, 32, 64, 128}};                          // sentences
+};
+
+}  // namespace seqgrad::tools::serve

@@ -1,0 +1,157 @@
+// Reading and checking the server's JSON requests (tools/serve/request.h).
+#include "tools/serve/request.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include <fmt/core.h>
+
+#include "core/suggest.h"
+
+namespace seqgrad::tools::serve {
+namespace {
+
+constexpr double kMaxLengthPenalty = 10;  // log p / length^10 already ranks by length alone
+
+// Where `text` stops being UTF-8 (std::string::npos: it is): overlong forms, surrogates and code
+// points above U+10FFFF count as invalid, as RFC 3629 says.
+size_t invalid_utf8_at(const std::string& text) {
+  for (size_t i = 0; i < text.size();) {
+    auto c = static_cast<unsigned char>(text[i]);
+    size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    if (n == 0 || i + n > text.size()) return i;
+    uint32_t cp = n == 1 ? c : c & (0x7F >> n);
+    for (size_t k = 1; k < n; ++k) {
+      auto d = static_cast<unsigned char>(text[i + k]);
+      if ((d >> 6) != 0x2) return i;
+      cp = cp << 6 | (d & 0x3F);
+    }
+    const uint32_t smallest[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < smallest[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
+    i += n;
+  }
+  return std::string::npos;
+}
+
+[[noreturn]] void refuse(const std::string& field, const std::string& message) { throw RequestError(422, field, message); }
+
+std::string type_name(const nlohmann::json& v) { return v.is_number_integer() ? "integer" : v.type_name(); }
+
+int64_t integer_in(const nlohmann::json& v, const std::string& field, int64_t min, int64_t max) {
+  if (!v.is_number_integer()) refuse(field, fmt::format("{} must be an integer, got {} {}", field, type_name(v), v.dump()));
+  // an unsigned value above int64's range is stored as unsigned: compare it as such
+  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(max))
+    refuse(field, fmt::format("{} = {} is out of range [{}, {}]", field, v.dump(), min, max));
+  const auto n = v.get<int64_t>();
+  if (n < min || n > max) refuse(field, fmt::format("{} = {} is out of range [{}, {}]", field, n, min, max));
+  return n;
+}
+
+bool boolean(const nlohmann::json& v, const std::string& field) {
+  if (!v.is_boolean()) refuse(field, fmt::format("{} must be true or false, got {} {}", field, type_name(v), v.dump()));
+  return v.get<bool>();
+}
+
+void check_known_fields(const nlohmann::json& object, const std::vector<std::string>& known, const std::string& where) {
+  for (const auto& [key, value] : object.items()) {
+    if (std::find(known.begin(), known.end(), key) != known.end()) continue;
+    std::string list;
+    for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
+    refuse(key, fmt::format("unknown field '{}' in {}{} (known: {})", key, where, did_you_mean(key, known), list));
+  }
+}
+
+std::string sentence(const nlohmann::json& v, const std::string& field) {
+  if (!v.is_string()) refuse(field, fmt::format("{} must be a string, got {} {}", field, type_name(v), v.dump()));
+  return v.get<std::string>();
+}
+
+size_t model_index(const nlohmann::json& v, const std::string& field, size_t models) {
+  return static_cast<size_t>(integer_in(v, field, 0, static_cast<int64_t>(models) - 1));
+}
+
+}  // namespace
+
+nlohmann::json parse_body(const std::string& body) {
+  if (size_t at = invalid_utf8_at(body); at != std::string::npos)
+    throw RequestError(400, "", fmt::format("the request body is not valid UTF-8 (byte {} of {})", at, body.size()));
+  try {
+    return nlohmann::json::parse(body);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw RequestError(400, "", fmt::format("the request body is not JSON: {}", e.what()));
+  }
+}
+
+TranslateRequest read_translate_request(const nlohmann::json& body, const std::vector<models::DecodeOptions>& defaults,
+                                        const std::vector<int64_t>& vocab_size, const RequestLimits& limits) {
+  if (!body.is_object())
+    throw RequestError(400, "", fmt::format("the request must be a JSON object {{\"src\": [...], ...}}, got {}",
+                                            type_name(body)));
+  check_known_fields(body, {"src", "model", "beam", "nbest", "max_len", "length_penalty", "alignment", "attention",
+                            "explain"}, "the request");
+  TranslateRequest r;
+  if (body.contains("model")) r.model = model_index(body["model"], "model", limits.models);
+  r.decoding = defaults[r.model];
+  if (!body.contains("src")) refuse("src", "the request has no 'src' (a list of sentences to translate)");
+  const nlohmann::json& src = body["src"];
+  if (!src.is_array()) refuse("src", fmt::format("src must be a list of strings, got {}", type_name(src)));
+  if (src.empty() || static_cast<int64_t>(src.size()) > limits.max_sentences)
+    refuse("src", fmt::format("src has {} sentences: give 1 to {}", src.size(), limits.max_sentences));
+  for (size_t i = 0; i < src.size(); ++i) r.src.push_back(sentence(src[i], fmt::format("src[{}]", i)));
+  const int64_t max_beam = std::min(limits.max_beam, vocab_size[r.model]);
+  if (body.contains("beam")) r.decoding.beam_size = integer_in(body["beam"], "beam", 1, max_beam);
+  r.decoding.nbest = 1;
+  if (body.contains("nbest")) r.decoding.nbest = integer_in(body["nbest"], "nbest", 1, r.decoding.beam_size);
+  if (body.contains("max_len")) r.decoding.max_len = integer_in(body["max_len"], "max_len", 1, limits.max_len);
+  if (body.contains("length_penalty")) {
+    const nlohmann::json& v = body["length_penalty"];
+    if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < 0 || v.get<double>() > kMaxLengthPenalty)
+      refuse("length_penalty", fmt::format("length_penalty must be a number in [0, {}], got {}", kMaxLengthPenalty,
+                                           v.dump()));
+    r.decoding.length_penalty = v.get<double>();
+  }
+  if (body.contains("alignment") && !body["alignment"].is_null()) {
+    const nlohmann::json& v = body["alignment"];
+    if (v == "hard") r.response.alignment = Alignment::hard;
+    else if (v == "soft") r.response.alignment = Alignment::soft;
+    else refuse("alignment", fmt::format("alignment must be \"hard\", \"soft\" or null, got {}", v.dump()));
+  }
+  if (body.contains("attention")) r.response.attention = boolean(body["attention"], "attention");
+  if (body.contains("explain")) r.response.explain = boolean(body["explain"], "explain");
+  return r;
+}
+
+TranslateRequest read_opennmt_request(const nlohmann::json& body, const std::vector<models::DecodeOptions>& defaults,
+                                      const RequestLimits& limits) {
+  if (!body.is_array())
+    throw RequestError(400, "", fmt::format("the request must be a JSON list [{{\"src\": \"...\", \"id\": 0}}, ...], "
+                                            "got {}", type_name(body)));
+  if (body.empty() || static_cast<int64_t>(body.size()) > limits.max_sentences)
+    refuse("", fmt::format("the request has {} items: give 1 to {}", body.size(), limits.max_sentences));
+  TranslateRequest r;
+  for (size_t i = 0; i < body.size(); ++i) {
+    const std::string where = fmt::format("[{}]", i);
+    const nlohmann::json& item = body[i];
+    if (!item.is_object()) refuse(where, fmt::format("item {} must be an object {{\"src\": \"...\"}}, got {}", where,
+                                                     type_name(item)));
+    check_known_fields(item, {"src", "id"}, "item " + where);
+    if (!item.contains("src")) refuse(where + ".src", fmt::format("item {} has no 'src'", where));
+    r.src.push_back(sentence(item["src"], where + ".src"));
+    if (!item.contains("id")) continue;
+    if (limits.models == 1) {  // any integer: the id a client wrote for OpenNMT-py's model
+      integer_in(item["id"], where + ".id", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max());
+      continue;
+    }
+    const size_t model = model_index(item["id"], where + ".id", limits.models);
+    if (i > 0 && model != r.model)
+      refuse(where + ".id", fmt::format("{}.id = {} differs from the first item's id {}: one request, one model", where,
+                                        model, r.model));
+    r.model = model;
+  }
+  r.decoding = defaults[r.model];
+  r.decoding.nbest = 1;
+  return r;
+}
+
+}  // namespace seqgrad::tools::serve

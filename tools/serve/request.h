@@ -1,0 +1,63 @@
+// The JSON requests of `seqgrad serve` read and checked: a request that is not what the API
+// documents (docs/serving.md) becomes a RequestError naming the field, its value and what is valid,
+// answered with a 4xx status; nothing invalid reaches the decoder.
+#pragma once
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "models/seq2seq/decode.h"
+
+namespace seqgrad::tools::serve {
+
+// A bad request: `status` is 400 (the body is not JSON of the right kind), 413 (too large), 422 (a
+// field's value is wrong) or 503 (overloaded); `field` names the member ("src[2]", "beam"), empty
+// for the body as a whole.
+struct RequestError : std::runtime_error {
+  RequestError(int status, std::string field, const std::string& message)
+      : std::runtime_error(message), status(status), field(std::move(field)) {}
+  int status;
+  std::string field;
+};
+
+enum class Alignment { none, hard, soft };
+
+// What a sentence's answer carries beyond its translations and scores.
+struct ResponseOptions {
+  Alignment alignment = Alignment::none;
+  bool attention = false;  // the attention weights, one row per output token
+  bool explain = false;    // what the explorer shows: weights, energies, per-step alternatives
+};
+
+// What a request may ask of one served model.
+struct RequestLimits {
+  int64_t max_sentences = 64;  // sentences in one request
+  int64_t max_beam = 16;       // and never more than the target vocabulary
+  int64_t max_len = 100;       // output tokens at most
+  size_t models = 1;           // served checkpoints: "model" is an index below this
+};
+
+struct TranslateRequest {
+  size_t model = 0;
+  std::vector<std::string> src;
+  models::DecodeOptions decoding;
+  ResponseOptions response;
+};
+
+// The body as a JSON value: 400 when it is not valid UTF-8 or not JSON.
+nlohmann::json parse_body(const std::string& body);
+// POST /v1/translate: {"src": [...], "model", "beam", "nbest", "max_len", "length_penalty",
+// "alignment", "attention", "explain"}; what is left out comes from `defaults` (the command line).
+// `vocab_size` (the target vocabulary of each model) caps the beam.
+TranslateRequest read_translate_request(const nlohmann::json& body, const std::vector<models::DecodeOptions>& defaults,
+                                        const std::vector<int64_t>& vocab_size, const RequestLimits& limits);
+// POST /translator/translate (OpenNMT-py's REST server): [{"src": "...", "id": N}, ...]; every item
+// names the same model (id: its index; with one model served any id is taken, as clients written
+// for OpenNMT-py's model ids send theirs).
+TranslateRequest read_opennmt_request(const nlohmann::json& body, const std::vector<models::DecodeOptions>& defaults,
+                                      const RequestLimits& limits);
+
+}  // namespace seqgrad::tools::serve

@@ -1,0 +1,262 @@
+// `seqgrad serve`'s HTTP server over cpp-httplib (tools/serve/server.h).
+#include "tools/serve/server.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include <fmt/core.h>
+#include <httplib.h>
+
+#include "core/error.h"
+#include "tools/serve/explorer.h"
+#include "tools/serve/metrics.h"
+#include "tools/serve/response.h"
+
+namespace seqgrad::tools::serve {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int kRetryAfterSeconds = 1;  // an overloaded queue drains within about a batch's time
+
+// When the request this worker thread is answering arrived (set before routing), for its latency.
+thread_local Clock::time_point request_started;
+
+void send_json(httplib::Response& res, int status, const nlohmann::json& body) {
+  res.status = status;
+  res.set_content(body.dump(), "application/json");
+}
+
+void send_error(httplib::Response& res, int status, const std::string& field, const std::string& message) {
+  nlohmann::json body{{"status", "error"}, {"error", message}};
+  if (!field.empty()) body["field"] = field;
+  send_json(res, status, body);
+  if (status == 503) res.set_header("Retry-After", std::to_string(kRetryAfterSeconds));
+}
+
+std::string status_message(int status) {
+  switch (status) {
+    case 404: return "no such route (see GET / and docs/serving.md)";
+    case 405: return "method not allowed on this route";
+    case 413: return "the request body is larger than the server's limit (--max-body-bytes)";
+    default: return fmt::format("HTTP status {}", status);
+  }
+}
+
+// The metrics label of a path: one of the routes, else "other" (so clients cannot add labels).
+std::string route_label(const std::string& path) {
+  for (const char* route : {"/", "/health", "/metrics", "/v1/models", "/v1/translate", "/translator/translate"})
+    if (path == route) return path;
+  return "other";
+}
+
+// httplib::Server listening with a queue of pending connections as long as the system allows:
+// cpp-httplib 0.11 (Debian 12) listens with a backlog of 5, so under a burst of new connections
+// the kernel drops the others' SYNs and their clients retry a second later. Listening again on the
+// bound socket changes the backlog (Linux).
+class HttpServer : public httplib::Server {
+ public:
+  void widen_backlog() { ::listen(svr_sock_, SOMAXCONN); }
+};
+
+class Server {
+ public:
+  Server(std::vector<ServedModel>& models, const ServerOptions& options)
+      : models_(models), options_(options), batcher_(loaded(models), options.batching, metrics_) {
+    for (const ServedModel& m : models) {
+      defaults_.push_back(m.defaults);
+      vocab_sizes_.push_back(static_cast<int64_t>(m.loaded.checkpoint.info.tgt_vocab.size()));
+    }
+    limits_ = options.requests;
+    limits_.models = models.size();
+    configure();
+  }
+
+  int run() {
+    const int port = options_.port == 0 ? http_.bind_to_any_port(options_.host)
+                                        : (http_.bind_to_port(options_.host, options_.port) ? options_.port : -1);
+    SG_CHECK_IO(port > 0, "serve: cannot listen on {}:{} (in use, or not an address of this machine)", options_.host,
+                options_.port);
+    http_.widen_backlog();
+    fmt::print("seqgrad serve: listening on http://{}:{}/ ({} checkpoint{}; SIGTERM or Ctrl-C stops)\n", options_.host,
+               port, models_.size(), models_.size() == 1 ? "" : "s");
+    std::fflush(stdout);
+    std::atomic<bool> finished = false;
+    std::thread watcher([&] { stop_on_signal(finished); });
+    http_.listen_after_bind();  // returns after stop(), once the requests in flight are answered
+    finished = true;
+    watcher.join();
+    batcher_.stop();
+    fmt::print("seqgrad serve: stopped\n");
+    return 0;
+  }
+
+ private:
+  static std::vector<LoadedModel*> loaded(std::vector<ServedModel>& models) {
+    std::vector<LoadedModel*> out;
+    for (ServedModel& m : models) out.push_back(&m.loaded);
+    return out;
+  }
+
+  void stop_on_signal(const std::atomic<bool>& finished) {
+    sigset_t stop;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGINT);
+    sigaddset(&stop, SIGTERM);
+    const timespec poll{.tv_sec = 0, .tv_nsec = 200'000'000};
+    while (!finished) {
+      const int sig = sigtimedwait(&stop, nullptr, &poll);
+      if (sig != SIGINT && sig != SIGTERM) continue;
+      fmt::print(stderr, "seqgrad serve: {}: finishing the requests in flight, then stopping\n",
+                 sig == SIGINT ? "SIGINT" : "SIGTERM");
+      // stop() does nothing before listen_after_bind() has started: a signal right after the start
+      // would be lost, so wait until it runs
+      while (!http_.is_running() && !finished) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      http_.stop();
+      return;
+    }
+  }
+
+  void configure() {
+    const int threads = options_.http_threads;
+    http_.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+    // SO_REUSEADDR only: cpp-httplib's default adds SO_REUSEPORT, with which a second server started on
+    // the same port would silently share its connections instead of failing to start
+    http_.set_socket_options([](socket_t sock) {
+      int yes = 1;
+      ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    });
+    http_.set_read_timeout(options_.timeout.count());
+    http_.set_write_timeout(options_.timeout.count());
+    http_.set_keep_alive_timeout(std::min<time_t>(options_.timeout.count(), 5));
+    http_.set_payload_max_length(options_.max_body_bytes);
+    http_.set_pre_routing_handler([](const httplib::Request&, httplib::Response&) {
+      request_started = Clock::now();
+      return httplib::Server::HandlerResponse::Unhandled;
+    });
+    http_.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request&, httplib::Response& res) {
+      if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;  // a route's own error
+      send_error(res, res.status, "", status_message(res.status));
+      return httplib::Server::HandlerResponse::Handled;
+    }));
+    http_.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr e) {
+      std::string what = "unknown exception";
+      try {
+        std::rethrow_exception(e);
+      } catch (const std::exception& x) {
+        what = x.what();
+      } catch (...) {
+      }
+      send_error(res, 500, "", "internal error: " + what);
+    });
+    http_.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+      const double seconds = std::chrono::duration<double>(Clock::now() - request_started).count();
+      metrics_.request_done(route_label(req.path), res.status, seconds);
+    });
+    http_.Get("/", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content(kExplorerHtml, "text/html; charset=utf-8");
+    });
+    http_.Get("/health", [](const httplib::Request&, httplib::Response& res) {
+      send_json(res, 200, {{"status", "ok"}});
+    });
+    http_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+      res.set_content(metrics_.exposition(), "text/plain; version=0.0.4");
+    });
+    http_.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) { send_json(res, 200, models_json()); });
+    http_.Post("/v1/translate", [this](const httplib::Request& req, httplib::Response& res) {
+      answer(res, [&] {
+        TranslateRequest r = read_translate_request(parse_body(req.body), defaults_, vocab_sizes_, limits_);
+        std::vector<Translation> done = translate(r);
+        nlohmann::json out = nlohmann::json::array();
+        const text::Vocab& tgt_vocab = models_[r.model].loaded.checkpoint.info.tgt_vocab;
+        for (size_t i = 0; i < done.size(); ++i) out.push_back(sentence_json(done[i], r.src[i], tgt_vocab, r.response));
+        return nlohmann::json{{"model", models_[r.model].name}, {"translations", std::move(out)}};
+      });
+    });
+    http_.Post("/translator/translate", [this](const httplib::Request& req, httplib::Response& res) {
+      answer(res, [&] {
+        TranslateRequest r = read_opennmt_request(parse_body(req.body), defaults_, limits_);
+        return opennmt_json(translate(r), r.src, models_[r.model].loaded.checkpoint.info.tgt_vocab);
+      });
+    });
+  }
+
+  // Runs a route's body: its JSON with 200, a RequestError as its 4xx/503 JSON error.
+  template <class Body>
+  void answer(httplib::Response& res, Body&& body) {
+    try {
+      send_json(res, 200, body());
+    } catch (const RequestError& e) {
+      send_error(res, e.status, e.field, e.what());
+    }
+  }
+
+  // Tokenizes and checks the request's sentences, queues them, and waits for their decoding.
+  std::vector<Translation> translate(const TranslateRequest& r) {
+    const ServedModel& m = models_[r.model];
+    auto job = std::make_shared<Job>();
+    job->model = r.model;
+    job->options = r.decoding;
+    for (size_t i = 0; i < r.src.size(); ++i) {
+      Translation t = tokenize_source(m.loaded.checkpoint.info, r.src[i], 0);
+      const std::string field = fmt::format("src[{}]", i);
+      if (!t.error.empty()) throw RequestError(422, field, fmt::format("{}: {}", field, t.error));
+      if (static_cast<int64_t>(t.src_tokens.size()) > m.max_src_tokens)
+        throw RequestError(422, field, fmt::format("{} has {} tokens, more than the server's limit of {} "
+                                                   "(--max-src-tokens)", field, t.src_tokens.size(), m.max_src_tokens));
+      job->translations.push_back(std::move(t));
+    }
+    std::future<void> done = job->done.get_future();
+    if (!batcher_.submit(job))
+      throw RequestError(503, "", fmt::format("the server is busy ({} sentences queued at most): retry in {} s",
+                                              options_.batching.queue_sentences, kRetryAfterSeconds));
+    done.get();  // rethrows what decoding threw: answered 500 by the exception handler
+    return std::move(job->translations);
+  }
+
+  nlohmann::json models_json() const {
+    nlohmann::json out = nlohmann::json::array();
+    for (size_t i = 0; i < models_.size(); ++i) {
+      const models::CheckpointInfo& info = models_[i].loaded.checkpoint.info;
+      out.push_back({{"model", i}, {"name", models_[i].name}, {"src_lang", info.config.src_lang},
+                     {"tgt_lang", info.config.tgt_lang}, {"attention", models::attention_kind_name(info.config.model.attention)},
+                     {"src_vocab", info.src_vocab.size()}, {"tgt_vocab", info.tgt_vocab.size()},
+                     {"beam", models_[i].defaults.beam_size}, {"max_len", models_[i].defaults.max_len},
+                     {"max_src_tokens", models_[i].max_src_tokens}});
+    }
+    return {{"models", std::move(out)}};
+  }
+
+  std::vector<ServedModel>& models_;
+  const ServerOptions options_;
+  Metrics metrics_;
+  Batcher batcher_;
+  std::vector<models::DecodeOptions> defaults_;
+  std::vector<int64_t> vocab_sizes_;
+  RequestLimits limits_;
+  HttpServer http_;
+};
+
+}  // namespace
+
+void check_server_built() {}
+
+void block_stop_signals() {
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+}
+
+int run_server(std::vector<ServedModel>& models, const ServerOptions& options) {
+  Server server(models, options);
+  return server.run();
+}
+
+}  // namespace seqgrad::tools::serve

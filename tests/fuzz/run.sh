@@ -7,7 +7,7 @@
 # $BUILD/fuzz-artifacts/. Exits 1 if a target crashed on a regression input or found a crash, a
 # leak, a sanitizer report or a timeout.
 #
-#   tests/fuzz/run.sh            # 60 s per target (CI)
+#   tests/fuzz/run.sh            # 60 s per target (CI runs 30)
 #   tests/fuzz/run.sh 3600       # an hour per target
 #   TARGETS="checkpoint" tests/fuzz/run.sh 600 -jobs=2   # extra flags go to libFuzzer
 set -uo pipefail

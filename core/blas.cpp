@@ -65,6 +65,11 @@ bool choose_coretype() {
 Library load() {
   Library lib;
   lib.coretype_set_by_us = choose_coretype();
+  // One thread from the start, not only after openblas_set_num_threads(1) below: at load, OpenBLAS
+  // starts a server thread per extra core, and each reserves a 128 MB buffer; under an address-space
+  // limit (ulimit -v) that reservation fails and the thread retries forever, so the process hangs at
+  // exit joining it.
+  setenv("OPENBLAS_NUM_THREADS", "1", 1);
   std::string tried;
   for (const char* path : kCandidates) {
     lib.handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);

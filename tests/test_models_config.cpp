@@ -28,10 +28,10 @@ std::string error_of(const std::function<void()>& f) {
 }
 
 // A preset as this build can run it: without SentencePiece, validate() refuses subword
-// vocabularies (tested below), so the presets that use one fall back to words here.
+// vocabularies (tested below), so the presets that use one (and share it) fall back to words here.
 TrainConfig buildable_preset(const std::string& name) {
   TrainConfig c = models::preset(name);
-  if (!text::subword_supported() && c.vocab != "word") c.vocab = "word";
+  if (!text::subword_supported() && c.vocab != "word") c.vocab = "word", c.joint_vocab = false;
   return c;
 }
 

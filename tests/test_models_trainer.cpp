@@ -4,12 +4,14 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include "core/rng.h"
 #include "models/seq2seq/trainer.h"
+#include "ops/bf16_gemm.h"
 #include "temp_dir.h"
 
 using namespace seqgrad;
@@ -341,6 +343,12 @@ TEST_CASE("trainer: a restored state's batches fit its steps x accum_steps, and 
 // measured 6.2%). A bf16 path broken to 3 mantissa bits (truncated) measured 4.3% by epoch 10 and
 // 22% overall, so either bound catches it.
 TEST_CASE("trainer: --amp bf16 follows float32's loss curve over 300 steps") {
+  // bf16 products even where a run would prefer float32 ones (training_precision): the curve of bf16
+  // is the point, native where the CPU has it, else the emulation
+  setenv("SEQGRAD_BF16_GEMM", "native", 1);
+  struct Unset {
+    ~Unset() { unsetenv("SEQGRAD_BF16_GEMM"); }
+  } unset;
   Toy toy;
   toy.config.model = {.embed_size = 16, .hidden_size = 32, .num_layers = 1, .dropout = 0};
   toy.config.label_smoothing = 0.1, toy.config.gamma = 1.0, toy.config.lr = 0.005, toy.config.clip = 1.0;
@@ -348,6 +356,7 @@ TEST_CASE("trainer: --amp bf16 follows float32's loss curve over 300 steps") {
     models::TrainConfig c = toy.config;
     c.amp = models::parse_amp(amp);
     Trainer trainer(c, toy.src_vocab, toy.tgt_vocab);
+    REQUIRE(trainer.precision() == c.amp);
     std::vector<double> losses;
     for (int epoch = 0; epoch < 100; ++epoch) losses.push_back(trainer.train_epoch(toy.corpus).loss);
     return losses;
@@ -364,4 +373,17 @@ TEST_CASE("trainer: --amp bf16 follows float32's loss curve over 300 steps") {
   CHECK(f32[24] < 0.4 * f32.front());  // it learned: the guard compares two real curves
   CHECK(descent <= 0.015);
   CHECK(overall <= 0.10);
+}
+
+TEST_CASE("trainer: --amp bf16 trains with bf16 products only where the backend prefers them") {
+  const Bf16GemmInfo info = bf16_gemm_info(Device::cpu());
+  CHECK(models::training_precision(GemmPrecision::bf16, Device::cpu()) ==
+        (info.preferred ? GemmPrecision::bf16 : GemmPrecision::full));
+  CHECK(models::training_precision(GemmPrecision::full, Device::cpu()) == GemmPrecision::full);
+  CHECK(models::training_precision(GemmPrecision::f16, Device::cpu()) == GemmPrecision::f16);
+  Toy toy;
+  toy.config.amp = GemmPrecision::bf16;
+  Trainer trainer(toy.config, toy.src_vocab, toy.tgt_vocab);
+  CHECK(trainer.precision() == models::training_precision(GemmPrecision::bf16, Device::cpu()));
+  CHECK(trainer.config().amp == GemmPrecision::bf16);  // what was asked is kept (checkpoints, resume)
 }

@@ -6,11 +6,14 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "core/autocast.h"
+#include "ops/bf16_gemm.h"
 #include "ops/cpu/onednn_gemm.h"
 #include "ops/ops.h"
 
@@ -59,6 +62,9 @@ void check_accumulation_bound(const Tensor& a, const Tensor& b, const std::vecto
     }
   CHECK(outside == 0);
 }
+
+// Whether oneDNN runs bf16 products as AMX tiles here, by the CPU's own feature bits.
+bool amx_here() { return native_here() && __builtin_cpu_supports("amx-bf16"); }
 
 // Whether a subcase comparing the native path with the emulation can run; where it cannot, a visible
 // "SKIP: <subcase>" instead of a pass. (The subcase skips its body rather than returning: a return
@@ -156,4 +162,40 @@ TEST_CASE("bf16 GEMM: native (oneDNN, AVX-512 BF16) vs the emulation") {
           CHECK(std::abs(results[1][r][i] - results[0][r][i]) <= 1e-4 * (1 + std::abs(results[0][r][i])));
     }
   }
+}
+
+// SEQGRAD_BF16_GEMM set (or unset: nullptr) for a scope, restoring the previous value.
+class ScopedBf16Setting {
+ public:
+  explicit ScopedBf16Setting(const char* value) {
+    if (const char* v = std::getenv(kName)) previous_ = v;
+    value ? setenv(kName, value, 1) : unsetenv(kName);
+  }
+  ~ScopedBf16Setting() { previous_ ? setenv(kName, previous_->c_str(), 1) : unsetenv(kName); }
+
+ private:
+  static constexpr const char* kName = "SEQGRAD_BF16_GEMM";
+  std::optional<std::string> previous_;
+};
+
+// The rule that keeps --amp bf16 from slowing training down: bf16 products are preferred only as
+// AMX tiles (the CPU's own feature bits decide here, not oneDNN's answer the rule itself reads).
+TEST_CASE("bf16 GEMM: a training run prefers bf16 products only where AMX runs them, unless forced") {
+  {
+    ScopedBf16Setting unset(nullptr);
+    const Bf16GemmInfo info = bf16_gemm_info(Device::cpu());
+    CHECK(info.preferred == amx_here());
+    CHECK(!info.why.empty());
+    if (!native_here()) CHECK(info.kernels.starts_with("emulated"));
+  }
+  for (const char* forced : {"native", "emulate"}) {
+    CAPTURE(forced);
+    ScopedBf16Setting set(forced);
+    const Bf16GemmInfo info = bf16_gemm_info(Device::cpu());
+    CHECK(info.preferred);
+    if (!amx_here()) CHECK(info.why.starts_with(std::string("SEQGRAD_BF16_GEMM=") + forced + " forces"));
+  }
+  ScopedBf16Setting bad("emulated");
+  CHECK_THROWS_WITH_AS(bf16_gemm_info(Device::cpu()), "SEQGRAD_BF16_GEMM=emulated: expected auto, native or emulate",
+                       ValueError);
 }

@@ -19,6 +19,7 @@ How the tests force the rare events:
     GradScaler at a scale so large that the first steps' fp16 GEMM operands overflow.
 """
 import json
+import math
 import os
 import re
 import select
@@ -44,9 +45,10 @@ TINY = ["--preset", "default", "--vocab", "word", "--embed", "16", "--hidden", "
         "--quiet"]
 
 
-def run(*args, stdin=None, timeout=300):  # generous: the machine may be shared
-    """Runs seqgrad with args; returns CompletedProcess (text)."""
-    return subprocess.run([SEQGRAD, *args], input=stdin, capture_output=True, text=True, timeout=timeout)
+def run(*args, stdin=None, timeout=300, env=None):  # generous: the machine may be shared
+    """Runs seqgrad with args (env: variables set over this process's); returns CompletedProcess (text)."""
+    return subprocess.run([SEQGRAD, *args], input=stdin, capture_output=True, text=True, timeout=timeout,
+                          env=None if env is None else {**os.environ, **env})
 
 
 def read_metrics(path):
@@ -211,7 +213,16 @@ class CliTable(Base):
                          status=2)
         self.assertFails(run("export", "--checkpoint", self.out("x")), r"--out <dir> is required", status=2)
         info = json.loads(run("info", "--json").stdout)
-        self.assertEqual(sorted(info), ["blas", "cpu_kernels", "threads", "version"])
+        self.assertEqual(sorted(info), ["bf16_gemm", "blas", "cpu_kernels", "int8_gemm", "threads", "version"])
+        self.assertEqual(sorted(info["bf16_gemm"]), ["kernels", "used_by_amp", "why"])
+        self.assertIn(info["int8_gemm"]["kernels"], ["onednn", "reference"])
+        # the bf16 rule (ops/cpu/onednn_gemm.h): bf16 products for training only as AMX tiles, unless forced
+        amx = info["bf16_gemm"]["kernels"] == "onednn avx512_core_amx"
+        self.assertEqual(info["bf16_gemm"]["used_by_amp"], amx)
+        forced = json.loads(run("info", "--json", env={"SEQGRAD_BF16_GEMM": "native"}).stdout)["bf16_gemm"]
+        self.assertTrue(forced["used_by_amp"])
+        self.assertFails(run("info", env={"SEQGRAD_BF16_GEMM": "fast"}),
+                         r"SEQGRAD_BF16_GEMM=fast: expected auto, native or emulate", status=1)
         # `demo` is the subcommand wherever it stands before "--", and nothing is created first
         p = run("attention", "--threads", "1", "demo", "--attention", "additive,dot")
         self.assertOk(p)
@@ -468,6 +479,101 @@ class Translate(Base):
         self.assertTrue(os.path.exists(self.out("att/report.html")))
 
 
+class SearchOptions(Base):
+    """Length and coverage penalties, --min-len, sampling, ensembles and eval --score end to end."""
+
+    def setUp(self):
+        self.ckpt = os.path.join(trained_checkpoint(), "best.safetensors")
+
+    def translate(self, *args, checkpoints=None):
+        return run("translate", "--checkpoint", *(checkpoints or [self.ckpt]), "--threads", "1", *args)
+
+    def test_bad_search_flags(self):
+        for args, pattern in [
+                (["--length-penalty-type", "wu"], r"--length-penalty-type: length penalty 'wu' is not one of: power, gnmt"),
+                (["--coverage-penalty", "-0.5"], r"--coverage-penalty must be >= 0 \(0 = off\), got -0.5"),
+                (["--coverage-penalty", "x"], r"--coverage-penalty expects a finite number, got 'x'"),
+                (["--min-len", "-1"], r"--min-len must be >= 0, got -1"),
+                (["--min-len", "20", "--max-len", "10"], r"--min-len 20 must be <= the longest output, --max-len 10"),
+                (["--sample", "topk:0"], r"--sample expects topk:K \(K >= 1\) or topp:P \(0 < P <= 1\), got 'topk:0'"),
+                (["--sample", "topp:1.5"], r"--sample expects topk:K .* got 'topp:1.5'"),
+                (["--sample", "nucleus"], r"--sample expects topk:K .* got 'nucleus'"),
+                (["--sample", "topk:2", "--temperature", "0"], r"--temperature must be > 0, got 0"),
+                (["--sample", "topk:2", "--seed", "-1"], r"--seed must be >= 0, got -1"),
+                (["--temperature", "2"], r"--temperature applies to sampling: give --sample topk:K or topp:P too"),
+                (["--seed", "3"], r"--seed applies to sampling"),
+                (["--sample", "topk:2", "--beam", "2"], r"--sample draws one output per sentence: it does not combine "
+                                                        r"with --beam 2")]:
+            with self.subTest(args=args):
+                self.assertFails(self.translate(*args, "ein mann ."), r"seqgrad translate: error: " + pattern, status=2)
+        self.assertFails(run("eval", "--checkpoint", self.ckpt, "--score", "--sample", "topk:2"),
+                         r"--score scores the given targets: --sample does not apply", status=2)
+
+    def test_penalties_and_min_len(self):
+        p = self.translate("--beam", "3", "--length-penalty-type", "gnmt", "--length-penalty", "0.6",
+                           "--coverage-penalty", "0.2", "ein mann fährt fahrrad .")
+        self.assertOk(p)
+        self.assertEqual(len(p.stdout.splitlines()), 1)
+        for beam in ["1", "3"]:
+            p = self.translate("--json", "--beam", beam, "--min-len", "12", "ein mann .")
+            self.assertOk(p)
+            self.assertGreaterEqual(len(json.loads(p.stdout)["nbest"][0]["tokens"]), 12)
+
+    def test_sampling(self):
+        greedy = self.translate("ein mann fährt fahrrad .", "zwei hunde spielen .")
+        self.assertEqual(self.translate("--sample", "topk:1", "ein mann fährt fahrrad .", "zwei hunde spielen .").stdout,
+                         greedy.stdout)
+        args = ["--sample", "topp:0.95", "--temperature", "1.5", "--seed", "4", "ein mann fährt fahrrad ."]
+        first = self.translate(*args)
+        self.assertOk(first)
+        self.assertEqual(self.translate(*args).stdout, first.stdout)  # the same seed, the same output
+
+    def test_ensemble(self):
+        # an ensemble of a model with itself averages equal distributions: the model's own output; the
+        # sentence after the checkpoints is still a sentence
+        single = self.translate("--beam", "2", "ein mann fährt fahrrad .")
+        double = self.translate("--beam", "2", "ein mann fährt fahrrad .", checkpoints=[self.ckpt, self.ckpt])
+        self.assertOk(double)
+        self.assertEqual(double.stdout, single.stdout)
+        other = self.out("other_vocab")
+        if not os.path.exists(os.path.join(other, "best.safetensors")):  # trained on fewer pairs: fewer words
+            self.assertOk(run("train", *TINY, "--subset", "64", "--epochs", "1", "--data-dir", DATA, "--out", other,
+                              timeout=600))
+        p = self.translate("ein mann .", checkpoints=[self.ckpt, os.path.join(other, "best.safetensors")])
+        self.assertFails(p, r"--checkpoint: an ensemble needs the same vocabularies, but the source vocabularies of "
+                            r".*reference/best.safetensors and .*other_vocab/best.safetensors differ: \d+ tokens and "
+                            r"\d+ tokens", status=2)
+
+    def test_eval_score(self):
+        # forced decoding of the references: per-token log-probabilities, <eos> included, whose total
+        # gives the perplexity that eval's teacher-forced loss gives (no sentence is truncated)
+        src, tgt = self.out("score.de"), self.out("score.en")
+        for path, lines in [(src, ["ein mann fährt fahrrad .", "zwei hunde spielen im schnee .", "eine frau liest ."]),
+                            (tgt, ["a man rides a bike .", "two dogs play in the snow .", "a woman reads ."])]:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write("".join(l + "\n" for l in lines))
+        p = run("eval", "--checkpoint", self.ckpt, "--threads", "1", "--score", "--json", "--test", src, tgt)
+        self.assertOk(p)
+        scored = [json.loads(line) for line in p.stdout.splitlines()]
+        self.assertEqual([(s["line"], len(s["tokens"]), len(s["token_log_probs"])) for s in scored],
+                         [(1, 6, 7), (2, 7, 8), (3, 4, 5)])
+        for s in scored:
+            self.assertAlmostEqual(sum(s["token_log_probs"]), s["log_prob"], places=6)
+            self.assertLess(s["log_prob"], 0)
+        p = run("eval", "--checkpoint", self.ckpt, "--threads", "1", "--score", "--quiet", "--test", src, tgt)
+        self.assertOk(p)
+        lines = p.stdout.splitlines()
+        self.assertEqual(len(lines), 4)
+        self.assertRegex(lines[0], r"^1\t-[\d.]+\t-[\d.]+\ta man rides a bike \.$")
+        total = re.fullmatch(r"scored 3 pairs: log-probability (-[\d.]+) over 20 tokens \(<eos> included\), "
+                             r"ppl ([\d.]+)", lines[3])
+        self.assertTrue(total, lines[3])
+        self.assertAlmostEqual(float(total.group(1)), sum(s["log_prob"] for s in scored), places=2)
+        teacher_forced = json.loads(run("eval", "--checkpoint", self.ckpt, "--threads", "1", "--json", "--test", src,
+                                        tgt).stdout)
+        self.assertAlmostEqual(float(total.group(2)), teacher_forced["ppl"], delta=0.01 + 1e-4 * teacher_forced["ppl"])
+
+
 # ---- resume and interruption --------------------------------------------------------------------
 
 LOSS_KEYS = ["epoch", "step", "train_loss", "valid_loss", "valid_ppl", "valid_sacrebleu", "valid_chrf",
@@ -574,6 +680,9 @@ class MixedPrecision(Base):
             p = self.train(out, "--subset", "128", "--epochs", "1", "--amp", amp)
             self.assertOk(p)
             self.assertIn(f"amp {amp}", p.stdout)
+            if amp == "bf16":  # float32 products where bf16 ones would be slower, and it says so
+                used = json.loads(run("info", "--json").stdout)["bf16_gemm"]["used_by_amp"]
+                self.assertEqual("float32 GEMMs run instead" in p.stdout, not used)
             self.assertRegex(p.stdout, r"test: loss [\d.]+, ppl [\d.]+, sacreBLEU [\d.]+, chrF [\d.]+, BLEU")
             (m,) = read_metrics(os.path.join(out, "metrics.jsonl"))
             for key in ["train_loss", "valid_loss"]:
@@ -905,6 +1014,154 @@ class AttentionReport(Base):
             self.assertIn("zyxwvutsrq (&lt;unk&gt;)", html)  # a source word the model saw as <unk>
 
 
+# ---- translate: alignments and the JSON attention object (docs/outputs.md) ---------------------
+
+REVERSAL_WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliet".split()
+
+
+def reversal_sentences(seed, count):
+    """count sentences of 3 to 6 words drawn from REVERSAL_WORDS."""
+    import random
+    r = random.Random(seed)
+    return [" ".join(r.choice(REVERSAL_WORDS) for _ in range(r.randint(3, 6))) for _ in range(count)]
+
+
+def reversal_checkpoint():
+    """A model trained to reverse sentences of 3 to 6 words (a few seconds): output t copies source
+    word n - 1 - t, so its attention is anti-diagonal and its hard alignment is {i-(n-1-i)}."""
+    if not hasattr(reversal_checkpoint, "path"):
+        d = os.path.join(Base.tmp, "reversal")
+        os.makedirs(d, exist_ok=True)
+        for split, seed, count in [("train", 0, 3000), ("valid", 1, 100)]:
+            with open(os.path.join(d, split + ".tsv"), "w") as f:
+                f.writelines(f"{s}\t{' '.join(reversed(s.split()))}\n" for s in reversal_sentences(seed, count))
+        p = run("train", "--preset", "default", "--vocab", "word", "--min-freq", "1", "--embed", "32", "--hidden", "32",
+                "--batch-size", "32", "--threads", "1", "--quiet", "--epochs", "6", "--dropout", "0",
+                "--label-smoothing", "0", "--lr", "0.01", "--lr-step-size", "100", "--src", "src", "--tgt", "tgt",
+                "--train-tsv", os.path.join(d, "train.tsv"), "--valid-tsv", os.path.join(d, "valid.tsv"),
+                "--out", os.path.join(d, "run"), timeout=600)
+        if p.returncode != 0:
+            raise AssertionError(f"reversal training failed:\n{p.stdout}\n{p.stderr}")
+        reversal_checkpoint.path = os.path.join(d, "run", "best.safetensors")
+    return reversal_checkpoint.path
+
+
+def entropy(row):
+    return -sum(w * math.log(w) for w in row if w > 0)
+
+
+def diagonal_distance(weights, finished=True):
+    """docs/outputs.md's definition: the mean over output units t (no <eos> row) of |sum_s w_ts p_s - q_t|,
+    w_t renormalised over the source units (no <eos> column), p_s = (s + 1/2)/S, q_t = (t + 1/2)/T."""
+    rows = [row[:-1] for row in (weights[:-1] if finished else weights)]
+    S, T = len(rows[0]), len(rows)
+    distances = [abs(sum(w * (s + 0.5) / S for s, w in enumerate(row)) / sum(row) - (t + 0.5) / T)
+                 for t, row in enumerate(rows) if sum(row) > 0]
+    return sum(distances) / len(distances)
+
+
+class TranslateAlignment(Base):
+    def translate(self, ckpt, *args, stdin=None):
+        return run("translate", "--checkpoint", ckpt, "--threads", "1", *args, stdin=stdin)
+
+    def test_the_hard_alignment_of_a_reversal_is_the_anti_diagonal(self):
+        sentences = reversal_sentences(2, 12)  # not the training sentences
+        p = self.translate(reversal_checkpoint(), "--alignment", "hard", stdin="\n".join(sentences) + "\n")
+        self.assertOk(p)
+        lines = p.stdout.splitlines()
+        self.assertEqual(len(lines), len(sentences))
+        right = 0
+        for source, line in zip(sentences, lines):
+            translation, alignment = line.split(" ||| ")
+            n = len(source.split())
+            right += translation == " ".join(reversed(source.split())) and \
+                alignment == " ".join(f"{i}-{n - 1 - i}" for i in range(n))
+        self.assertGreaterEqual(right, 11, p.stdout)
+
+    def test_json_attention_of_a_reversal(self):
+        sentences = reversal_sentences(3, 4)
+        p = self.translate(reversal_checkpoint(), "--json", "--alignment", "soft", *sentences)
+        self.assertOk(p)
+        for source, line in zip(sentences, p.stdout.splitlines()):
+            j = json.loads(line)
+            words = source.split()
+            n = len(words)
+            self.assertEqual(j["src_tokens"], words)
+            self.assertEqual(j["tgt_tokens"], words[::-1])
+            self.assertTrue(j["finished"])
+            self.assertEqual(len(j["token_log_probs"]), n + 1)  # the words and <eos>
+            self.assertAlmostEqual(sum(j["token_log_probs"]), j["log_prob"], places=4)
+            self.assertEqual(j["nbest"][0]["token_log_probs"], j["token_log_probs"])
+            att = j["attention"]
+            self.assertEqual(att["level"], "tokens")
+            self.assertEqual(att["src"], words + ["<eos>"])
+            self.assertEqual(att["tgt"], words[::-1] + ["<eos>"])
+            weights = att["weights"]
+            self.assertEqual([len(row) for row in weights], [n + 1] * (n + 1))
+            for row in weights:
+                self.assertAlmostEqual(sum(row), 1, places=4)
+            # the diagnostics, recomputed here from the weights
+            for got, row in zip(att["entropy"], weights):
+                self.assertAlmostEqual(got, entropy(row), places=5)
+            self.assertAlmostEqual(att["mean_entropy"], sum(att["entropy"]) / (n + 1), places=6)
+            for s in range(n + 1):
+                self.assertAlmostEqual(att["coverage"][s], sum(row[s] for row in weights), places=5)
+            self.assertAlmostEqual(att["diagonal_distance"], diagonal_distance(weights), places=5)
+            # near a reversal's exact distance, the mean of |n - 1 - 2t|/n
+            self.assertAlmostEqual(att["diagonal_distance"], sum(abs(n - 1 - 2 * t) for t in range(n)) / n / n,
+                                   delta=0.05)
+            self.assertNotIn("alignment", att)
+
+    def test_text_and_json_alignments_agree(self):
+        ckpt = os.path.join(trained_checkpoint(), "best.safetensors")
+        sentences = ["ein mann fährt fahrrad .", "zwei hunde spielen im schnee .", "eine frau ."]
+        hard = self.translate(ckpt, "--alignment", "hard", "--max-len", "8", *sentences)
+        soft = self.translate(ckpt, "--alignment", "soft", "--max-len", "8", *sentences)
+        both = self.translate(ckpt, "--json", "--alignment", "soft", "--max-len", "8", *sentences)
+        pairs = self.translate(ckpt, "--json", "--alignment", "hard", "--max-len", "8", *sentences)
+        for p in (hard, soft, both, pairs):
+            self.assertOk(p)
+        for h, s, line, pline in zip(hard.stdout.splitlines(), soft.stdout.splitlines(), both.stdout.splitlines(),
+                                     pairs.stdout.splitlines()):
+            j, att = json.loads(line), json.loads(line)["attention"]
+            translation, alignment = h.split(" ||| ")
+            self.assertEqual(translation, j["translation"])
+            # hard: each output token (no <eos> row) with the source token it weighs most (no <eos> column),
+            # source-target pairs sorted by source
+            rows = att["weights"][:-1] if j["finished"] else att["weights"]
+            expected = sorted((max(range(len(row) - 1), key=lambda c: (row[c], -c)), t) for t, row in enumerate(rows))
+            self.assertEqual(alignment, " ".join(f"{a}-{b}" for a, b in expected))
+            self.assertEqual(json.loads(pline)["attention"]["alignment"], [list(pair) for pair in expected])
+            # soft: every row of weights, "," within a row, " " between rows
+            soft_rows = [[float(w) for w in group.split(",")] for group in s.split(" ||| ")[1].split(" ")]
+            self.assertEqual(len(soft_rows), len(att["weights"]))
+            for got, row in zip(soft_rows, att["weights"]):
+                self.assertEqual(got, [round(w, 4) for w in row])
+        # n-best lines each carry their own alignment
+        p = self.translate(ckpt, "--beam", "3", "--nbest", "2", "--alignment", "hard", "--max-len", "5", "eine frau .")
+        self.assertOk(p)
+        self.assertEqual([re.fullmatch(r"1\t-[\d.]+\t.* \|\|\| (\d+-\d+ ?)*", l) is not None
+                          for l in p.stdout.splitlines()], [True, True], p.stdout)
+        # --merge-pieces: words (a word vocabulary's tokens are words already)
+        p = self.translate(ckpt, "--json", "--merge-pieces", "--alignment", "hard", "eine frau .")
+        self.assertOk(p)
+        j = json.loads(p.stdout)
+        self.assertEqual(j["attention"]["level"], "words")
+        self.assertEqual(j["attention"]["src"], ["eine", "frau", ".", "<eos>"])
+
+    def test_bad_alignment_values(self):
+        ckpt = os.path.join(trained_checkpoint(), "best.safetensors")
+        for value in ["bogus", "HARD", "0.5"]:
+            with self.subTest(value=value):
+                self.assertFails(self.translate(ckpt, "--alignment", value, "ein mann ."),
+                                 rf"--alignment expects hard or soft, got '{re.escape(value)}'", status=2)
+        self.assertFails(self.translate(ckpt, "--alignment", "", "ein mann ."), r"--alignment needs a value", status=2)
+        self.assertFails(self.translate(ckpt, "ein mann .", "--alignment"), r"--alignment needs a value", status=2)
+        # refused before the checkpoint loads
+        self.assertFails(run("translate", "--checkpoint", self.out("nope.safetensors"), "--alignment", "x", "a"),
+                         r"--alignment expects hard or soft", status=2)
+
+
 # ---- inspect and eval away from the training folder -----------------------------------------
 
 class Inspect(Base):
@@ -1005,6 +1262,35 @@ class Subword(Base):
             # pieces: "▁Ein" labels; merged: "Ein" and the title says so
             self.assertEqual("pieces merged into words" in svg, bool(merge))
             self.assertEqual("\u2581Ein" in svg, not merge)
+
+    def test_word_level_attention(self):
+        # translate --merge-pieces: the word matrix is the piece matrix with each word's source columns summed
+        # and its output rows averaged; a word starts at a piece beginning with "▁", <eos> is a word of its own
+        ckpt = os.path.join(self.trained(), "best.safetensors")
+        args = ["translate", "--checkpoint", ckpt, "--threads", "1", "--json", "--alignment", "soft", "--max-len", "8",
+                "Ein Hund läuft im Schnee."]
+        pieces, words = (json.loads(run(*args, *merge).stdout)["attention"] for merge in ([], ["--merge-pieces"]))
+
+        def word_of(labels):
+            subword, index, previous_special = any(l.startswith("\u2581") for l in labels), [], False
+            for label in labels:
+                special = len(label) > 2 and label[0] == "<" and label[-1] == ">"
+                starts = not index or label.startswith("\u2581") or special or previous_special or not subword
+                index.append(index[-1] + starts if index else 0)
+                previous_special = special
+            return index
+
+        cols, rows = word_of(pieces["src"]), word_of(pieces["tgt"])
+        self.assertEqual(words["level"], "words")
+        self.assertEqual(len(words["src"]), cols[-1] + 1)
+        self.assertNotIn("\u2581", "".join(words["src"]))
+        expected = [[0.0] * len(words["src"]) for _ in words["tgt"]]
+        for r, row in enumerate(pieces["weights"]):
+            for c, w in enumerate(row):
+                expected[rows[r]][cols[c]] += w / rows.count(rows[r])
+        for got, want in zip(words["weights"], expected):
+            for a, b in zip(got, want):
+                self.assertAlmostEqual(a, b, places=5)
 
     def test_a_vocabulary_larger_than_the_text_is_refused_before_training(self):
         p = run("train", "--preset", "default", "--vocab", "unigram:8000", "--subset", "64", "--threads", "1",

@@ -37,6 +37,13 @@ Args& Args::pair_option(const std::string& name, const std::string& first_name, 
   return *this;
 }
 
+Args& Args::list_option(const std::string& name, const std::string& value_name, const std::string& help,
+                        const std::string& default_value, std::function<bool(std::string_view)> continues) {
+  option(name, value_name, help, default_value);
+  options_[name].continues = std::move(continues);
+  return *this;
+}
+
 Args& Args::positional(const std::string& name, const std::string& help) {
   positional_name_ = name;
   positional_help_ = help;
@@ -46,12 +53,6 @@ Args& Args::positional(const std::string& name, const std::string& help) {
 Args& Args::required() {
   SG_CHECK(!order_.empty(), "{}: required() before any option", command_);
   options_[order_.back()].required = true;
-  return *this;
-}
-
-Args& Args::repeatable() {
-  SG_CHECK(!order_.empty(), "{}: repeatable() before any option", command_);
-  options_[order_.back()].repeatable = true;
   return *this;
 }
 
@@ -121,12 +122,16 @@ bool Args::parse(int argc, char** argv) {
     SG_CHECK_USAGE(!value.empty(), "option --{} needs a value <{}>, got an empty one", name,
                    it->second.value_name);
     values_[name] = value;
-    if (it->second.repeatable) all_values_[name].push_back(value);
     if (const std::string& second = it->second.second_value_name; !second.empty()) {
       SG_CHECK_USAGE(!inline_value && i + 1 < argc && std::string_view(argv[i + 1]).rfind("--", 0) != 0 &&
                          argv[i + 1][0] != '\0',
                      "option --{} needs two values: --{} <{}> <{}>", name, name, it->second.value_name, second);
       second_values_[name] = argv[++i];
+    }
+    if (const auto& continues = it->second.continues) {
+      std::vector<std::string>& more = more_values_[name];
+      more.clear();  // given again: the last list counts, as for any option
+      while (i + 1 < argc && argv[i + 1][0] != '-' && continues(argv[i + 1])) more.push_back(argv[++i]);
     }
   }
   for (const std::string& name : order_) {
@@ -184,10 +189,11 @@ std::pair<std::string, std::string> Args::get_pair(const std::string& name) cons
   return {get(name), second->second};
 }
 
-std::vector<std::string> Args::get_all(const std::string& name) const {
-  auto all = all_values_.find(name);
-  if (all != all_values_.end()) return all->second;
-  return {get(name)};
+std::vector<std::string> Args::get_list(const std::string& name) const {
+  std::vector<std::string> values{get(name)};
+  if (auto more = more_values_.find(name); more != more_values_.end())
+    values.insert(values.end(), more->second.begin(), more->second.end());
+  return values;
 }
 
 bool Args::is_pair_option(const std::string& name) const {
@@ -204,6 +210,7 @@ std::string Args::help() const {
     if (o.hidden) continue;
     std::string left = o.value_name.empty() ? "--" + name : fmt::format("--{} <{}>", name, o.value_name);
     if (!o.second_value_name.empty()) left += fmt::format(" <{}>", o.second_value_name);
+    if (o.continues) left += "...";
     out += fmt::format("  {:<26} {}{}{}\n", left, o.help, o.required ? " (required)" : "",
                        o.default_value.empty() ? "" : fmt::format(" (default: {})", o.default_value));
   }

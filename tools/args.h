@@ -2,9 +2,11 @@
 // generated --help, and a clear error for unknown flags or bad values.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <map>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -52,13 +54,15 @@ class Args {
   // An option followed by two values, e.g. --train <src_file> <tgt_file>; read with get_pair().
   Args& pair_option(const std::string& name, const std::string& first_name, const std::string& second_name,
                     const std::string& help);
+  // An option followed by one or more values, e.g. --checkpoint a.safetensors b.safetensors (read
+  // with get_list()): after the first value, each following argument that `continues` accepts is
+  // another, so the values end before a positional argument that it refuses.
+  Args& list_option(const std::string& name, const std::string& value_name, const std::string& help,
+                    const std::string& default_value, std::function<bool(std::string_view)> continues);
   Args& positional(const std::string& name, const std::string& help);  // zero or more
   // Marks the option declared last as required: its help says so, and parse() refuses a command
   // line without it (a usage error, exit 2).
   Args& required();
-  // Lets the option declared last be given several times (`--checkpoint A --checkpoint B`); read
-  // every value with get_all(), get() gives the last.
-  Args& repeatable();
   // Puts the option declared last in a named group (the config flags: tools/train_flags.h).
   Args& group(const std::string& name);
   bool in_group(const std::string& option, const std::string& name) const;
@@ -81,8 +85,8 @@ class Args {
   int get_threads(const std::string& name = "threads") const;
   double get_double(const std::string& name) const;
   std::pair<std::string, std::string> get_pair(const std::string& name) const;  // a given pair_option
-  // A repeatable option's values in command-line order; its default alone when it was not given.
-  std::vector<std::string> get_all(const std::string& name) const;
+  // A list_option's values as given, else its default alone (get() gives the first).
+  std::vector<std::string> get_list(const std::string& name) const;
   bool is_pair_option(const std::string& name) const;  // declared with pair_option
   bool is_declared(const std::string& name) const { return options_.count(name) > 0; }
   bool flag(const std::string& name) const { return has(name); }
@@ -94,16 +98,16 @@ class Args {
     std::string value_name, help, default_value;
     bool hidden = false;
     std::string second_value_name;  // a pair_option's second value
+    std::function<bool(std::string_view)> continues;  // a list_option's test of a further value
     std::string group;
     bool required = false;
-    bool repeatable = false;
   };
   std::string command_, summary_;
   std::vector<std::string> order_;
   std::map<std::string, Option> options_;
   std::map<std::string, std::string> values_;
   std::map<std::string, std::string> second_values_;  // of pair options
-  std::map<std::string, std::vector<std::string>> all_values_;  // of repeatable options
+  std::map<std::string, std::vector<std::string>> more_values_;  // of list options, after the first
   std::map<std::string, std::string> aliases_;        // deprecated spelling -> option
   std::string positional_name_, positional_help_;
   std::vector<std::string> positionals_;

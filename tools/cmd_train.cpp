@@ -22,6 +22,7 @@
 #include "core/fileio.h"
 #include "dist/communicator.h"
 #include "models/seq2seq/trainer.h"
+#include "ops/bf16_gemm.h"
 #include "tools/args.h"
 #include "tools/commands.h"
 #include "tools/train_flags.h"
@@ -336,6 +337,9 @@ int train(int argc, char** argv) {
   fmt::print("model: {} parameters, vocab {} -> {}, attention {}, device {}, amp {}\n",
              trainer->model().num_parameters(), src_vocab.size(), tgt_vocab.size(),
              models::attention_kind_name(config.model.attention), device, models::amp_name(config.amp));
+  if (trainer->precision() != config.amp)  // bf16 where its products would be slower (models::training_precision)
+    fmt::print("amp bf16: float32 GEMMs run instead: {} (SEQGRAD_BF16_GEMM=native forces bf16)\n",
+               bf16_gemm_info(device).why);
   if (job->world_size() > 1 && config.batch_tokens > 0)
     fmt::print("data-parallel: {} ranks ({}), each batch of up to {} tokens split between them by rows\n",
                job->world_size(), job->backend(), config.batch_tokens);

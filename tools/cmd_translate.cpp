@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <string_view>
+#include <tuple>
 
 #include <fmt/core.h>
 
@@ -20,7 +22,6 @@
 #include "tools/commands.h"
 #include "tools/plot/plot.h"
 #include "tools/train_flags.h"
-#include "tools/translation.h"
 #include "tools/translator.h"
 
 namespace seqgrad::tools {
@@ -28,12 +29,39 @@ namespace {
 
 constexpr size_t kMaxBatch = 64;  // sentences decoded together when more input is waiting
 
-using Loaded = LoadedModel;
+struct Loaded {
+  models::LoadedCheckpoint checkpoint;  // the first checkpoint's: its vocabularies and config serve them all
+  std::unique_ptr<models::Seq2Seq> model;
+  std::vector<std::unique_ptr<models::Seq2Seq>> ensemble_rest;  // further --checkpoint files
+  models::Ensemble ensemble() const {
+    std::vector<models::Seq2Seq*> members{model.get()};
+    for (const auto& m : ensemble_rest) members.push_back(m.get());
+    return models::Ensemble(members);
+  }
+};
 
+// The --checkpoint files: one model, or an ensemble of models with the same vocabularies.
 Loaded load_model(const Args& a) {
-  return tools::load_model(a.get("checkpoint"), {.allow_missing_checksum = a.flag("allow-missing-checksum"),
-                                                 .memory_stats = a.flag("memory-stats"),
-                                                 .beam = a.get_int("beam", 1)});
+  const std::vector<std::string> paths = a.get_list("checkpoint");
+  const ResidentMemory before = resident_memory();
+  Loaded l;
+  std::tie(l.checkpoint, l.model) = load_checkpoint_model(paths[0], a);
+  for (size_t i = 1; i < paths.size(); ++i) {
+    auto [checkpoint, model] = load_checkpoint_model(paths[i], a);
+    for (const auto& [side, first, other] : {std::tuple{"source", &l.checkpoint.info.src_vocab, &checkpoint.info.src_vocab},
+                                             {"target", &l.checkpoint.info.tgt_vocab, &checkpoint.info.tgt_vocab}}) {
+      const std::string difference = text::vocab_difference(*first, *other);
+      SG_CHECK_USAGE(difference.empty(), "--checkpoint: an ensemble needs the same vocabularies, but the {} "
+                     "vocabularies of {} and {} differ: {}", side, paths[0], paths[i], difference);
+    }
+    l.ensemble_rest.push_back(std::move(model));
+  }
+  if (a.flag("memory-stats")) {
+    const ResidentMemory after = resident_memory();
+    fmt::print(stderr, "model memory: {:.1f} MB (peak RSS {:.1f} MB while loading - RSS {:.1f} MB before)\n",
+               (after.peak - before.now) / 1e6, after.peak / 1e6, before.now / 1e6);
+  }
+  return l;
 }
 
 // Reads stdin line by line. next_batch() waits for one complete line, then also takes the lines
@@ -77,11 +105,14 @@ class LineReader {
 };
 
 void common_options(Args& a) {
-  a.option("checkpoint", "file", "checkpoint to load", "runs/default/best.safetensors");
+  a.list_option("checkpoint", "file", "checkpoint to load; several (each ending in .safetensors) decode as an "
+                "ensemble that averages their probabilities (the same vocabularies; heatmaps show the first's attention)",
+                "runs/default/best.safetensors", [](std::string_view arg) { return arg.ends_with(".safetensors"); });
   add_decode_options(a);
+  add_sampling_options(a);
   a.option("threads", "n", fmt::format("threads, at most {} (default: all cores)", max_threads()))
-      .option("merge-pieces", "", "heatmaps: label rows and columns with words, a subword model's pieces merged "
-              "(source columns summed, output rows averaged; energies stay per piece)")
+      .option("merge-pieces", "", "heatmaps (and translate's --alignment and --json attention): words, a subword "
+              "model's pieces merged (source columns summed, output rows averaged; energies stay per piece)")
       .option("allow-missing-checksum", "", "load a checkpoint that has no checksum (written before seqgrad stored "
               "one), unverified")
       .option("memory-stats", "", "print on stderr the memory the model's weights hold: the peak resident size while "
@@ -156,36 +187,19 @@ std::string energies_explanation(const models::Seq2SeqConfig& m) {
 }
 
 // Prints one input's result: its translation (an empty line when it failed), or with --nbest its
-// hypotheses as "<input number>\t<score>\t<translation>" lines.
-void print_translation(const Translation& t, const text::Vocab& tgt_vocab, size_t number, int64_t nbest) {
+// hypotheses as "<input number>\t<score>\t<translation>" lines; with --alignment each translation
+// is followed by " ||| " and its alignment (docs/outputs.md).
+void print_translation(const Translation& t, const text::Vocab& tgt_vocab, size_t number, int64_t nbest,
+                       AlignmentOutput alignment, HeatmapLabels labels) {
+  auto text = [&](size_t n) {
+    std::string line = tgt_vocab.detokenize(t.out_tokens[n]);
+    return alignment == AlignmentOutput::none ? line : line + " ||| " + alignment_text(t, n, alignment, labels);
+  };
   if (nbest <= 1) {
-    fmt::print("{}\n", t.error.empty() ? tgt_vocab.detokenize(t.out_tokens[0]) : "");
+    fmt::print("{}\n", t.error.empty() ? text(0) : "");
     return;
   }
-  for (size_t n = 0; n < t.hyps.size(); ++n)
-    fmt::print("{}\t{:.4f}\t{}\n", number, t.hyps[n].score, tgt_vocab.detokenize(t.out_tokens[n]));
-}
-
-// The same as one JSON line (--json): the input's number and text, the best translation with its
-// score and log-probability, and with --nbest every hypothesis; an input that failed has its error.
-void print_translation_json(const Translation& t, const std::string& source, const text::Vocab& tgt_vocab,
-                            size_t number) {
-  nlohmann::json j{{"line", number}, {"src", source}};
-  if (!t.error.empty()) {
-    j["error"] = t.error;
-  } else {
-    nlohmann::json nbest = nlohmann::json::array();
-    for (size_t n = 0; n < t.hyps.size(); ++n)
-      nbest.push_back({{"translation", tgt_vocab.detokenize(t.out_tokens[n])}, {"tokens", t.out_tokens[n]},
-                       {"score", t.hyps[n].score}, {"log_prob", t.hyps[n].log_prob},
-                       {"finished", t.hyps[n].finished}});
-    j["translation"] = nbest[0]["translation"];
-    j["score"] = nbest[0]["score"];
-    j["truncated"] = t.truncated;
-    j["src_tokens"] = t.src_tokens;
-    j["nbest"] = std::move(nbest);
-  }
-  fmt::print("{}\n", j.dump());
+  for (size_t n = 0; n < t.hyps.size(); ++n) fmt::print("{}\t{:.4f}\t{}\n", number, t.hyps[n].score, text(n));
 }
 
 }  // namespace
@@ -223,22 +237,32 @@ int translate_main(int argc, char** argv) {
                       "length are truncated with a warning. A line that cannot be translated (empty, not UTF-8)\n"
                       "gives an error naming it on stderr and an empty output line; the others go on, and the exit\n"
                       "status is 1. With --nbest N each sentence gives N lines: number<TAB>score<TAB>translation.\n"
-                      "With --json each input gives one JSON line (docs/cli.md, JSON output).");
+                      "With --alignment each translation is followed by \" ||| \" and its alignment to the source.\n"
+                      "With --json each input gives one JSON line. docs/outputs.md describes both.");
   common_options(a);
   a.option("nbest", "n", "print the n best hypotheses of the beam with their scores (needs --beam >= n)")
       .option("out", "dir", "also write each sentence's attention heatmap (PNG and SVG) into dir")
       .deprecated_alias("heatmaps", "out")
       .option("truncate", "n", "cut each source sentence to n tokens (default: twice the checkpoint's truncation)")
-      .option("json", "", "one JSON line per input: translation, score, log-probability, tokens, n-best")
+      .option("json", "", "one JSON line per input: translation, score, log-probabilities, tokens, n-best, attention "
+              "diagnostics (docs/outputs.md)")
+      .option("alignment", "kind", "hard: append \" ||| \" and src-tgt index pairs (Pharaoh, 0-based), each output "
+              "token to the source token it attends to most; soft: the attention rows (Marian's formats); with --json, "
+              "attention.alignment or attention.weights")
       .positional("sentence", "text to translate (else one per line on stdin)");
   if (!a.parse(argc, argv)) return 0;
   apply_threads(a);
   check_decode_flags(a);
+  const AlignmentOutput alignment = a.has("alignment") ? parse_alignment_output(a.get("alignment")) : AlignmentOutput::none;
+  const TranslationJsonOptions json_options{.labels = heatmap_labels(a),
+                                            .hard_alignment = alignment == AlignmentOutput::hard,
+                                            .weights = alignment == AlignmentOutput::soft};
   Loaded l = load_model(a);
   models::DecodeOptions options = decode_options(a, l.checkpoint.info.config);
   const int64_t truncate = a.has("truncate") ? a.get_int("truncate", 1) : 2 * l.checkpoint.info.config.max_tokens;
   if (a.has("out")) create_output_folder(a.get("out"), "--out");  // once the inputs have loaded
   UnknownWords unknown(l.checkpoint.info);
+  Generator sampling(options.sampling ? options.sampling->seed : 0);  // one stream for every batch
   const bool from_stdin = a.positionals().empty();
   const char* unit = from_stdin ? "line" : "sentence";
   LineReader reader;
@@ -247,7 +271,8 @@ int translate_main(int argc, char** argv) {
   for (;;) {
     std::vector<std::string> sentences = from_stdin ? reader.next_batch(kMaxBatch) : a.positionals();
     if (sentences.empty()) break;
-    std::vector<Translation> done = translate_batch(l, sentences, options, truncate);
+    std::vector<Translation> done =
+        translate_batch(l.ensemble(), l.checkpoint.info, sentences, options, truncate, &sampling);
     for (size_t i = 0; i < done.size(); ++i) {
       const Translation& t = done[i];
       std::string where = fmt::format("{} {}", unit, ++number);
@@ -262,14 +287,45 @@ int translate_main(int argc, char** argv) {
                                   marked_unknown(t.src_tokens, l.checkpoint.info.src_vocab), t.out_tokens[0], t.hyps[0],
                                   sentences[i], heatmap_labels(a));
       }
-      if (a.flag("json")) print_translation_json(t, sentences[i], l.checkpoint.info.tgt_vocab, number);
-      else print_translation(t, l.checkpoint.info.tgt_vocab, number, options.nbest);
+      if (a.flag("json")) {
+        nlohmann::json j = translation_json(t, sentences[i], l.checkpoint.info.tgt_vocab, json_options);
+        j["line"] = number;
+        fmt::print("{}\n", j.dump());
+      } else {
+        print_translation(t, l.checkpoint.info.tgt_vocab, number, options.nbest, alignment, heatmap_labels(a));
+      }
     }
     std::fflush(stdout);
     if (!from_stdin) break;
   }
   SG_CHECK_VALUE(number > 0, "translate: no input sentences (pass them as arguments or on stdin)");
   return status;
+}
+
+// eval --score: each test pair's target scored by forced decoding. Sources are cut as evaluation
+// cuts them; targets are scored whole. Text: "number<TAB>log-probability<TAB>score<TAB>target" lines
+// and a total; --json: one JSON line per pair.
+void print_test_scores(const Loaded& l, const models::Corpora& data, const models::TrainConfig& config,
+                       const models::DecodeOptions& options, bool json) {
+  const text::Vocab &src_vocab = l.checkpoint.info.src_vocab, &tgt_vocab = l.checkpoint.info.tgt_vocab;
+  text::EncodedCorpus test = text::encode_pairs(data.test, src_vocab, tgt_vocab, {.max_src_tokens = config.max_tokens});
+  std::vector<models::Hypothesis> scored = models::score_corpus(l.ensemble(), test, options);
+  double total = 0;
+  size_t tokens = 0;
+  for (size_t i = 0; i < scored.size(); ++i) {
+    const models::Hypothesis& h = scored[i];
+    total += h.log_prob;
+    tokens += h.token_log_probs.size();
+    if (json)
+      fmt::print("{}\n", nlohmann::json{{"line", i + 1}, {"src", data.test_sources[i]}, {"tgt", data.test_references[i]},
+                                        {"tokens", tgt_vocab.decode(h.tokens)}, {"log_prob", h.log_prob},
+                                        {"score", h.score}, {"token_log_probs", h.token_log_probs}}.dump());
+    else
+      fmt::print("{}\t{:.4f}\t{:.4f}\t{}\n", i + 1, h.log_prob, h.score, data.test_references[i]);
+  }
+  if (!json && tokens > 0)
+    fmt::print("scored {} pairs: log-probability {:.2f} over {} tokens (<eos> included), ppl {:.2f}\n", scored.size(),
+               total, tokens, std::exp(-total / static_cast<double>(tokens)));
 }
 
 // --test SRC TGT or --test-tsv FILE: the test corpus eval scores instead of the checkpoint's own.
@@ -296,7 +352,9 @@ int eval_main(int argc, char** argv) {
       .option("json", "", "the scores, signatures, decoding and every output as one JSON object")
       .option("quiet", "", "no lines about the checkpoint and the data (the scores still print)")
       .option("hyp", "file", "hypotheses, one per line (scores files instead of a checkpoint)")
-      .option("ref", "file", "references, one per line");
+      .option("ref", "file", "references, one per line")
+      .option("score", "", "forced decoding: each test pair's target (a reference, or any translation given with "
+              "--test) scored under the model, one line each: number, log-probability, score, target");
   if (!a.parse(argc, argv)) return 0;
   apply_threads(a);
   if (a.has("hyp") || a.has("ref")) {
@@ -315,6 +373,7 @@ int eval_main(int argc, char** argv) {
     return 0;
   }
   check_decode_flags(a);
+  SG_CHECK_USAGE(!a.flag("score") || !a.has("sample"), "--score scores the given targets: --sample does not apply");
   Loaded l = load_model(a);
   models::TrainConfig c = l.checkpoint.info.config;
   models::DecodeOptions options = decode_options(a, c);
@@ -334,11 +393,16 @@ int eval_main(int argc, char** argv) {
   if (chatty) fmt::print("test: {} pairs from {}\n", data.test.size(), source);
   const text::Vocab &src_vocab = l.checkpoint.info.src_vocab, &tgt_vocab = l.checkpoint.info.tgt_vocab;
   models::tokenize_held_splits(data, src_vocab, tgt_vocab);
-  Evaluation test = evaluate_test(*l.model, src_vocab, tgt_vocab, data, c, options);
+  if (a.flag("score")) {
+    print_test_scores(l, data, c, options, a.flag("json"));
+    return 0;
+  }
+  Evaluation test = evaluate_test(l.ensemble(), src_vocab, tgt_vocab, data, c, options);
   if (a.has("out")) create_output_folder(a.get("out"), "--out");  // once the inputs have loaded
   if (a.flag("json")) {
     nlohmann::json j = test_report_json(test, options);
     j["checkpoint"] = a.get("checkpoint");
+    if (!l.ensemble_rest.empty()) j["ensemble"] = a.get_list("checkpoint");
     j["test"] = {{"pairs", data.test.size()}, {"source", source}};
     fmt::print("{}\n", j.dump());
   }
@@ -378,7 +442,9 @@ int attention_main(int argc, char** argv) {
     sentences.insert(sentences.end(), lines.begin(), lines.end());
   }
   SG_CHECK_VALUE(!sentences.empty(), "attention: no input sentences");
-  std::vector<Translation> done = translate_batch(l, sentences, options, 2 * l.checkpoint.info.config.max_tokens);
+  Generator sampling(options.sampling ? options.sampling->seed : 0);
+  std::vector<Translation> done = translate_batch(l.ensemble(), l.checkpoint.info, sentences, options,
+                                                  2 * l.checkpoint.info.config.max_tokens, &sampling);
   std::vector<plot::ReportSection> sections;
   for (size_t i = 0; i < sentences.size(); ++i) {
     const Translation& t = done[i];

@@ -8,9 +8,11 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
+#include "core/backend.h"
 #include "core/blas.h"
 #include "core/error.h"
 #include "core/threads.h"
+#include "ops/bf16_gemm.h"
 #include "ops/cpu/kernels.h"
 #include "tools/args.h"
 #include "tools/commands.h"
@@ -24,16 +26,27 @@ struct Command {
 };
 
 int info_main(int argc, char** argv) {
-  seqgrad::tools::Args args("info", "Print the version, the number of threads and which BLAS and CPU kernels run.");
+  seqgrad::tools::Args args("info",
+                            "Print the version, the number of threads and which BLAS, CPU, bf16 and int8 kernels run.");
   args.option("json", "", "the same as one JSON object");
   if (!args.parse(argc, argv)) return 0;
+  const seqgrad::Bf16GemmInfo bf16 = seqgrad::bf16_gemm_info(seqgrad::Device::cpu());
+  const seqgrad::Int8GemmInfo int8 = seqgrad::backend_for(seqgrad::Device::cpu()).int8_gemm_info();
+  const std::string bf16_use = bf16.preferred ? "train --amp bf16 uses them" : "train --amp bf16 runs float32 GEMMs";
+  const std::string int8_note = int8.saturates ? "7-bit activations (no VNNI)" : "8-bit activations";
   if (args.flag("json"))
-    fmt::print("{}\n", nlohmann::json{{"version", SEQGRAD_VERSION}, {"threads", seqgrad::get_num_threads()},
-                                      {"blas", seqgrad::blas::describe()}, {"cpu_kernels", seqgrad::cpu::kernel_isa()}}
+    fmt::print("{}\n", nlohmann::json{{"version", SEQGRAD_VERSION},
+                                      {"threads", seqgrad::get_num_threads()},
+                                      {"blas", seqgrad::blas::describe()},
+                                      {"cpu_kernels", seqgrad::cpu::kernel_isa()},
+                                      {"bf16_gemm", {{"kernels", bf16.kernels}, {"used_by_amp", bf16.preferred},
+                                                     {"why", bf16.why}}},
+                                      {"int8_gemm", {{"kernels", int8.kernels}, {"saturates", int8.saturates}}}}
                             .dump());
   else
-    fmt::print("seqgrad {}\nthreads: {}\nBLAS: {}\nCPU kernels: {}\n", SEQGRAD_VERSION, seqgrad::get_num_threads(),
-               seqgrad::blas::describe(), seqgrad::cpu::kernel_isa());
+    fmt::print("seqgrad {}\nthreads: {}\nBLAS: {}\nCPU kernels: {}\nbf16 GEMM: {}; {}: {}\nint8 GEMM: {}, {}\n",
+               SEQGRAD_VERSION, seqgrad::get_num_threads(), seqgrad::blas::describe(), seqgrad::cpu::kernel_isa(),
+               bf16.kernels, bf16_use, bf16.why, int8.kernels, int8_note);
   return 0;
 }
 
@@ -50,7 +63,7 @@ const Command kCommands[] = {
     {"quantize", seqgrad::tools::quantize_main, "int8 dynamic quantization of a checkpoint (PyTorch's quantize_dynamic)"},
     {"average", seqgrad::tools::average_main, "average the weights of checkpoints (a run's last validations)"},
     {"inspect", seqgrad::tools::inspect_main, "what a checkpoint holds: preset, languages, vocabularies, epochs, metrics"},
-    {"info", info_main, "version, threads and which BLAS kernels run"},
+    {"info", info_main, "version, threads and which BLAS, bf16 and int8 kernels run"},
 };
 
 // Exit statuses: 0 success, 1 a runtime error (a file, the data, the model), 2 a usage error (the

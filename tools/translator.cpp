@@ -1,6 +1,8 @@
 #include "tools/translator.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -8,9 +10,9 @@
 #include <fmt/core.h>
 
 #include "models/text/bleu.h"
-#include "models/text/subword.h"
 #include "models/text/chrf.h"
 #include "models/text/tokenizer.h"
+#include "nn/init.h"
 #include "tools/plot/plot.h"
 
 namespace seqgrad::tools {
@@ -58,24 +60,137 @@ std::vector<std::string> marked_unknown(const std::vector<std::string>& src_toke
 }
 
 plot::Heatmap merged_into_words(const plot::Heatmap& pieces) {
-  const text::MergedPieces cols = text::merge_pieces(pieces.col_labels);
-  const text::MergedPieces rows = text::merge_pieces(pieces.row_labels);
-  plot::Heatmap words = pieces;
-  words.cols = static_cast<int>(cols.words.size());
-  words.rows = static_cast<int>(rows.words.size());
-  words.col_labels = cols.words;
-  words.row_labels = rows.words;
-  words.title = pieces.title + " (pieces merged into words)";
-  std::vector<int> pieces_per_row(rows.words.size(), 0);
-  for (int64_t word : rows.word_of_piece) ++pieces_per_row[word];
-  words.values.assign(static_cast<size_t>(words.rows) * words.cols, 0.0f);
-  for (int r = 0; r < pieces.rows; ++r) {
-    const int64_t row = rows.word_of_piece[r];
-    for (int c = 0; c < pieces.cols; ++c)  // sum over the word's columns, mean over its rows
-      words.values[row * words.cols + cols.word_of_piece[c]] +=
-          pieces.values[static_cast<size_t>(r) * pieces.cols + c] / static_cast<float>(pieces_per_row[row]);
+  models::AttentionMatrix words = models::merged_into_words(
+      {.src = pieces.col_labels, .tgt = pieces.row_labels, .weights = pieces.values});
+  plot::Heatmap merged = pieces;
+  merged.cols = static_cast<int>(words.src.size());
+  merged.rows = static_cast<int>(words.tgt.size());
+  merged.col_labels = std::move(words.src);
+  merged.row_labels = std::move(words.tgt);
+  merged.values = std::move(words.weights);
+  merged.title = pieces.title + " (pieces merged into words)";
+  return merged;
+}
+
+std::vector<Translation> translate_batch(const models::Ensemble& models, const models::CheckpointInfo& info,
+                                         const std::vector<std::string>& sentences,
+                                         const models::DecodeOptions& options, int64_t max_tokens,
+                                         Generator* sampling) {
+  std::vector<Translation> out(sentences.size());
+  std::vector<std::vector<int64_t>> ids;
+  std::vector<size_t> which;  // the sentence of each encoded row
+  for (size_t i = 0; i < sentences.size(); ++i) {
+    Translation& t = out[i];
+    try {
+      t.src_tokens = info.src_vocab.tokenize(sentences[i]);
+    } catch (const Error& e) {
+      t.error = e.what();
+      continue;
+    }
+    if (t.src_tokens.empty()) {
+      t.error = "empty (nothing to translate)";
+      continue;
+    }
+    t.truncated = max_tokens > 0 && static_cast<int64_t>(t.src_tokens.size()) > max_tokens;
+    if (t.truncated) t.src_tokens.resize(max_tokens);
+    ids.push_back(models::encode_sentence(info.src_vocab, t.src_tokens, 0));
+    which.push_back(i);
   }
-  return words;
+  if (ids.empty()) return out;
+  int64_t longest = 0;
+  for (const auto& row : ids) longest = std::max<int64_t>(longest, static_cast<int64_t>(row.size()));
+  std::vector<int64_t> flat, lengths;
+  for (const auto& row : ids) {
+    flat.insert(flat.end(), row.begin(), row.end());
+    flat.insert(flat.end(), longest - static_cast<int64_t>(row.size()), text::Vocab::kPad);
+    lengths.push_back(static_cast<int64_t>(row.size()));
+  }
+  auto rows = static_cast<int64_t>(ids.size());
+  Tensor src = from_vector(flat, {rows, longest}, {.dtype = DType::i64});
+  Tensor len = from_vector(lengths, {rows}, {.dtype = DType::i64});
+  std::vector<std::vector<models::Hypothesis>> ranked;
+  if (options.beam_size > 1) {
+    ranked = models::beam_search(models, src, len, options);
+  } else {
+    for (models::Hypothesis& h : models::decode(models, src, len, options, sampling)) ranked.push_back({std::move(h)});
+  }
+  for (size_t r = 0; r < which.size(); ++r) {
+    Translation& t = out[which[r]];
+    t.hyps = std::move(ranked[r]);
+    for (const models::Hypothesis& h : t.hyps) t.out_tokens.push_back(info.tgt_vocab.decode(h.tokens));
+  }
+  return out;
+}
+
+AlignmentOutput parse_alignment_output(const std::string& value) {
+  if (value == "hard") return AlignmentOutput::hard;
+  if (value == "soft") return AlignmentOutput::soft;
+  throw UsageError(fmt::format("--alignment expects hard or soft, got '{}'", value));
+}
+
+namespace {
+
+// Hypothesis n's attention with its axes, in tokens or in words.
+models::AttentionMatrix attention_of(const Translation& t, size_t n, HeatmapLabels labels) {
+  models::AttentionMatrix m = models::attention_matrix(t.src_tokens, t.out_tokens[n], t.hyps[n]);
+  return labels == HeatmapLabels::words ? models::merged_into_words(m) : m;
+}
+
+// One hypothesis: its text, tokens and scores. A field that decoding adds per token (as
+// token_log_probs: one entry per produced token, <eos> included when finished) belongs here.
+nlohmann::json hypothesis_json(const Translation& t, size_t n, const text::Vocab& tgt_vocab) {
+  const models::Hypothesis& h = t.hyps[n];
+  return {{"translation", tgt_vocab.detokenize(t.out_tokens[n])}, {"tokens", t.out_tokens[n]},
+          {"score", h.score}, {"log_prob", h.log_prob}, {"finished", h.finished},
+          {"token_log_probs", h.token_log_probs}};
+}
+
+// The best hypothesis's attention: its axes and diagnostics, and what the options add.
+nlohmann::json attention_json(const Translation& t, const TranslationJsonOptions& options) {
+  const models::AttentionMatrix m = attention_of(t, 0, options.labels);
+  const models::AttentionDiagnostics d = models::attention_diagnostics(m);
+  nlohmann::json j{{"level", options.labels == HeatmapLabels::words ? "words" : "tokens"},
+                   {"src", m.src}, {"tgt", m.tgt},
+                   {"entropy", d.entropy}, {"mean_entropy", d.mean_entropy}, {"coverage", d.coverage},
+                   {"diagonal_distance", d.diagonal_distance ? nlohmann::json(*d.diagonal_distance) : nullptr}};
+  if (options.hard_alignment) {
+    nlohmann::json pairs = nlohmann::json::array();
+    for (const models::AlignmentPoint& p : models::hard_alignment(m)) pairs.push_back({p.src, p.tgt});
+    j["alignment"] = std::move(pairs);
+  }
+  if (options.weights) {
+    nlohmann::json rows = nlohmann::json::array();
+    for (size_t r = 0; r < m.tgt.size(); ++r)
+      rows.push_back(std::vector<float>(m.weights.begin() + r * m.src.size(), m.weights.begin() + (r + 1) * m.src.size()));
+    j["weights"] = std::move(rows);
+  }
+  return j;
+}
+
+}  // namespace
+
+std::string alignment_text(const Translation& t, size_t n, AlignmentOutput kind, HeatmapLabels labels) {
+  const models::AttentionMatrix m = attention_of(t, n, labels);
+  return kind == AlignmentOutput::soft ? models::soft_alignment_text(m) : models::pharaoh(models::hard_alignment(m));
+}
+
+nlohmann::json translation_json(const Translation& t, const std::string& source, const text::Vocab& tgt_vocab,
+                                const TranslationJsonOptions& options) {
+  nlohmann::json j{{"src", source}};
+  if (!t.error.empty()) {
+    j["error"] = t.error;
+    return j;
+  }
+  nlohmann::json nbest = nlohmann::json::array();
+  for (size_t n = 0; n < t.hyps.size(); ++n) nbest.push_back(hypothesis_json(t, n, tgt_vocab));
+  for (const char* field : {"translation", "score", "log_prob", "finished", "token_log_probs"})
+    j[field] = nbest[0][field];
+  j["tgt_tokens"] = nbest[0]["tokens"];
+  j["src_tokens"] = t.src_tokens;
+  j["truncated"] = t.truncated;
+  j["nbest"] = std::move(nbest);
+  j["attention"] = attention_json(t, options);
+  return j;
 }
 
 void write_attention_heatmap(const std::string& stem, const std::vector<std::string>& src_tokens,
@@ -91,18 +206,40 @@ void write_attention_heatmap(const std::string& stem, const std::vector<std::str
   plot::write_heatmap_svg(stem + "_energies.svg", energies);
 }
 
-Evaluation evaluate_test(models::Seq2Seq& model, const text::Vocab& src_vocab, const text::Vocab& tgt_vocab,
+Evaluation evaluate_test(const models::Ensemble& models, const text::Vocab& src_vocab, const text::Vocab& tgt_vocab,
                          const models::Corpora& data, const models::TrainConfig& config,
                          const models::DecodeOptions& decoding) {
   text::EncodeOptions truncate{.max_src_tokens = config.max_tokens, .max_tgt_tokens = config.max_tokens};
   text::EncodedCorpus test = text::encode_pairs(data.test, src_vocab, tgt_vocab, truncate);
-  return evaluate(model, test, tgt_vocab, data.test, data.test_references, decoding);
+  return evaluate(models, test, tgt_vocab, data.test, data.test_references, decoding);
 }
 
 namespace {
 
 std::string search_name(const models::DecodeOptions& decoding) {
+  if (const auto& s = decoding.sampling)
+    return s->top_k > 0 ? fmt::format("sampling topk:{}", s->top_k) : fmt::format("sampling topp:{}", s->top_p);
   return decoding.beam_size > 1 ? fmt::format("beam {}", decoding.beam_size) : "greedy";
+}
+
+// --sample topk:K or topp:P.
+models::SamplingOptions parse_sample_flag(const std::string& value) {
+  const std::string usage = fmt::format("--sample expects topk:K (K >= 1) or topp:P (0 < P <= 1), got '{}'", value);
+  const size_t colon = value.find(':');
+  SG_CHECK_USAGE(colon != std::string::npos, "{}", usage);
+  const std::string kind = value.substr(0, colon), number = value.substr(colon + 1);
+  char* end = nullptr;
+  const double x = std::strtod(number.c_str(), &end);
+  SG_CHECK_USAGE(!number.empty() && end == number.c_str() + number.size() && std::isfinite(x), "{}", usage);
+  models::SamplingOptions s;
+  if (kind == "topk") {
+    SG_CHECK_USAGE(x >= 1 && x == std::floor(x) && x <= 1e9, "{}", usage);
+    s.top_k = static_cast<int64_t>(x);
+  } else {
+    SG_CHECK_USAGE(kind == "topp" && x > 0 && x <= 1, "{}", usage);
+    s.top_p = x;
+  }
+  return s;
 }
 
 }  // namespace
@@ -136,7 +273,10 @@ nlohmann::json test_report_json(const Evaluation& ev, const models::DecodeOption
           {"bleu_tokenized", ev.bleu_tokenized},
           {"signatures", {{"sacrebleu", text::bleu_signature()}, {"chrf", text::chrf_signature()}}},
           {"decoding", {{"search", search_name(decoding)}, {"beam", decoding.beam_size},
-                        {"max_len", decoding.max_len}, {"length_penalty", decoding.length_penalty}}},
+                        {"max_len", decoding.max_len}, {"min_len", decoding.min_len},
+                        {"length_penalty", decoding.length_penalty},
+                        {"length_penalty_type", models::length_penalty_name(decoding.length_penalty_kind)},
+                        {"coverage_penalty", decoding.coverage_penalty}}},
           {"outputs", ev.outputs}};
 }
 
@@ -144,20 +284,78 @@ void check_decode_flags(const Args& a) { decode_options(a, models::TrainConfig{}
 
 void add_decode_options(Args& a) {
   a.option("beam", "n", "beam size (1 = greedy)", "1")
-      .option("length-penalty", "alpha", "beam score = log p / length^alpha", "1.0")
+      .option("length-penalty", "alpha", "beam score = log p / length^alpha (the power penalty; see --length-penalty-type)",
+              "1.0")
+      .option("length-penalty-type", "kind", "power: log p / length^alpha | gnmt: log p / ((5 + length) / 6)^alpha "
+              "(Wu et al. 2016)", "power")
+      .option("coverage-penalty", "beta", "beam score + beta x sum over source words of log(min(attention received, 1)) "
+              "(GNMT's; 0 = off)", "0")
+      .option("min-len", "n", "no <eos> before n output tokens", "0")
       .option("max-len", "n", "longest output in tokens (default: 2 x the checkpoint's truncation + 10, as validation)");
+}
+
+void add_sampling_options(Args& a) {
+  a.option("sample", "topk:K|topp:P", "random sampling instead of the search: from the K most probable tokens, or from "
+           "the nucleus of probability P (one output per sentence; --seed makes it reproducible)")
+      .option("temperature", "t", "with --sample: sample from the distribution at temperature t (> 0)", "1.0")
+      .option("seed", "n", "with --sample: the seed of the draws", "0");
 }
 
 models::DecodeOptions decode_options(const Args& a, const models::TrainConfig& config) {
   models::DecodeOptions o = models::decode_options(config, a.get_int("beam", 1));
   if (a.has("max-len")) o.max_len = a.get_int("max-len", 1);
   o.length_penalty = a.get_double("length-penalty");
+  try {
+    o.length_penalty_kind = models::parse_length_penalty(a.get("length-penalty-type"));
+  } catch (const ValueError& e) {
+    throw UsageError(fmt::format("--length-penalty-type: {}", e.what()));
+  }
+  o.coverage_penalty = a.get_double("coverage-penalty");
+  SG_CHECK_USAGE(o.coverage_penalty >= 0, "--coverage-penalty must be >= 0 (0 = off), got {}", a.get("coverage-penalty"));
+  o.min_len = a.get_int("min-len", 0);
+  SG_CHECK_USAGE(o.min_len <= o.max_len, "--min-len {} must be <= the longest output, --max-len {}", o.min_len,
+                 o.max_len);
   if (a.is_declared("nbest") && a.has("nbest")) {
     o.nbest = a.get_int("nbest", 1);
     SG_CHECK_USAGE(o.nbest <= o.beam_size, "--nbest {} needs a beam at least as wide (--beam {}): give --beam {}",
                    o.nbest, o.beam_size, o.nbest);
   }
+  if (!a.is_declared("sample")) return o;
+  for (const char* flag : {"temperature", "seed"})
+    SG_CHECK_USAGE(!a.has(flag) || a.has("sample"), "--{} applies to sampling: give --sample topk:K or topp:P too", flag);
+  if (!a.has("sample")) return o;
+  SG_CHECK_USAGE(o.beam_size == 1, "--sample draws one output per sentence: it does not combine with --beam {}",
+                 o.beam_size);
+  o.sampling = parse_sample_flag(a.get("sample"));
+  o.sampling->temperature = a.get_double("temperature");
+  SG_CHECK_USAGE(o.sampling->temperature > 0, "--temperature must be > 0, got {}", a.get("temperature"));
+  o.sampling->seed = static_cast<uint64_t>(a.get_int("seed", 0));
   return o;
 }
+
+std::pair<models::LoadedCheckpoint, std::unique_ptr<models::Seq2Seq>> load_checkpoint_model(const std::string& path,
+                                                                                          const Args& a) {
+  std::error_code ec;  // a symlink loop or a denied folder: reading it below names the reason
+  SG_CHECK_IO(std::filesystem::exists(path, ec) || ec, "no checkpoint at {} (train one with `seqgrad train`)", path);
+  check_safetensors_file(path);
+  models::LoadedCheckpoint checkpoint =
+      models::read_checkpoint(path, {.allow_missing_checksum = a.flag("allow-missing-checksum")});
+  // Refused before any decoding allocates beam x vocabulary scores: the first step has only as many
+  // continuations as the target vocabulary has tokens, so a wider beam is a typo, not a search.
+  const int64_t vocab = checkpoint.info.tgt_vocab.size();
+  SG_CHECK_USAGE(a.get_int("beam", 1) <= vocab, "--beam {} is wider than the target vocabulary of {} ({} tokens): "
+                 "give --beam {} or less", a.get_int("beam", 1), path, vocab, vocab);
+  std::unique_ptr<models::Seq2Seq> model;
+  {
+    nn::init::SkipInitGuard loaded_next;  // the checkpoint sets every value: nothing to draw or write
+    model = std::make_unique<models::Seq2Seq>(checkpoint.info.config.model);
+  }
+  models::load_weights(*model, checkpoint, path);
+  checkpoint.tensors.clear();  // the model holds the weights now, not the file's copies
+  checkpoint.quantized.clear();
+  model->eval();
+  return {std::move(checkpoint), std::move(model)};
+}
+
 
 }  // namespace seqgrad::tools

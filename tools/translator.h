@@ -2,9 +2,12 @@
 // heatmaps (evaluation lives with the trainer, models/seq2seq/trainer.h).
 #pragma once
 #include <map>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "models/seq2seq/alignment.h"
 #include "models/seq2seq/decode.h"
 #include "models/seq2seq/checkpoint.h"
 #include "models/seq2seq/run.h"
@@ -22,7 +25,7 @@ using models::evaluate;
 enum class HeatmapLabels { tokens, words };
 
 // The test split decoded and scored: sacreBLEU (13a, cased), chrF and tokenised lower-cased BLEU.
-Evaluation evaluate_test(models::Seq2Seq& model, const text::Vocab& src_vocab, const text::Vocab& tgt_vocab,
+Evaluation evaluate_test(const models::Ensemble& models, const text::Vocab& src_vocab, const text::Vocab& tgt_vocab,
                          const models::Corpora& data, const models::TrainConfig& config,
                          const models::DecodeOptions& decoding);
 // The test line, the metrics' signatures and five sample translations on stdout.
@@ -41,10 +44,8 @@ plot::Heatmap attention_heatmap(const std::vector<std::string>& src_tokens, cons
 // The source tokens as heatmap labels: a word the vocabulary lacks (the model saw <unk>) is
 // labelled "word (<unk>)".
 std::vector<std::string> marked_unknown(const std::vector<std::string>& src_tokens, const text::Vocab& src_vocab);
-// Subword pieces merged back into words for display (text::merge_pieces: a word starts at a piece
-// beginning with "▁"): a word's source columns are summed, so a cell is the attention the output
-// piece paid to the whole word, and its output rows averaged, so each row still sums to one.
-// Word-level labels come back unchanged. Only for weights: a sum of pre-softmax energies means nothing.
+// The heatmap with subword pieces merged back into words for display: models::merged_into_words
+// (source columns summed, output rows averaged). Only for weights, not energies.
 plot::Heatmap merged_into_words(const plot::Heatmap& pieces);
 // Writes the attention heatmap (PNG and SVG) of one translation, and <stem>_energies.{png,svg}
 // with the pre-softmax scores when the attention kind has them (always labelled with tokens).
@@ -52,10 +53,59 @@ void write_attention_heatmap(const std::string& path_stem, const std::vector<std
                              const std::vector<std::string>& tgt_tokens, const models::Hypothesis& hyp,
                              const std::string& title, HeatmapLabels labels = HeatmapLabels::tokens);
 
-// --beam, --length-penalty and --max-len, for every command that decodes (train's test report,
-// translate, eval, attention), and the DecodeOptions they give over the checkpoint's defaults
-// (models::decode_options: at most 2 x its max_tokens + 10 tokens, as validation decodes).
+// A --checkpoint file and the model its weights build (float32 or int8), in eval mode; reads
+// --allow-missing-checksum, and refuses a --beam wider than the target vocabulary (a UsageError,
+// before the model allocates anything). Shared by translate, eval, attention and serve.
+std::pair<models::LoadedCheckpoint, std::unique_ptr<models::Seq2Seq>> load_checkpoint_model(const std::string& path,
+                                                                                          const Args& a);
+
+// One input sentence translated: its tokens and hypotheses (best first), or why it could not be.
+struct Translation {
+  std::vector<std::string> src_tokens;               // as the model read them (after --truncate)
+  std::vector<models::Hypothesis> hyps;              // best first: one, or options.nbest
+  std::vector<std::vector<std::string>> out_tokens;  // per hypothesis: its tokens (Vocab::decode)
+  bool truncated = false;
+  std::string error;  // not empty: nothing was translated
+};
+// Tokenizes and encodes the sentences, then decodes the good ones as one batch with the model or
+// ensemble (beam search when options.beam_size > 1, with options.nbest hypotheses each). Source sentences are cut to
+// `max_tokens` tokens (0: not at all). A sentence that cannot be translated has its error set.
+// Sampling (options.sampling) draws from `sampling`, or from a Generator seeded with
+// options.sampling->seed when it is null.
+std::vector<Translation> translate_batch(const models::Ensemble& models, const models::CheckpointInfo& info,
+                                         const std::vector<std::string>& sentences,
+                                         const models::DecodeOptions& options, int64_t max_tokens,
+                                         Generator* sampling = nullptr);
+
+// The alignment `translate --alignment` appends to each output line after " ||| " (docs/outputs.md).
+enum class AlignmentOutput { none, hard, soft };
+// --alignment's value: "hard" or "soft" (a UsageError names the flag otherwise).
+AlignmentOutput parse_alignment_output(const std::string& value);
+// One hypothesis's alignment as text: Pharaoh pairs (hard) or weight rows (soft), at the level of
+// `labels` (words: pieces merged, models::merged_into_words).
+std::string alignment_text(const Translation& t, size_t hypothesis, AlignmentOutput kind, HeatmapLabels labels);
+
+// What a translation's JSON holds beyond the text, tokens and scores. The attention object (its
+// axes and diagnostics) is always there; these add to it.
+struct TranslationJsonOptions {
+  HeatmapLabels labels = HeatmapLabels::tokens;  // the attention's units: tokens, or words (pieces merged)
+  bool hard_alignment = false;                   // attention.alignment: [src, tgt] pairs
+  bool weights = false;                          // attention.weights: the matrix, one row per output unit
+};
+// The JSON object of one translated sentence, the one shape `translate --json` prints (adding
+// "line") and `serve` answers with; docs/outputs.md lists every field. An input that could not be
+// translated gives {"src", "error"}.
+nlohmann::json translation_json(const Translation& t, const std::string& source, const text::Vocab& tgt_vocab,
+                                const TranslationJsonOptions& options = {});
+
+// --beam, --length-penalty, --length-penalty-type, --coverage-penalty, --min-len and --max-len,
+// for every command that decodes (train's test report, translate, eval, attention), and the
+// DecodeOptions they give over the checkpoint's defaults (models::decode_options: at most 2 x its
+// max_tokens + 10 tokens, as validation decodes), with --nbest and the sampling flags where the
+// command declares them.
 void add_decode_options(Args& args);
+// --sample, --temperature and --seed (translate, eval, attention; train's --seed seeds the run).
+void add_sampling_options(Args& args);
 models::DecodeOptions decode_options(const Args& args, const models::TrainConfig& config);
 // Their usage errors, before anything loads (a command's flags are checked before its checkpoint).
 void check_decode_flags(const Args& args);

@@ -1,10 +1,83 @@
-// Greedy decoding and beam search for the seq2seq model, both batched over sentences.
+// Greedy decoding, sampling, beam search and forced decoding for the seq2seq model (one model or
+// an ensemble), all batched over sentences.
 #include "models/seq2seq/decode.h"
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <tuple>
+
+#include <fmt/core.h>
 
 namespace seqgrad::models {
+
+LengthPenalty parse_length_penalty(const std::string& name) {
+  if (name == "power") return LengthPenalty::power;
+  if (name == "gnmt") return LengthPenalty::gnmt;
+  throw ValueError(fmt::format("length penalty '{}' is not one of: power, gnmt", name));
+}
+
+const char* length_penalty_name(LengthPenalty kind) { return kind == LengthPenalty::gnmt ? "gnmt" : "power"; }
+
+void DecodeOptions::validate() const {
+  SG_CHECK_VALUE(max_len >= 1, "DecodeOptions: max_len {} must be >= 1", max_len);
+  SG_CHECK_VALUE(beam_size >= 1, "DecodeOptions: beam_size {} must be >= 1", beam_size);
+  SG_CHECK_VALUE(nbest >= 1 && nbest <= beam_size, "DecodeOptions: nbest {} must be in [1, beam_size {}]", nbest,
+                 beam_size);
+  SG_CHECK_VALUE(std::isfinite(length_penalty), "DecodeOptions: length_penalty {} must be finite", length_penalty);
+  SG_CHECK_VALUE(std::isfinite(coverage_penalty) && coverage_penalty >= 0,
+                 "DecodeOptions: coverage_penalty {} must be >= 0 (0: off)", coverage_penalty);
+  SG_CHECK_VALUE(min_len >= 0 && min_len <= max_len, "DecodeOptions: min_len {} must be in [0, max_len {}]", min_len,
+                 max_len);
+  SG_CHECK_VALUE(top_alternatives >= 0, "DecodeOptions: top_alternatives {} must be >= 0 (0: off)", top_alternatives);
+  if (!sampling) return;
+  SG_CHECK_VALUE(beam_size == 1, "DecodeOptions: sampling draws one hypothesis per sentence, so beam_size {} must be 1",
+                 beam_size);
+  SG_CHECK_VALUE(sampling->top_k >= 0, "DecodeOptions: sampling.top_k {} must be >= 0 (0: no cut)", sampling->top_k);
+  SG_CHECK_VALUE(sampling->top_p > 0 && sampling->top_p <= 1, "DecodeOptions: sampling.top_p {} must be in (0, 1]",
+                 sampling->top_p);
+  SG_CHECK_VALUE(std::isfinite(sampling->temperature) && sampling->temperature > 0,
+                 "DecodeOptions: sampling.temperature {} must be > 0", sampling->temperature);
+}
+
+EvalScope::EvalScope(const Ensemble& models) {
+  for (Seq2Seq* m : models.members()) was_training_.emplace_back(m, m->is_training()), m->eval();
+}
+
+EvalScope::~EvalScope() {
+  for (auto [m, training] : was_training_) m->train(training);
+}
+
+Ensemble::Ensemble(std::vector<Seq2Seq*> members) : members_(std::move(members)) {
+  SG_CHECK_VALUE(!members_.empty(), "Ensemble: no models");
+  for (size_t m = 0; m < members_.size(); ++m) {
+    SG_CHECK_VALUE(members_[m] != nullptr, "Ensemble: model {} is null", m);
+    SG_CHECK_VALUE(members_[m]->config().tgt_vocab == first().config().tgt_vocab,
+                   "Ensemble: model {} has a target vocabulary of {} tokens, model 0 one of {}: the averaged "
+                   "distributions must be over the same tokens", m, members_[m]->config().tgt_vocab,
+                   first().config().tgt_vocab);
+  }
+}
+
+namespace {
+
+// The ensemble's log-probabilities from its members' (each (..., V)): log((1/M) sum_m exp(lp_m)),
+// computed as logsumexp over the members minus log M; one member's come back unchanged.
+Tensor mean_probability_log(const std::vector<Tensor>& member_log_probs) {
+  if (member_log_probs.size() == 1) return member_log_probs.front();
+  const auto m = static_cast<double>(member_log_probs.size());
+  return add(logsumexp(stack(member_log_probs, 0), {0}), -std::log(m));
+}
+
+}  // namespace
+
+Tensor Ensemble::forward(const Tensor& src, const Tensor& src_lengths, const Tensor& tgt_in) const {
+  if (members_.size() == 1) return first()(src, src_lengths, tgt_in);
+  std::vector<Tensor> log_probs;
+  for (Seq2Seq* m : members_) log_probs.push_back(log_softmax((*m)(src, src_lengths, tgt_in), -1));
+  return mean_probability_log(log_probs);
+}
+
 namespace {
 
 // A step's (N, S) attention weights or energies, copied to the host once for all N rows.
@@ -24,26 +97,173 @@ class HostRows {
   int64_t cols_;
 };
 
-struct EvalMode {  // puts the model in eval mode for the scope, restoring the previous mode
-  explicit EvalMode(Seq2Seq& m) : model(m), was_training(m.is_training()) { m.eval(); }
-  ~EvalMode() { model.train(was_training); }
-  Seq2Seq& model;
-  bool was_training;
+// The k most probable tokens of each row of a step's (N, V) log-probabilities, on the host; with
+// k = 0 nothing is computed or copied.
+class HostAlternatives {
+ public:
+  HostAlternatives(const Tensor& log_probs, int64_t k) {
+    if (k == 0) return;
+    auto [top_lp, top_id] = topk(log_probs, std::min(k, log_probs.size(1)), -1);
+    k_ = top_lp.size(1);
+    probabilities_ = exp(top_lp).to_vector<float>();
+    tokens_ = top_id.to_vector<int64_t>();
+  }
+  bool defined() const { return k_ > 0; }
+  std::vector<Alternative> row(int64_t r) const {
+    std::vector<Alternative> out;
+    for (int64_t j = r * k_; j < (r + 1) * k_; ++j) out.push_back({tokens_[j], probabilities_[j]});
+    return out;
+  }
+
+ private:
+  int64_t k_ = 0;
+  std::vector<float> probabilities_;
+  std::vector<int64_t> tokens_;
+};
+
+// What a decoder step gives each produced token, on the host: its row's attention (and energies)
+// and alternatives.
+struct HostStep {
+  HostRows weights, energies;
+  HostAlternatives alternatives;
+
+  // Appends the token that decoder row r produced with log-probability token_log_prob to h
+  // (everything but the token id, which <eos> does not add).
+  void append(Hypothesis& h, int64_t r, int64_t src_len, double token_log_prob) const {
+    h.attention.push_back(weights.row(r, src_len));
+    if (energies.defined()) h.energies.push_back(energies.row(r, src_len));
+    if (alternatives.defined()) h.alternatives.push_back(alternatives.row(r));
+    h.token_log_probs.push_back(token_log_prob);
+    h.log_prob += token_log_prob;
+  }
+};
+
+// Every member's decoder over the rows of a search (one per sentence, or per open hypothesis),
+// stepped together.
+class Stepper {
+ public:
+  Stepper(const Ensemble& models, const Tensor& src, const Tensor& lengths) {
+    for (Seq2Seq* m : models.members()) {
+      Seq2Seq::Encoded e = m->encode(src, lengths);
+      members_.push_back({m, e.state, e.memory, e.memory});
+    }
+  }
+  struct Output {
+    Tensor log_probs;          // (N, V): the ensemble's
+    Tensor weights, energies;  // (N, S): the first member's
+  };
+  // Feeds y_prev (N,) to every member and advances its state.
+  Output step(const Tensor& y_prev) {
+    Output out;
+    std::vector<Tensor> log_probs;
+    for (Member& m : members_) {
+      AttnDecoder::Step s = m.model->decoder.step(y_prev, m.state, m.memory);
+      m.state = s.state;
+      log_probs.push_back(log_softmax(s.logits, -1));
+      if (!out.weights.defined()) out.weights = s.weights, out.energies = s.energies;
+    }
+    out.log_probs = mean_probability_log(log_probs);
+    return out;
+  }
+  // Beam search: row r of the next step continues row rows[r] of the last one.
+  void keep_rows(const Tensor& rows) {
+    for (Member& m : members_) m.state = index_select(m.state, 1, rows);  // (L, N, H)
+  }
+  // Beam search: row r attends to the source sentence sentence_of_row[r].
+  void attend(const Tensor& sentence_of_row) {
+    for (Member& m : members_) m.memory = m.all.select_rows(sentence_of_row);
+  }
+
+ private:
+  struct Member {
+    Seq2Seq* model;
+    Tensor state;                         // (L, N, H)
+    AttnDecoder::Memory all, memory;      // per sentence; per row
+  };
+  std::vector<Member> members_;
 };
 
 Tensor ids_tensor(const std::vector<int64_t>& ids, Device device) {
   return from_vector(ids, {static_cast<int64_t>(ids.size())}, {.dtype = DType::i64, .device = device});
 }
 
-// Appends one decoder step's attention (and energies) row of decoder row r to h.
-void add_attention_row(Hypothesis& h, const HostRows& weights, const HostRows& energies, int64_t r, int64_t length) {
-  h.attention.push_back(weights.row(r, length));
-  if (energies.defined()) h.energies.push_back(energies.row(r, length));
+// The step's log-probabilities (N, V) with <eos> forbidden (-inf) while fewer than min_len tokens
+// have been produced; the other tokens keep theirs (not renormalised, as in fairseq and OpenNMT-py).
+Tensor forbid_early_eos(const Tensor& log_probs, int64_t produced, const DecodeOptions& options) {
+  if (produced >= options.min_len) return log_probs;
+  std::vector<double> barrier(log_probs.size(1), 0.0);
+  barrier[options.eos_id] = -std::numeric_limits<double>::infinity();
+  return add(log_probs, from_vector(barrier, {log_probs.size(1)},
+                                    {.dtype = log_probs.dtype(), .device = log_probs.device()}));
 }
 
-double length_normalized(const Hypothesis& h, double alpha) {
-  double length = static_cast<double>(h.tokens.size()) + (h.finished ? 1 : 0);  // <eos> counts
-  return h.log_prob / std::pow(std::max(length, 1.0), alpha);
+// The index drawn with uniform u in [0, 1) from `probs` (one row, most probable first, not
+// necessarily summing to 1) cut to the nucleus: the fewest leading entries whose sum reaches
+// top_p of the row's total.
+int64_t draw_sorted(const double* probs, int64_t n, double top_p, double u) {
+  double total = 0;
+  for (int64_t i = 0; i < n; ++i) total += probs[i];
+  int64_t kept = 0;
+  double nucleus = 0;
+  while (kept < n && (kept == 0 || nucleus < top_p * total)) nucleus += probs[kept++];
+  double target = u * nucleus, cumulative = 0;
+  int64_t last_possible = 0;
+  for (int64_t i = 0; i < kept; ++i) {
+    if (probs[i] <= 0) continue;
+    last_possible = i;
+    cumulative += probs[i];
+    if (cumulative > target) return i;
+  }
+  return last_possible;  // rounding left target at the nucleus's end
+}
+
+// One token per row of the step's log-probabilities (N, V), drawn as options.sampling says with
+// uniforms[r] for row r; returns the ids (N,) on the log-probabilities' device.
+Tensor sample_tokens(const Tensor& log_probs, const SamplingOptions& s, const std::vector<double>& uniforms) {
+  Tensor lp = s.temperature == 1.0 ? log_probs : log_softmax(mul(log_probs, 1.0 / s.temperature), -1);
+  const int64_t vocab = lp.size(1);
+  ValuesIndices sorted;  // (N, k): the top-k, or the whole row, most probable first
+  if (s.top_k > 0) std::tie(sorted.values, sorted.indices) = topk(lp, std::min(s.top_k, vocab), -1);
+  else sorted = sort(lp, -1, true);
+  const Tensor &sorted_lp = sorted.values, &sorted_ids = sorted.indices;
+  const int64_t k = sorted_lp.size(1);
+  std::vector<double> probs = exp(sorted_lp).to_vector<double>();
+  std::vector<int64_t> ids = sorted_ids.to_vector<int64_t>(), picked;
+  for (size_t r = 0; r < uniforms.size(); ++r)
+    picked.push_back(ids[r * k + draw_sorted(probs.data() + r * k, k, s.top_p, uniforms[r])]);
+  return ids_tensor(picked, log_probs.device());
+}
+
+// Greedy decoding and sampling: one hypothesis per sentence, each step's token picked by
+// pick(log_probs (N, V) with early <eos> forbidden, step) -> ids (N,) on the device.
+template <class Pick>
+std::vector<Hypothesis> decode_one_each(const Ensemble& models, const Tensor& src, const Tensor& lengths,
+                                        const DecodeOptions& options, Pick pick) {
+  options.validate();
+  NoGradGuard no_grad;
+  EvalScope eval(models);
+  const int64_t batch = src.size(0);
+  std::vector<int64_t> src_len = lengths.to_vector<int64_t>();
+  Stepper stepper(models, src, lengths);
+  Tensor y = full({batch}, static_cast<double>(options.bos_id), {.dtype = DType::i64, .device = src.device()});
+  std::vector<Hypothesis> out(batch);
+  for (Hypothesis& h : out) h.finished = false;
+  for (int64_t t = 0; t < options.max_len; ++t) {
+    Stepper::Output s = stepper.step(y);
+    y = pick(forbid_early_eos(s.log_probs, t, options), t);
+    std::vector<int64_t> ids = y.to_vector<int64_t>();
+    std::vector<double> lp = gather(s.log_probs, 1, y.unsqueeze(1)).squeeze(1).to_vector<double>();
+    HostStep rows{HostRows(s.weights), HostRows(s.energies), HostAlternatives(s.log_probs, options.top_alternatives)};
+    for (int64_t b = 0; b < batch; ++b) {
+      if (out[b].finished) continue;
+      rows.append(out[b], b, src_len[b], lp[b]);
+      if (ids[b] == options.eos_id) out[b].finished = true;
+      else out[b].tokens.push_back(ids[b]);
+    }
+    if (std::all_of(out.begin(), out.end(), [](const Hypothesis& h) { return h.finished; })) break;
+  }
+  for (Hypothesis& h : out) h.score = h.log_prob;
+  return out;
 }
 
 // One sentence's search: its open hypotheses (each the head of one decoder row) and finished ones.
@@ -66,21 +286,19 @@ struct Candidate {
 // <eos> is finished, another becomes an open hypothesis, until beam_size of either kind exist.
 // Returns the decoder rows the new open hypotheses continue (their parents).
 std::vector<int64_t> advance_sentence(SentenceBeams& beams, const std::vector<Candidate>& candidates,
-                                      const std::vector<const SentenceBeams::Open*>& row_owner,
-                                      const HostRows& weights, const HostRows& energies, int64_t src_len,
-                                      const DecodeOptions& options) {
+                                      const std::vector<const SentenceBeams::Open*>& row_owner, const HostStep& rows,
+                                      int64_t src_len, const DecodeOptions& options) {
   std::vector<SentenceBeams::Open> next;
   std::vector<int64_t> parents;
   auto full = [&](size_t n) { return static_cast<int64_t>(n) >= options.beam_size; };
   for (const Candidate& c : candidates) {
     if (full(next.size()) || full(beams.finished.size())) break;
+    if (std::isinf(c.log_prob)) break;  // a forbidden <eos> (min_len), and all after it
     Hypothesis h = row_owner[c.row]->hyp;
-    h.token_log_probs.push_back(c.token_log_prob);
-    h.log_prob = c.log_prob;
-    add_attention_row(h, weights, energies, c.row, src_len);
+    rows.append(h, c.row, src_len, c.token_log_prob);
     if (c.token == options.eos_id) {
       h.finished = true;
-      h.score = length_normalized(h, options.length_penalty);
+      h.score = final_score(h, options);
       beams.finished.push_back(std::move(h));
       continue;
     }
@@ -93,62 +311,65 @@ std::vector<int64_t> advance_sentence(SentenceBeams& beams, const std::vector<Ca
   return parents;
 }
 
+// A source position that no step attended to would make log(0) = -inf: its coverage is floored
+// at this, so the penalty stays finite (and very large) and the hypothesis still ranks.
+constexpr double kCoverageFloor = 1e-10;
+
 }  // namespace
 
-std::vector<Hypothesis> greedy_decode(Seq2Seq& model, const Tensor& src, const Tensor& lengths,
-                                      const DecodeOptions& options) {
-  NoGradGuard no_grad;
-  EvalMode eval(model);
-  int64_t batch = src.size(0);
-  std::vector<int64_t> src_len = lengths.to_vector<int64_t>();
-  auto [state, memory] = model.encode(src, lengths);
-  Tensor y = full({batch}, static_cast<double>(options.bos_id), {.dtype = DType::i64, .device = src.device()});
-  std::vector<Hypothesis> out(batch);
-  for (Hypothesis& h : out) h.finished = false;
-  for (int64_t t = 0; t < options.max_len; ++t) {
-    AttnDecoder::Step s = model.decoder.step(y, state, memory);
-    Tensor log_probs = log_softmax(s.logits, -1);
-    y = argmax(log_probs, -1);
-    std::vector<int64_t> ids = y.to_vector<int64_t>();
-    std::vector<double> lp = gather(log_probs, 1, y.unsqueeze(1)).squeeze(1).to_vector<double>();
-    HostRows weights(s.weights), energies(s.energies);
-    for (int64_t b = 0; b < batch; ++b) {
-      if (out[b].finished) continue;
-      add_attention_row(out[b], weights, energies, b, src_len[b]);
-      out[b].token_log_probs.push_back(lp[b]);
-      out[b].log_prob += lp[b];
-      if (ids[b] == options.eos_id) out[b].finished = true;
-      else out[b].tokens.push_back(ids[b]);
-    }
-    state = s.state;
-    if (std::all_of(out.begin(), out.end(), [](const Hypothesis& h) { return h.finished; })) break;
-  }
-  for (Hypothesis& h : out) h.score = h.log_prob;
-  return out;
+double final_score(const Hypothesis& h, const DecodeOptions& options) {
+  const double length = static_cast<double>(h.tokens.size()) + (h.finished ? 1 : 0);  // <eos> counts
+  const double penalty = options.length_penalty_kind == LengthPenalty::gnmt
+                             ? std::pow((5.0 + length) / 6.0, options.length_penalty)
+                             : std::pow(std::max(length, 1.0), options.length_penalty);
+  double score = h.log_prob / penalty;
+  if (options.coverage_penalty == 0 || h.attention.empty()) return score;
+  std::vector<double> coverage(h.attention.front().size(), 0.0);  // sum over target steps j of a_ij
+  for (const std::vector<float>& row : h.attention)
+    for (size_t i = 0; i < row.size(); ++i) coverage[i] += row[i];
+  double log_coverage = 0;
+  for (double c : coverage) log_coverage += std::log(std::max(std::min(c, 1.0), kCoverageFloor));
+  return score + options.coverage_penalty * log_coverage;
 }
 
-std::vector<std::vector<Hypothesis>> beam_search(Seq2Seq& model, const Tensor& src, const Tensor& lengths,
+std::vector<Hypothesis> greedy_decode(const Ensemble& models, const Tensor& src, const Tensor& lengths,
+                                      const DecodeOptions& options) {
+  return decode_one_each(models, src, lengths, options, [](const Tensor& log_probs, int64_t) {
+    return argmax(log_probs, -1);
+  });
+}
+
+std::vector<Hypothesis> sample_decode(const Ensemble& models, const Tensor& src, const Tensor& lengths,
+                                      const DecodeOptions& options, Generator& generator) {
+  SG_CHECK_VALUE(options.sampling.has_value(), "sample_decode: DecodeOptions.sampling is not set");
+  options.validate();
+  const int64_t batch = src.size(0);
+  const uint64_t first = generator.reserve(static_cast<uint64_t>(batch * options.max_len));
+  return decode_one_each(models, src, lengths, options, [&](const Tensor& log_probs, int64_t t) {
+    std::vector<double> uniforms;  // one counter per (sentence, step): see the header
+    for (int64_t b = 0; b < batch; ++b)
+      uniforms.push_back(uniform_at_f64(generator.seed(), first + static_cast<uint64_t>(b * options.max_len + t), 0));
+    return sample_tokens(log_probs, *options.sampling, uniforms);
+  });
+}
+
+std::vector<std::vector<Hypothesis>> beam_search(const Ensemble& models, const Tensor& src, const Tensor& lengths,
                                                  const DecodeOptions& options) {
   SG_CHECK_SHAPE(src.ndim() == 2 && lengths.ndim() == 1 && lengths.size(0) == src.size(0),
                  "beam_search: expects src (B, S) and lengths (B,), got {} and {}", src.shape(), lengths.shape());
-  SG_CHECK_VALUE(options.beam_size >= 1, "beam_search: beam_size {} must be >= 1", options.beam_size);
-  SG_CHECK_VALUE(options.nbest >= 1 && options.nbest <= options.beam_size,
-                 "beam_search: nbest {} must be in [1, beam_size {}]", options.nbest, options.beam_size);
+  options.validate();
   NoGradGuard no_grad;
-  EvalMode eval(model);
+  EvalScope eval(models);
   const Device device = src.device();
   int64_t batch = src.size(0);
   std::vector<int64_t> src_len = lengths.to_vector<int64_t>();
-  Seq2Seq::Encoded source = model.encode(src, lengths);
-  const AttnDecoder::Memory& all = source.memory;
+  Stepper stepper(models, src, lengths);
 
   std::vector<SentenceBeams> sentences(batch);
   Hypothesis empty;
   empty.finished = false;
   for (SentenceBeams& s : sentences) s.open.push_back({empty, options.bos_id});
-  Tensor state = source.state;           // (L, N, H): one row per open hypothesis, sentence by sentence
   std::vector<int64_t> owner, prev_owner;  // the sentence of each decoder row
-  AttnDecoder::Memory memory;
   for (int64_t t = 0; t < options.max_len; ++t) {
     std::vector<const SentenceBeams::Open*> row_hyp;
     std::vector<int64_t> last;
@@ -157,30 +378,29 @@ std::vector<std::vector<Hypothesis>> beam_search(Seq2Seq& model, const Tensor& s
       for (const SentenceBeams::Open& o : sentences[b].open) owner.push_back(b), row_hyp.push_back(&o), last.push_back(o.last);
     if (owner.empty()) break;  // every sentence is done
     if (owner != prev_owner) {  // rows changed: gather each row's sentence memory (once, not every step)
-      Tensor index = ids_tensor(owner, device);
-      memory = all.select_rows(index);
+      stepper.attend(ids_tensor(owner, device));
       prev_owner = owner;
     }
-    AttnDecoder::Step s = model.decoder.step(ids_tensor(last, device), state, memory);
-    Tensor log_probs = log_softmax(s.logits, -1).to(DType::f64);  // (N, V)
+    Stepper::Output s = stepper.step(ids_tensor(last, device));
+    Tensor log_probs = forbid_early_eos(s.log_probs.to(DType::f64), t, options);  // (N, V)
     // 2 * beam_size continuations per row: at most one is <eos>, so beam_size open ones remain
     auto [top_lp, top_id] = topk(log_probs, std::min(2 * options.beam_size, log_probs.size(1)), -1);
     std::vector<double> lp = top_lp.to_vector<double>();
     std::vector<int64_t> ids = top_id.to_vector<int64_t>();
     int64_t k = top_lp.size(1);
-    HostRows weights(s.weights), energies(s.energies);
+    HostStep rows{HostRows(s.weights), HostRows(s.energies), HostAlternatives(s.log_probs, options.top_alternatives)};
     std::vector<int64_t> parents;
     for (int64_t b = 0, r = 0; b < batch; ++b) {
-      int64_t rows = static_cast<int64_t>(sentences[b].open.size());
+      int64_t n_rows = static_cast<int64_t>(sentences[b].open.size());
       std::vector<Candidate> candidates;
-      for (int64_t i = r; i < r + rows; ++i)
+      for (int64_t i = r; i < r + n_rows; ++i)
         for (int64_t j = 0; j < k; ++j) candidates.push_back({row_hyp[i]->hyp.log_prob + lp[i * k + j], lp[i * k + j], i, ids[i * k + j]});
       std::stable_sort(candidates.begin(), candidates.end(),
                        [](const Candidate& x, const Candidate& y) { return x.log_prob > y.log_prob; });
-      r += rows;
+      r += n_rows;
       SentenceBeams updated{{}, std::move(sentences[b].finished)};
-      if (rows > 0) {
-        std::vector<int64_t> p = advance_sentence(updated, candidates, row_hyp, weights, energies, src_len[b], options);
+      if (n_rows > 0) {
+        std::vector<int64_t> p = advance_sentence(updated, candidates, row_hyp, rows, src_len[b], options);
         parents.insert(parents.end(), p.begin(), p.end());
       }
       SG_CHECK(static_cast<int64_t>(updated.finished.size()) >= options.beam_size || !updated.open.empty(),
@@ -188,13 +408,13 @@ std::vector<std::vector<Hypothesis>> beam_search(Seq2Seq& model, const Tensor& s
       sentences[b] = std::move(updated);  // done when beam_size finished: advance_sentence left none open
     }
     if (parents.empty()) break;
-    state = index_select(s.state, 1, ids_tensor(parents, device));
+    stepper.keep_rows(ids_tensor(parents, device));
   }
   std::vector<std::vector<Hypothesis>> out(batch);
   for (int64_t b = 0; b < batch; ++b) {
     std::vector<Hypothesis>& ranked = sentences[b].finished;
     for (SentenceBeams::Open& o : sentences[b].open) {  // still open: max_len cut them, so they compete
-      o.hyp.score = length_normalized(o.hyp, options.length_penalty);
+      o.hyp.score = final_score(o.hyp, options);
       ranked.push_back(std::move(o.hyp));
     }
     std::stable_sort(ranked.begin(), ranked.end(), [](const Hypothesis& x, const Hypothesis& y) { return x.score > y.score; });
@@ -204,12 +424,53 @@ std::vector<std::vector<Hypothesis>> beam_search(Seq2Seq& model, const Tensor& s
   return out;
 }
 
-std::vector<Hypothesis> decode(Seq2Seq& model, const Tensor& src, const Tensor& lengths, const DecodeOptions& options) {
-  if (options.beam_size <= 1) return greedy_decode(model, src, lengths, options);
+std::vector<Hypothesis> decode(const Ensemble& models, const Tensor& src, const Tensor& lengths,
+                               const DecodeOptions& options, Generator* generator) {
+  if (options.sampling) {
+    Generator seeded(options.sampling->seed);
+    return sample_decode(models, src, lengths, options, generator ? *generator : seeded);
+  }
+  if (options.beam_size <= 1) return greedy_decode(models, src, lengths, options);
   DecodeOptions best_only = options;
   best_only.nbest = 1;
   std::vector<Hypothesis> out;
-  for (std::vector<Hypothesis>& ranked : beam_search(model, src, lengths, best_only)) out.push_back(std::move(ranked.front()));
+  for (std::vector<Hypothesis>& ranked : beam_search(models, src, lengths, best_only)) out.push_back(std::move(ranked.front()));
+  return out;
+}
+
+std::vector<Hypothesis> score_targets(const Ensemble& models, const Tensor& src, const Tensor& lengths,
+                                      const std::vector<std::vector<int64_t>>& targets, const DecodeOptions& options) {
+  const int64_t batch = src.size(0), vocab = models.first().config().tgt_vocab;
+  SG_CHECK_VALUE(static_cast<int64_t>(targets.size()) == batch, "score_targets: {} targets for {} source sentences",
+                 targets.size(), batch);
+  size_t longest = 0;
+  for (size_t b = 0; b < targets.size(); ++b) {
+    longest = std::max(longest, targets[b].size());
+    for (size_t t = 0; t < targets[b].size(); ++t)
+      SG_CHECK_VALUE(targets[b][t] >= 0 && targets[b][t] < vocab, "score_targets: targets[{}][{}] = {} not in [0, {})",
+                     b, t, targets[b][t], vocab);
+  }
+  options.validate();
+  NoGradGuard no_grad;
+  EvalScope eval(models);
+  std::vector<int64_t> src_len = lengths.to_vector<int64_t>();
+  Stepper stepper(models, src, lengths);
+  std::vector<Hypothesis> out(batch);
+  Tensor y = full({batch}, static_cast<double>(options.bos_id), {.dtype = DType::i64, .device = src.device()});
+  for (size_t t = 0; t <= longest; ++t) {  // step t scores token t, or <eos> after the last
+    std::vector<int64_t> next;
+    for (const std::vector<int64_t>& target : targets) next.push_back(t < target.size() ? target[t] : options.eos_id);
+    Stepper::Output s = stepper.step(y);
+    y = ids_tensor(next, src.device());
+    std::vector<double> lp = gather(s.log_probs, 1, y.unsqueeze(1)).squeeze(1).to_vector<double>();
+    HostStep rows{HostRows(s.weights), HostRows(s.energies), HostAlternatives(s.log_probs, options.top_alternatives)};
+    for (int64_t b = 0; b < batch; ++b) {
+      if (t > targets[b].size()) continue;  // scored to its <eos> already
+      rows.append(out[b], b, src_len[b], lp[b]);
+      if (t < targets[b].size()) out[b].tokens.push_back(next[b]);
+    }
+  }
+  for (Hypothesis& h : out) h.score = final_score(h, options);
   return out;
 }
 

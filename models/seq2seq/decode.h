@@ -1,42 +1,139 @@
-// Inference: greedy decoding and beam search with length normalisation, both batched over
-// sentences. Both return the attention weights of every produced token, for heatmaps.
+// Inference, batched over sentences: greedy decoding, random sampling (top-k, nucleus, temperature),
+// beam search with length and coverage penalties, and forced decoding (scoring given targets).
+// Every search runs one model or an ensemble, and returns each produced token's attention weights
+// (for heatmaps) and log-probability.
 #pragma once
+#include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
+#include "core/rng.h"
 #include "models/seq2seq/model.h"
 
 namespace seqgrad::models {
+
+// One of the most probable tokens at a step (DecodeOptions::top_alternatives).
+struct Alternative {
+  int64_t token;
+  float probability;
+};
 
 struct Hypothesis {
   std::vector<int64_t> tokens;                 // target ids without <bos>, ending before <eos>
   std::vector<std::vector<float>> attention;   // one row (source length) per token, incl. <eos> if finished
   std::vector<std::vector<float>> energies;    // the same rows before the softmax (hybrid: the additive half's)
   std::vector<double> token_log_probs;         // each produced token's log-probability, incl. <eos> if finished
+  // Per produced token (as attention), the top_alternatives most probable tokens of its step, most
+  // probable first; empty when DecodeOptions::top_alternatives is 0.
+  std::vector<std::vector<Alternative>> alternatives;
   double log_prob = 0;                         // their sum
-  double score = 0;                            // log_prob / length^length_penalty (beam search)
+  double score = 0;                            // final_score(): beam search and forced decoding; greedy: log_prob
   bool finished = true;                        // ended with <eos>; false when cut at max_len
+};
+
+// How beam search normalises a finished hypothesis's log-probability by its length |Y| (<eos> counted).
+enum class LengthPenalty {
+  power,  // log_prob / |Y|^alpha (Marian's --normalize, fairseq's --lenpen; alpha 0: none, 1: the mean)
+  gnmt,   // log_prob / ((5 + |Y|) / 6)^alpha (Wu et al. 2016; OpenNMT-py's -length_penalty wu)
+};
+LengthPenalty parse_length_penalty(const std::string& name);  // "power" | "gnmt"; ValueError otherwise
+const char* length_penalty_name(LengthPenalty kind);
+
+// Random sampling: one hypothesis per sentence, each token drawn from the model's distribution at
+// `temperature` (log-probabilities / temperature, renormalised), cut to the top_k most probable
+// tokens and then to the nucleus: the fewest most probable tokens whose probability reaches top_p.
+struct SamplingOptions {
+  int64_t top_k = 0;         // 0: no top-k cut; 1: greedy
+  double top_p = 1.0;        // in (0, 1]; 1: no nucleus cut
+  double temperature = 1.0;  // > 0
+  uint64_t seed = 0;         // of the Generator decode() makes when not given one
 };
 
 struct DecodeOptions {
   int64_t max_len = 50;            // tokens produced at most (then the hypothesis is cut)
   int64_t beam_size = 1;           // 1 = greedy
-  double length_penalty = 1.0;     // alpha in score = log_prob / length^alpha, length counting <eos>
+  double length_penalty = 1.0;     // alpha of length_penalty_kind
+  LengthPenalty length_penalty_kind = LengthPenalty::power;
+  // beta of the GNMT coverage penalty beta * sum_i log(min(sum_j a_ij, 1)), added to a finished
+  // hypothesis's score (a_ij: the attention of target step j on source position i); 0: off
+  double coverage_penalty = 0.0;
+  int64_t min_len = 0;             // <eos> is not allowed before this many tokens (greedy, sampling, beam)
   int64_t nbest = 1;               // hypotheses beam_search returns per sentence (<= beam_size)
+  std::optional<SamplingOptions> sampling = std::nullopt;  // set: decode() samples (beam_size must be 1)
+  int64_t top_alternatives = 0;    // > 0: each produced token also carries its step's K most probable tokens
   int64_t bos_id = 1, eos_id = 2;
+
+  void validate() const;  // throws ValueError naming the field, its value and the valid range
 };
 
-// src: (B, S) ids, lengths: (B,), both on the model's device (decoding runs there; the tokens
-// and attention rows come back to the host). Both run under NoGradGuard with the model in eval mode.
-std::vector<Hypothesis> greedy_decode(Seq2Seq& model, const Tensor& src, const Tensor& lengths,
+// The models a search decodes with: one model, or an ensemble whose members' next-token
+// distributions are averaged at every step: log((1/M) sum_m p_m), the log of the mean probability
+// (as OpenNMT-py and fairseq ensemble). Attention rows are the first member's. A Seq2Seq converts
+// to an ensemble of one, so every function below takes a model as well.
+class Ensemble {
+ public:
+  Ensemble(Seq2Seq& model) : members_{&model} {}  // NOLINT(google-explicit-constructor): one model
+  // Throws ValueError when `members` is empty or their target vocabularies differ in size (that
+  // their tokens are the same is the caller's to check: the vocabularies live in the checkpoints).
+  explicit Ensemble(std::vector<Seq2Seq*> members);
+  const std::vector<Seq2Seq*>& members() const { return members_; }
+  Seq2Seq& first() const { return *members_.front(); }
+
+  // Teacher forcing: next-token scores (B, T, V) for src (B, S), src_lengths (B,), tgt_in (B, T):
+  // one model's logits, or the ensemble's mean-probability log-probabilities; log_softmax of
+  // either gives the log-probabilities (cross_entropy takes either).
+  Tensor forward(const Tensor& src, const Tensor& src_lengths, const Tensor& tgt_in) const;
+
+ private:
+  std::vector<Seq2Seq*> members_;
+};
+
+// Puts every member of `models` in eval mode for the scope, restoring each one's previous mode.
+class EvalScope {
+ public:
+  explicit EvalScope(const Ensemble& models);
+  ~EvalScope();
+  EvalScope(const EvalScope&) = delete;
+  EvalScope& operator=(const EvalScope&) = delete;
+
+ private:
+  std::vector<std::pair<Seq2Seq*, bool>> was_training_;
+};
+
+// The score beam search ranks a finished (or max_len-cut) hypothesis by: log_prob normalised by
+// the length penalty, plus the coverage penalty.
+double final_score(const Hypothesis& h, const DecodeOptions& options);
+
+// src: (B, S) ids, lengths: (B,), both on the models' device (decoding runs there; the tokens
+// and attention rows come back to the host). All run under NoGradGuard with the models in eval mode.
+std::vector<Hypothesis> greedy_decode(const Ensemble& models, const Tensor& src, const Tensor& lengths,
                                       const DecodeOptions& options);
+// Random sampling by options.sampling (required). Sentence b of the batch draws its token at step t
+// from the uniform value at counter c + b * max_len + t of the generator's seed, where c is the
+// generator's offset on entry (the call reserves B * max_len counters): the n-th sentence decoded
+// with one generator gets the same draws however the sentences are batched.
+std::vector<Hypothesis> sample_decode(const Ensemble& models, const Tensor& src, const Tensor& lengths,
+                                      const DecodeOptions& options, Generator& generator);
 // Every sentence keeps beam_size open hypotheses; the open hypotheses of all sentences form the
-// batch of each decoder step. A sentence is done when beam_size hypotheses have ended with <eos>;
-// its open ones then lose (they are unfinished). Only when max_len cuts a sentence do its open
-// hypotheses compete with the finished ones. Returns, per sentence, its options.nbest best
-// hypotheses by score, best first.
-std::vector<std::vector<Hypothesis>> beam_search(Seq2Seq& model, const Tensor& src, const Tensor& lengths,
+// batch of each decoder step. Candidates are ranked by log-probability; a hypothesis that ends
+// with <eos> is scored by final_score(). A sentence is done when beam_size hypotheses have ended
+// with <eos>; its open ones then lose (they are unfinished). Only when max_len cuts a sentence do
+// its open hypotheses compete with the finished ones. Returns, per sentence, its options.nbest
+// best hypotheses by score, best first.
+std::vector<std::vector<Hypothesis>> beam_search(const Ensemble& models, const Tensor& src, const Tensor& lengths,
                                                  const DecodeOptions& options);
-// The best hypothesis per sentence: greedy when options.beam_size is 1, else beam search.
-std::vector<Hypothesis> decode(Seq2Seq& model, const Tensor& src, const Tensor& lengths, const DecodeOptions& options);
+// The best hypothesis per sentence: sampling when options.sampling is set (from `generator`, or
+// from a Generator seeded with options.sampling->seed when null), else greedy when
+// options.beam_size is 1, else beam search.
+std::vector<Hypothesis> decode(const Ensemble& models, const Tensor& src, const Tensor& lengths,
+                               const DecodeOptions& options, Generator* generator = nullptr);
+
+// Forced decoding: each sentence's given target (ids without <bos> and <eos>) fed to the decoder,
+// and scored token by token, <eos> included, as the searches score what they produce: tokens,
+// token_log_probs, log_prob, attention (and alternatives), score = final_score(), finished. max_len
+// and min_len do not apply.
+std::vector<Hypothesis> score_targets(const Ensemble& models, const Tensor& src, const Tensor& lengths,
+                                      const std::vector<std::vector<int64_t>>& targets, const DecodeOptions& options);
 
 }  // namespace seqgrad::models

@@ -13,6 +13,7 @@
 #include "models/text/bleu.h"
 #include "models/text/chrf.h"
 #include "models/text/tokenizer.h"
+#include "ops/bf16_gemm.h"
 #include "nn/checkpoint.h"
 
 namespace seqgrad::models {
@@ -134,7 +135,16 @@ std::string hypothesis_text(const text::Vocab& tgt_vocab, const std::vector<int6
   return tgt_vocab.detokenize(tgt_vocab.decode(ids));
 }
 
-Evaluation evaluate(Seq2Seq& model, const text::EncodedCorpus& corpus, const text::Vocab& tgt_vocab,
+namespace {
+
+// Where a model's tensors are: a quantized model's float tensors are buffers, in state_dict too.
+Device model_device(Seq2Seq& model) { return model.state_dict().begin()->second.device(); }
+
+constexpr int64_t kEvalBatch = 128;  // pairs per evaluation batch
+
+}  // namespace
+
+Evaluation evaluate(const Ensemble& models, const text::EncodedCorpus& corpus, const text::Vocab& tgt_vocab,
                     const std::vector<text::TokenizedPair>& references, const std::vector<std::string>& raw_references,
                     const DecodeOptions& options) {
   SG_CHECK_VALUE(references.size() == corpus.pairs.size() && raw_references.size() == corpus.pairs.size(),
@@ -142,24 +152,22 @@ Evaluation evaluate(Seq2Seq& model, const text::EncodedCorpus& corpus, const tex
                  raw_references.size());
   Evaluation out;
   out.hypotheses.resize(corpus.pairs.size());
-  bool was_training = model.is_training();
-  model.eval();
+  EvalScope eval(models);
   NoGradGuard no_grad;
   double loss_sum = 0;
   int64_t tokens = 0;
-  // batches go where the model is; a quantized model's float tensors are buffers, in state_dict too
-  const Device device = model.state_dict().begin()->second.device();
-  for (const text::Batch& batch : text::make_batches(corpus.pairs, {.batch_size = 128, .shuffle = false})) {
+  const Device device = model_device(models.first());  // batches go where the models are
+  Generator sampling(options.sampling ? options.sampling->seed : 0);  // one stream for the corpus
+  for (const text::Batch& batch : text::make_batches(corpus.pairs, {.batch_size = kEvalBatch, .shuffle = false})) {
     TensorBatch b = to_tensors(batch, device);
-    Tensor logits = model(b.src, b.src_lengths, b.tgt_in);  // (B, T, V)
+    Tensor logits = models.forward(b.src, b.src_lengths, b.tgt_in);  // (B, T, V)
     Tensor loss = nn::cross_entropy(logits.reshape({-1, logits.size(-1)}), b.tgt_out.reshape({-1}),
                                     {.ignore_index = text::Vocab::kPad, .reduction = nn::Reduction::sum});
     loss_sum += loss.item();
     tokens += b.target_tokens;
-    std::vector<Hypothesis> hyps = decode(model, b.src, b.src_lengths, options);
+    std::vector<Hypothesis> hyps = decode(models, b.src, b.src_lengths, options, &sampling);
     for (size_t i = 0; i < hyps.size(); ++i) out.hypotheses[batch.index[i]] = std::move(hyps[i]);
   }
-  model.train(was_training);
   out.loss = tokens ? loss_sum / tokens : 0;
   std::vector<std::vector<std::string>> hyp_tokens, ref_tokens;
   for (size_t i = 0; i < corpus.pairs.size(); ++i) {
@@ -174,11 +182,33 @@ Evaluation evaluate(Seq2Seq& model, const text::EncodedCorpus& corpus, const tex
   return out;
 }
 
+std::vector<Hypothesis> score_corpus(const Ensemble& models, const text::EncodedCorpus& corpus,
+                                     const DecodeOptions& options) {
+  std::vector<Hypothesis> out(corpus.pairs.size());
+  const Device device = model_device(models.first());
+  for (const text::Batch& batch : text::make_batches(corpus.pairs, {.batch_size = kEvalBatch, .shuffle = false})) {
+    TensorBatch b = to_tensors(batch, device);
+    std::vector<std::vector<int64_t>> targets;
+    for (int64_t i : batch.index) {
+      const std::vector<int64_t>& tgt = corpus.pairs[i].tgt;
+      targets.emplace_back(tgt.begin(), tgt.end() - 1);  // without its <eos>, which score_targets adds
+    }
+    std::vector<Hypothesis> scored = score_targets(models, b.src, b.src_lengths, targets, options);
+    for (size_t i = 0; i < scored.size(); ++i) out[batch.index[i]] = std::move(scored[i]);
+  }
+  return out;
+}
+
+GemmPrecision training_precision(GemmPrecision requested, Device device) {
+  if (requested != GemmPrecision::bf16) return requested;
+  return bf16_gemm_info(device).preferred ? GemmPrecision::bf16 : GemmPrecision::full;
+}
+
 Trainer::Trainer(TrainConfig config, text::Vocab src_vocab, text::Vocab tgt_vocab, TrainerOptions options)
     : config_(with_vocab_sizes(std::move(config), src_vocab, tgt_vocab)),
       src_vocab_(std::move(src_vocab)),
       tgt_vocab_(std::move(tgt_vocab)),
-      precision_(config_.amp),
+      precision_(training_precision(config_.amp, options.device)),
       device_(options.device),
       model_(seeded(config_)),
       optimizer_(initialised_parameters(model_, options.device), {.lr = config_.lr}),

@@ -92,16 +92,27 @@ struct Evaluation {
 };
 // The text of a decoded hypothesis: its target tokens, detokenised.
 std::string hypothesis_text(const text::Vocab& tgt_vocab, const std::vector<int64_t>& ids);
-// Runs on the model's device, under the caller's Autocast scope if any; the model is left in the
+// Runs on the models' device, under the caller's Autocast scope if any; each model is left in the
 // mode (train or eval) it was in. `references` are the tokenized pairs (their targets score the
-// tokenised BLEU), `raw_references` the target sentences as read (sacreBLEU and chrF).
-Evaluation evaluate(Seq2Seq& model, const text::EncodedCorpus& corpus, const text::Vocab& tgt_vocab,
+// tokenised BLEU), `raw_references` the target sentences as read (sacreBLEU and chrF). An
+// ensemble's loss is that of its mean probabilities; sampling draws from one Generator seeded with
+// options.sampling->seed for the whole corpus.
+Evaluation evaluate(const Ensemble& models, const text::EncodedCorpus& corpus, const text::Vocab& tgt_vocab,
                     const std::vector<text::TokenizedPair>& references, const std::vector<std::string>& raw_references,
                     const DecodeOptions& options);
+// Forced decoding of a corpus (score_targets): each pair's target scored under the models, in
+// corpus order.
+std::vector<Hypothesis> score_corpus(const Ensemble& models, const text::EncodedCorpus& corpus,
+                                     const DecodeOptions& options);
 
 // A loss above this multiple of log(V_tgt), the loss of a uniform prediction, means training has
 // diverged even if it stayed finite (a huge learning rate): stop as for a NaN.
 constexpr double kDivergedLossFactor = 4.0;
+
+// The GEMM precision a run asked for `requested` trains with on `device`: bf16 only where its
+// products beat float32 ones (ops/bf16_gemm.h; SEQGRAD_BF16_GEMM=native or emulate forces them),
+// otherwise float32. fp16 and float32 are kept as asked.
+GemmPrecision training_precision(GemmPrecision requested, Device device);
 
 struct TrainerOptions {
   Device device = Device::cpu();  // where the model, optimizer state and batches live
@@ -177,6 +188,7 @@ class Trainer {
   const optim::GradScaler& scaler() const { return scaler_; }
   const text::Vocab& src_vocab() const { return src_vocab_; }
   const text::Vocab& tgt_vocab() const { return tgt_vocab_; }
+  // The GEMM precision the steps run in: training_precision(config().amp, device).
   GemmPrecision precision() const { return precision_; }
   // This process's rank and the job's size (0 and 1 without a communicator).
   int rank() const { return ddp_ ? ddp_->communicator().rank() : 0; }

@@ -6,6 +6,7 @@
 #include <array>
 #include <utility>
 
+#include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -195,6 +196,15 @@ Vocab Vocab::from_json(const nlohmann::json& j) {
     tokens.push_back(t.get<std::string>());
   }
   return Vocab(std::move(tokens));
+}
+
+std::string vocab_difference(const Vocab& a, const Vocab& b) {
+  if (a.kind() != b.kind()) return fmt::format("a {} vocabulary and a {} one", a.kind(), b.kind());
+  if (a.size() != b.size()) return fmt::format("{} tokens and {} tokens", a.size(), b.size());
+  for (int64_t id = 0; id < a.size(); ++id)
+    if (a.token(id) != b.token(id)) return fmt::format("token {} is '{}' and '{}'", id, a.token(id), b.token(id));
+  if (a.to_json() != b.to_json()) return "the same pieces from different SentencePiece models";
+  return "";
 }
 
 }  // namespace seqgrad::text

@@ -84,4 +84,8 @@ class Vocab {
   std::optional<SubwordModel> subword_;  // set: tokens are this model's pieces
 };
 
+// What differs between two vocabularies, for an error message: the kind, the size, the first token
+// that differs, or the SentencePiece models; "" when they are the same.
+std::string vocab_difference(const Vocab& a, const Vocab& b);
+
 }  // namespace seqgrad::text

@@ -182,6 +182,11 @@ bool cpu_has_bf16() {
   return has;
 }
 
+bool cpu_has_amx() {
+  static const bool has = effective_isa_has(dnnl::cpu_isa::avx512_core_amx);
+  return has;
+}
+
 namespace {
 // float32 c (m, n) = a · b with a and b of element type `type` given by element strides, on the
 // calling thread alone (its caller splits the product across seqgrad's pool).

@@ -25,8 +25,10 @@ void int8_gemm_packed(int64_t m, int64_t n, int64_t k, const uint8_t* a, const i
 // saturation); without it they use vpmaddubsw, whose int16 pair sums saturate (ops/quantized.h).
 bool cpu_has_vnni();
 
-// Whether this CPU has native bf16 dot products (AVX-512 BF16) that oneDNN's bf16 matmul uses.
+// Whether this CPU has native bf16 dot products (AVX-512 BF16) that oneDNN's bf16 matmul uses, and
+// whether it also has AMX tiles, which oneDNN's bf16 matmul then uses instead.
 bool cpu_has_bf16();
+bool cpu_has_amx();
 
 // float32 c (m, n) = a (m, k) · b (k, n) with a and b given by element strides (so transposed
 // views need no copy) and already rounded to bfloat16 (the upper 16 bits of each float32):

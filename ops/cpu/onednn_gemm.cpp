@@ -5,10 +5,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "core/half.h"
 #include "core/threads.h"
+#include "ops/bf16_gemm.h"
 #ifdef SG_ONEDNN
 #include "ops/cpu/onednn.h"
 #endif
@@ -20,6 +23,15 @@ std::atomic<bool> native_enabled{[] {
   const char* v = std::getenv("SEQGRAD_BF16_GEMM");
   return v == nullptr || std::strcmp(v, "emulate") != 0;
 }()};
+
+// SEQGRAD_BF16_GEMM, checked: "auto" when unset.
+std::string bf16_gemm_setting() {
+  const char* v = std::getenv("SEQGRAD_BF16_GEMM");
+  std::string setting = v == nullptr || *v == '\0' ? "auto" : v;
+  SG_CHECK_VALUE(setting == "auto" || setting == "native" || setting == "emulate",
+                 "SEQGRAD_BF16_GEMM={}: expected auto, native or emulate", setting);
+  return setting;
+}
 
 #ifdef SG_ONEDNN
 // One (rows, cols) operand of a batch entry in bfloat16, with the element strides oneDNN reads it
@@ -143,3 +155,30 @@ bool native_bf16_gemm(const Tensor& a, const Tensor& b, const Tensor& c, double 
 }
 
 }  // namespace seqgrad::cpu
+
+namespace seqgrad {
+
+Bf16GemmInfo bf16_gemm_info(Device device) {
+  if (device.is_cuda()) return {"cuda", true, "native bf16 products (cuBLAS)"};
+  const std::string setting = cpu::bf16_gemm_setting();
+  Bf16GemmInfo info;
+#ifdef SG_ONEDNN
+  const bool amx = onednn::cpu_has_amx();
+#else
+  const bool amx = false;
+#endif
+  if (!cpu::native_bf16_gemm_available())
+    info = {"emulated (float32 GEMMs of bf16-rounded operands)", false,
+            "no native bf16 products here (AVX-512 BF16 and oneDNN), and the emulation is slower than float32"};
+  else if (amx)
+    info = {"onednn avx512_core_amx", true, "AMX bf16 tiles beat float32 GEMMs"};
+  else
+    info = {"onednn avx512_core_bf16", false, "without AMX, bf16 products measured slower than float32 GEMMs"};
+  if (setting != "auto" && !info.preferred) {
+    info.preferred = true;
+    info.why = "SEQGRAD_BF16_GEMM=" + setting + " forces bf16 products (" + info.why + ")";
+  }
+  return info;
+}
+
+}  // namespace seqgrad

@@ -13,6 +13,7 @@ trained once (E = H = 16, 256 pairs) and its int8 quantization:
 Usage: test_tools_serve.py PATH/TO/seqgrad DATA_DIR
 """
 import json
+import math
 import os
 import re
 import shutil
@@ -110,19 +111,31 @@ class Translations(ServeBase):
         self.assertTrue(all(isinstance(r["pred_score"], float) for r in body[0]))
 
     def test_alignment_attention_and_explain(self):
+        # the sentence's object is translate --json's (docs/outputs.md), plus energies and alternatives
         status, _, body = self.post({"src": ["Ein Hund läuft."], "alignment": "hard", "explain": True})
         self.assertEqual(status, 200, body)
         t = body["translations"][0]
-        rows, src = t["attention"], t["attention_columns"]
-        self.assertEqual(src, t["src_tokens"] + ["<eos>"])  # the source as encoded
-        self.assertEqual(t["attention_rows"], t["tokens"] + ["<eos>"] * t["finished"])
-        self.assertEqual(len(rows), len(t["attention_rows"]))
-        for row in rows:
-            self.assertEqual(len(row), len(src))
+        line = json.loads(subprocess.run([SEQGRAD, "translate", "--checkpoint", checkpoint(), "--threads", "1", "--json",
+                                          "--alignment", "hard", "Ein Hund läuft."], capture_output=True, text=True,
+                                         timeout=60).stdout)
+        self.assertEqual({k: v for k, v in t.items() if k not in ("energies", "alternatives")},
+                         {k: v for k, v in line.items() if k != "line"} | {"attention": t["attention"]})
+        a = t["attention"]
+        self.assertEqual(a["src"], t["src_tokens"] + ["<eos>"])  # the source as encoded
+        self.assertEqual(a["tgt"], t["tgt_tokens"] + ["<eos>"] * t["finished"])
+        self.assertEqual({k: v for k, v in a.items() if k != "weights"}, line["attention"])
+        self.assertEqual(len(a["weights"]), len(a["tgt"]))
+        for row in a["weights"]:
+            self.assertEqual(len(row), len(a["src"]))
             self.assertAlmostEqual(sum(row), 1.0, places=5)
-        self.assertEqual(t["alignment"], [row.index(max(row)) for row in rows[:len(t["tokens"])]])
-        self.assertEqual(len(t["energies"]), len(rows))  # additive attention has energies
-        self.assertAlmostEqual(sum(t["token_log_probs"]), t["log_prob"], places=4)
+        self.assertEqual(len(t["energies"]), len(a["tgt"]))  # additive attention has energies
+        self.assertEqual(len(t["alternatives"]), len(a["tgt"]))
+        for step, token, log_p in zip(t["alternatives"], a["tgt"], t["token_log_probs"]):
+            self.assertEqual(len(step), 5)
+            probabilities = [x["probability"] for x in step]
+            self.assertEqual(probabilities, sorted(probabilities, reverse=True))
+            self.assertEqual(step[0]["token"], token)  # greedy: the step's most probable token
+            self.assertAlmostEqual(math.log(step[0]["probability"]), log_p, places=4)
 
     def test_health_models_explorer_and_metrics(self):
         self.assertEqual(self.server.request("/health")[2], {"status": "ok"})

@@ -6,7 +6,8 @@ page served by a tiny model is given a German sentence and must show
     rows the output tokens then <eos>;
   * on hovering a row, the source token with the row's largest weight marked as the argmax;
   * on clicking a cell, that step's energies and weights;
-  * step-through decoding that reaches the <eos> step.
+  * step-through decoding that reaches the <eos> step, with the step's top-k tokens (greedy: the
+    produced token first), and the attention diagnostics.
 A screenshot is saved as BUILD_DIR/serve-explorer.png (CI keeps it). Exits 77 (SKIP) with the
 reason when Chromium, chromedriver or Selenium is missing, or the build has no HTTP server.
 
@@ -126,6 +127,9 @@ def run_page(drv, url, expected, screenshot):
     for _ in range(len(rows) - 1):
         nxt.click()
     check(stepper.get_attribute("data-token") == "<eos>", f"the last step is {stepper.get_attribute('data-token')!r}")
+    topk = [r.text for r in panel.find_elements(By.CSS_SELECTOR, ".step-topk tr")]
+    check(len(topk) == 5 and topk[0].startswith("<eos>"), f"the last step's top-k: {topk}")
+    check("diagonal distance" in panel.find_element(By.CSS_SELECTOR, ".diagnostics").text, "no diagnostics shown")
     check(not nxt.is_enabled(), "next is still enabled at the last step")
     panel.find_element(By.CSS_SELECTOR, ".step-prev").click()
     check(stepper.get_attribute("data-step") == str(len(rows) - 2), "prev does not go back one step")

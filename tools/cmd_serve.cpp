@@ -1,6 +1,8 @@
 // `seqgrad serve`: translations over HTTP with dynamic batching, and the attention explorer page
 // (tools/serve/, docs/serving.md).
 #include <algorithm>
+#include <string_view>
+#include <tuple>
 
 #include <fmt/core.h>
 
@@ -8,16 +10,15 @@
 #include "tools/args.h"
 #include "tools/commands.h"
 #include "tools/serve/server.h"
-#include "tools/translation.h"
 #include "tools/translator.h"
 
 namespace seqgrad::tools {
 namespace {
 
 void declare_options(Args& a) {
-  a.list_option("checkpoint", "file", "checkpoint to serve (float32 or int8); several (--checkpoint A B, or the flag "
-                "again) are served side by side (a request's \"model\" is its index)",
-                "runs/default/best.safetensors", [](std::string_view) { return true; });
+  a.list_option("checkpoint", "file", "checkpoint to serve (float32 or int8); several (each ending in .safetensors) are "
+                "served side by side, a request's \"model\" picking one by its index", "runs/default/best.safetensors",
+                [](std::string_view arg) { return arg.ends_with(".safetensors"); });
   add_decode_options(a);
   a.option("host", "address", "address to listen on (only this machine by default)", "127.0.0.1")
       .option("port", "n", "port to listen on (0: any free port, printed on stdout)", "8080")
@@ -73,9 +74,8 @@ int serve_main(int argc, char** argv) {
   for (const std::string& path : a.get_list("checkpoint")) {
     serve::ServedModel m;
     m.name = path;
-    m.loaded = load_model({path}, {.allow_missing_checksum = a.flag("allow-missing-checksum"),
-                                 .beam = a.get_int("beam", 1)});
-    const models::TrainConfig& config = m.loaded.checkpoint.info.config;
+    std::tie(m.checkpoint, m.model) = load_checkpoint_model(path, a);
+    const models::TrainConfig& config = m.checkpoint.info.config;
     m.defaults = decode_options(a, config);
     m.max_src_tokens = a.has("max-src-tokens") ? a.get_int("max-src-tokens", 1) : 2 * config.max_tokens;
     options.requests.max_len = std::max(options.requests.max_len, m.defaults.max_len);

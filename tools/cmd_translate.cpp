@@ -22,7 +22,6 @@
 #include "tools/commands.h"
 #include "tools/plot/plot.h"
 #include "tools/train_flags.h"
-#include "tools/translation.h"
 #include "tools/translator.h"
 
 namespace seqgrad::tools {
@@ -30,13 +29,39 @@ namespace {
 
 constexpr size_t kMaxBatch = 64;  // sentences decoded together when more input is waiting
 
-using Loaded = LoadedModel;
+struct Loaded {
+  models::LoadedCheckpoint checkpoint;  // the first checkpoint's: its vocabularies and config serve them all
+  std::unique_ptr<models::Seq2Seq> model;
+  std::vector<std::unique_ptr<models::Seq2Seq>> ensemble_rest;  // further --checkpoint files
+  models::Ensemble ensemble() const {
+    std::vector<models::Seq2Seq*> members{model.get()};
+    for (const auto& m : ensemble_rest) members.push_back(m.get());
+    return models::Ensemble(members);
+  }
+};
 
 // The --checkpoint files: one model, or an ensemble of models with the same vocabularies.
 Loaded load_model(const Args& a) {
-  return tools::load_model(a.get_list("checkpoint"), {.allow_missing_checksum = a.flag("allow-missing-checksum"),
-                                                      .memory_stats = a.flag("memory-stats"),
-                                                      .beam = a.get_int("beam", 1)});
+  const std::vector<std::string> paths = a.get_list("checkpoint");
+  const ResidentMemory before = resident_memory();
+  Loaded l;
+  std::tie(l.checkpoint, l.model) = load_checkpoint_model(paths[0], a);
+  for (size_t i = 1; i < paths.size(); ++i) {
+    auto [checkpoint, model] = load_checkpoint_model(paths[i], a);
+    for (const auto& [side, first, other] : {std::tuple{"source", &l.checkpoint.info.src_vocab, &checkpoint.info.src_vocab},
+                                             {"target", &l.checkpoint.info.tgt_vocab, &checkpoint.info.tgt_vocab}}) {
+      const std::string difference = text::vocab_difference(*first, *other);
+      SG_CHECK_USAGE(difference.empty(), "--checkpoint: an ensemble needs the same vocabularies, but the {} "
+                     "vocabularies of {} and {} differ: {}", side, paths[0], paths[i], difference);
+    }
+    l.ensemble_rest.push_back(std::move(model));
+  }
+  if (a.flag("memory-stats")) {
+    const ResidentMemory after = resident_memory();
+    fmt::print(stderr, "model memory: {:.1f} MB (peak RSS {:.1f} MB while loading - RSS {:.1f} MB before)\n",
+               (after.peak - before.now) / 1e6, after.peak / 1e6, before.now / 1e6);
+  }
+  return l;
 }
 
 // Reads stdin line by line. next_batch() waits for one complete line, then also takes the lines

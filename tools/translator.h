@@ -2,7 +2,9 @@
 // heatmaps (evaluation lives with the trainer, models/seq2seq/trainer.h).
 #pragma once
 #include <map>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "models/seq2seq/alignment.h"
@@ -12,7 +14,6 @@
 #include "models/seq2seq/trainer.h"
 #include "tools/args.h"
 #include "tools/plot/plot.h"
-#include "tools/translation.h"
 
 namespace seqgrad::tools {
 
@@ -51,6 +52,30 @@ plot::Heatmap merged_into_words(const plot::Heatmap& pieces);
 void write_attention_heatmap(const std::string& path_stem, const std::vector<std::string>& src_tokens,
                              const std::vector<std::string>& tgt_tokens, const models::Hypothesis& hyp,
                              const std::string& title, HeatmapLabels labels = HeatmapLabels::tokens);
+
+// A --checkpoint file and the model its weights build (float32 or int8), in eval mode; reads
+// --allow-missing-checksum, and refuses a --beam wider than the target vocabulary (a UsageError,
+// before the model allocates anything). Shared by translate, eval, attention and serve.
+std::pair<models::LoadedCheckpoint, std::unique_ptr<models::Seq2Seq>> load_checkpoint_model(const std::string& path,
+                                                                                          const Args& a);
+
+// One input sentence translated: its tokens and hypotheses (best first), or why it could not be.
+struct Translation {
+  std::vector<std::string> src_tokens;               // as the model read them (after --truncate)
+  std::vector<models::Hypothesis> hyps;              // best first: one, or options.nbest
+  std::vector<std::vector<std::string>> out_tokens;  // per hypothesis: its tokens (Vocab::decode)
+  bool truncated = false;
+  std::string error;  // not empty: nothing was translated
+};
+// Tokenizes and encodes the sentences, then decodes the good ones as one batch with the model or
+// ensemble (beam search when options.beam_size > 1, with options.nbest hypotheses each). Source sentences are cut to
+// `max_tokens` tokens (0: not at all). A sentence that cannot be translated has its error set.
+// Sampling (options.sampling) draws from `sampling`, or from a Generator seeded with
+// options.sampling->seed when it is null.
+std::vector<Translation> translate_batch(const models::Ensemble& models, const models::CheckpointInfo& info,
+                                         const std::vector<std::string>& sentences,
+                                         const models::DecodeOptions& options, int64_t max_tokens,
+                                         Generator* sampling = nullptr);
 
 // The alignment `translate --alignment` appends to each output line after " ||| " (docs/outputs.md).
 enum class AlignmentOutput { none, hard, soft };

@@ -7,27 +7,25 @@ namespace seqgrad::tools::serve {
 namespace {
 
 // Jobs that may share a batch: the decoding runs once with one DecodeOptions for all its rows.
+// (Every field of DecodeOptions; a request never samples, so `sampling` is unset in both.)
 bool same_decoding(const Job& a, const Job& b) {
   const models::DecodeOptions &x = a.options, &y = b.options;
   return a.model == b.model && x.max_len == y.max_len && x.beam_size == y.beam_size &&
-         x.length_penalty == y.length_penalty && x.nbest == y.nbest && x.bos_id == y.bos_id && x.eos_id == y.eos_id;
+         x.length_penalty == y.length_penalty && x.length_penalty_kind == y.length_penalty_kind &&
+         x.coverage_penalty == y.coverage_penalty && x.min_len == y.min_len && x.nbest == y.nbest &&
+         x.sampling.has_value() == y.sampling.has_value() && !x.sampling && x.top_alternatives == y.top_alternatives &&
+         x.bos_id == y.bos_id && x.eos_id == y.eos_id;
 }
 
 }  // namespace
 
-int64_t Job::tokens() const {
-  int64_t n = 0;
-  for (const Translation& t : translations) n += static_cast<int64_t>(t.src_tokens.size());
-  return n;
-}
-
-Batcher::Batcher(std::vector<LoadedModel*> models, const BatchLimits& limits, Metrics& metrics)
-    : models_(std::move(models)), limits_(limits), metrics_(metrics), thread_([this] { run(); }) {}
+Batcher::Batcher(DecodeBatch decode, const BatchLimits& limits, Metrics& metrics)
+    : decode_batch_(std::move(decode)), limits_(limits), metrics_(metrics), thread_([this] { run(); }) {}
 
 Batcher::~Batcher() { stop(); }
 
 bool Batcher::submit(const std::shared_ptr<Job>& job) {
-  const auto sentences = static_cast<int64_t>(job->translations.size());
+  const auto sentences = static_cast<int64_t>(job->src.size());
   {
     std::lock_guard lock(mutex_);
     if (stopping_ || queued_sentences_ + sentences > limits_.queue_sentences) return false;
@@ -72,8 +70,8 @@ std::vector<std::shared_ptr<Job>> Batcher::next_batch(std::unique_lock<std::mute
     bool full = false;
     for (const std::shared_ptr<Job>& job : queue_) {
       if (!same_decoding(*head, *job)) continue;
-      const auto n = static_cast<int64_t>(job->translations.size());
-      const int64_t t = job->tokens();
+      const auto n = static_cast<int64_t>(job->src.size());
+      const int64_t t = job->tokens;
       if (!batch.empty() && (sentences + n > limits_.max_sentences || tokens + t > limits_.max_tokens)) {
         full = true;
         break;
@@ -93,19 +91,24 @@ std::vector<std::shared_ptr<Job>> Batcher::next_batch(std::unique_lock<std::mute
   }
 }
 
+// The batch's sentences decoded together, each job's translations handed back in its order.
 void Batcher::decode(const std::vector<std::shared_ptr<Job>>& batch) {
-  std::vector<Translation*> rows;
-  for (const std::shared_ptr<Job>& job : batch)
-    for (Translation& t : job->translations) rows.push_back(&t);
+  std::vector<std::string> src;
+  for (const std::shared_ptr<Job>& job : batch) src.insert(src.end(), job->src.begin(), job->src.end());
+  std::vector<Translation> done;
   try {
-    const LoadedModel& model = *models_[batch.front()->model];
-    decode_translations(model.ensemble(), model.checkpoint.info, rows, batch.front()->options);
+    done = decode_batch_(batch.front()->model, src, batch.front()->options);
   } catch (...) {
     for (const std::shared_ptr<Job>& job : batch) job->done.set_exception(std::current_exception());
     return;
   }
-  metrics_.batch_decoded(static_cast<int64_t>(rows.size()));
-  for (const std::shared_ptr<Job>& job : batch) job->done.set_value();
+  metrics_.batch_decoded(static_cast<int64_t>(src.size()));
+  auto next = done.begin();
+  for (const std::shared_ptr<Job>& job : batch) {
+    job->translations.assign(std::make_move_iterator(next), std::make_move_iterator(next + job->src.size()));
+    next += static_cast<std::ptrdiff_t>(job->src.size());
+    job->done.set_value();
+  }
 }
 
 }  // namespace seqgrad::tools::serve

@@ -6,14 +6,16 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <future>
+#include <string>
 #include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
 
 #include "tools/serve/metrics.h"
-#include "tools/translation.h"
+#include "tools/translator.h"
 
 namespace seqgrad::tools::serve {
 
@@ -24,19 +26,24 @@ struct BatchLimits {
   int64_t queue_sentences = 256;          // sentences waiting at most; more are refused (503)
 };
 
-// One request's sentences for one model, tokenized and checked; decoded in place.
+// One request's sentences for one model, checked (they tokenize, within the length limit).
 struct Job {
   size_t model = 0;  // index into the served models
   models::DecodeOptions options;
-  std::vector<Translation> translations;
-  std::promise<void> done;  // set once translations hold hypotheses, or with the decoding's exception
+  std::vector<std::string> src;
+  int64_t tokens = 0;                      // their source tokens, for --max-batch-tokens
+  std::vector<Translation> translations;   // one per src, once done
+  std::promise<void> done;  // set once translations are there, or with the decoding's exception
   std::chrono::steady_clock::time_point queued;
-  int64_t tokens() const;
 };
+
+// Translates sentences with one served model (tools::translate_batch), as one batch.
+using DecodeBatch = std::function<std::vector<Translation>(size_t model, const std::vector<std::string>& src,
+                                                           const models::DecodeOptions& options)>;
 
 class Batcher {
  public:
-  Batcher(std::vector<LoadedModel*> models, const BatchLimits& limits, Metrics& metrics);
+  Batcher(DecodeBatch decode, const BatchLimits& limits, Metrics& metrics);
   ~Batcher();  // stop()
   // Queues the job; false (and nothing queued) when the queue has no room for its sentences.
   bool submit(const std::shared_ptr<Job>& job);
@@ -48,7 +55,7 @@ class Batcher {
   std::vector<std::shared_ptr<Job>> next_batch(std::unique_lock<std::mutex>& lock);
   void decode(const std::vector<std::shared_ptr<Job>>& batch);
 
-  std::vector<LoadedModel*> models_;
+  DecodeBatch decode_batch_;
   const BatchLimits limits_;
   Metrics& metrics_;
   std::mutex mutex_;

@@ -12,7 +12,8 @@
 namespace seqgrad::tools::serve {
 namespace {
 
-constexpr double kMaxLengthPenalty = 10;  // log p / length^10 already ranks by length alone
+constexpr double kMaxLengthPenalty = 10;
+constexpr int64_t kExplainAlternatives = 5;  // the explorer's top-k at each step  // log p / length^10 already ranks by length alone
 
 // Where `text` stops being UTF-8 (std::string::npos: it is): overlong forms, surrogates and code
 // points above U+10FFFF count as invalid, as RFC 3629 says.
@@ -119,6 +120,7 @@ TranslateRequest read_translate_request(const nlohmann::json& body, const std::v
   }
   if (body.contains("attention")) r.response.attention = boolean(body["attention"], "attention");
   if (body.contains("explain")) r.response.explain = boolean(body["explain"], "explain");
+  if (r.response.explain) r.decoding.top_alternatives = kExplainAlternatives;
   return r;
 }
 

@@ -4,54 +4,23 @@
 #include <algorithm>
 
 namespace seqgrad::tools::serve {
-namespace {
-
-// The labels of a hypothesis's attention matrix (as tools/translator.cpp's heatmaps): rows are the
-// output tokens, then "<eos>" when decoding ended with it (that step's row is kept); columns are the
-// source tokens as encoded, then "<eos>".
-std::vector<std::string> with_eos(std::vector<std::string> tokens, size_t count) {
-  if (count > tokens.size()) tokens.push_back("<eos>");
-  return tokens;
-}
-
-// Per output token, the source position it attends to most (ties: the first).
-std::vector<size_t> hard_alignment(const models::Hypothesis& h, size_t tokens) {
-  std::vector<size_t> out;
-  for (size_t i = 0; i < tokens && i < h.attention.size(); ++i) {
-    const std::vector<float>& row = h.attention[i];
-    out.push_back(static_cast<size_t>(std::max_element(row.begin(), row.end()) - row.begin()));
-  }
-  return out;
-}
-
-}  // namespace
 
 nlohmann::json sentence_json(const Translation& t, const std::string& src, const text::Vocab& tgt_vocab,
                              const ResponseOptions& options) {
-  nlohmann::json nbest = nlohmann::json::array();
-  for (size_t n = 0; n < t.hyps.size(); ++n)
-    nbest.push_back({{"translation", tgt_vocab.detokenize(t.out_tokens[n])}, {"tokens", t.out_tokens[n]},
-                     {"score", t.hyps[n].score}, {"log_prob", t.hyps[n].log_prob}, {"finished", t.hyps[n].finished}});
+  nlohmann::json j = translation_json(t, src, tgt_vocab, {.hard_alignment = options.alignment == Alignment::hard,
+                                                          .weights = options.alignment == Alignment::soft ||
+                                                                     options.attention || options.explain});
+  if (!options.explain || t.hyps.empty()) return j;
   const models::Hypothesis& best = t.hyps.front();
-  nlohmann::json j{{"src", src},
-                   {"src_tokens", t.src_tokens},
-                   {"translation", nbest[0]["translation"]},
-                   {"tokens", t.out_tokens.front()},
-                   {"score", best.score},
-                   {"log_prob", best.log_prob},
-                   {"finished", best.finished},
-                   {"nbest", std::move(nbest)}};
-  if (options.alignment == Alignment::hard) j["alignment"] = hard_alignment(best, t.out_tokens.front().size());
-  if (options.alignment == Alignment::soft) j["alignment"] = best.attention;
-  if (options.attention || options.explain) {
-    j["attention"] = best.attention;
-    j["attention_rows"] = with_eos(t.out_tokens.front(), best.attention.size());
-    j["attention_columns"] = with_eos(t.src_tokens, best.attention.empty() ? 0 : best.attention.front().size());
+  j["energies"] = best.energies;
+  nlohmann::json steps = nlohmann::json::array();
+  for (const std::vector<models::Alternative>& step : best.alternatives) {
+    nlohmann::json alternatives = nlohmann::json::array();
+    for (const models::Alternative& a : step)
+      alternatives.push_back({{"token", tgt_vocab.token(a.token)}, {"probability", a.probability}});
+    steps.push_back(std::move(alternatives));
   }
-  if (options.explain) {
-    j["token_log_probs"] = best.token_log_probs;
-    j["energies"] = best.energies;
-  }
+  j["alternatives"] = std::move(steps);
   return j;
 }
 

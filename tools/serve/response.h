@@ -1,5 +1,6 @@
-// The JSON answers of `seqgrad serve` (docs/serving.md): per sentence its translations, scores
-// and, when asked, alignment, attention and what the explorer shows.
+// The JSON answers of `seqgrad serve` (docs/serving.md). A sentence's object is
+// tools::translation_json's, the shape `translate --json` prints (docs/outputs.md); serve adds
+// only what the explorer asks for.
 #pragma once
 #include <string>
 #include <vector>
@@ -8,11 +9,13 @@
 
 #include "models/text/vocab.h"
 #include "tools/serve/request.h"
-#include "tools/translation.h"
+#include "tools/translator.h"
 
 namespace seqgrad::tools::serve {
 
-// One sentence's answer in POST /v1/translate's "translations".
+// One sentence's answer in POST /v1/translate's "translations": translation_json's object; with
+// "explain", also "energies" (the attention's pre-softmax rows, where the kind has them) and
+// "alternatives" (per produced token, its step's most probable tokens with their probabilities).
 nlohmann::json sentence_json(const Translation& t, const std::string& src, const text::Vocab& tgt_vocab,
                              const ResponseOptions& options);
 // POST /translator/translate's answer, as OpenNMT-py's server gives it: a list per n-best rank of

@@ -67,10 +67,10 @@ class HttpServer : public httplib::Server {
 class Server {
  public:
   Server(std::vector<ServedModel>& models, const ServerOptions& options)
-      : models_(models), options_(options), batcher_(loaded(models), options.batching, metrics_) {
+      : models_(models), options_(options), batcher_(decoder(models), options.batching, metrics_) {
     for (const ServedModel& m : models) {
       defaults_.push_back(m.defaults);
-      vocab_sizes_.push_back(static_cast<int64_t>(m.loaded.checkpoint.info.tgt_vocab.size()));
+      vocab_sizes_.push_back(static_cast<int64_t>(m.checkpoint.info.tgt_vocab.size()));
     }
     limits_ = options.requests;
     limits_.models = models.size();
@@ -97,10 +97,13 @@ class Server {
   }
 
  private:
-  static std::vector<LoadedModel*> loaded(std::vector<ServedModel>& models) {
-    std::vector<LoadedModel*> out;
-    for (ServedModel& m : models) out.push_back(&m.loaded);
-    return out;
+  // The batcher's decoding: `seqgrad translate`'s path (tools::translate_batch), so that a sentence
+  // gets the same translation from both. Sentences come checked: nothing is truncated.
+  static DecodeBatch decoder(std::vector<ServedModel>& models) {
+    return [&models](size_t model, const std::vector<std::string>& src, const models::DecodeOptions& options) {
+      const ServedModel& m = models[model];
+      return translate_batch(*m.model, m.checkpoint.info, src, options, 0);
+    };
   }
 
   void stop_on_signal(const std::atomic<bool>& finished) {
@@ -173,7 +176,7 @@ class Server {
         TranslateRequest r = read_translate_request(parse_body(req.body), defaults_, vocab_sizes_, limits_);
         std::vector<Translation> done = translate(r);
         nlohmann::json out = nlohmann::json::array();
-        const text::Vocab& tgt_vocab = models_[r.model].loaded.checkpoint.info.tgt_vocab;
+        const text::Vocab& tgt_vocab = models_[r.model].checkpoint.info.tgt_vocab;
         for (size_t i = 0; i < done.size(); ++i) out.push_back(sentence_json(done[i], r.src[i], tgt_vocab, r.response));
         return nlohmann::json{{"model", models_[r.model].name}, {"translations", std::move(out)}};
       });
@@ -181,7 +184,7 @@ class Server {
     http_.Post("/translator/translate", [this](const httplib::Request& req, httplib::Response& res) {
       answer(res, [&] {
         TranslateRequest r = read_opennmt_request(parse_body(req.body), defaults_, limits_);
-        return opennmt_json(translate(r), r.src, models_[r.model].loaded.checkpoint.info.tgt_vocab);
+        return opennmt_json(translate(r), r.src, models_[r.model].checkpoint.info.tgt_vocab);
       });
     });
   }
@@ -196,21 +199,15 @@ class Server {
     }
   }
 
-  // Tokenizes and checks the request's sentences, queues them, and waits for their decoding.
+  // Checks that the request's sentences tokenize within the length limit, queues them, and waits
+  // for their translations.
   std::vector<Translation> translate(const TranslateRequest& r) {
     const ServedModel& m = models_[r.model];
     auto job = std::make_shared<Job>();
     job->model = r.model;
     job->options = r.decoding;
-    for (size_t i = 0; i < r.src.size(); ++i) {
-      Translation t = tokenize_source(m.loaded.checkpoint.info, r.src[i], 0);
-      const std::string field = fmt::format("src[{}]", i);
-      if (!t.error.empty()) throw RequestError(422, field, fmt::format("{}: {}", field, t.error));
-      if (static_cast<int64_t>(t.src_tokens.size()) > m.max_src_tokens)
-        throw RequestError(422, field, fmt::format("{} has {} tokens, more than the server's limit of {} "
-                                                   "(--max-src-tokens)", field, t.src_tokens.size(), m.max_src_tokens));
-      job->translations.push_back(std::move(t));
-    }
+    job->src = r.src;
+    for (size_t i = 0; i < r.src.size(); ++i) job->tokens += checked_length(m, r.src[i], fmt::format("src[{}]", i));
     std::future<void> done = job->done.get_future();
     if (!batcher_.submit(job))
       throw RequestError(503, "", fmt::format("the server is busy ({} sentences queued at most): retry in {} s",
@@ -219,10 +216,26 @@ class Server {
     return std::move(job->translations);
   }
 
+  // The sentence's source token count; a sentence that does not tokenize (invalid text), has no
+  // tokens or more than the limit is refused (422) before it is queued.
+  static int64_t checked_length(const ServedModel& m, const std::string& sentence, const std::string& field) {
+    std::vector<std::string> tokens;
+    try {
+      tokens = m.checkpoint.info.src_vocab.tokenize(sentence);
+    } catch (const Error& e) {
+      throw RequestError(422, field, fmt::format("{}: {}", field, e.what()));
+    }
+    if (tokens.empty()) throw RequestError(422, field, fmt::format("{}: empty (nothing to translate)", field));
+    if (static_cast<int64_t>(tokens.size()) > m.max_src_tokens)
+      throw RequestError(422, field, fmt::format("{} has {} tokens, more than the server's limit of {} "
+                                                 "(--max-src-tokens)", field, tokens.size(), m.max_src_tokens));
+    return static_cast<int64_t>(tokens.size());
+  }
+
   nlohmann::json models_json() const {
     nlohmann::json out = nlohmann::json::array();
     for (size_t i = 0; i < models_.size(); ++i) {
-      const models::CheckpointInfo& info = models_[i].loaded.checkpoint.info;
+      const models::CheckpointInfo& info = models_[i].checkpoint.info;
       out.push_back({{"model", i}, {"name", models_[i].name}, {"src_lang", info.config.src_lang},
                      {"tgt_lang", info.config.tgt_lang}, {"attention", models::attention_kind_name(info.config.model.attention)},
                      {"src_vocab", info.src_vocab.size()}, {"tgt_vocab", info.tgt_vocab.size()},

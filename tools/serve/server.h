@@ -3,18 +3,20 @@
 // SIGINT (no new connections; requests in flight are answered; then run_server returns 0).
 #pragma once
 #include <chrono>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "tools/serve/batcher.h"
 #include "tools/serve/request.h"
-#include "tools/translation.h"
+#include "tools/translator.h"
 
 namespace seqgrad::tools::serve {
 
 struct ServedModel {
   std::string name;  // the checkpoint's path, as given
-  LoadedModel loaded;
+  models::LoadedCheckpoint checkpoint;  // its vocabularies and config (the weights are in `model`)
+  std::unique_ptr<models::Seq2Seq> model;
   models::DecodeOptions defaults;  // the command line's decoding, for what a request leaves out
   int64_t max_src_tokens = 0;      // a longer source sentence is refused (422)
 };

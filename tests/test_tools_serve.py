@@ -86,9 +86,9 @@ class Translations(ServeBase):
         self.assertEqual(got, lines)
 
     def test_int8_checkpoint_beside_the_float_one(self):
-        # two checkpoints served side by side (--checkpoint twice): a request's "model" picks one
+        # two checkpoints served side by side (--checkpoint A B): a request's "model" picks one
         sentences = test_sentences(DATA, 4, start=10)
-        server = Server(SEQGRAD, "--checkpoint", checkpoint(), "--checkpoint", int8_checkpoint(), "--threads", "1")
+        server = Server(SEQGRAD, "--checkpoint", checkpoint(), int8_checkpoint(), "--threads", "1")
         try:
             models = server.request("/v1/models")[2]["models"]
             answers = [server.request("/v1/translate", body={"src": sentences, "model": m}) for m in [0, 1]]

@@ -39,6 +39,20 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "examples", "onnx"))
 import translate as onnx_translate  # noqa: E402  (examples/onnx/translate.py)
 
+
+def onnxruntime_int8_exact():
+    """Whether onnxruntime's u8 x s8 MatMulInteger is exact here: without VNNI, its x86 kernels use
+    VPMADDUBSW, whose int16 pair sums saturate (onnxruntime's quantization docs say so), so its int8
+    results drift from seqgrad's exact ones by far more than quantization error (measured 0.085
+    against 0.002 on an AVX2 CPU) and the numeric int8 comparisons below cannot hold."""
+    with open("/proc/cpuinfo") as f:
+        flags = f.read()
+    return "avx512_vnni" in flags or "avx_vnni" in flags
+
+
+SKIP_INT8 = ("SKIP: onnxruntime's int8 kernels saturate on this CPU (no VNNI: VPMADDUBSW int16 pair sums), "
+             "so its numbers cannot match seqgrad's exact int8")
+
 TINY = ["--subset", "64", "--epochs", "1", "--embed", "12", "--hidden", "16", "--threads", "1",
         "--quiet", "--vocab", "word"]
 RTOL = 1e-5
@@ -285,6 +299,8 @@ class Quantized(Base):
         ops = {n.op_type for n in graph.graph.node}
         ops |= {n.op_type for scan in graph.graph.node if scan.op_type == "Scan" for n in scan.attribute[-1].g.node}
         self.assertTrue({"DynamicQuantizeLinear", "MatMulInteger"} <= ops, ops)
+        if not onnxruntime_int8_exact():
+            self.skipTest(SKIP_INT8)
         got = {"output": session(os.path.join(folder, "model.onnx")).run(["output"], inputs)[0]}
         got["memory"], got["state"] = session(os.path.join(folder, "encoder.onnx")).run(
             ["memory", "state"], {"src": inputs["src"], "src_lengths": inputs["src_lengths"]})
@@ -317,6 +333,8 @@ class Quantized(Base):
     def test_greedy_translations(self):
         """200 test2016 sentences: onnxruntime on the int8 export agrees with `seqgrad translate` on
         the int8 checkpoint about as often as seqgrad's int8 and float32 translations agree."""
+        if not onnxruntime_int8_exact():
+            self.skipTest(SKIP_INT8)
         ckpt = multi30k_model(self)
         q = self.quantize(ckpt, "q_multi30k")
         folder = self.export(q, self.path("export_q_multi30k"))

@@ -246,17 +246,28 @@ class Trainer:
         return value
 
 
+# A smoke (--quick) measures a slow step once: PyTorch 1.13's bf16 step on a CPU without native
+# bf16 products (no AVX-512 BF16) takes about a minute (54 s measured on an AMD EPYC).
+SLOW_STEP_S = 5.0
+
+
+def quick_repeats(plan, warmup_step_s):
+    return 1 if plan.quick and warmup_step_s > SLOW_STEP_S else plan.repeats
+
+
 def bench_step(preset, plan, out, amp=None):
     d = PresetData(plan.data, preset)
     torch.manual_seed(0)
     trainer = Trainer(d.make_model(), d.train, amp)
     tokens = sum(b["target_tokens"] for b in d.batches)
     flops = sum(b["gemm_flops"] for b in d.batches)
+    warmup_start = time.perf_counter()
     for _ in range(plan.warmup):
         for b in d.batches:
             trainer.step(b)
+    warmup_step_s = (time.perf_counter() - warmup_start) / max(plan.warmup * len(d.batches), 1)
     per_step, cpu_per_step, loss = [], [], 0.0
-    for _ in range(plan.repeats):
+    for _ in range(quick_repeats(plan, warmup_step_s)):
         t0, c0 = time.perf_counter(), time.process_time()
         for b in d.batches:
             loss = trainer.step(b)

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -96,6 +97,89 @@ TEST_CASE("beam_search: a hypothesis still open when beam_size have finished nev
   CHECK(second.score == doctest::Approx(log_p(probs, kEos)).epsilon(1e-6));
   // decode() returns the best one
   CHECK(decode(model, s.src, s.lengths, {.max_len = 10, .beam_size = 2})[0].tokens == best.tokens);
+}
+
+TEST_CASE("beam_search: the beam tree records what was kept, finished and pruned at each step") {
+  // The search of the test above (beam 2; p(a) = .5, p(<eos>) = .3, p(b) = .2, the rest 1e-6;
+  // 2 x beam = 4 candidates per row). Step 0, from <bos>: "a" kept, "" + <eos> finished, "b" kept,
+  // then the 1e-6 token pruned. Step 1: "a a" (.25) kept, "a" + <eos> (.15) finished: two have
+  // finished, so the search ends and "a a" is pruned after all; of the rest the next beam_size are
+  // recorded pruned: "a b" (.10), then "b a" (.10, the same log-probability; row "a" ranks first).
+  using Fate = BeamNode::Fate;
+  std::vector<double> probs = {1e-6, 1e-6, 0.3, 1e-6, 0.5, 0.2};
+  std::unique_ptr<Seq2Seq> owned = constant_model(probs);
+  Seq2Seq& model = *owned;
+  Source s = source({{4, 5, 6, 2}});
+  std::vector<BeamTree> trees;
+  std::vector<std::vector<Hypothesis>> ranked =
+      beam_search(model, s.src, s.lengths, {.max_len = 10, .beam_size = 2, .nbest = 2}, &trees);
+  REQUIRE(trees.size() == 1);
+  const std::vector<BeamNode>& n = trees[0].nodes;
+  REQUIRE(n.size() == 8);
+  struct Expected {
+    int64_t parent, step, token;
+    Fate fate;
+    double log_prob;
+  };
+  const double a = log_p(probs, kA), b = log_p(probs, kB), eos = log_p(probs, kEos);
+  const std::vector<Expected> expected = {
+      {-1, 0, kA, Fate::kept, a},       {-1, 0, kEos, Fate::finished, eos}, {-1, 0, kB, Fate::kept, b},
+      {-1, 0, -1, Fate::pruned, 0},     {0, 1, kA, Fate::pruned, a + a},    {0, 1, kEos, Fate::finished, a + eos},
+      {0, 1, kB, Fate::pruned, a + b},  {2, 1, kA, Fate::pruned, b + a}};
+  for (size_t i = 0; i < expected.size(); ++i) {
+    CAPTURE(i);
+    CHECK(n[i].parent == expected[i].parent);
+    CHECK(n[i].step == expected[i].step);
+    CHECK(n[i].fate == expected[i].fate);
+    if (expected[i].token < 0) {  // one of the three 1e-6 tokens
+      CHECK(n[i].log_prob < std::log(1e-5));
+      continue;
+    }
+    CHECK(n[i].token == expected[i].token);
+    CHECK(n[i].log_prob == doctest::Approx(expected[i].log_prob).epsilon(1e-6));
+    CHECK(n[i].token_log_prob == doctest::Approx(log_p(probs, n[i].token)).epsilon(1e-6));
+  }
+  // the finished nodes carry the scores of the returned hypotheses: "a" + <eos> first
+  CHECK(n[5].score == doctest::Approx(ranked[0][0].score).epsilon(1e-12));
+  CHECK(n[1].score == doctest::Approx(ranked[0][1].score).epsilon(1e-12));
+  CHECK(std::string(beam_fate_name(n[6].fate)) == "pruned");
+}
+
+TEST_CASE("beam_search: a batch's beam trees are each sentence's alone") {
+  manual_seed(11);
+  Seq2Seq model(tiny_config());
+  init_xavier(model);
+  std::vector<std::vector<int64_t>> sentences = {{4, 5, 6, 2}, {3, 2}};
+  DecodeOptions options{.max_len = 6, .beam_size = 3};
+  Source batch = source(sentences);
+  std::vector<BeamTree> together;
+  std::vector<std::vector<Hypothesis>> best = beam_search(model, batch.src, batch.lengths, options, &together);
+  REQUIRE(together.size() == 2);
+  for (size_t i = 0; i < sentences.size(); ++i) {
+    Source one = source({sentences[i]});
+    std::vector<BeamTree> alone;
+    beam_search(model, one.src, one.lengths, options, &alone);
+    REQUIRE(alone[0].nodes.size() == together[i].nodes.size());
+    for (size_t k = 0; k < alone[0].nodes.size(); ++k) {
+      CHECK(alone[0].nodes[k].token == together[i].nodes[k].token);
+      CHECK(alone[0].nodes[k].parent == together[i].nodes[k].parent);
+      CHECK(alone[0].nodes[k].fate == together[i].nodes[k].fate);
+    }
+    // the best hypothesis is a path of kept nodes, ending in a finished one with its score when it
+    // finished (max_len may cut it)
+    const Hypothesis& h = best[i][0];
+    int64_t parent = -1;
+    for (size_t t = 0; t < h.tokens.size() + (h.finished ? 1 : 0); ++t) {
+      const int64_t token = t < h.tokens.size() ? h.tokens[t] : kEos;
+      auto it = std::find_if(together[i].nodes.begin(), together[i].nodes.end(), [&](const BeamNode& x) {
+        return x.parent == parent && x.token == token && x.fate != BeamNode::Fate::pruned;
+      });
+      REQUIRE(it != together[i].nodes.end());
+      CHECK(it->step == static_cast<int64_t>(t));
+      if (token == kEos) CHECK(it->score == doctest::Approx(h.score).epsilon(1e-12));
+      parent = it - together[i].nodes.begin();
+    }
+  }
 }
 
 TEST_CASE("beam_search: when max_len cuts the search, the open hypotheses compete, marked unfinished") {

@@ -118,7 +118,7 @@ class Translations(ServeBase):
         line = json.loads(subprocess.run([SEQGRAD, "translate", "--checkpoint", checkpoint(), "--threads", "1", "--json",
                                           "--alignment", "hard", "Ein Hund läuft."], capture_output=True, text=True,
                                          timeout=60).stdout)
-        self.assertEqual({k: v for k, v in t.items() if k not in ("energies", "alternatives")},
+        self.assertEqual({k: v for k, v in t.items() if k not in ("energies", "alternatives", "internals")},
                          {k: v for k, v in line.items() if k != "line"} | {"attention": t["attention"]})
         a = t["attention"]
         self.assertEqual(a["src"], t["src_tokens"] + ["<eos>"])  # the source as encoded
@@ -136,6 +136,56 @@ class Translations(ServeBase):
             self.assertEqual(probabilities, sorted(probabilities, reverse=True))
             self.assertEqual(step[0]["token"], token)  # greedy: the step's most probable token
             self.assertAlmostEqual(math.log(step[0]["probability"]), log_p, places=4)
+        # the additive attention's terms: e_ti = v . tanh(q_t + k_i) gives every energy
+        internals = t["internals"]
+        self.assertEqual(internals["kind"], "additive")
+        self.assertEqual(len(internals["query_terms"]), len(a["tgt"]))
+        self.assertEqual(len(internals["key_terms"]), len(a["src"]))
+        self.assertEqual(len(internals["contexts"]), len(a["tgt"]))
+        for q, energies in zip(internals["query_terms"], t["energies"]):
+            for k, energy in zip(internals["key_terms"], energies):
+                self.assertAlmostEqual(sum(v * math.tanh(x + y) for v, x, y in zip(internals["v"], q, k)), energy,
+                                       places=4)
+        self.assertNotIn("beam_tree", t)  # greedy
+
+    def test_explain_with_beam_search_has_the_beam_tree(self):
+        status, _, body = self.post({"src": ["Ein Hund läuft."], "beam": 3, "nbest": 2, "explain": True})
+        self.assertEqual(status, 200, body)
+        t = body["translations"][0]
+        nodes = t["beam_tree"]
+        self.assertEqual({n["fate"] for n in nodes} - {"kept", "finished", "pruned"}, set())
+        for n in nodes:
+            self.assertTrue(n["parent"] == -1 or nodes[n["parent"]]["step"] == n["step"] - 1, n)
+            self.assertTrue(n["parent"] == -1 or nodes[n["parent"]]["fate"] == "kept", n)
+        per_step = {}
+        for n in nodes:
+            if n["fate"] != "pruned":
+                per_step[n["step"]] = per_step.get(n["step"], 0) + 1
+        self.assertTrue(all(count <= 2 * 3 for count in per_step.values()), per_step)
+        # each n-best hypothesis is a path from the root, ending in a finished node with its score
+        # (a hypothesis max_len cut ends in a kept one)
+        for hyp in t["nbest"]:
+            parent = -1
+            for token in hyp["tokens"] + ["<eos>"] * hyp["finished"]:
+                found = [i for i, n in enumerate(nodes) if n["parent"] == parent and n["token"] == token
+                         and n["fate"] != "pruned"]
+                self.assertEqual(len(found), 1, (hyp, token))
+                parent = found[0]
+            if hyp["finished"]:
+                self.assertEqual(nodes[parent]["fate"], "finished")
+                self.assertAlmostEqual(nodes[parent]["score"], hyp["score"], places=9)
+
+    def test_search_options_per_request_match_translate(self):
+        sentences = test_sentences(DATA, 4, start=30)
+        cases = [({"beam": 3, "length_penalty_type": "gnmt", "length_penalty": 0.6, "coverage_penalty": 0.4},
+                  ["--beam", "3", "--length-penalty-type", "gnmt", "--length-penalty", "0.6", "--coverage-penalty", "0.4"]),
+                 ({"min_len": 4}, ["--min-len", "4"])]
+        for options, flags in cases:
+            with self.subTest(options=options):
+                status, _, body = self.post({"src": sentences} | options)
+                self.assertEqual(status, 200, body)
+                self.assertEqual([t["translation"] for t in body["translations"]],
+                                 translate_cli(SEQGRAD, checkpoint(), sentences, *flags))
 
     def test_health_models_explorer_and_metrics(self):
         self.assertEqual(self.server.request("/health")[2], {"status": "ok"})
@@ -206,6 +256,10 @@ class BadInput(ServeBase):
             (b"{\"src\": [\"Hund\"], \"beam\": 2, \"nbest\": 3}", 422, "nbest", r"nbest = 3 is out of range \[1, 2\]"),
             (b"{\"src\": [\"Hund\"], \"length_penalty\": -1}", 422, "length_penalty", r"a number in \[0, 10\]"),
             (b"{\"src\": [\"Hund\"], \"alignment\": \"fuzzy\"}", 422, "alignment", r"\"hard\", \"soft\" or null"),
+            (b"{\"src\": [\"Hund\"], \"length_penalty_type\": \"wu\"}", 422, "length_penalty_type",
+             r"\"power\" or \"gnmt\", got \"wu\""),
+            (b"{\"src\": [\"Hund\"], \"coverage_penalty\": -0.5}", 422, "coverage_penalty", r"a number in \[0, 10\]"),
+            (b"{\"src\": [\"Hund\"], \"max_len\": 5, \"min_len\": 6}", 422, "min_len", r"min_len = 6 is out of range \[0, 5\]"),
             (b"{\"src\": [\"Hund\"], \"attention\": 1}", 422, "attention", r"true or false, got integer 1"),
             (b"{\"src\": [\"Hund\"], \"model\": 1}", 422, "model", r"model = 1 is out of range \[0, 0\]"),
         ]

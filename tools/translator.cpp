@@ -75,7 +75,7 @@ plot::Heatmap merged_into_words(const plot::Heatmap& pieces) {
 std::vector<Translation> translate_batch(const models::Ensemble& models, const models::CheckpointInfo& info,
                                          const std::vector<std::string>& sentences,
                                          const models::DecodeOptions& options, int64_t max_tokens,
-                                         Generator* sampling) {
+                                         Generator* sampling, bool explain) {
   std::vector<Translation> out(sentences.size());
   std::vector<std::vector<int64_t>> ids;
   std::vector<size_t> which;  // the sentence of each encoded row
@@ -109,8 +109,9 @@ std::vector<Translation> translate_batch(const models::Ensemble& models, const m
   Tensor src = from_vector(flat, {rows, longest}, {.dtype = DType::i64});
   Tensor len = from_vector(lengths, {rows}, {.dtype = DType::i64});
   std::vector<std::vector<models::Hypothesis>> ranked;
+  std::vector<models::BeamTree> trees;
   if (options.beam_size > 1) {
-    ranked = models::beam_search(models, src, len, options);
+    ranked = models::beam_search(models, src, len, options, explain ? &trees : nullptr);
   } else {
     for (models::Hypothesis& h : models::decode(models, src, len, options, sampling)) ranked.push_back({std::move(h)});
   }
@@ -118,6 +119,12 @@ std::vector<Translation> translate_batch(const models::Ensemble& models, const m
     Translation& t = out[which[r]];
     t.hyps = std::move(ranked[r]);
     for (const models::Hypothesis& h : t.hyps) t.out_tokens.push_back(info.tgt_vocab.decode(h.tokens));
+    if (!explain) continue;
+    if (!trees.empty()) t.beam_tree = std::move(trees[r]);
+    const models::Hypothesis& best = t.hyps.front();
+    Tensor sentence = src.select(0, static_cast<int64_t>(r)).narrow(0, 0, static_cast<int64_t>(ids[r].size()));
+    t.internals = models::attention_internals(models.first(), sentence.unsqueeze(0), best.tokens, best.finished,
+                                              options.bos_id, options.eos_id);
   }
   return out;
 }

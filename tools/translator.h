@@ -3,13 +3,15 @@
 #pragma once
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "models/seq2seq/alignment.h"
-#include "models/seq2seq/decode.h"
 #include "models/seq2seq/checkpoint.h"
+#include "models/seq2seq/decode.h"
+#include "models/seq2seq/internals.h"
 #include "models/seq2seq/run.h"
 #include "models/seq2seq/trainer.h"
 #include "tools/args.h"
@@ -66,16 +68,21 @@ struct Translation {
   std::vector<std::vector<std::string>> out_tokens;  // per hypothesis: its tokens (Vocab::decode)
   bool truncated = false;
   std::string error;  // not empty: nothing was translated
+  // translate_batch with `explain`: beam search's record of this sentence's search (beam > 1), and
+  // the attention's terms along the best hypothesis (the first model's, for an ensemble)
+  std::optional<models::BeamTree> beam_tree;
+  std::optional<models::AttentionInternals> internals;
 };
 // Tokenizes and encodes the sentences, then decodes the good ones as one batch with the model or
 // ensemble (beam search when options.beam_size > 1, with options.nbest hypotheses each). Source sentences are cut to
 // `max_tokens` tokens (0: not at all). A sentence that cannot be translated has its error set.
 // Sampling (options.sampling) draws from `sampling`, or from a Generator seeded with
-// options.sampling->seed when it is null.
+// options.sampling->seed when it is null. With `explain`, each translation also gets its beam tree
+// and attention internals (Translation's fields).
 std::vector<Translation> translate_batch(const models::Ensemble& models, const models::CheckpointInfo& info,
                                          const std::vector<std::string>& sentences,
                                          const models::DecodeOptions& options, int64_t max_tokens,
-                                         Generator* sampling = nullptr);
+                                         Generator* sampling = nullptr, bool explain = false);
 
 // The alignment `translate --alignment` appends to each output line after " ||| " (docs/outputs.md).
 enum class AlignmentOutput { none, hard, soft };

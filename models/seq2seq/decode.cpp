@@ -270,7 +270,8 @@ std::vector<Hypothesis> decode_one_each(const Ensemble& models, const Tensor& sr
 struct SentenceBeams {
   struct Open {
     Hypothesis hyp;
-    int64_t last;  // the token the next step is fed
+    int64_t last;       // the token the next step is fed
+    int64_t node = -1;  // its node in the sentence's BeamTree, when one is recorded
   };
   std::vector<Open> open;
   std::vector<Hypothesis> finished;
@@ -282,31 +283,52 @@ struct Candidate {
   int64_t row, token;
 };
 
+// Adds a node for candidate `c` of step `step` to `tree` (when recording one); returns its index.
+int64_t record_node(BeamTree* tree, const Candidate& c, const SentenceBeams::Open& parent, int64_t step,
+                    BeamNode::Fate fate, double score) {
+  if (tree == nullptr) return -1;
+  tree->nodes.push_back({.parent = parent.node, .step = step, .token = c.token, .token_log_prob = c.token_log_prob,
+                         .log_prob = c.log_prob, .score = score, .fate = fate});
+  return static_cast<int64_t>(tree->nodes.size()) - 1;
+}
+
 // Extends sentence `beams` by one step from its candidates (best first): a candidate ending with
 // <eos> is finished, another becomes an open hypothesis, until beam_size of either kind exist.
-// Returns the decoder rows the new open hypotheses continue (their parents).
+// Returns the decoder rows the new open hypotheses continue (their parents). With `tree`, records
+// them and the next beam_size candidates, pruned.
 std::vector<int64_t> advance_sentence(SentenceBeams& beams, const std::vector<Candidate>& candidates,
                                       const std::vector<const SentenceBeams::Open*>& row_owner, const HostStep& rows,
-                                      int64_t src_len, const DecodeOptions& options) {
+                                      int64_t src_len, int64_t step, const DecodeOptions& options, BeamTree* tree) {
   std::vector<SentenceBeams::Open> next;
   std::vector<int64_t> parents;
   auto full = [&](size_t n) { return static_cast<int64_t>(n) >= options.beam_size; };
+  int64_t pruned = 0;
   for (const Candidate& c : candidates) {
-    if (full(next.size()) || full(beams.finished.size())) break;
     if (std::isinf(c.log_prob)) break;  // a forbidden <eos> (min_len), and all after it
+    if (full(next.size()) || full(beams.finished.size())) {
+      if (tree == nullptr || pruned++ == options.beam_size) break;
+      record_node(tree, c, *row_owner[c.row], step, BeamNode::Fate::pruned, c.log_prob);
+      continue;
+    }
     Hypothesis h = row_owner[c.row]->hyp;
     rows.append(h, c.row, src_len, c.token_log_prob);
     if (c.token == options.eos_id) {
       h.finished = true;
       h.score = final_score(h, options);
+      record_node(tree, c, *row_owner[c.row], step, BeamNode::Fate::finished, h.score);
       beams.finished.push_back(std::move(h));
       continue;
     }
     h.tokens.push_back(c.token);
-    next.push_back({std::move(h), c.token});
+    const int64_t node = record_node(tree, c, *row_owner[c.row], step, BeamNode::Fate::kept, c.log_prob);
+    next.push_back({std::move(h), c.token, node});
     parents.push_back(c.row);
   }
-  if (full(beams.finished.size())) next.clear(), parents.clear();  // done: unfinished ones never win
+  if (full(beams.finished.size())) {  // done: unfinished ones never win
+    for (const SentenceBeams::Open& o : next)
+      if (tree != nullptr) tree->nodes[o.node].fate = BeamNode::Fate::pruned;
+    next.clear(), parents.clear();
+  }
   beams.open = std::move(next);
   return parents;
 }
@@ -353,8 +375,17 @@ std::vector<Hypothesis> sample_decode(const Ensemble& models, const Tensor& src,
   });
 }
 
+const char* beam_fate_name(BeamNode::Fate fate) {
+  switch (fate) {
+    case BeamNode::Fate::kept: return "kept";
+    case BeamNode::Fate::finished: return "finished";
+    case BeamNode::Fate::pruned: return "pruned";
+  }
+  return "?";
+}
+
 std::vector<std::vector<Hypothesis>> beam_search(const Ensemble& models, const Tensor& src, const Tensor& lengths,
-                                                 const DecodeOptions& options) {
+                                                 const DecodeOptions& options, std::vector<BeamTree>* trees) {
   SG_CHECK_SHAPE(src.ndim() == 2 && lengths.ndim() == 1 && lengths.size(0) == src.size(0),
                  "beam_search: expects src (B, S) and lengths (B,), got {} and {}", src.shape(), lengths.shape());
   options.validate();
@@ -366,6 +397,7 @@ std::vector<std::vector<Hypothesis>> beam_search(const Ensemble& models, const T
   Stepper stepper(models, src, lengths);
 
   std::vector<SentenceBeams> sentences(batch);
+  if (trees != nullptr) trees->assign(batch, {});
   Hypothesis empty;
   empty.finished = false;
   for (SentenceBeams& s : sentences) s.open.push_back({empty, options.bos_id});
@@ -400,7 +432,8 @@ std::vector<std::vector<Hypothesis>> beam_search(const Ensemble& models, const T
       r += n_rows;
       SentenceBeams updated{{}, std::move(sentences[b].finished)};
       if (n_rows > 0) {
-        std::vector<int64_t> p = advance_sentence(updated, candidates, row_hyp, rows, src_len[b], options);
+        std::vector<int64_t> p = advance_sentence(updated, candidates, row_hyp, rows, src_len[b], t, options,
+                                                  trees != nullptr ? &(*trees)[b] : nullptr);
         parents.insert(parents.end(), p.begin(), p.end());
       }
       SG_CHECK(static_cast<int64_t>(updated.finished.size()) >= options.beam_size || !updated.open.empty(),

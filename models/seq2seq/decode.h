@@ -101,6 +101,29 @@ class EvalScope {
   std::vector<std::pair<Seq2Seq*, bool>> was_training_;
 };
 
+// What beam search did for one sentence (the explorer's beam tree): at every step, each
+// candidate it kept open, each one that finished with <eos>, and the best candidates it pruned
+// (up to beam_size after the last one it kept). A node's path from the root is its hypothesis:
+// follow `parent` back to a node of step 0, whose parent is the <bos> root (-1).
+struct BeamNode {
+  enum class Fate {
+    kept,      // extended at the next step (or cut there by max_len)
+    finished,  // ended with <eos>: a finished hypothesis, scored by final_score()
+    pruned,    // not kept: beam_size better candidates were, or the sentence had finished
+  };
+  int64_t parent = -1;            // index into BeamTree::nodes; -1: the root
+  int64_t step = 0;               // the position of `token` in the output, from 0
+  int64_t token = 0;              // <eos> for a finished node
+  double token_log_prob = 0;      // log p(token | its prefix)
+  double log_prob = 0;            // the hypothesis's, token included
+  double score = 0;               // finished: final_score(); else log_prob
+  Fate fate = Fate::kept;
+};
+struct BeamTree {
+  std::vector<BeamNode> nodes;  // step by step; within a step in the order the search ranked them
+};
+const char* beam_fate_name(BeamNode::Fate fate);  // "kept" | "finished" | "pruned"
+
 // The score beam search ranks a finished (or max_len-cut) hypothesis by: log_prob normalised by
 // the length penalty, plus the coverage penalty.
 double final_score(const Hypothesis& h, const DecodeOptions& options);
@@ -120,9 +143,10 @@ std::vector<Hypothesis> sample_decode(const Ensemble& models, const Tensor& src,
 // with <eos> is scored by final_score(). A sentence is done when beam_size hypotheses have ended
 // with <eos>; its open ones then lose (they are unfinished). Only when max_len cuts a sentence do
 // its open hypotheses compete with the finished ones. Returns, per sentence, its options.nbest
-// best hypotheses by score, best first.
+// best hypotheses by score, best first. With `trees`, it also records each sentence's search there
+// (one BeamTree per sentence).
 std::vector<std::vector<Hypothesis>> beam_search(const Ensemble& models, const Tensor& src, const Tensor& lengths,
-                                                 const DecodeOptions& options);
+                                                 const DecodeOptions& options, std::vector<BeamTree>* trees = nullptr);
 // The best hypothesis per sentence: sampling when options.sampling is set (from `generator`, or
 // from a Generator seeded with options.sampling->seed when null), else greedy when
 // options.beam_size is 1, else beam search.

@@ -10,7 +10,7 @@ namespace {
 // (Every field of DecodeOptions; a request never samples, so `sampling` is unset in both.)
 bool same_decoding(const Job& a, const Job& b) {
   const models::DecodeOptions &x = a.options, &y = b.options;
-  return a.model == b.model && x.max_len == y.max_len && x.beam_size == y.beam_size &&
+  return a.model == b.model && a.explain == b.explain && x.max_len == y.max_len && x.beam_size == y.beam_size &&
          x.length_penalty == y.length_penalty && x.length_penalty_kind == y.length_penalty_kind &&
          x.coverage_penalty == y.coverage_penalty && x.min_len == y.min_len && x.nbest == y.nbest &&
          x.sampling.has_value() == y.sampling.has_value() && !x.sampling && x.top_alternatives == y.top_alternatives &&
@@ -97,7 +97,7 @@ void Batcher::decode(const std::vector<std::shared_ptr<Job>>& batch) {
   for (const std::shared_ptr<Job>& job : batch) src.insert(src.end(), job->src.begin(), job->src.end());
   std::vector<Translation> done;
   try {
-    done = decode_batch_(batch.front()->model, src, batch.front()->options);
+    done = decode_batch_(batch.front()->model, src, batch.front()->options, batch.front()->explain);
   } catch (...) {
     for (const std::shared_ptr<Job>& job : batch) job->done.set_exception(std::current_exception());
     return;

@@ -30,6 +30,7 @@ struct BatchLimits {
 struct Job {
   size_t model = 0;  // index into the served models
   models::DecodeOptions options;
+  bool explain = false;  // translations with their beam trees and attention internals (translate_batch)
   std::vector<std::string> src;
   int64_t tokens = 0;                      // their source tokens, for --max-batch-tokens
   std::vector<Translation> translations;   // one per src, once done
@@ -39,7 +40,7 @@ struct Job {
 
 // Translates sentences with one served model (tools::translate_batch), as one batch.
 using DecodeBatch = std::function<std::vector<Translation>(size_t model, const std::vector<std::string>& src,
-                                                           const models::DecodeOptions& options)>;
+                                                           const models::DecodeOptions& options, bool explain)>;
 
 class Batcher {
  public:

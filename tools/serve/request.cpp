@@ -12,8 +12,9 @@
 namespace seqgrad::tools::serve {
 namespace {
 
-constexpr double kMaxLengthPenalty = 10;
-constexpr int64_t kExplainAlternatives = 5;  // the explorer's top-k at each step  // log p / length^10 already ranks by length alone
+constexpr double kMaxLengthPenalty = 10;  // log p / length^10 already ranks by length alone
+constexpr double kMaxCoveragePenalty = 10;
+constexpr int64_t kExplainAlternatives = 5;  // the explorer's top-k at each step
 
 // Where `text` stops being UTF-8 (std::string::npos: it is): overlong forms, surrogates and code
 // points above U+10FFFF count as invalid, as RFC 3629 says.
@@ -47,6 +48,12 @@ int64_t integer_in(const nlohmann::json& v, const std::string& field, int64_t mi
   const auto n = v.get<int64_t>();
   if (n < min || n > max) refuse(field, fmt::format("{} = {} is out of range [{}, {}]", field, n, min, max));
   return n;
+}
+
+double number_in(const nlohmann::json& v, const std::string& field, double min, double max) {
+  if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < min || v.get<double>() > max)
+    refuse(field, fmt::format("{} must be a number in [{}, {}], got {}", field, min, max, v.dump()));
+  return v.get<double>();
 }
 
 bool boolean(const nlohmann::json& v, const std::string& field) {
@@ -89,8 +96,9 @@ TranslateRequest read_translate_request(const nlohmann::json& body, const std::v
   if (!body.is_object())
     throw RequestError(400, "", fmt::format("the request must be a JSON object {{\"src\": [...], ...}}, got {}",
                                             type_name(body)));
-  check_known_fields(body, {"src", "model", "beam", "nbest", "max_len", "length_penalty", "alignment", "attention",
-                            "explain"}, "the request");
+  check_known_fields(body, {"src", "model", "beam", "nbest", "max_len", "min_len", "length_penalty",
+                            "length_penalty_type", "coverage_penalty", "alignment", "attention", "explain"},
+                     "the request");
   TranslateRequest r;
   if (body.contains("model")) r.model = model_index(body["model"], "model", limits.models);
   r.decoding = defaults[r.model];
@@ -105,13 +113,22 @@ TranslateRequest read_translate_request(const nlohmann::json& body, const std::v
   r.decoding.nbest = 1;
   if (body.contains("nbest")) r.decoding.nbest = integer_in(body["nbest"], "nbest", 1, r.decoding.beam_size);
   if (body.contains("max_len")) r.decoding.max_len = integer_in(body["max_len"], "max_len", 1, limits.max_len);
-  if (body.contains("length_penalty")) {
-    const nlohmann::json& v = body["length_penalty"];
-    if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < 0 || v.get<double>() > kMaxLengthPenalty)
-      refuse("length_penalty", fmt::format("length_penalty must be a number in [0, {}], got {}", kMaxLengthPenalty,
-                                           v.dump()));
-    r.decoding.length_penalty = v.get<double>();
+  if (body.contains("min_len"))
+    r.decoding.min_len = integer_in(body["min_len"], "min_len", 0, r.decoding.max_len);
+  if (r.decoding.min_len > r.decoding.max_len)  // the server's --min-len
+    refuse("max_len", fmt::format("max_len = {} is below min_len {} (give a smaller min_len)", r.decoding.max_len,
+                                  r.decoding.min_len));
+  if (body.contains("length_penalty"))
+    r.decoding.length_penalty = number_in(body["length_penalty"], "length_penalty", 0, kMaxLengthPenalty);
+  if (body.contains("length_penalty_type")) {
+    const nlohmann::json& v = body["length_penalty_type"];
+    if (v == "power") r.decoding.length_penalty_kind = models::LengthPenalty::power;
+    else if (v == "gnmt") r.decoding.length_penalty_kind = models::LengthPenalty::gnmt;
+    else refuse("length_penalty_type", fmt::format("length_penalty_type must be \"power\" or \"gnmt\", got {}",
+                                                   v.dump()));
   }
+  if (body.contains("coverage_penalty"))
+    r.decoding.coverage_penalty = number_in(body["coverage_penalty"], "coverage_penalty", 0, kMaxCoveragePenalty);
   if (body.contains("alignment") && !body["alignment"].is_null()) {
     const nlohmann::json& v = body["alignment"];
     if (v == "hard") r.response.alignment = Alignment::hard;

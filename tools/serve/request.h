@@ -49,8 +49,9 @@ struct TranslateRequest {
 
 // The body as a JSON value: 400 when it is not valid UTF-8 or not JSON.
 nlohmann::json parse_body(const std::string& body);
-// POST /v1/translate: {"src": [...], "model", "beam", "nbest", "max_len", "length_penalty",
-// "alignment", "attention", "explain"}; what is left out comes from `defaults` (the command line).
+// POST /v1/translate: {"src": [...], "model", "beam", "nbest", "max_len", "min_len", "length_penalty",
+// "length_penalty_type", "coverage_penalty", "alignment", "attention", "explain"}; what is left out
+// comes from `defaults` (the command line).
 // `vocab_size` (the target vocabulary of each model) caps the beam.
 TranslateRequest read_translate_request(const nlohmann::json& body, const std::vector<models::DecodeOptions>& defaults,
                                         const std::vector<int64_t>& vocab_size, const RequestLimits& limits);

@@ -4,6 +4,23 @@
 #include <algorithm>
 
 namespace seqgrad::tools::serve {
+namespace {
+
+nlohmann::json beam_tree_json(const models::BeamTree& tree, const text::Vocab& tgt_vocab) {
+  nlohmann::json nodes = nlohmann::json::array();
+  for (const models::BeamNode& n : tree.nodes)
+    nodes.push_back({{"parent", n.parent}, {"step", n.step}, {"token", tgt_vocab.token(n.token)},
+                     {"token_log_prob", n.token_log_prob}, {"log_prob", n.log_prob}, {"score", n.score},
+                     {"fate", models::beam_fate_name(n.fate)}});
+  return nodes;
+}
+
+nlohmann::json internals_json(const models::AttentionInternals& in) {
+  return {{"kind", models::attention_kind_name(in.kind)}, {"query_terms", in.query_terms},
+          {"key_terms", in.key_terms}, {"v", in.v}, {"contexts", in.contexts}};
+}
+
+}  // namespace
 
 nlohmann::json sentence_json(const Translation& t, const std::string& src, const text::Vocab& tgt_vocab,
                              const ResponseOptions& options) {
@@ -21,6 +38,8 @@ nlohmann::json sentence_json(const Translation& t, const std::string& src, const
     steps.push_back(std::move(alternatives));
   }
   j["alternatives"] = std::move(steps);
+  if (t.beam_tree) j["beam_tree"] = beam_tree_json(*t.beam_tree, tgt_vocab);
+  if (t.internals) j["internals"] = internals_json(*t.internals);
   return j;
 }
 

@@ -15,7 +15,9 @@ namespace seqgrad::tools::serve {
 
 // One sentence's answer in POST /v1/translate's "translations": translation_json's object; with
 // "explain", also "energies" (the attention's pre-softmax rows, where the kind has them) and
-// "alternatives" (per produced token, its step's most probable tokens with their probabilities).
+// "alternatives" (per produced token, its step's most probable tokens with their probabilities),
+// "beam_tree" (beam search's nodes: docs/serving.md) and "internals" (the attention's terms:
+// models::AttentionInternals).
 nlohmann::json sentence_json(const Translation& t, const std::string& src, const text::Vocab& tgt_vocab,
                              const ResponseOptions& options);
 // POST /translator/translate's answer, as OpenNMT-py's server gives it: a list per n-best rank of

@@ -100,9 +100,10 @@ class Server {
   // The batcher's decoding: `seqgrad translate`'s path (tools::translate_batch), so that a sentence
   // gets the same translation from both. Sentences come checked: nothing is truncated.
   static DecodeBatch decoder(std::vector<ServedModel>& models) {
-    return [&models](size_t model, const std::vector<std::string>& src, const models::DecodeOptions& options) {
+    return [&models](size_t model, const std::vector<std::string>& src, const models::DecodeOptions& options,
+                     bool explain) {
       const ServedModel& m = models[model];
-      return translate_batch(*m.model, m.checkpoint.info, src, options, 0);
+      return translate_batch(*m.model, m.checkpoint.info, src, options, 0, nullptr, explain);
     };
   }
 
@@ -206,6 +207,7 @@ class Server {
     auto job = std::make_shared<Job>();
     job->model = r.model;
     job->options = r.decoding;
+    job->explain = r.response.explain;
     job->src = r.src;
     for (size_t i = 0; i < r.src.size(); ++i) job->tokens += checked_length(m, r.src[i], fmt::format("src[{}]", i));
     std::future<void> done = job->done.get_future();

@@ -5,9 +5,12 @@ page served by a tiny model is given a German sentence and must show
   * a heatmap of one cell per (output token, source token), each row's weights summing to 1, its
     rows the output tokens then <eos>;
   * on hovering a row, the source token with the row's largest weight marked as the argmax;
-  * on clicking a cell, that step's energies and weights;
+  * on clicking a cell, that step's energies and weights, and the additive attention's terms
+    v_a tanh(q_a + k_a), whose sum is the decoder's energy;
   * step-through decoding that reaches the <eos> step, with the step's top-k tokens (greedy: the
-    produced token first), and the attention diagnostics.
+    produced token first), and the attention diagnostics;
+  * with beam 3, the translation `seqgrad translate --beam 3` prints and the beam tree, its best
+    path one node per output token (<eos> included).
 A screenshot is saved as BUILD_DIR/serve-explorer.png (CI keeps it). Exits 77 (SKIP) with the
 reason when Chromium, chromedriver or Selenium is missing, or the build has no HTTP server.
 
@@ -64,19 +67,21 @@ def main():
         drv = browser()
         ckpt = train_tiny(seqgrad, data, tmp)
         expected = translate_cli(seqgrad, ckpt, [SENTENCE])[0]
+        expected_beam = translate_cli(seqgrad, ckpt, [SENTENCE], "--beam", "3")[0]
         server = Server(seqgrad, "--checkpoint", ckpt, "--threads", "1")
         try:
-            run_page(drv, server.url, expected, screenshot)
+            run_page(drv, server.url, expected, expected_beam, screenshot)
         finally:
             drv.quit()
             status, _, err = server.stop()
             check(status == 0, f"the server exited with {status}: {err}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print("explorer: translation, heatmap, hover, cell details and step-through as expected; screenshot", screenshot)
+    print("explorer: translation, heatmap, hover, cell details, energy terms, step-through and beam tree as expected; "
+          "screenshot", screenshot)
 
 
-def run_page(drv, url, expected, screenshot):
+def run_page(drv, url, expected, expected_beam, screenshot):
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
@@ -119,6 +124,8 @@ def run_page(drv, url, expected, screenshot):
     check(len(shown) == len(sources) and all(abs(a - b) < 1e-4 for a, b in zip(shown, weights[1])),
           f"the details of step 2 show weights {shown}, the heatmap {weights[1]}")
     check(len(panel.find_elements(By.CSS_SELECTOR, ".details td.energy")) == len(sources), "no energies shown")
+    # ... and the terms of the clicked cell's energy, which add up to it
+    check_energy_terms(panel)
 
     # step-through decoding reaches <eos>
     stepper = panel.find_element(By.CSS_SELECTOR, ".stepper")
@@ -133,9 +140,39 @@ def run_page(drv, url, expected, screenshot):
     check(not nxt.is_enabled(), "next is still enabled at the last step")
     panel.find_element(By.CSS_SELECTOR, ".step-prev").click()
     check(stepper.get_attribute("data-step") == str(len(rows) - 2), "prev does not go back one step")
+    check(not panel.find_elements(By.CSS_SELECTOR, ".beam-tree"), "a beam tree for greedy decoding")
+
+    # beam 3: the beam search's translation and its tree
+    beam = drv.find_element(By.ID, "beam")
+    beam.clear()
+    beam.send_keys("3")
+    drv.find_element(By.ID, "go").click()
+    wait.until(lambda d: d.find_element(By.ID, "panels").get_attribute("data-state") == "done")
+    panel = drv.find_element(By.CSS_SELECTOR, ".panel[data-model='0']")
+    got = panel.find_element(By.CSS_SELECTOR, ".translation").text
+    check(got == expected_beam, f"beam 3: the page's translation {got!r} differs from seqgrad translate's {expected_beam!r}")
+    rows = panel.find_elements(By.CSS_SELECTOR, "th.tgt")
+    nodes = panel.find_elements(By.CSS_SELECTOR, ".beam-tree g.node")
+    best = panel.find_elements(By.CSS_SELECTOR, ".beam-tree g.node.best")
+    check(len(nodes) > len(rows), f"the beam tree has {len(nodes)} nodes for {len(rows)} output tokens")
+    check(len(best) == len(rows), f"the best path has {len(best)} nodes, the translation {len(rows)} tokens")
+    check("finished" in best[-1].get_attribute("class"), "the best path does not end in a finished node")
+    panel.find_element(By.CSS_SELECTOR, "td.cell[data-row='0'][data-col='1']").click()
+    check_energy_terms(panel)
     ActionChains(drv).move_to_element(rows[0]).perform()
     os.makedirs(os.path.dirname(os.path.abspath(screenshot)), exist_ok=True)
+    drv.set_window_size(1200, 1400)
     drv.save_screenshot(screenshot)
+
+
+def check_energy_terms(panel):
+    from selenium.webdriver.common.by import By
+    import re
+    text = panel.find_element(By.CSS_SELECTOR, ".energy-terms .energy-check").text
+    m = re.match(r"sum (-?[0-9.]+); the decoder's energy (-?[0-9.]+)", text)
+    check(m and abs(float(m.group(1)) - float(m.group(2))) < 2e-4, f"the energy's terms: {text!r}")
+    terms = panel.find_elements(By.CSS_SELECTOR, ".energy-terms tr")
+    check(len(terms) >= 3, f"{len(terms)} rows of energy terms")
 
 
 if __name__ == "__main__":

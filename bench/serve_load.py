@@ -8,8 +8,15 @@ p99 latency and the server's peak RSS; beside it `seqgrad translate` is run one 
 its "src" must be the sentence sent and its translation the one `seqgrad translate` gives for it
 (a lost, duplicated or crossed answer fails the run, exit 1).
 
+With --soak N, it instead sends N requests from --soak-clients clients to the float32 server, one in
+ten of them malformed (bad JSON, invalid UTF-8, wrong types, unknown fields, values out of range):
+every malformed one must get its 4xx, every other one its translation, the server must keep
+running, and its resident memory (VmRSS) after the last request is compared with the memory after
+the first tenth (the warm-up); growth above 5% fails the run.
+
     bench/serve_load.py --seqgrad build/tools/seqgrad --checkpoint runs/default/best.safetensors \\
         [--int8 FILE] [--clients 1,8,32] [--requests 20] [--threads 2] [--data-dir data] [--json]
+    bench/serve_load.py --checkpoint runs/default/best.safetensors --soak 11000 [--soak-clients 8]
 
 --requests is per client. Figures go into docs/results.md with the command, commit and machine.
 """
@@ -27,12 +34,72 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from serve_common import Server, quantize, test_sentences, translate_cli  # noqa: E402
 
 
-def peak_rss_mb(pid):
+def status_mb(pid, key):
+    """A memory line of /proc/PID/status (VmHWM: the peak, VmRSS: now) in MB."""
     with open(f"/proc/{pid}/status") as f:
         for line in f:
-            if line.startswith("VmHWM:"):
+            if line.startswith(key + ":"):
                 return int(line.split()[1]) / 1024
     return 0.0
+
+
+def peak_rss_mb(pid):
+    return status_mb(pid, "VmHWM")
+
+
+# Malformed requests of the soak and the status each must get.
+MALFORMED = [(b'{"src": [', 400), (b'[1, 2', 400), (b'{"src": ["Ein \xff Hund"]}', 400), (b'"Ein Hund"', 400),
+             (b'{"src": "Ein Hund"}', 422), (b'{"src": []}', 422), (b'{"src": ["Hund", 7]}', 422),
+             (b'{"src": ["Hund"], "beem": 2}', 422), (b'{"src": ["Hund"], "beam": 0}', 422),
+             (b'{"src": ["Hund"], "length_penalty_type": "wu"}', 422), (b'{"src": ["   "]}', 422)]
+
+
+def soak(server, total, clients, sentences, expected):
+    """`total` requests from `clients` threads, every tenth malformed; returns the row of figures."""
+    counts = {"ok": 0, "malformed": 0}
+    failures = []
+    rss = {}
+    lock = threading.Lock()
+    next_request = [0]
+
+    def client():
+        while True:
+            with lock:
+                k = next_request[0]
+                next_request[0] += 1
+                if k == total // 10:  # the warm-up is over
+                    rss["warm"] = status_mb(server.proc.pid, "VmRSS")
+            if k >= total:
+                return
+            if k % 10 == 9:
+                raw, want = MALFORMED[(k // 10) % len(MALFORMED)]
+                status, _, body = server.request("/v1/translate", raw=raw)
+                good = status == want and isinstance(body, dict) and body.get("status") == "error"
+                kind = "malformed"
+            else:
+                sentence = sentences[k % len(sentences)]
+                status, _, body = server.request("/v1/translate", body={"src": [sentence]})
+                got = body["translations"][0] if status == 200 else {}
+                good = got.get("src") == sentence and got.get("translation") == expected[sentence]
+                kind = "ok"
+            with lock:
+                counts[kind] += 1
+                if not good:
+                    failures.append((k, status, body))
+
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    start = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.monotonic() - start
+    alive = server.request("/health")[0] == 200
+    end = status_mb(server.proc.pid, "VmRSS")
+    growth = 100 * (end - rss["warm"]) / rss["warm"]
+    return {"requests": total, "translated": counts["ok"], "malformed": counts["malformed"], "wrong": len(failures),
+            "first_wrong": failures[:1], "alive": alive, "rss_warm_mb": rss["warm"], "rss_end_mb": end,
+            "rss_growth_pct": growth, "seconds": wall}
 
 
 def percentile(values, q):
@@ -91,7 +158,11 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--data-dir", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data"))
     ap.add_argument("--json", action="store_true", help="one JSON object per row instead of the table")
+    ap.add_argument("--soak", type=int, default=0, help="the soak test: this many requests, one in ten malformed")
+    ap.add_argument("--soak-clients", type=int, default=8)
     a = ap.parse_args()
+    if a.soak:
+        sys.exit(run_soak(a))
     clients = [int(c) for c in a.clients.split(",")]
     if min(clients) < 1 or max(clients) > 64 or not 1 <= a.requests <= 1000:
         sys.exit("serve_load.py: --clients must lie in [1, 64] and --requests in [1, 1000] (the test is bounded)")
@@ -132,6 +203,26 @@ def main():
             print(f"| {r['kind']} | {r['clients']} | {r['sentences']} | {r['sentences_per_s']:.1f} | {r['p50_ms']:.1f} | "
                   f"{r['p99_ms']:.1f} | {r['peak_rss_mb']:.0f} |")
     sys.exit(1 if failed else 0)
+
+
+def run_soak(a):
+    if not 100 <= a.soak <= 100000 or not 1 <= a.soak_clients <= 64:
+        sys.exit("serve_load.py: --soak must lie in [100, 100000] and --soak-clients in [1, 64] (the test is bounded)")
+    sentences = test_sentences(a.data_dir, 200)
+    expected = dict(zip(sentences, translate_cli(a.seqgrad, a.checkpoint, sentences, "--threads", str(a.threads))))
+    server = Server(a.seqgrad, "--checkpoint", a.checkpoint, "--threads", str(a.threads), "--max-wait-ms", "5",
+                    "--http-threads", str(max(64, a.soak_clients)))
+    try:
+        row = soak(server, a.soak, a.soak_clients, sentences, expected)
+    finally:
+        status, _, err = server.stop()
+    row["exit_status"] = status
+    print(json.dumps(row))
+    ok = row["wrong"] == 0 and row["alive"] and status == 0 and row["rss_growth_pct"] <= 5
+    if not ok:
+        print(f"serve_load.py: the soak failed: {row['wrong']} wrong answers, server alive {row['alive']}, exit "
+              f"status {status}, RSS growth {row['rss_growth_pct']:.1f}%\n{err[-2000:]}", file=sys.stderr)
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -92,13 +92,7 @@ def soak(server, total, clients, sentences, expected):
                 if not good:
                     failures.append((k, status, body))
 
-    threads = [threading.Thread(target=client) for _ in range(clients)]
-    start = time.monotonic()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    wall = time.monotonic() - start
+    wall = run_threads([client] * clients)
     alive = server.request("/health")[0] == 200
     end = status_mb(server.proc.pid, "VmRSS")
     growth = 100 * (end - rss["warm"]) / rss["warm"]
@@ -110,6 +104,17 @@ def soak(server, total, clients, sentences, expected):
 def percentile(values, q):
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def run_threads(targets):
+    """Runs each function in a thread of its own; returns the wall-clock seconds until all end."""
+    threads = [threading.Thread(target=t) for t in targets]
+    start = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.monotonic() - start
 
 
 def load(server, clients, requests, sentences, expected, batch_dependent):
@@ -131,13 +136,7 @@ def load(server, clients, requests, sentences, expected, batch_dependent):
                 elif got.get("translation") != expected[sentence]:
                     (changed if batch_dependent else failures).append((sentence, got.get("translation")))
 
-    threads = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
-    start = time.monotonic()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    wall = time.monotonic() - start
+    wall = run_threads([lambda c=c: client(c) for c in range(clients)])
     return {"clients": clients, "sentences": len(latencies), "sentences_per_s": len(latencies) / wall,
             "p50_ms": 1000 * percentile(latencies, 0.5), "p99_ms": 1000 * percentile(latencies, 0.99),
             "failures": failures, "batch_changed": len(changed)}

@@ -90,13 +90,7 @@ def run_page(drv, url, expected, expected_beam, screenshot):
     wait = WebDriverWait(drv, 30)
     wait.until(lambda d: d.execute_script("return document.readyState") == "complete")
     drv.find_element(By.ID, "src").send_keys(SENTENCE)
-    drv.find_element(By.ID, "go").click()
-    wait.until(lambda d: d.find_element(By.ID, "panels").get_attribute("data-state") == "done")
-    status = drv.find_element(By.ID, "status").text
-    check(status == "", f"the page shows an error: {status}")
-    panel = drv.find_element(By.CSS_SELECTOR, ".panel[data-model='0']")
-    got = panel.find_element(By.CSS_SELECTOR, ".translation").text
-    check(got == expected, f"the page's translation {got!r} differs from seqgrad translate's {expected!r}")
+    panel = translate_on_page(drv, wait, expected, "greedy")
 
     # the heatmap: one cell per (output token, source token), rows summing to 1
     sources = panel.find_elements(By.CSS_SELECTOR, "th.src")
@@ -146,11 +140,7 @@ def run_page(drv, url, expected, expected_beam, screenshot):
     beam = drv.find_element(By.ID, "beam")
     beam.clear()
     beam.send_keys("3")
-    drv.find_element(By.ID, "go").click()
-    wait.until(lambda d: d.find_element(By.ID, "panels").get_attribute("data-state") == "done")
-    panel = drv.find_element(By.CSS_SELECTOR, ".panel[data-model='0']")
-    got = panel.find_element(By.CSS_SELECTOR, ".translation").text
-    check(got == expected_beam, f"beam 3: the page's translation {got!r} differs from seqgrad translate's {expected_beam!r}")
+    panel = translate_on_page(drv, wait, expected_beam, "beam 3")
     rows = panel.find_elements(By.CSS_SELECTOR, "th.tgt")
     nodes = panel.find_elements(By.CSS_SELECTOR, ".beam-tree g.node")
     best = panel.find_elements(By.CSS_SELECTOR, ".beam-tree g.node.best")
@@ -163,6 +153,19 @@ def run_page(drv, url, expected, expected_beam, screenshot):
     os.makedirs(os.path.dirname(os.path.abspath(screenshot)), exist_ok=True)
     drv.set_window_size(1200, 1400)
     drv.save_screenshot(screenshot)
+
+
+def translate_on_page(drv, wait, expected, what):
+    """Presses Translate; returns the first checkpoint's panel, its translation checked."""
+    from selenium.webdriver.common.by import By
+    drv.find_element(By.ID, "go").click()
+    wait.until(lambda d: d.find_element(By.ID, "panels").get_attribute("data-state") == "done")
+    status = drv.find_element(By.ID, "status").text
+    check(status == "", f"{what}: the page shows an error: {status}")
+    panel = drv.find_element(By.CSS_SELECTOR, ".panel[data-model='0']")
+    got = panel.find_element(By.CSS_SELECTOR, ".translation").text
+    check(got == expected, f"{what}: the page's translation {got!r} differs from seqgrad translate's {expected!r}")
+    return panel
 
 
 def check_energy_terms(panel):

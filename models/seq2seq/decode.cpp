@@ -325,8 +325,8 @@ std::vector<int64_t> advance_sentence(SentenceBeams& beams, const std::vector<Ca
     parents.push_back(c.row);
   }
   if (full(beams.finished.size())) {  // done: unfinished ones never win
-    for (const SentenceBeams::Open& o : next)
-      if (tree != nullptr) tree->nodes[o.node].fate = BeamNode::Fate::pruned;
+    if (tree != nullptr)
+      for (const SentenceBeams::Open& o : next) tree->nodes[o.node].fate = BeamNode::Fate::pruned;
     next.clear(), parents.clear();
   }
   beams.open = std::move(next);

@@ -224,8 +224,8 @@ def main():
         print("| model | clients | sentences | sentences/s | p50 ms | p99 ms | peak RSS MB | batch-changed |\n"
               "|---|---|---|---|---|---|---|---|")
         for r in rows:
-            print(f"| {r['kind']} | {r['clients']} | {r['sentences']} | {r['sentences_per_s']:.1f} | {r['p50_ms']:.1f} | "
-                  f"{r['p99_ms']:.1f} | {r['peak_rss_mb']:.0f} | {r['batch_changed']} |")
+            print(f"| {r['kind']} | {r['clients']} | {r['sentences']} | {r['sentences_per_s']:.1f} | "
+                  f"{r['p50_ms']:.1f} | {r['p99_ms']:.1f} | {r['peak_rss_mb']:.0f} | {r['batch_changed']} |")
     sys.exit(1 if failed else 0)
 
 

@@ -24,17 +24,21 @@ Seq2SeqConfig small_config(AttentionKind kind) {
 const std::vector<int64_t> kSource = {4, 7, 5, 8, 2};  // ids, <eos> last
 
 Tensor source_ids() { return from_vector(kSource, {1, static_cast<int64_t>(kSource.size())}, {.dtype = DType::i64}); }
+Tensor source_lengths() {
+  return from_vector(std::vector<int64_t>{static_cast<int64_t>(kSource.size())}, {1}, {.dtype = DType::i64});
+}
 
 // The encoder's outputs h (S rows of 2H), computed apart from attention_internals.
 std::vector<std::vector<float>> encoder_outputs(Seq2Seq& model) {
   NoGradGuard no_grad;
   EvalScope eval(model);
-  Tensor lengths = from_vector(std::vector<int64_t>{static_cast<int64_t>(kSource.size())}, {1}, {.dtype = DType::i64});
-  Tensor h = model.encode(source_ids(), lengths).memory.values.contiguous();  // (1, S, 2H)
+  Tensor h = model.encode(source_ids(), source_lengths()).memory.values.contiguous();  // (1, S, 2H)
   std::vector<float> flat = h.to_vector<float>();
   const auto width = static_cast<size_t>(h.size(2));
   std::vector<std::vector<float>> rows;
-  for (size_t i = 0; i < kSource.size(); ++i) rows.emplace_back(flat.begin() + i * width, flat.begin() + (i + 1) * width);
+  for (size_t i = 0; i < kSource.size(); ++i)
+    rows.emplace_back(flat.begin() + static_cast<std::ptrdiff_t>(i * width),
+                      flat.begin() + static_cast<std::ptrdiff_t>((i + 1) * width));
   return rows;
 }
 
@@ -48,7 +52,7 @@ TEST_CASE("attention_internals: additive terms give the decoder's energies, weig
     init_xavier(model);
     model.train();  // attention_internals runs in eval mode (no dropout) and restores the mode
     Tensor src = source_ids();
-    Tensor lengths = from_vector(std::vector<int64_t>{static_cast<int64_t>(kSource.size())}, {1}, {.dtype = DType::i64});
+    Tensor lengths = source_lengths();
     Hypothesis hyp = greedy_decode(model, src, lengths, {.max_len = 7})[0];
     AttentionInternals in = attention_internals(model, src, hyp.tokens, hyp.finished);
     CHECK(model.is_training());
@@ -70,7 +74,8 @@ TEST_CASE("attention_internals: additive terms give the decoder's energies, weig
         } else {
           REQUIRE(in.v.size() == 5);  // A
           REQUIRE(in.query_terms[t].size() == 5);
-          for (size_t a = 0; a < in.v.size(); ++a) e += double(in.v[a]) * std::tanh(double(in.query_terms[t][a]) + in.key_terms[i][a]);
+          for (size_t a = 0; a < in.v.size(); ++a)
+            e += double(in.v[a]) * std::tanh(double(in.query_terms[t][a]) + in.key_terms[i][a]);
         }
         CHECK(in.energies[t][i] == doctest::Approx(e).epsilon(1e-5));
         normaliser += std::exp(e);

@@ -178,7 +178,8 @@ class Translations(ServeBase):
     def test_search_options_per_request_match_translate(self):
         sentences = test_sentences(DATA, 4, start=30)
         cases = [({"beam": 3, "length_penalty_type": "gnmt", "length_penalty": 0.6, "coverage_penalty": 0.4},
-                  ["--beam", "3", "--length-penalty-type", "gnmt", "--length-penalty", "0.6", "--coverage-penalty", "0.4"]),
+                  ["--beam", "3", "--length-penalty-type", "gnmt", "--length-penalty", "0.6",
+                   "--coverage-penalty", "0.4"]),
                  ({"min_len": 4}, ["--min-len", "4"])]
         for options, flags in cases:
             with self.subTest(options=options):
@@ -258,8 +259,10 @@ class BadInput(ServeBase):
             (b"{\"src\": [\"Hund\"], \"alignment\": \"fuzzy\"}", 422, "alignment", r"\"hard\", \"soft\" or null"),
             (b"{\"src\": [\"Hund\"], \"length_penalty_type\": \"wu\"}", 422, "length_penalty_type",
              r"\"power\" or \"gnmt\", got \"wu\""),
-            (b"{\"src\": [\"Hund\"], \"coverage_penalty\": -0.5}", 422, "coverage_penalty", r"a number in \[0, 10\]"),
-            (b"{\"src\": [\"Hund\"], \"max_len\": 5, \"min_len\": 6}", 422, "min_len", r"min_len = 6 is out of range \[0, 5\]"),
+            (b"{\"src\": [\"Hund\"], \"coverage_penalty\": -0.5}", 422, "coverage_penalty",
+             r"a number in \[0, 10\]"),
+            (b"{\"src\": [\"Hund\"], \"max_len\": 5, \"min_len\": 6}", 422, "min_len",
+             r"min_len = 6 is out of range \[0, 5\]"),
             (b"{\"src\": [\"Hund\"], \"attention\": 1}", 422, "attention", r"true or false, got integer 1"),
             (b"{\"src\": [\"Hund\"], \"model\": 1}", 422, "model", r"model = 1 is out of range \[0, 0\]"),
         ]

@@ -48,8 +48,8 @@ AttentionInternals attention_internals(Seq2Seq& model, const Tensor& src, const 
   for (size_t t = 0; t < steps; ++t) {
     Tensor query = state.select(0, state.size(0) - 1);  // s_{t-1} (1, H)
     Tensor query_term = additive != nullptr ? additive->w_q(query) : (*decoder.query_projection())(query);
-    AttnDecoder::Step step = decoder.step(full({1}, static_cast<double>(previous), {.dtype = DType::i64, .device = device}),
-                                          state, memory);
+    Tensor y_prev = full({1}, static_cast<double>(previous), {.dtype = DType::i64, .device = device});
+    AttnDecoder::Step step = decoder.step(y_prev, state, memory);
     out.query_terms.push_back(host_rows(query_term).front());
     out.energies.push_back(host_rows(step.energies).front());
     out.weights.push_back(host_rows(step.weights).front());

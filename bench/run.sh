@@ -5,7 +5,8 @@
 # provider, same threads; bench/ort_bench.py) on the same weights exported by `seqgrad export`, when
 # the build has ONNX support and the Python below has onnxruntime. PyTorch runs twice per workload:
 # with its defaults, and with OMP_WAIT_POLICY=passive, which is much faster for it on a loaded
-# machine; ratios are taken against the faster of the two.
+# machine; ratios are taken against the faster of the two. --quick (the CI smoke: every workload
+# once on every side, no figures kept) runs PyTorch with its defaults only.
 #
 #   bench/run.sh [--quick] [--rounds N] [--threads N] [--repeats N] [WORKLOAD ...]
 #
@@ -15,11 +16,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-rounds=3 threads=2 quick=() repeats=()
+rounds=3 threads=2 quick=() repeats=() passive=1
 workloads=()
 while [ $# -gt 0 ]; do
   case "$1" in
-    --quick) quick=(--quick); rounds=1 ;;
+    --quick) quick=(--quick); rounds=1; passive=0 ;;
     --rounds) rounds="$2"; shift ;;
     --threads) threads="$2"; shift ;;
     --repeats) repeats=(--repeats "$2"); shift ;;
@@ -97,6 +98,7 @@ side() {
   printf '%-15s %s\n' "$label" "$line"
 }
 side_ort() { case "$1" in greedy_*|beam5_*) ((have_ort)) && side onnxruntime run_ort "$1" ;; esac; return 0; }
+side_passive() { ((passive)) && side pytorch-passive run_torch_passive "$1"; return 0; }
 
 for ((r = 1; r <= rounds; ++r)); do
   echo "== round $r/$rounds (load average $(cut -d' ' -f1-3 /proc/loadavg))"
@@ -104,11 +106,11 @@ for ((r = 1; r <= rounds; ++r)); do
     if ((r % 2)); then
       side seqgrad run_seqgrad "$w"
       side pytorch run_torch "$w"
-      side pytorch-passive run_torch_passive "$w"
+      side_passive "$w"
       side_ort "$w"
     else
       side_ort "$w"
-      side pytorch-passive run_torch_passive "$w"
+      side_passive "$w"
       side pytorch run_torch "$w"
       side seqgrad run_seqgrad "$w"
     fi

@@ -3,6 +3,9 @@
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
+#include <exception>
+#include <string>
+
 #include "models/text/subword_engine.h"
 
 namespace seqgrad::text {
@@ -36,8 +39,15 @@ class Processor : public SubwordProcessor {
   bool decode(const std::vector<std::string>& pieces, std::string& text, std::string& error) const override {
     return ok(processor_.Decode(pieces, &text), error);
   }
+  // SentencePiece reports a bad model through its Status, except where its trie builder (Darts)
+  // throws on pieces it cannot insert (found by tests/fuzz/fuzz_subword): both become `error`.
   bool load(const std::string& proto, std::string& error) {
-    return ok(processor_.LoadFromSerializedProto(proto), error);
+    try {
+      return ok(processor_.LoadFromSerializedProto(proto), error);
+    } catch (const std::exception& e) {
+      error = std::string("the model's pieces cannot be indexed: ") + e.what();
+      return false;
+    }
   }
 
  private:

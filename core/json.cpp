@@ -26,9 +26,14 @@ std::string json_preview(const nlohmann::json& v, std::size_t max_chars) {
   if (v.is_array()) return "an array of " + plural(v.size(), "item");
   if (v.is_object()) return "an object of " + plural(v.size(), "key");
   if (v.is_string()) {
+    // quoted, with bytes that are not UTF-8 (a file's, or a multi-byte character cut at max_chars)
+    // shown as U+FFFD: dump() would throw on them
+    auto quoted = [](const std::string& s) {
+      return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    };
     const std::string& s = v.get_ref<const std::string&>();
-    if (s.size() <= max_chars) return nlohmann::json(s).dump();
-    return nlohmann::json(s.substr(0, max_chars)).dump() + fmt::format("... ({} bytes)", s.size());
+    if (s.size() <= max_chars) return quoted(s);
+    return quoted(s.substr(0, max_chars)) + fmt::format("... ({} bytes)", s.size());
   }
   return v.dump();  // a number, bool or null: one level
 }

@@ -81,6 +81,10 @@ TEST_CASE("hostile JSON: nesting beyond the limit is an error naming the source;
   CHECK(json_preview(nlohmann::json::parse(R"({"a": 1, "b": [2]})")) == "an object of 2 keys");
   CHECK(json_preview(nlohmann::json(std::string(100, 'x')), 4) == "\"xxxx\"... (100 bytes)");
   CHECK(json_preview(nlohmann::json(1e300)) == "1e+300");
+  // bytes that are not UTF-8, and a two-byte character cut by max_chars, preview as U+FFFD (dump()
+  // throws on them; found by tests/fuzz/fuzz_subword)
+  CHECK(json_preview(nlohmann::json(std::string("a\xff"))) == "\"a\xef\xbf\xbd\"");
+  CHECK(json_preview(nlohmann::json(std::string("ab\xc3\xa4" "c")), 3) == "\"ab\xef\xbf\xbd\"... (5 bytes)");
 }
 
 TEST_CASE("hostile files: write errors carry the system's reason") {

@@ -233,7 +233,7 @@ class Concurrency(ServeBase):
 
 
 class BadInput(ServeBase):
-    flags = ["--max-sentences", "3", "--max-src-tokens", "8", "--max-body-bytes", "4096"]
+    flags = ["--max-sentences", "3", "--max-src-tokens", "8", "--max-body-bytes", "4096", "--min-len", "2"]
 
     def test_each_bad_request_names_its_field(self):
         cases = [  # (raw body, status, field, message)
@@ -263,6 +263,8 @@ class BadInput(ServeBase):
              r"a number in \[0, 10\]"),
             (b"{\"src\": [\"Hund\"], \"max_len\": 5, \"min_len\": 6}", 422, "min_len",
              r"min_len = 6 is out of range \[0, 5\]"),
+            (b"{\"src\": [\"Hund\"], \"max_len\": 1}", 422, "max_len",  # below the server's --min-len 2
+             r"max_len = 1 is below min_len 2"),
             (b"{\"src\": [\"Hund\"], \"attention\": 1}", 422, "attention", r"true or false, got integer 1"),
             (b"{\"src\": [\"Hund\"], \"model\": 1}", 422, "model", r"model = 1 is out of range \[0, 0\]"),
         ]

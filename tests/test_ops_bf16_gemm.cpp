@@ -140,6 +140,26 @@ TEST_CASE("bf16 GEMM: native (oneDNN, AVX-512 BF16) vs the emulation") {
       CHECK(nan.to_vector<float>() == std::vector<float>{38, 44, 86, 100});
     }
   }
+  SUBCASE("a weight read again is rounded once per version: cache hits, and an in-place write is seen") {
+    if (runs_natively("the operand cache")) {
+      Tensor w = random_tensor({256, 96}, 12);
+      auto product = [&](const Tensor& b) { return bf16_matmul(random_tensor({8, 256}, 13), b, true); };
+      const cpu::Bf16CacheStats before = cpu::bf16_operand_cache_stats();
+      const std::vector<float> first = product(w);
+      for (int i = 0; i < 4; ++i) CHECK(product(w) == first);  // kept from the third read on: 2 hits
+      const cpu::Bf16CacheStats after = cpu::bf16_operand_cache_stats();
+      CHECK(after.hits - before.hits == 2);
+      CHECK(after.bytes - before.bytes == 256 * 96 * 2);  // w in bf16; the fresh activations are not kept
+      // w.t(), read column-major, is the same region in bf16: a hit, within the bound of the emulation
+      Tensor x = random_tensor({8, 96}, 14);
+      check_accumulation_bound(x, w.t(), bf16_matmul(x, w.t(), true), bf16_matmul(x, w.t(), false));
+      CHECK(cpu::bf16_operand_cache_stats().hits - after.hits == 1);
+      w.mul_(2.0);  // bumps the version: the cached values are stale
+      const std::vector<float> doubled = product(w);
+      CHECK(cpu::bf16_operand_cache_stats().hits - after.hits == 1);  // the doubled w was rounded afresh
+      for (size_t i = 0; i < first.size(); ++i) CHECK(doubled[i] == 2 * first[i]);  // exact: scaling by 2
+    }
+  }
   SUBCASE("linear forward and backward (the training step's GEMMs)") {
     if (runs_natively("linear forward and backward")) {
       Tensor x = random_tensor({16, 32}, 5).requires_grad_(), w = random_tensor({24, 32}, 6).requires_grad_();

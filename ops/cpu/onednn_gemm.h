@@ -32,6 +32,15 @@ bool native_bf16_gemm_available();
 // compare it with the emulation.
 void set_native_bf16_gemm(bool enabled);
 
+// The native path's cache of operands in bf16 (weights, rounded once per optimizer step; see
+// Bf16OperandCache in ops/cpu/onednn_gemm.cpp): products that found their operand rounded already
+// (hits) or rounded it (misses), and the operands kept with their bytes.
+struct Bf16CacheStats {
+  int64_t hits = 0, misses = 0, entries = 0;
+  size_t bytes = 0;
+};
+Bf16CacheStats bf16_operand_cache_stats();
+
 // c (m, n, leading dimension ldc) = alpha · a·b + beta · c in float32 through oneDNN, for
 // 2 <= m <= kFewRows; a (m, k) row-major with leading dimension lda, b (k, n) read through its
 // element strides. Returns false without touching c in a build without oneDNN (the caller then

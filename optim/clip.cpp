@@ -3,29 +3,51 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "core/autograd.h"
+#include "core/threads.h"
 #include "ops/ops.h"
 
 namespace seqgrad::optim {
 namespace {
 
+// Σ term(g[i]) in double, in blocks summed on the pool whose sums are added in order: the same
+// total for any number of threads. Eight accumulators per block let the additions overlap (one
+// accumulator chains each addition on the last: that loop took 4% of the seed preset's step, by perf).
+template <class T, class Term>
+double blocked_sum(const T* g, int64_t n, Term term) {
+  constexpr int64_t kBlock = 4096;
+  std::vector<double> sums(static_cast<size_t>((n + kBlock - 1) / kBlock));
+  parallel_for(static_cast<int64_t>(sums.size()), 16, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t end = std::min(n, (b + 1) * kBlock);
+      double acc[8] = {};
+      int64_t i = b * kBlock;
+      for (; i + 8 <= end; i += 8)
+        for (int j = 0; j < 8; ++j) acc[j] += term(static_cast<double>(g[i + j]));
+      for (; i < end; ++i) acc[0] += term(static_cast<double>(g[i]));
+      sums[b] = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    }
+  });
+  double total = 0.0;
+  for (double s : sums) total += s;
+  return total;
+}
+
 template <class T>
 double partial_norm(const T* g, int64_t n, double norm_type) {
-  double acc = 0.0;
   if (std::isinf(norm_type)) {
+    double acc = 0.0;
     for (int64_t i = 0; i < n; ++i) {
       double a = std::abs(static_cast<double>(g[i]));
       acc = std::isnan(a) || std::isnan(acc) ? NAN : std::max(acc, a);  // NaN wins, as in torch.max
     }
-  } else if (norm_type == 2.0) {
-    for (int64_t i = 0; i < n; ++i) acc += static_cast<double>(g[i]) * static_cast<double>(g[i]);
-  } else if (norm_type == 1.0) {
-    for (int64_t i = 0; i < n; ++i) acc += std::abs(static_cast<double>(g[i]));
-  } else {
-    for (int64_t i = 0; i < n; ++i) acc += std::pow(std::abs(static_cast<double>(g[i])), norm_type);
+    return acc;
   }
-  return acc;
+  if (norm_type == 2.0) return blocked_sum(g, n, [](double v) { return v * v; });
+  if (norm_type == 1.0) return blocked_sum(g, n, [](double v) { return std::abs(v); });
+  return blocked_sum(g, n, [norm_type](double v) { return std::pow(std::abs(v), norm_type); });
 }
 
 // Σ |g|^p (or max |g| for the inf norm) of one gradient, accumulated in double.

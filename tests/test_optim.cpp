@@ -6,12 +6,14 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "core/backend.h"
 #include "core/rng.h"
 #include "core/serialize.h"
+#include "core/threads.h"
 #include "nn/linear.h"
 #include "nn/loss.h"
 #include "nn/rnn.h"
@@ -169,7 +171,7 @@ TEST_CASE("Adam: the CPU backend's adam_update kernel equals its composed twin o
         AdamParams s = c.p;
         s.step = t;
         backend_for(Device::cpu()).adam_update(p1, g, m1, v1, x1, s);
-        detail::adam_update_composed(p2, g, m2, v2, x2, s);
+        optim::detail::adam_update_composed(p2, g, m2, v2, x2, s);
       }
       const double rtol = dtype == DType::f64 ? 1e-12 : 2e-5;
       check_close(p1.to_vector<double>(), p2.to_vector<double>(), rtol, rtol);
@@ -425,6 +427,29 @@ TEST_CASE("clip_grad_norm_: total norm over all gradients, PyTorch's coefficient
   CHECK(clip_grad_norm_({a, b}, 100.0, 3.0) == doctest::Approx(std::cbrt(27.0 + 64.0)));
   CHECK(clip_grad_norm_({none}, 1.0) == 0.0);
   CHECK_THROWS_WITH_AS(clip_grad_norm_({a}, 1.0, 0.0), doctest::Contains("norm_type = 0 must be > 0"), ValueError);
+}
+
+TEST_CASE("clip_grad_norm_: a gradient of many blocks (summed on the pool) gives the exact sum, on any thread count") {
+  // 20,003 float32 values in {-3, ..., 3}: every square and partial sum is an integer below 2^53, so
+  // the blocked sum in double is exact whatever its order; the p = 1 and p = 3 sums likewise.
+  const int64_t n = 20003;  // 4 blocks of 4096 and a tail that is not a multiple of 8
+  std::vector<float> values(n);
+  double squares = 0, absolutes = 0, cubes = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    values[i] = static_cast<float>(i % 7 - 3);
+    squares += values[i] * values[i], absolutes += std::abs(values[i]), cubes += std::pow(std::abs(values[i]), 3);
+  }
+  Tensor p = zeros({n}).requires_grad_();
+  const int threads = get_num_threads();
+  for (int t : {1, 2}) {
+    CAPTURE(t);
+    set_num_threads(t);
+    p.set_grad(from_vector(values, {n}));
+    CHECK(clip_grad_norm_({p}, 1e9) == std::sqrt(squares));
+    CHECK(clip_grad_norm_({p}, 1e9, 1.0) == absolutes);
+    CHECK(clip_grad_norm_({p}, 1e9, 3.0) == doctest::Approx(std::cbrt(cubes)).epsilon(1e-15));
+  }
+  set_num_threads(threads);
 }
 
 TEST_CASE("clip_grad_norm_: non-finite norms throw on request, else scale as PyTorch does") {

@@ -25,7 +25,7 @@ train_args=("$@")
 out=${out:-runs/$preset}
 
 echo "quickstart: setup (packages, configure, build)"
-scripts/setup.sh build
+scripts/setup.sh --program build
 build/tools/seqgrad info
 echo "quickstart: training (seqgrad train ${train_args[*]}) into $out"
 build/tools/seqgrad train "${train_args[@]}"

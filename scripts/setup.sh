@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages seqgrad needs (only the missing ones), then configures and builds.
 #
-#   scripts/setup.sh [--tests] [BUILD_DIR] [meson options...]
+#   scripts/setup.sh [--tests | --program] [BUILD_DIR] [meson options...]
 #
+# --program builds only the seqgrad program and the SentencePiece plugin it loads (what the quick
+# start runs), not the unit suites, test plugins and examples.
 # Without --tests: what building and the quick start need (compiler, meson, BLAS, fmt, JSON, cairo,
 # SentencePiece, oneDNN, cpp-httplib). With --tests: also what the test suites need (PyTorch, ONNX, OpenMPI,
 # clang for the fuzz targets, cmake for the install check) and the Python packages the parity
@@ -11,8 +13,11 @@
 # changed. An existing BUILD_DIR (default build) is reconfigured with the options given.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-with_tests=0
-if [ "${1:-}" = "--tests" ]; then with_tests=1; shift; fi
+with_tests=0 program_only=0
+case "${1:-}" in
+  --tests) with_tests=1; shift ;;
+  --program) program_only=1; shift ;;
+esac
 build=${1:-build}
 shift || true
 say() { echo "setup: $*"; }
@@ -71,4 +76,11 @@ else
   meson setup "$build" --buildtype=release "$@"
 fi
 say "building $build"
-ninja -C "$build"
+if ((program_only)); then
+  targets=(tools/seqgrad)
+  plugin=models/libseqgrad_sentencepiece.so  # absent from a build without SentencePiece
+  ninja -C "$build" -t targets all | grep -q "^$plugin:" && targets+=("$plugin")
+  ninja -C "$build" "${targets[@]}"
+else
+  ninja -C "$build"
+fi

@@ -541,6 +541,16 @@ class EarlyStopping(Base):
         self.assertIn("stopped early after step", p.stdout)
         self.assertEqual(len(read_metrics(os.path.join(cut, "metrics.jsonl"))), len(rows))
         self.assertTrue(same_file(os.path.join(whole, "last.safetensors"), os.path.join(cut, "last.safetensors")))
+        # a larger --patience on resume lets it go on, exactly as a run given that patience from the start
+        longer = self.out("es_longer")
+        self.assertOk(self.train(longer, "--epochs", "6", "--patience", "3"))
+        longer_rows = read_metrics(os.path.join(longer, "metrics.jsonl"))
+        self.assertEqual(len(longer_rows), len(rows) + 1)
+        p = self.train(cut, "--resume", "--epochs", "6", "--patience", "3")
+        self.assertOk(p)
+        self.assertIn("early stopping: 3 validation(s) without a better sacreBLEU (patience 3)", p.stdout)
+        self.assertEqual(without_seconds(read_metrics(os.path.join(cut, "metrics.jsonl"))), without_seconds(longer_rows))
+        self.assertTrue(same_file(os.path.join(longer, "last.safetensors"), os.path.join(cut, "last.safetensors")))
 
     def test_valid_every_validates_mid_epoch_and_at_the_end(self):
         out = self.out("valid_every")

@@ -387,6 +387,8 @@ void Trainer::save(const std::string& path) {
 void Trainer::restore(const LoadedCheckpoint& checkpoint, const std::string& path) {
   const nlohmann::json& j = checkpoint.info.train_state;
   TrainState state = train_state_from_json(j, path);
+  // patience may differ from the checkpoint's (a resumable field): whether it ran out is decided anew
+  state.stopped_early = config_.patience > 0 && state.validations_since_best >= config_.patience;
   load_weights(model_, checkpoint, path);  // CPU tensors copied onto the model's device
   // The optimizer's, scheduler's and scaler's own checks, with the checkpoint and the field named.
   auto restoring = [&](const char* field, const auto& load) {

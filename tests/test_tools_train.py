@@ -549,7 +549,8 @@ class EarlyStopping(Base):
         p = self.train(cut, "--resume", "--epochs", "6", "--patience", "3")
         self.assertOk(p)
         self.assertIn("early stopping: 3 validation(s) without a better sacreBLEU (patience 3)", p.stdout)
-        self.assertEqual(without_seconds(read_metrics(os.path.join(cut, "metrics.jsonl"))), without_seconds(longer_rows))
+        cut_rows = read_metrics(os.path.join(cut, "metrics.jsonl"))
+        self.assertEqual(without_seconds(cut_rows), without_seconds(longer_rows))
         self.assertTrue(same_file(os.path.join(longer, "last.safetensors"), os.path.join(cut, "last.safetensors")))
 
     def test_valid_every_validates_mid_epoch_and_at_the_end(self):

@@ -79,7 +79,9 @@ say "building $build"
 if ((program_only)); then
   targets=(tools/seqgrad)
   plugin=models/libseqgrad_sentencepiece.so  # absent from a build without SentencePiece
-  ninja -C "$build" -t targets all | grep -q "^$plugin:" && targets+=("$plugin")
+  # the list first, then grep: under pipefail, grep -q leaving early could fail ninja with SIGPIPE
+  all_targets=$(ninja -C "$build" -t targets all)
+  grep -q "^$plugin:" <<< "$all_targets" && targets+=("$plugin")
   ninja -C "$build" "${targets[@]}"
 else
   ninja -C "$build"

@@ -221,6 +221,32 @@ void leaf_edge_done(const std::shared_ptr<TensorImpl>& leaf) {
   for (const auto& [id, hook] : ready) hook(Tensor(leaf));
 }
 
+// Backward progress hooks (autograd_hooks.h); a pass without any checks one atomic counter per node.
+struct ProgressHook {
+  uint64_t id;
+  autograd::BackwardProgressHook hook;
+  std::chrono::steady_clock::duration interval;
+  std::chrono::steady_clock::time_point last_call;
+};
+std::mutex progress_hooks_mutex;
+std::vector<ProgressHook> progress_hooks;
+std::atomic<size_t> progress_hook_count{0};
+
+void run_due_progress_hooks() {
+  if (progress_hook_count.load(std::memory_order_relaxed) == 0) return;
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<autograd::BackwardProgressHook> due;
+  {
+    std::lock_guard<std::mutex> lock(progress_hooks_mutex);
+    for (ProgressHook& h : progress_hooks)
+      if (now - h.last_call >= h.interval) {
+        h.last_call = now;
+        due.push_back(h.hook);  // called unlocked: a hook may register or remove hooks
+      }
+  }
+  for (const autograd::BackwardProgressHook& hook : due) hook();
+}
+
 // Sets up dependency counts for every node reachable from the roots (iterative DFS). Nodes are
 // marked with the pass's epoch instead of being kept in a visited set (no hashing per node); the
 // returned list holds each node once and keeps it alive for the pass. In a nested pass, `saved`
@@ -398,6 +424,7 @@ void run_backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>&
       Node* n = ready.back();
       ready.pop_back();
       run_node(order[n->order_index], retain_graph, create_graph, ready, targets);
+      run_due_progress_hooks();
     }
   } catch (...) {
     for (const std::shared_ptr<Node>& n : order) n->grad = Tensor();
@@ -443,6 +470,21 @@ void remove_post_accumulate_grad_hook(uint64_t id) {
     }
     return;
   }
+}
+
+uint64_t register_backward_progress_hook(BackwardProgressHook hook, std::chrono::microseconds interval) {
+  SG_CHECK(hook != nullptr && interval.count() >= 0,
+           "register_backward_progress_hook: needs a callable and an interval >= 0 (got {} us)", interval.count());
+  static uint64_t next_id = 0;
+  std::lock_guard<std::mutex> lock(progress_hooks_mutex);
+  progress_hooks.push_back({++next_id, std::move(hook), interval, std::chrono::steady_clock::now() - interval});
+  ++progress_hook_count;
+  return next_id;
+}
+
+void remove_backward_progress_hook(uint64_t id) {
+  std::lock_guard<std::mutex> lock(progress_hooks_mutex);
+  if (std::erase_if(progress_hooks, [id](const ProgressHook& h) { return h.id == id; }) > 0) --progress_hook_count;
 }
 
 void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs,

@@ -47,6 +47,8 @@ DistributedDataParallel::DistributedDataParallel(Module& module,
   SG_CHECK(options.bucket_cap_mb > 0 && options.first_bucket_cap_mb > 0,
            "DistributedDataParallel: bucket_cap_mb ({}) and first_bucket_cap_mb ({}) must be > 0",
            options.bucket_cap_mb, options.first_bucket_cap_mb);
+  SG_CHECK(options.progress_interval.count() >= 0, "DistributedDataParallel: progress_interval ({} us) must be >= 0",
+           options.progress_interval.count());
   for (auto& [name, tensor] : module_.named_parameters())
     if (tensor.requires_grad()) {
       params_.emplace_back();
@@ -59,10 +61,14 @@ DistributedDataParallel::DistributedDataParallel(Module& module,
   for (size_t i = 0; i < params_.size(); ++i)
     params_[i].hook_id = autograd::register_post_accumulate_grad_hook(
         params_[i].tensor, [this, i](const Tensor&) { on_gradient_ready(i); });
+  if (options.progress_interval.count() > 0)
+    progress_hook_id_ = autograd::register_backward_progress_hook([this] { progress_reductions(); },
+                                                                  options.progress_interval);
 }
 
 DistributedDataParallel::~DistributedDataParallel() {
   for (const Parameter& p : params_) autograd::remove_post_accumulate_grad_hook(p.hook_id);
+  if (progress_hook_id_ != 0) autograd::remove_backward_progress_hook(progress_hook_id_);
 }
 
 // Different models on different ranks would make every later collective mismatch (or hang): rank
@@ -149,10 +155,11 @@ void DistributedDataParallel::prepare_for_backward(const Tensor& loss) {
   for (Bucket& b : buckets_) {
     b.pending = b.params.size();
     b.work.reset();
+    b.timeline = {};
   }
   next_bucket_ = 0;
   in_step_ = true;
-  step_start_ = std::chrono::steady_clock::now();
+  stats_.last_step_start = std::chrono::steady_clock::now();
   if (options_.find_unused_parameters || !loss.defined()) mark_unreached_parameters_ready(loss);
 }
 
@@ -182,14 +189,25 @@ void DistributedDataParallel::on_gradient_ready(size_t index) {
     else slot.zero_();
   }
   if (--bucket.pending == 0) launch_ready_buckets();
-  for (size_t b = 0; b < next_bucket_; ++b) buckets_[b].work->test();  // lets MPI progress them
+  progress_reductions();
 }
 
 void DistributedDataParallel::launch_ready_buckets() {
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
     Bucket& b = buckets_[next_bucket_++];
+    b.timeline.launched = seconds_since(stats_.last_step_start);
     b.work = communicator_->allreduce_async(b.flat, dist::ReduceOp::mean);
     stats_.bytes_allreduced += b.flat.numel() * static_cast<int64_t>(element_size(b.flat.dtype()));  // (n,)
+  }
+}
+
+// Tests the reductions in flight (which lets MPI move them forward) and notes when each completes.
+void DistributedDataParallel::progress_reductions() {
+  if (!in_step_) return;
+  for (size_t b = 0; b < next_bucket_; ++b) {
+    Bucket& bucket = buckets_[b];
+    if (bucket.timeline.completed == 0 && bucket.work->test())
+      bucket.timeline.completed = seconds_since(stats_.last_step_start);
   }
 }
 
@@ -208,9 +226,11 @@ void DistributedDataParallel::finish_gradient_synchronization() {
   in_step_ = false;
   if (next_bucket_ < buckets_.size()) missing_gradients();
   const auto wait_start = std::chrono::steady_clock::now();
+  stats_.last_backward_end = seconds_since(stats_.last_step_start);
   NoGradGuard no_grad;
   for (Bucket& b : buckets_) {
     b.work->wait();
+    if (b.timeline.completed == 0) b.timeline.completed = seconds_since(stats_.last_step_start);
     for (size_t i : b.params) {
       const Parameter& p = params_[i];
       Tensor mean = b.flat.narrow(0, p.offset, p.tensor.numel()).view(p.tensor.shape());
@@ -220,7 +240,10 @@ void DistributedDataParallel::finish_gradient_synchronization() {
     }
   }
   stats_.exposed_wait_seconds += seconds_since(wait_start);
-  stats_.backward_seconds += seconds_since(step_start_);
+  stats_.last_step_end = seconds_since(stats_.last_step_start);
+  stats_.backward_seconds += stats_.last_step_end;
+  stats_.last_step_buckets.clear();
+  for (const Bucket& b : buckets_) stats_.last_step_buckets.push_back(b.timeline);
   ++stats_.steps;
 }
 

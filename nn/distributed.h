@@ -29,14 +29,32 @@ struct DistributedDataParallelOptions {
   // the graph before backward and contributes its current .grad (zeros if none), so every rank
   // completes every bucket. Off: such a parameter is an error naming it (saves the walk).
   bool find_unused_parameters = true;
+  // MPI moves a non-blocking allreduce forward only inside MPI calls: while backward runs, the
+  // engine lets the communicator progress the reductions in flight at most this often
+  // (autograd::register_backward_progress_hook). Zero: only when a parameter's gradient arrives.
+  std::chrono::microseconds progress_interval{200};
 };
 
-// Communication of the synchronised steps so far (for logs and docs/scaling.md).
+// When each bucket's allreduce of the last synchronised step started and was seen complete, in
+// seconds since the step's start (prepare_for_backward). Completion is seen at a progress call or
+// in the final wait, so `completed` is an upper bound, as close as the progress interval.
+struct BucketTimeline {
+  double launched = 0;
+  double completed = 0;
+};
+
+// Communication of the synchronised steps so far (for logs and docs/scaling.md), and the timeline
+// of the last one.
 struct DistributedStats {
   int64_t steps = 0;                // backward() calls that averaged gradients
   int64_t bytes_allreduced = 0;     // gradient bytes this rank handed to allreduce
   double backward_seconds = 0;      // prepare_for_backward to finish_gradient_synchronization
   double exposed_wait_seconds = 0;  // of which waiting for allreduces after backward had finished
+  // prepare_for_backward's time (the ranks of one machine share this clock)
+  std::chrono::steady_clock::time_point last_step_start;
+  double last_backward_end = 0;     // finish_gradient_synchronization's start, seconds since last_step_start
+  double last_step_end = 0;         // its end: every bucket reduced and copied back
+  std::vector<BucketTimeline> last_step_buckets;
 };
 
 class DistributedDataParallel {
@@ -99,6 +117,7 @@ class DistributedDataParallel {
     std::vector<size_t> params;  // indices into params_
     size_t pending = 0;          // parameters not ready yet in this step
     std::unique_ptr<dist::Work> work;
+    BucketTimeline timeline;
   };
 
   void check_replicas_match() const;
@@ -107,6 +126,7 @@ class DistributedDataParallel {
   void mark_unreached_parameters_ready(const Tensor& loss);
   void on_gradient_ready(size_t index);
   void launch_ready_buckets();
+  void progress_reductions();
   [[noreturn]] void missing_gradients() const;
 
   Module& module_;
@@ -116,7 +136,7 @@ class DistributedDataParallel {
   std::vector<Bucket> buckets_;
   size_t next_bucket_ = 0;  // buckets are launched in index order, the same on every rank
   bool in_step_ = false;  // between prepare_for_backward and finish_gradient_synchronization
-  std::chrono::steady_clock::time_point step_start_;
+  uint64_t progress_hook_id_ = 0;  // 0: none
   int no_sync_depth_ = 0;
   DistributedStats stats_;
 };

@@ -371,3 +371,26 @@ TEST_CASE("post-accumulate-grad hooks run once per pass with the finished gradie
   CHECK_THROWS_WITH_AS(autograd::register_post_accumulate_grad_hook(w * 2.0, [](const Tensor&) {}),
                        doctest::Contains("must be a leaf that requires grad"), Error);
 }
+
+// Progress hooks run between the nodes of a backward pass: after each of them with interval 0, at
+// most once per interval otherwise, never once removed.
+TEST_CASE("backward progress hooks run between nodes, at most once per interval") {
+  Tensor w = leaf({2.0});
+  auto loss = [&] { return (w * 3.0 + w * w + w.exp()).sum(); };  // 6 nodes: 2 mul, exp, 2 add, sum
+  int every_node = 0, hourly = 0;
+  const uint64_t each = autograd::register_backward_progress_hook([&] { ++every_node; }, std::chrono::microseconds(0));
+  const uint64_t rare = autograd::register_backward_progress_hook([&] { ++hourly; }, std::chrono::hours(1));
+  loss().backward();
+  CHECK(every_node == 6);
+  CHECK(hourly == 1);  // the first node of the first pass
+  loss().backward();
+  CHECK(every_node == 12);
+  CHECK(hourly == 1);
+  autograd::remove_backward_progress_hook(each);
+  autograd::remove_backward_progress_hook(rare);
+  loss().backward();
+  CHECK(every_node == 12);
+  CHECK(hourly == 1);
+  CHECK_THROWS_WITH_AS(autograd::register_backward_progress_hook([] {}, std::chrono::microseconds(-1)),
+                       doctest::Contains("interval >= 0"), Error);
+}

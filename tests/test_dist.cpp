@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "core/rng.h"
 #include "dist/communicator.h"
@@ -180,6 +181,20 @@ void check_same_parameters(const nn::Module& a, const nn::Module& b, double tole
   }
 }
 
+// Every bucket of the last step was launched, then seen complete, within the step; backward ended
+// before the step did.
+void check_timeline(const nn::DistributedDataParallel& ddp) {
+  const nn::DistributedStats& s = ddp.stats();
+  REQUIRE(s.last_step_buckets.size() == ddp.bucket_bytes().size());
+  CHECK(0 < s.last_backward_end);
+  CHECK(s.last_backward_end <= s.last_step_end);
+  for (const nn::BucketTimeline& b : s.last_step_buckets) {
+    CHECK(0 < b.launched);
+    CHECK(b.launched <= b.completed);
+    CHECK(b.completed <= s.last_step_end);
+  }
+}
+
 }  // namespace
 
 // The reference trains one model on the whole global batch; the DDP replicas each see their shard
@@ -187,12 +202,16 @@ void check_same_parameters(const nn::Module& a, const nn::Module& b, double tole
 // float64 summation order. Rank 0's initial parameters reach the other ranks by the broadcast.
 TEST_CASE("DistributedDataParallel: N ranks on shards train exactly like one rank on the global batch") {
   REQUIRE(kGlobalBatch % comm().world_size() == 0);
-  for (double bucket_mb : {25.0, 1e-6}) {  // one bucket; one bucket per parameter
+  // one bucket; one bucket per parameter; the same without the engine's progress calls
+  const std::initializer_list<std::pair<double, int>> configs = {{25.0, 200}, {1e-6, 200}, {1e-6, 0}};
+  for (auto [bucket_mb, progress_us] : configs) {
     CAPTURE(bucket_mb);
+    CAPTURE(progress_us);
     SmallNet reference(7);
     SmallNet replica(comm().rank() == 0 ? 7 : 100 + comm().rank());
     nn::DistributedDataParallel ddp(replica, dist::world(),
-                                    {.bucket_cap_mb = bucket_mb, .first_bucket_cap_mb = bucket_mb});
+                                    {.bucket_cap_mb = bucket_mb, .first_bucket_cap_mb = bucket_mb,
+                                     .progress_interval = std::chrono::microseconds(progress_us)});
     check_same_parameters(replica, reference, 0.0);
     CHECK(ddp.bucket_parameter_names().size() == (bucket_mb > 1 ? 1u : 6u));
     CHECK(ddp.bucket_parameter_names().front().front() == "unused.bias");  // reverse registration order
@@ -220,6 +239,7 @@ TEST_CASE("DistributedDataParallel: N ranks on shards train exactly like one ran
       CHECK(replica.unused.weight.grad().defined());  // unused: averaged zeros, not missing
       sgd_step(replica, 0.1);
       check_same_parameters(replica, reference, 1e-13);
+      check_timeline(ddp);
     }
     CHECK(ddp.stats().steps == 20);
     CHECK(ddp.stats().bytes_allreduced == 20 * ddp.bytes_per_step());

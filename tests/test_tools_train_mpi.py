@@ -2,7 +2,8 @@
 epoch on 2 ranks gives the 1-rank run's losses and weights (float32 summation order apart: dropout
 off, so both runs compute the same function), only rank 0 writes, and a checkpoint that 2 ranks
 saved mid-epoch resumes on 1 rank to the same end point; token batches (--batch-tokens) small enough
-that many batches leave a rank without rows train as on 1 rank.
+that many batches leave a rank without rows train as on 1 rank; `seqgrad bench ddp_default` reports
+from rank 0 alone, with the word-level default preset's gradient bytes, and refuses to run on one rank.
 Usage: test_tools_train_mpi.py MPIRUN SEQGRAD DATA_DIR"""
 import array
 import json
@@ -97,6 +98,24 @@ with tempfile.TemporaryDirectory() as tmp:
         failures.append(f"--batch-tokens 12: train_loss 1 rank {t1[0]['train_loss']} vs 2 ranks {t2[0]['train_loss']}")
     compare_weights("--batch-tokens 12, 1 rank vs 2 ranks", os.path.join(tokens_one, "last.safetensors"),
                     os.path.join(tokens_two, "last.safetensors"), 1e-4)
+
+# the communication benchmark: 7,002,220 float32 gradients of the word-level default preset per step,
+# each mode reported once (by rank 0), the exposed time and the allreduce time alone measured
+bench = [seqgrad, "bench", "ddp_default", "--threads", "1", "--quick", "--json", "--data-dir", data_dir]
+p = subprocess.run([mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "2"] + bench, capture_output=True,
+                   text=True, timeout=600, env=env)
+lines = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
+if p.returncode != 0 or [j["workload"] for j in lines] != ["ddp_default_hooks_only", "ddp_default_progress"]:
+    failures.append(f"bench ddp_default on 2 ranks: exit {p.returncode}, results {lines}\n{p.stderr}")
+for j in lines:
+    if abs(j["mb_per_step"] - 7002220 * 4 / 1e6) > 1e-9 or j["ranks"] != 2:
+        failures.append(f"bench {j['workload']}: {j['mb_per_step']} MB per step on {j['ranks']} ranks, "
+                        f"expected 28.00888 on 2")
+    if not (j["allreduce_alone_ms"] > 0 and j["median"] >= 0 and j["backward_ms"] > 0):
+        failures.append(f"bench {j['workload']}: times not measured: {j}")
+p = subprocess.run(bench, capture_output=True, text=True, timeout=600, env=env)
+if p.returncode == 0 or "run it on several ranks, e.g. mpirun -np 2" not in p.stderr:
+    failures.append(f"bench ddp_default on 1 rank: exit {p.returncode}, expected a refusal\n{p.stderr}")
 
 for f in failures:
     print("FAIL:", f)

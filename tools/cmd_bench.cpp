@@ -17,6 +17,7 @@
 #include <vector>
 
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "core/allocator.h"
@@ -27,7 +28,10 @@
 #include "core/serialize.h"
 #include "core/threads.h"
 #include "ops/cpu/kernels.h"
+#include "dist/communicator.h"
+#include "models/seq2seq/data_parallel.h"
 #include "models/seq2seq/decode.h"
+#include "models/seq2seq/run.h"
 #include "models/seq2seq/trainer.h"
 #include "tools/args.h"
 #include "tools/commands.h"
@@ -106,6 +110,7 @@ struct Plan {
   bool quick = false;
   std::string data_dir = "data";
   int64_t max_seq = 8192;  // attention_chunked: the longest S
+  int64_t batch_tokens = 0;  // batching_*: the token budget (0: the sentence batches' mean padded size)
 };
 
 // Times `body` in blocks sized to last about `block_seconds`; returns the time per call (seconds)
@@ -164,6 +169,7 @@ struct PresetData {
   models::TrainConfig config;
   text::Vocab src_vocab, tgt_vocab;
   std::vector<models::TensorBatch> batches;
+  std::vector<text::Batch> text_batches;  // the same batches before to_tensors (a rank's shard is cut from them)
   std::vector<double> flops;         // per batch
   std::vector<int64_t> decode_src;   // one test sentence's source ids (with <eos>)
 };
@@ -188,6 +194,7 @@ PresetData load_preset(const std::string& name, const std::string& data_dir) {
   SG_CHECK(static_cast<int>(batches.size()) >= kBatches, "bench: preset {} gives only {} batches", name, batches.size());
   for (int i = 0; i < kBatches; ++i) {
     d.batches.push_back(models::to_tensors(batches[i]));
+    d.text_batches.push_back(batches[i]);
     d.flops.push_back(seq2seq_gemm_flops(d.config.model, batches[i].batch, batches[i].src_len_max,
                                          batches[i].tgt_len_max));
   }
@@ -428,6 +435,169 @@ void bench_sgemm(const Plan& plan, const Reporter& out) {
 
 // ---- export: the batches, decode sentence and initial weights for bench/torch_bench.py
 
+// ---- batching (on demand): a preset's training epoch in sentence batches and in token batches
+
+// One epoch's batches, as `seqgrad train` cuts them (the preset's vocabulary and truncation).
+std::vector<text::Batch> epoch_batches(text::BatchSource& source) {
+  std::vector<text::Batch> batches;
+  source.start_epoch(0, 0);
+  while (std::optional<text::Batch> b = source.next()) batches.push_back(std::move(*b));
+  return batches;
+}
+
+// rows x the longest side, as batch_tokens counts a batch
+int64_t padded_tokens(const text::Batch& b) { return b.batch * std::max(b.src_len_max, b.tgt_len_max); }
+
+// Padding: the share of source and target positions that hold <pad>.
+double padding_fraction(const std::vector<text::Batch>& batches) {
+  double real = 0, positions = 0;
+  for (const text::Batch& b : batches) {
+    for (size_t r = 0; r < b.src_lengths.size(); ++r) real += static_cast<double>(b.src_lengths[r] + b.tgt_lengths[r]);
+    positions += static_cast<double>(b.batch * (b.src_len_max + b.tgt_len_max));
+  }
+  return 1.0 - real / positions;
+}
+
+// The preset's epoch cut both ways: batch count, padding and mean padded tokens of each, and the
+// training step's time on batches at the 10th to 90th percentile of batch length (a fresh model's
+// steps; each a median of the repeats after a warm-up step).
+void bench_batching(const std::string& preset, const Plan& plan, const Reporter& out) {
+  models::TrainConfig config = models::preset(preset);
+  config.data_dir = plan.data_dir;
+  models::RunData sentences = models::load_run_data(config);
+  std::vector<text::Batch> by_sentences = epoch_batches(*sentences.train);
+  double mean_padded = 0;
+  for (const text::Batch& b : by_sentences) mean_padded += static_cast<double>(padded_tokens(b));
+  mean_padded /= static_cast<double>(by_sentences.size());
+  const int64_t budget = plan.batch_tokens > 0 ? plan.batch_tokens : static_cast<int64_t>(std::lround(mean_padded));
+  config.batch_tokens = budget;
+  std::vector<text::Batch> by_tokens = epoch_batches(*models::load_run_data(config, sentences.vocabs).train);
+  config.batch_tokens = 0;
+  models::Trainer trainer(config, sentences.vocabs.src, sentences.vocabs.tgt);
+  for (auto& [mode, batches] : {std::pair{fmt::format("sentences_{}", config.batch_size), &by_sentences},
+                                {fmt::format("tokens_{}", budget), &by_tokens}}) {
+    std::vector<text::Batch> sorted = *batches;
+    std::sort(sorted.begin(), sorted.end(), [](const text::Batch& a, const text::Batch& b) {
+      return std::max(a.src_len_max, a.tgt_len_max) < std::max(b.src_len_max, b.tgt_len_max);
+    });
+    double rows = 0, tokens = 0;
+    for (const text::Batch& b : sorted) {
+      rows += static_cast<double>(b.batch);
+      tokens += static_cast<double>(padded_tokens(b));
+    }
+    std::string steps;
+    std::vector<double> ms_per_step;
+    for (double q : {0.1, 0.3, 0.5, 0.7, 0.9}) {
+      const text::Batch& b = sorted[static_cast<size_t>(q * static_cast<double>(sorted.size() - 1))];
+      const models::TensorBatch t = models::to_tensors(b);
+      std::vector<double> seconds;
+      for (int r = 0; r <= std::max(plan.repeats, 1); ++r) {
+        auto t0 = Clock::now();
+        trainer.train_step(t);
+        if (r > 0) seconds.push_back(seconds_since(t0));  // the first is the warm-up
+      }
+      const double ms = 1e3 * stats_of(seconds).median;
+      ms_per_step.push_back(ms);
+      steps += fmt::format(" [{}x{}: {:.1f} ms, {:.1f} us/token]", b.batch, std::max(b.src_len_max, b.tgt_len_max), ms,
+                           1e3 * ms / static_cast<double>(padded_tokens(b)));
+    }
+    const double n = static_cast<double>(sorted.size());
+    out.report(fmt::format("batching_{}_{}", preset, mode), "ms/step", stats_of(ms_per_step),
+               {{"batches", n}, {"padding_pct", 100 * padding_fraction(sorted)}, {"rows_per_batch", rows / n},
+                {"padded_tokens_per_batch", tokens / n}},
+               "median over five batch lengths");
+    if (!out.json) fmt::print("  steps by batch length (rows x longest side, 10th to 90th percentile):{}\n", steps);
+  }
+}
+
+// ---- data-parallel communication (on demand, under mpirun -np N)
+
+// One synchronised step's ends on every rank (the ranks of one machine share the steady clock):
+// the exposed communication is the time from the slower rank's end of backward to the moment the
+// last rank has every bucket reduced; waiting for a slower rank's backward is load imbalance, not
+// communication, and is left out.
+double exposed_seconds(dist::Communicator& job, const nn::DistributedStats& s) {
+  const double start = std::chrono::duration<double>(s.last_step_start.time_since_epoch()).count();
+  std::vector<double> ends(2 * static_cast<size_t>(job.world_size()), 0.0);  // (backward end, step end) per rank
+  ends[2 * job.rank()] = start + s.last_backward_end;
+  ends[2 * job.rank() + 1] = start + s.last_step_end;
+  Tensor t = from_vector<double>(ends, {static_cast<int64_t>(ends.size())});
+  job.allreduce(t);  // each rank filled its own slots
+  const std::vector<double> all = t.to_vector<double>();
+  double backward_end = 0, step_end = 0;
+  for (size_t r = 0; r < all.size(); r += 2) {
+    backward_end = std::max(backward_end, all[r]);
+    step_end = std::max(step_end, all[r + 1]);
+  }
+  return step_end - backward_end;
+}
+
+// The same buckets reduced with nothing else running: what the allreduces cost unhidden.
+std::vector<double> allreduce_alone_seconds(dist::Communicator& job, const std::vector<int64_t>& bucket_bytes,
+                                            const Plan& plan) {
+  std::vector<Tensor> buckets;
+  for (int64_t bytes : bucket_bytes) buckets.push_back(zeros({bytes / 4}));  // float32 gradients
+  std::vector<double> seconds;
+  for (int r = 0; r < plan.warmup + plan.repeats; ++r) {
+    job.barrier();
+    auto t0 = Clock::now();
+    for (const Tensor& b : buckets) job.allreduce(b, dist::ReduceOp::mean);
+    if (r >= plan.warmup) seconds.push_back(seconds_since(t0));
+  }
+  return seconds;
+}
+
+// Training steps of `preset` on N ranks (each its shard of the batches), without and with the
+// engine's progress calls (DistributedDataParallelOptions::progress_interval), alternately; rank 0
+// reports the exposed communication per step beside the allreduce time alone, and the last step's
+// timeline per bucket relative to the end of backward.
+void bench_data_parallel(const std::string& preset, const Plan& plan, const Reporter& out) {
+  std::shared_ptr<dist::Communicator> job = dist::world();
+  SG_CHECK_USAGE(job->world_size() > 1, "bench ddp_{}: run it on several ranks, e.g. mpirun -np 2 seqgrad bench "
+                 "ddp_{} --threads 1", preset, preset);
+  PresetData d = load_preset(preset, plan.data_dir);
+  std::vector<models::TensorBatch> shards;
+  for (const text::Batch& b : d.text_batches)
+    shards.push_back(models::to_tensors(models::batch_shard(b, job->rank(), job->world_size())));
+  const std::vector<std::pair<std::string, std::chrono::microseconds>> modes = {
+      {"hooks_only", std::chrono::microseconds(0)},
+      {"progress", nn::DistributedDataParallelOptions().progress_interval}};
+  std::vector<std::unique_ptr<models::Trainer>> trainers;
+  for (const auto& [name, interval] : modes) {
+    models::TrainerOptions options{.communicator = job};
+    options.data_parallel.progress_interval = interval;
+    trainers.push_back(std::make_unique<models::Trainer>(d.config, d.src_vocab, d.tgt_vocab, options));
+  }
+  std::vector<std::vector<double>> exposed(modes.size()), backward(modes.size());
+  for (int r = 0; r < plan.warmup + plan.repeats; ++r)
+    for (size_t m = 0; m < modes.size(); ++m)
+      for (const models::TensorBatch& shard : shards) {
+        trainers[m]->train_step(shard);
+        const nn::DistributedStats& s = trainers[m]->data_parallel()->stats();
+        const double e = exposed_seconds(*job, s);
+        if (r < plan.warmup) continue;
+        exposed[m].push_back(e);
+        backward[m].push_back(s.last_backward_end);
+      }
+  const nn::DistributedDataParallel& ddp = *trainers.front()->data_parallel();
+  const Stats alone = scaled(allreduce_alone_seconds(*job, ddp.bucket_bytes(), plan), 1e3);
+  if (job->rank() != 0) return;
+  for (size_t m = 0; m < modes.size(); ++m) {
+    const Stats e = scaled(exposed[m], 1e3);
+    out.report(fmt::format("ddp_{}_{}", preset, modes[m].first), "ms exposed", e,
+               {{"allreduce_alone_ms", alone.median}, {"exposed_fraction", e.median / alone.median},
+                {"backward_ms", scaled(backward[m], 1e3).median}, {"ranks", job->world_size()},
+                {"mb_per_step", ddp.bytes_per_step() / 1e6}});
+    if (out.json) continue;
+    const nn::DistributedStats& s = trainers[m]->data_parallel()->stats();
+    std::string line = "  rank 0's last step, ms from the end of backward (launched -> seen complete):";
+    for (const nn::BucketTimeline& b : s.last_step_buckets)
+      line += fmt::format(" [{:.1f} -> {:.1f}]", 1e3 * (b.launched - s.last_backward_end),
+                          1e3 * (b.completed - s.last_backward_end));
+    fmt::print("{}\n", line);
+  }
+}
+
 void export_preset(const std::string& preset, const std::string& data_dir, const std::string& dir) {
   PresetData d = load_preset(preset, data_dir);
   auto model = make_model(d);
@@ -459,9 +629,20 @@ const std::vector<std::string> kWorkloads = {
 
 // On demand only (minutes at S = 8192), not in the default list: see bench_attention_chunked.
 const char* kAttentionChunked = "attention_chunked";
+// On demand: see bench_batching.
+const std::vector<std::string> kBatching = {"batching_default", "batching_seed"};
+// On demand, under mpirun: see bench_data_parallel.
+const std::vector<std::string> kDataParallel = {"ddp_seed", "ddp_default"};
 
 void run_workload(const std::string& w, const Plan& plan, const Reporter& out) {
   if (w == kAttentionChunked) return bench_attention_chunked(plan, plan.max_seq, out);
+  if (std::find(kBatching.begin(), kBatching.end(), w) != kBatching.end())
+    return bench_batching(w.substr(9), plan, out);
+  if (std::find(kDataParallel.begin(), kDataParallel.end(), w) != kDataParallel.end())
+    return (void)dist::run_on_every_rank([&] {  // an error on one rank ends the job, not a hang
+      bench_data_parallel(w.substr(4), plan, out);
+      return 0;
+    });
   if (w == "sgemm") return bench_sgemm(plan, out);
   if (w == "step_seed" || w == "step_d2l") return bench_step(w.substr(5), plan, out);
   if (w == "memory_seed" || w == "memory_d2l") return bench_memory(w.substr(7), plan, out);
@@ -480,7 +661,8 @@ void run_workload(const std::string& w, const Plan& plan, const Reporter& out) {
   if (w == "step_seed_bf16") return bench_step("seed", plan, out, "bf16");
   std::string names;
   for (const std::string& n : kWorkloads) names += " " + n;
-  names += fmt::format(" (on demand: {})", kAttentionChunked);
+  names += fmt::format(" (on demand: {}, {}, {} under mpirun)", kAttentionChunked, fmt::join(kBatching, ", "),
+                       fmt::join(kDataParallel, ", "));
   throw ValueError(fmt::format("bench: unknown workload '{}'; choose from:{}", w, names));
 }
 
@@ -502,11 +684,15 @@ int bench_main(int argc, char** argv) {
       .option("quiet", "", "no header line")
       .option("export", "dir", "write the presets' batches and initial weights for bench/torch_bench.py, then exit")
       .option("list", "", "list the workloads")
-      .option("max-seq", "n", "attention_chunked (on demand, not run by default): S = 128, 256, ... up to n", "8192");
+      .option("max-seq", "n", "attention_chunked (on demand, not run by default): S = 128, 256, ... up to n", "8192")
+      .option("batch-tokens", "n", "batching_* (on demand): the token budget (default: the sentence batches' mean "
+              "padded tokens, rows x longest side)", "0");
   if (!args.parse(argc, argv)) return 0;
   if (args.flag("list")) {
     for (const std::string& w : kWorkloads) fmt::print("{}\n", w);
     fmt::print("{} (on demand)\n", kAttentionChunked);
+    for (const std::string& w : kBatching) fmt::print("{} (on demand)\n", w);
+    for (const std::string& w : kDataParallel) fmt::print("{} (on demand, under mpirun -np N)\n", w);
     return 0;
   }
   apply_threads_flag(args);
@@ -516,6 +702,8 @@ int bench_main(int argc, char** argv) {
   plan.warmup = args.get_int32("warmup", 0);
   plan.max_seq = args.get_int("max-seq");
   SG_CHECK_VALUE(plan.max_seq >= 128, "bench: --max-seq {} must be >= 128", plan.max_seq);
+  plan.batch_tokens = args.get_int("batch-tokens");
+  SG_CHECK_VALUE(plan.batch_tokens >= 0, "bench: --batch-tokens {} must be >= 0", plan.batch_tokens);
   if (args.flag("quick")) plan.quick = true, plan.repeats = 2, plan.warmup = 1;
   SG_CHECK_USAGE(plan.repeats >= 1 && plan.warmup >= 0, "bench: --repeats {} must be >= 1 and --warmup {} >= 0",
                  plan.repeats, plan.warmup);
@@ -531,7 +719,8 @@ int bench_main(int argc, char** argv) {
     SG_CHECK_IO(!std::filesystem::is_directory(out.json_path), "bench --out-file {}: is a folder, not a file",
                 out.json_path);
   }
-  if (!args.flag("quiet") && !out.json)
+  const bool first_rank = !dist::launched_by_mpi() || dist::world()->rank() == 0;  // one header under mpirun
+  if (!args.flag("quiet") && !out.json && first_rank)
     fmt::print("seqgrad bench: {} threads, BLAS {}, CPU kernels {}, load average {:.2f}\n", get_num_threads(),
                blas::describe(), cpu::kernel_isa(), load_average());
   std::vector<std::string> workloads = args.positionals().empty() ? kWorkloads : args.positionals();

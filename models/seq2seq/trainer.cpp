@@ -219,7 +219,7 @@ Trainer::Trainer(TrainConfig config, text::Vocab src_vocab, text::Vocab tgt_voca
       loss_options_{.label_smoothing = config_.label_smoothing, .ignore_index = text::Vocab::kPad} {
   model_.train();
   if (options.communicator && options.communicator->world_size() > 1) {
-    ddp_ = std::make_unique<nn::DistributedDataParallel>(model_, options.communicator);
+    ddp_ = std::make_unique<nn::DistributedDataParallel>(model_, options.communicator, options.data_parallel);
     default_generator().manual_seed(rank_seed(config_.seed, rank()));  // the dropout stream
   }
 }

@@ -122,6 +122,7 @@ struct TrainerOptions {
   // data_parallel.h) with its own dropout stream, gradients are averaged by
   // nn::DistributedDataParallel, and only rank 0 writes checkpoints. Null or one rank: this process.
   std::shared_ptr<dist::Communicator> communicator;
+  nn::DistributedDataParallelOptions data_parallel{};  // buckets and progress of the gradient averaging
 };
 
 class Trainer {

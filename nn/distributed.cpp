@@ -159,6 +159,7 @@ void DistributedDataParallel::prepare_for_backward(const Tensor& loss) {
   }
   next_bucket_ = 0;
   in_step_ = true;
+  step_thread_ = std::this_thread::get_id();
   stats_.last_step_start = std::chrono::steady_clock::now();
   if (options_.find_unused_parameters || !loss.defined()) mark_unreached_parameters_ready(loss);
 }
@@ -203,7 +204,7 @@ void DistributedDataParallel::launch_ready_buckets() {
 
 // Tests the reductions in flight (which lets MPI move them forward) and notes when each completes.
 void DistributedDataParallel::progress_reductions() {
-  if (!in_step_) return;
+  if (!in_step_ || std::this_thread::get_id() != step_thread_) return;  // another thread's backward
   for (size_t b = 0; b < next_bucket_; ++b) {
     Bucket& bucket = buckets_[b];
     if (bucket.timeline.completed == 0 && bucket.work->test())

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "dist/communicator.h"
@@ -137,6 +138,7 @@ class DistributedDataParallel {
   size_t next_bucket_ = 0;  // buckets are launched in index order, the same on every rank
   bool in_step_ = false;  // between prepare_for_backward and finish_gradient_synchronization
   uint64_t progress_hook_id_ = 0;  // 0: none
+  std::thread::id step_thread_;    // MPI is called from this thread only (MPI_THREAD_FUNNELED)
   int no_sync_depth_ = 0;
   DistributedStats stats_;
 };

@@ -692,7 +692,7 @@ int bench_main(int argc, char** argv) {
     for (const std::string& w : kWorkloads) fmt::print("{}\n", w);
     fmt::print("{} (on demand)\n", kAttentionChunked);
     for (const std::string& w : kBatching) fmt::print("{} (on demand)\n", w);
-    for (const std::string& w : kDataParallel) fmt::print("{} (on demand, under mpirun -np N)\n", w);
+    for (const std::string& w : kDataParallel) fmt::print("{} (on demand)\n", w);  // under mpirun -np N
     return 0;
   }
   apply_threads_flag(args);

@@ -300,6 +300,10 @@ TEST_CASE("DistributedDataParallel: without find_unused_parameters an unused par
   // Every rank fails the same way before any collective of the step completes.
   CHECK_THROWS_WITH_AS(ddp.backward(mse(replica, shard(x), shard(y))),
                        doctest::Contains("received no gradient on rank"), Error);
+  // refused before any collective, on every rank alike
+  const nn::DistributedDataParallelOptions negative{.progress_interval = std::chrono::microseconds(-1)};
+  CHECK_THROWS_WITH_AS(nn::DistributedDataParallel(replica, dist::world(), negative),
+                       doctest::Contains("progress_interval (-1 us) must be >= 0"), Error);
 }
 
 namespace {

@@ -433,8 +433,6 @@ void bench_sgemm(const Plan& plan, const Reporter& out) {
              fmt::format("{0}x{0}x{0}, {1}", n, blas::describe()));
 }
 
-// ---- export: the batches, decode sentence and initial weights for bench/torch_bench.py
-
 // ---- batching (on demand): a preset's training epoch in sentence batches and in token batches
 
 // One epoch's batches, as `seqgrad train` cuts them (the preset's vocabulary and truncation).
@@ -598,6 +596,8 @@ void bench_data_parallel(const std::string& preset, const Plan& plan, const Repo
   }
 }
 
+// ---- export: the batches, decode sentence and initial weights for bench/torch_bench.py
+
 void export_preset(const std::string& preset, const std::string& data_dir, const std::string& dir) {
   PresetData d = load_preset(preset, data_dir);
   auto model = make_model(d);
@@ -702,8 +702,7 @@ int bench_main(int argc, char** argv) {
   plan.warmup = args.get_int32("warmup", 0);
   plan.max_seq = args.get_int("max-seq");
   SG_CHECK_VALUE(plan.max_seq >= 128, "bench: --max-seq {} must be >= 128", plan.max_seq);
-  plan.batch_tokens = args.get_int("batch-tokens");
-  SG_CHECK_VALUE(plan.batch_tokens >= 0, "bench: --batch-tokens {} must be >= 0", plan.batch_tokens);
+  plan.batch_tokens = args.get_int("batch-tokens", 0);
   if (args.flag("quick")) plan.quick = true, plan.repeats = 2, plan.warmup = 1;
   SG_CHECK_USAGE(plan.repeats >= 1 && plan.warmup >= 0, "bench: --repeats {} must be >= 1 and --warmup {} >= 0",
                  plan.repeats, plan.warmup);

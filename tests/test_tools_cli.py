@@ -899,8 +899,8 @@ class Conventions(Base):
             self.assertFails(run("bench", "--repeats", value), rf"--repeats must be in \[1, 2147483647\], got {value}",
                              status=2)
         self.assertFails(run("bench", "--warmup", "-1"), r"--warmup must be in \[0, 2147483647\], got -1", status=2)
-        self.assertFails(run("bench", "batching_default", "--batch-tokens", "-1"), r"--batch-tokens must be >= 0, got -1",
-                         status=2)
+        self.assertFails(run("bench", "batching_default", "--batch-tokens", "-1"),
+                         r"--batch-tokens must be >= 0, got -1", status=2)
         self.assertFails(run("translate", "--threads", "100000", "x"), r"--threads 100000 is more than 4 x the \d+ "
                                                                        r"cores of this machine \(at most \d+\)",
                          status=2)

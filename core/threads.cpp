@@ -3,6 +3,7 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <exception>
@@ -33,9 +34,12 @@ int available_cores() {
 
 thread_local bool inside_parallel = false;
 
-// One job at a time. `state_` packs the job's generation (high 32 bits) and the next unclaimed
-// chunk (low 32 bits): a helper claims chunk i of generation g with one compare-exchange, which
-// fails once the caller has moved on, so a late helper never touches a finished job.
+// One job at a time. `state_` packs the job's generation (high 32 bits), its number of chunks
+// (16 bits) and the next unclaimed chunk (low 16 bits): a helper claims chunk i of generation g
+// with one compare-exchange, which fails once the caller has moved on, so a late helper never
+// touches a finished job. The chunk count lives in the same word because a count read apart from
+// it could be the next job's, published before its generation: a helper holding the old word would
+// then claim a chunk past the old job's end and run it with the next job's half-written fields.
 class Pool {
  public:
   // Starts up to `helpers` threads. When the system refuses one, the thread limit or the address
@@ -61,6 +65,7 @@ class Pool {
   }
 
   void run(int64_t n, int64_t chunks, int64_t align, detail::RangeFn fn, void* ctx) {
+    chunks = std::min<int64_t>(chunks, kMaxChunks);
     fn_.store(fn, std::memory_order_relaxed);
     ctx_.store(ctx, std::memory_order_relaxed);
     n_.store(n, std::memory_order_relaxed);
@@ -68,7 +73,7 @@ class Pool {
     align_.store(align, std::memory_order_relaxed);
     done_.store(0, std::memory_order_relaxed);
     uint64_t gen = (state_.load(std::memory_order_relaxed) >> 32) + 1;
-    state_.store(gen << 32);  // publish (seq_cst: pairs with sleepers_ below)
+    state_.store(gen << 32 | static_cast<uint64_t>(chunks) << 16);  // publish (seq_cst: pairs with sleepers_ below)
     if (sleepers_.load() > 0) state_.notify_all();
     int64_t mine = 0;
     for (;;) {  // the caller works through the chunks like any helper
@@ -90,7 +95,7 @@ class Pool {
   // Stops and joins helpers [keep, end). Only before the first job: no chunk is left to claim.
   void retire_from(int keep) {
     keep_.store(keep);
-    state_.fetch_add(uint64_t{1} << 32);  // wakes sleepers; chunks_ is 0, so nothing gets claimed
+    state_.fetch_add(uint64_t{1} << 32);  // wakes sleepers; no job has chunks yet, so nothing gets claimed
     state_.notify_all();
     for (size_t i = keep; i < threads_.size(); ++i) threads_[i].join();
     threads_.resize(keep);
@@ -101,8 +106,8 @@ class Pool {
     uint64_t s = state_.load(std::memory_order_acquire);
     for (;;) {
       if ((s >> 32) != gen) return -1;
-      int64_t next = static_cast<int64_t>(s & 0xffffffffu);
-      if (next >= chunks_.load(std::memory_order_relaxed)) return -1;
+      const int64_t next = static_cast<int64_t>(s & 0xffff), chunks = static_cast<int64_t>((s >> 16) & 0xffff);
+      if (next >= chunks) return -1;
       if (state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel)) return next;
     }
   }
@@ -162,6 +167,7 @@ class Pool {
     }
   }
 
+  static constexpr int64_t kMaxChunks = 0xffff;  // parallel_for asks for at most 4 per thread
   std::vector<std::thread> threads_;
   std::atomic<uint64_t> state_{0};
   std::atomic<detail::RangeFn> fn_{nullptr};

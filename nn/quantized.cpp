@@ -124,7 +124,9 @@ namespace {
 class Int8GRUProducts final : public GRUProducts {
  public:
   explicit Int8GRUProducts(const std::vector<QuantizedGRU::Layer>& layers) : layers_(layers) {}
-  Tensor project(int64_t index, const Tensor& input) const override {
+  Tensor project(int64_t index, const Tensor& input, int64_t first) const override {
+    SG_CHECK_VALUE(first == 0, "quantized_gru: a leading projection is not supported (its input weights are "
+                   "quantized whole); pass the whole input");
     return quantized_linear(input, layers_[index].weight_ih, layers_[index].bias_ih);
   }
   Tensor recur(int64_t index, const Tensor& xp, const Tensor& h0, const Tensor& keep,

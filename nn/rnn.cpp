@@ -151,8 +151,9 @@ Tensor run_layers(const RNNOptions& options, bool training, const Tensor& x, std
 class FloatGRUProducts final : public GRUProducts {
  public:
   explicit FloatGRUProducts(const std::vector<RNNWeights>& weights) : weights_(weights) {}
-  Tensor project(int64_t index, const Tensor& input) const override {
-    return linear(input, weights_[index].weight_ih, weights_[index].bias_ih);
+  Tensor project(int64_t index, const Tensor& input, int64_t first) const override {
+    const Tensor& w = weights_[index].weight_ih;
+    return linear(input, first == 0 ? w : w.narrow(1, first, w.size(1) - first), weights_[index].bias_ih);
   }
   Tensor recur(int64_t index, const Tensor& xp, const Tensor& h0, const Tensor& keep,
                Direction direction) const override {
@@ -302,23 +303,39 @@ void RNNBase::reset_parameters() {
 
 namespace {
 
-void check_sequence_input(const char* op, const Tensor& x, const RNNOptions& options, DType dtype) {
+// `leading` input features are given as their projection (GRUArgs::leading_projection), not in x.
+void check_sequence_input(const char* op, const Tensor& x, const RNNOptions& options, DType dtype,
+                          int64_t leading = 0) {
   SG_CHECK(x.defined(), "{}: input is undefined", op);
   SG_CHECK_SHAPE(x.ndim() == 3, "{}: expected a batch-first input (B, T, input_size = {}), got x: {}", op,
                  options.input_size, x.shape());
-  SG_CHECK_SHAPE(x.size(2) == options.input_size, "{}: input feature size {} != input_size {} (x: {})", op, x.size(2),
-                 options.input_size, x.shape());
+  SG_CHECK_SHAPE(x.size(2) == options.input_size - leading,
+                 "{}: input feature size {} != input_size {}{} (x: {})", op, x.size(2), options.input_size,
+                 leading ? fmt::format(" - {} given as leading_projection", leading) : "", x.shape());
   SG_CHECK_SHAPE(x.size(1) > 0, "{}: input has no time steps (x: {})", op, x.shape());
   SG_CHECK_DTYPE(x.dtype() == dtype,
                  "{}: input dtype {} != parameter dtype {} (x: {}); convert the module with .to()", op, x.dtype(),
                  dtype, x.shape());
 }
 
+// P, the input features given as GRUArgs::leading_projection (B, T, 3H): input_size minus x's.
+int64_t leading_features(const char* op, const RNNOptions& options, const Tensor& x, const Tensor& projection) {
+  if (!projection.defined()) return 0;
+  SG_CHECK_VALUE(!options.bidirectional, "{}: a leading projection needs a unidirectional GRU", op);
+  SG_CHECK_SHAPE(x.defined() && x.ndim() == 3 && x.size(2) < options.input_size && projection.ndim() == 3 &&
+                     projection.size(0) == x.size(0) && projection.size(1) == x.size(1) &&
+                     projection.size(2) == 3 * options.hidden_size,
+                 "{}: leading_projection {} must be (B, T, 3H = {}) beside x {} (B, T, F < input_size = {})", op,
+                 projection.shape(), 3 * options.hidden_size, x.defined() ? x.shape() : Shape{}, options.input_size);
+  return options.input_size - x.size(2);
+}
+
 }  // namespace
 
 GRUOutput gru_forward(const char* op, const RNNOptions& options, DType dtype, bool training, const Tensor& x,
                       const GRUArgs& args, const GRUProducts& products) {
-  check_sequence_input(op, x, options, dtype);
+  const int64_t leading = leading_features(op, options, x, args.leading_projection);
+  check_sequence_input(op, x, options, dtype, leading);
   const int64_t B = x.size(0), H = options.hidden_size, n = options.num_layers * (options.bidirectional ? 2 : 1);
   StepMask mask = make_step_mask(op, args.lengths, args.keep, x, Extents::skip);
   Tensor h0 = state_or_zeros(op, "h0", args.h0, {n, B, H}, x);  // (L·dirs, B, H)
@@ -329,7 +346,10 @@ GRUOutput gru_forward(const char* op, const RNNOptions& options, DType dtype, bo
     // the whole direction is one gru_layer node: (T, B, H) states
     return gru_direction_outputs(products.recur(k, xp, state, keep, direction), mask, direction, stack_dim);
   };
-  auto project = [&](int64_t k, const Tensor& input) { return products.project(k, input); };
+  auto project = [&](int64_t k, const Tensor& input) {  // input (T, B, F)
+    if (k > 0 || leading == 0) return products.project(k, input, 0);
+    return add(products.project(0, input, leading), args.leading_projection.transpose(0, 1));
+  };
   Tensor output = run_layers(options, training, x, states, project, run);
   return {.output = output, .h_n = stack(states, 0)};
 }
@@ -340,6 +360,16 @@ GRU::GRU(Options options) : RNNBase("GRU", "gru", options, 3) {}
 
 GRUOutput GRU::operator()(const Tensor& x, const GRUArgs& args) const {
   return gru_forward(op_, options_, weights_[0].weight_ih.dtype(), is_training(), x, args, FloatGRUProducts(weights_));
+}
+
+Tensor GRU::project_leading(const Tensor& x_lead) const {
+  SG_CHECK(x_lead.defined(), "gru: project_leading's input is undefined");
+  SG_CHECK_SHAPE(x_lead.ndim() == 3 && x_lead.size(2) > 0 && x_lead.size(2) < options_.input_size,
+                 "gru: project_leading expects (B, T, P) with 0 < P < input_size = {}, got {}", options_.input_size,
+                 x_lead.shape());
+  SG_CHECK_VALUE(!options_.bidirectional, "gru: a leading projection needs a unidirectional GRU");
+  const Tensor& w = weights_[0].weight_ih;
+  return linear(x_lead, w.narrow(1, 0, x_lead.size(2)), Tensor());
 }
 
 // ---- LSTM

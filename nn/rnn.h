@@ -145,6 +145,10 @@ struct GRUArgs {
   // Padding, given as one of (neither when every sequence has T steps):
   Tensor lengths = {};  // int64 (B,), each in [0, T], turned into the keep mask below
   Tensor keep = {};     // bool (B, T), true at real steps
+  // Layer 0's input projection of the first P input features, computed ahead (GRU::project_leading):
+  // (B, T, 3H); x then holds only the other input_size - P features. A decoder hoists its
+  // embeddings' share of the projection out of its step loop this way (unidirectional GRUs).
+  Tensor leading_projection = {};
 };
 
 // What LSTM returns: auto [output, state] = lstm(x); state.h, state.c: (num_layers · dirs, B, H)
@@ -183,8 +187,9 @@ class RNNBase : public Module {
 class GRUProducts {
  public:
   virtual ~GRUProducts() = default;
-  // W_ih x + b_ih for every step: input (T, B, F) -> (T, B, 3H)
-  virtual Tensor project(int64_t index, const Tensor& input) const = 0;
+  // W_ih[:, first:] x + b_ih for every step: input (T, B, F - first) -> (T, B, 3H); first > 0 only
+  // for layer 0 given a leading projection (GRUArgs::leading_projection).
+  virtual Tensor project(int64_t index, const Tensor& input, int64_t first) const = 0;
   // The layer's states (T, B, H) from xp (T, B, 3H) and h0 (B, H), as ops' gru_layer; keep (T, B)
   // bool, true at real steps, or undefined (every step real).
   virtual Tensor recur(int64_t index, const Tensor& xp, const Tensor& h0, const Tensor& keep,
@@ -200,8 +205,11 @@ class GRU : public RNNBase {
  public:
   using Options = RNNOptions;
   explicit GRU(Options options);
-  // x: (B, T, input_size), batch first
+  // x: (B, T, input_size), batch first; with args.leading_projection (B, T, input_size - P)
   GRUOutput operator()(const Tensor& x, const GRUArgs& args = {}) const;
+  // x_lead (B, T, P), the first P < input_size input features -> their share of layer 0's input
+  // projection, x_lead · W_ih[:, :P]ᵀ (B, T, 3H), for GRUArgs::leading_projection.
+  Tensor project_leading(const Tensor& x_lead) const;
 };
 
 class LSTM : public RNNBase {

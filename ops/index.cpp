@@ -161,6 +161,12 @@ Tensor embedding(const Tensor& weight, const Tensor& ids, int64_t padding_idx) {
   return record("embedding", y, {weight}, [flat, padding_idx, in = weight.shape()](const Tensor& dy, Grads& g) {
     Tensor drows = dy.reshape({flat.numel(), in[1]});
     if (padding_idx >= 0) drows = where(ne(flat, static_cast<double>(padding_idx)).unsqueeze(1), drows, zeros_like(drows));
+    // Straight into the table's gradient buffer when there is one: O(rows), not O(table) (a decoder
+    // looks up one step at a time)
+    if (Tensor acc = g.accumulator(0); acc.defined()) {
+      backend_for(acc).index_add(acc, 0, flat, drows);
+      return;
+    }
     g.add(0, index_add(zeros(in, {.dtype = dy.dtype(), .device = dy.device()}), 0, flat, drows));
   });
 }

@@ -322,6 +322,36 @@ TEST_CASE("leaf gradients never alias each other or the upstream gradient") {
   CHECK(d.grad().is_contiguous());
 }
 
+TEST_CASE("a tensor sliced step by step: each slice's gradient lands in its part, held gradients untouched") {
+  // Slices and lookups add into the gradient buffer in place when the engine owns it alone
+  // (a decoder's loop); the values here are the loss's coefficients, by hand.
+  auto loss_of = [](const Tensor& x) {
+    Tensor loss = mul(x.select(0, 1), 10.0).sum();  // row 1: +10
+    for (int64_t t = 0; t < 3; ++t) loss = add(loss, mul(narrow(x, 1, t, 1), t + 1.0).sum());  // column t: +(t+1)
+    return add(loss, mul(slice(x, 1, 0, 3, 2), 100.0).sum());  // columns 0 and 2: +100
+  };
+  Tensor x = tensor({1, 2, 3, 4, 5, 6}, kF64).reshape({2, 3}).detach().requires_grad_();
+  loss_of(x).backward();
+  check_values(x.grad(), {101, 2, 103, 111, 12, 113});
+  loss_of(mul(x, 2.0)).backward();  // through a non-leaf's buffer: twice the coefficients, accumulated
+  check_values(x.grad(), {303, 6, 309, 333, 36, 339});
+  Tensor held = x.grad();  // a gradient the user holds is never written by a later pass
+  loss_of(x).backward();
+  check_values(held, {303, 6, 309, 333, 36, 339});
+  check_values(x.grad(), {404, 8, 412, 444, 48, 452});
+
+  // one table looked up at every step, padding row 0 left at zero
+  Tensor table = zeros({4, 2}, kF64).requires_grad_();
+  Tensor lookups = zeros({}, kF64);
+  const int64_t ids[3][2] = {{1, 2}, {2, 0}, {3, 2}};
+  for (int64_t t = 0; t < 3; ++t) {
+    Tensor step_ids = from_vector<int64_t>({ids[t][0], ids[t][1]}, {2}, {.dtype = DType::i64});
+    lookups = add(lookups, mul(embedding(table, step_ids, 0), t + 1.0).sum());
+  }
+  lookups.backward();
+  check_values(table.grad(), {0, 0, 1, 1, 6, 6, 3, 3});  // id 2 at steps 0, 1 and 2: 1 + 2 + 3
+}
+
 TEST_CASE("a backward that returns the wrong shape is caught with the op name") {
   Tensor x = leaf({1, 2});
   Tensor y = record("bad_op", mul(x.detach(), 2.0), {x}, [](const Tensor& dy, Grads& g) { g.add(0, sum(dy)); });

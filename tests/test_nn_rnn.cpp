@@ -183,6 +183,43 @@ TEST_CASE("GRU: gradcheck w.r.t. input, h0 and every parameter (float64, B=2, T=
   }
 }
 
+TEST_CASE("GRU: a leading projection computed ahead equals the whole input, step by step, values and gradients") {
+  // A decoder's teacher-forced loop: the first P = 2 features of every step projected at once, then
+  // one GRU call per step on the other 3 (float64, 2 layers, B = 2, T = 4).
+  manual_seed(15);
+  nn::GRU gru({.input_size = 5, .hidden_size = 4, .num_layers = 2});
+  gru.to(f64);
+  Tensor x = randn64({2, 4, 5}), h0 = randn64({2, 2, 4});
+  auto stepped = [&](const std::vector<Tensor>& in, bool hoisted) {
+    Tensor lead = in[0].narrow(2, 0, 2), rest = in[0].narrow(2, 2, 3), h = in[1];
+    Tensor projected = hoisted ? gru.project_leading(lead) : Tensor();
+    std::vector<Tensor> outputs;
+    for (int64_t t = 0; t < 4; ++t) {
+      auto [out, h_n] = hoisted ? gru(rest.narrow(1, t, 1), {.h0 = h, .leading_projection = projected.narrow(1, t, 1)})
+                                : gru(in[0].narrow(1, t, 1), {.h0 = h});
+      outputs.push_back(out);
+      h = h_n;
+    }
+    return flat({cat(outputs, 1), h});
+  };
+  Tensor whole = stepped({x, h0}, false), split = stepped({x, h0}, true);
+  CHECK(max_abs_diff(whole, split) < 1e-12);
+  CHECK(max_abs(whole) > 0.1);
+  auto fn = [&](const std::vector<Tensor>& in) { return stepped(in, true); };
+  check_report(gradcheck(fn, with_parameters({x, h0}, gru), {.name = "GRU with a leading projection"}));
+
+  CHECK_THROWS_WITH_AS(gru(x, {.leading_projection = zeros({2, 4, 12}, {.dtype = f64})}),
+                       "gru: leading_projection (2, 4, 12) must be (B, T, 3H = 12) beside x (2, 4, 5) "
+                       "(B, T, F < input_size = 5)", ShapeError);
+  CHECK_THROWS_WITH_AS(gru(x.narrow(2, 0, 3), {.leading_projection = zeros({2, 3, 12}, {.dtype = f64})}),
+                       doctest::Contains("gru: leading_projection (2, 3, 12) must be (B, T, 3H = 12)"), ShapeError);
+  CHECK_THROWS_WITH_AS(gru.project_leading(x), "gru: project_leading expects (B, T, P) with 0 < P < input_size = 5, "
+                       "got (2, 4, 5)", ShapeError);
+  nn::GRU bidirectional({.input_size = 5, .hidden_size = 4, .bidirectional = true});
+  CHECK_THROWS_WITH_AS(bidirectional.project_leading(zeros({2, 4, 2})),
+                       "gru: a leading projection needs a unidirectional GRU", ValueError);
+}
+
 TEST_CASE("LSTM: gradcheck w.r.t. input, h0, c0 and every parameter (float64, B=2, T=3, H=4)") {
   for (bool bidirectional : {false, true}) {
     for (int64_t num_layers : {1, 2}) {

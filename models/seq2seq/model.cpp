@@ -167,30 +167,38 @@ Tensor AttnDecoder::last_energies() const {
   return additive ? additive->last_scores() : attention->last_scores();  // scaled dot: q·k/√d
 }
 
-AttnDecoder::Advance AttnDecoder::advance(const Tensor& y_prev, const Tensor& state, const Memory& memory) const {
+AttnDecoder::Advance AttnDecoder::advance(const Tensor& embedded_step, const Tensor& embedded_projection,
+                                          const Tensor& state, const Memory& memory) const {
   Tensor query = state.select(0, config_.num_layers - 1).unsqueeze(1);  // (B, 1, H)
   Tensor context = attention->attend(query, memory);                    // (B, 1, 2H)
   Tensor weights = attention->last_weights(), energies = last_energies();  // (B, 1, S) each
-  Tensor embedded = dropout(embedding(y_prev)).unsqueeze(1);            // (B, 1, E)
-  auto [output, new_state] = rnn(cat({embedded, context}, 2), {.h0 = state});  // (B, 1, H), (L, B, H)
+  Tensor embedded = embedded_step.unsqueeze(1);                         // (B, 1, E)
+  auto [output, new_state] = embedded_projection.defined()
+                                 ? rnn(context, {.h0 = state, .leading_projection = embedded_projection})
+                                 : rnn(cat({embedded, context}, 2), {.h0 = state});  // (B, 1, H), (L, B, H)
   Tensor features = config_.deep_output ? cat({output, context, embedded}, 2) : output;  // (B, 1, F)
   return {features, new_state, weights.squeeze(1), energies.defined() ? energies.squeeze(1) : Tensor()};
 }
 
 AttnDecoder::Step AttnDecoder::step(const Tensor& y_prev, const Tensor& state, const Memory& memory) const {
-  Advance a = advance(y_prev, state, memory);
+  Advance a = advance(dropout(embedding(y_prev)), Tensor(), state, memory);
   return {out(a.features).squeeze(1), a.state, a.weights, a.energies};  // logits (B, V)
 }
 
 Tensor AttnDecoder::operator()(const Tensor& tgt_in, Tensor state, const Memory& memory) const {
+  // What does not depend on the previous step is computed for every step at once: the embeddings,
+  // their share of the GRU's input projection (one (B·T, E) product; the int8 GRU projects its
+  // whole input per step) and, after the loop, the output layer (M = B·T rows, not T products of
+  // B rows, and one weight-gradient product in backward).
+  Tensor embedded = dropout(embedding(tgt_in));  // (B, T, E)
+  Tensor projected = rnn.quantized() ? Tensor() : rnn->project_leading(embedded);  // (B, T, 3H)
   std::vector<Tensor> features;
   for (int64_t t = 0; t < tgt_in.size(1); ++t) {
-    Advance a = advance(tgt_in.select(1, t), state, memory);
+    Advance a = advance(embedded.select(1, t), projected.defined() ? projected.narrow(1, t, 1) : Tensor(), state,
+                        memory);
     features.push_back(a.features);
     state = a.state;
   }
-  // The output layer is not part of the recurrence: one product over every step (M = B·T rows)
-  // instead of T products of B rows, and one weight-gradient product in backward.
   return out(cat(features, 1));  // (B, T, F) -> (B, T, V)
 }
 

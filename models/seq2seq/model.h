@@ -100,7 +100,10 @@ class AttnDecoder : public nn::Module {
   struct Advance {
     Tensor features, state, weights, energies;
   };
-  Advance advance(const Tensor& y_prev, const Tensor& state, const Memory& memory) const;
+  // embedded_step (B, E): y_{t-1}'s embedding; embedded_projection (B, 1, 3H): its share of the GRU's
+  // input projection computed ahead (teacher forcing), or undefined.
+  Advance advance(const Tensor& embedded_step, const Tensor& embedded_projection, const Tensor& state,
+                  const Memory& memory) const;
   // The pre-softmax scores of the last step (B, 1, S): the additive energies (for hybrid, its
   // additive half's), or scaled dot's q·k/√d.
   Tensor last_energies() const;

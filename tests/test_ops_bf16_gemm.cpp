@@ -161,6 +161,20 @@ TEST_CASE("bf16 GEMM: native (oneDNN, AVX-512 BF16) vs the emulation") {
       const std::vector<float> doubled = product(w);
       CHECK(cpu::bf16_operand_cache_stats().hits - after.hits == 1);  // the doubled w was rounded afresh
       for (size_t i = 0; i < first.size(); ++i) CHECK(doubled[i] == 2 * first[i]);  // exact: scaling by 2
+
+      // A block of a weight's columns (strided, gathered) is kept too; each view of it is its own entry
+      Tensor block = w0.narrow(1, 32, 48), other = w0.narrow(1, 0, 48);  // (256, 48), rows of stride 96
+      const std::vector<float> block_first = product(block);
+      for (int i = 0; i < 3; ++i) CHECK(product(block) == block_first);  // kept at the third read: 1 hit
+      const cpu::Bf16CacheStats strided = cpu::bf16_operand_cache_stats();
+      CHECK(strided.hits - after.hits == 2);
+      CHECK(strided.bytes - after.bytes == 256 * 48 * 2);
+      for (int i = 0; i < 3; ++i) check_accumulation_bound(random_tensor({8, 256}, 13), other, product(other),
+                                                           bf16_matmul(random_tensor({8, 256}, 13), other, false));
+      CHECK(cpu::bf16_operand_cache_stats().hits == strided.hits);  // other columns: not block's values
+      Tensor xb = random_tensor({8, 48}, 16);  // block.t(), (48, 256) with columns of stride 96: a view of its own
+      check_accumulation_bound(xb, block.t(), bf16_matmul(xb, block.t(), true), bf16_matmul(xb, block.t(), false));
+      CHECK(cpu::bf16_operand_cache_stats().hits == strided.hits);
     }
   }
   SUBCASE("linear forward and backward (the training step's GEMMs)") {

@@ -78,15 +78,18 @@ Bf16Matrix to_bf16(const float* p, int64_t rows, int64_t cols, int64_t row_strid
 // third product that reads its storage region (an activation is read twice, forward and backward,
 // so activations are not kept), whatever the layout it is read in (a weight and its transpose round
 // to the same values), for as long as its storage lives and its version is unchanged (an optimizer
-// step or any in-place write bumps it). Past kBudgetBytes the least recently read are dropped.
+// step or any in-place write bumps it). A strided operand (a block of a weight's columns, as the
+// decoder's GRU reads its context share of W_ih) is kept gathered, keyed by its strides too.
+// Past kBudgetBytes the least recently read are dropped.
 class Bf16OperandCache {
  public:
   Bf16Matrix get(const Tensor& t, const float* p, int64_t rows, int64_t cols, int64_t row_stride,
                  int64_t col_stride) {
-    const auto layout = dense_layout(rows, cols, row_stride, col_stride);
-    if (!layout) return to_bf16(p, rows, cols, row_stride, col_stride);
+    const auto dense = dense_layout(rows, cols, row_stride, col_stride);
+    const std::pair<int64_t, int64_t> layout = dense ? *dense : std::pair{cols, int64_t{1}};  // gathered row-major
     const std::shared_ptr<Storage>& storage = t.impl()->storage;
-    const Key key{storage.get(), p, rows * cols};
+    const Key key = dense ? Key{storage.get(), p, rows * cols} : Key{storage.get(), p, rows * cols, rows, row_stride,
+                                                                     col_stride};
     const uint32_t version = storage->version;
     bool keep = false;
     {
@@ -101,7 +104,7 @@ class Bf16OperandCache {
       ++entry.reads;
       if (entry.values && entry.version == version) {
         ++stats_.hits;
-        return {entry.values, layout->first, layout->second};
+        return {entry.values, layout.first, layout.second};
       }
       ++stats_.misses;
       keep = entry.reads >= kReadsBeforeKeeping;
@@ -133,6 +136,7 @@ class Bf16OperandCache {
     const Storage* storage;
     const float* data;
     int64_t size;
+    int64_t rows = 0, row_stride = 0, col_stride = 0;  // a gathered operand's; 0 for dense ones, any layout
     auto operator<=>(const Key&) const = default;
   };
   struct Entry {

@@ -309,9 +309,8 @@ void check_sequence_input(const char* op, const Tensor& x, const RNNOptions& opt
   SG_CHECK(x.defined(), "{}: input is undefined", op);
   SG_CHECK_SHAPE(x.ndim() == 3, "{}: expected a batch-first input (B, T, input_size = {}), got x: {}", op,
                  options.input_size, x.shape());
-  SG_CHECK_SHAPE(x.size(2) == options.input_size - leading,
-                 "{}: input feature size {} != input_size {}{} (x: {})", op, x.size(2), options.input_size,
-                 leading ? fmt::format(" - {} given as leading_projection", leading) : "", x.shape());
+  SG_CHECK_SHAPE(x.size(2) + leading == options.input_size, "{}: input feature size {} != input_size {} (x: {})", op,
+                 x.size(2), options.input_size, x.shape());
   SG_CHECK_SHAPE(x.size(1) > 0, "{}: input has no time steps (x: {})", op, x.shape());
   SG_CHECK_DTYPE(x.dtype() == dtype,
                  "{}: input dtype {} != parameter dtype {} (x: {}); convert the module with .to()", op, x.dtype(),

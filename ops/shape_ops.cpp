@@ -19,9 +19,11 @@ Tensor make_view(const Tensor& x, const Shape& shape, const Shape& strides, int6
   return Tensor(std::move(impl));
 }
 
-Shape slice_strides(Shape strides, int d, int64_t step) {
+// The view of x (shape `shape`) whose dimension d starts at `start` and takes every step-th element.
+Tensor slice_view(const Tensor& x, const Shape& shape, int d, int64_t start, int64_t step) {
+  Shape strides = x.strides();
   strides[d] *= step;
-  return strides;
+  return make_view(x, shape, strides, x.offset() + start * x.strides()[d]);
 }
 
 // Resolves one -1 entry and checks the element count.
@@ -192,13 +194,12 @@ Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t s
   end = std::clamp<int64_t>(end, start, n);
   Shape shape = x.shape();
   shape[d] = (end - start + step - 1) / step;
-  Tensor y = make_view(x, shape, slice_strides(x.strides(), d, step), x.offset() + start * x.strides()[d]);
+  Tensor y = slice_view(x, shape, d, start, step);
   return record("slice", y, {x}, [in = x.shape(), d, start, step](const Tensor& dy, Grads& g) {
     // A loop over the steps of a sequence slices one tensor T times: adding each step's gradient
     // into its part of the input's gradient buffer costs O(slice), a scatter into zeros O(input).
     if (Tensor acc = g.accumulator(0); acc.defined()) {
-      Tensor part = make_view(acc, dy.shape(), slice_strides(acc.strides(), d, step),
-                              acc.offset() + start * acc.strides()[d]);
+      Tensor part = slice_view(acc, dy.shape(), d, start, step);
       backend_for(acc).binary(BinaryOp::add, part, dy, part);
       return;
     }

@@ -148,6 +148,18 @@ TEST_CASE("quantized GRU: padded steps keep the state and output zeros, as the f
   for (int64_t j = 0; j < 6; ++j) CHECK(h[(0 * 2 + 1) * 6 + j] == v[(1 * 3 + 0) * 12 + j]);
 }
 
+TEST_CASE("quantized GRU: a leading projection is refused by name (its input weights are quantized whole)") {
+  struct Holder : Module {
+    Quantizable<GRU> gru{{.input_size = 4, .hidden_size = 6}};
+    Holder() : Module("Holder") { register_module("gru", gru); }
+  } holder;
+  quantize_dynamic(holder);
+  REQUIRE(holder.gru.quantized());
+  NoGradGuard no_grad;
+  CHECK_THROWS_WITH_AS(holder.gru(zeros({2, 3, 3}), {.leading_projection = zeros({2, 3, 18})}),
+                       doctest::Contains("quantized_gru: a leading projection is not supported"), ValueError);
+}
+
 TEST_CASE("load_quantized_weights: stored int8 weights reproduce the quantized model exactly; bad keys named") {
   manual_seed(6);
   Toy a;

@@ -215,8 +215,11 @@ TEST_CASE("GRU: a leading projection computed ahead equals the whole input, step
                        doctest::Contains("gru: leading_projection (2, 3, 12) must be (B, T, 3H = 12)"), ShapeError);
   CHECK_THROWS_WITH_AS(gru.project_leading(x), "gru: project_leading expects (B, T, P) with 0 < P < input_size = 5, "
                        "got (2, 4, 5)", ShapeError);
+  CHECK_THROWS_WITH_AS(gru.project_leading(Tensor()), "gru: project_leading's input is undefined", Error);
   nn::GRU bidirectional({.input_size = 5, .hidden_size = 4, .bidirectional = true});
   CHECK_THROWS_WITH_AS(bidirectional.project_leading(zeros({2, 4, 2})),
+                       "gru: a leading projection needs a unidirectional GRU", ValueError);
+  CHECK_THROWS_WITH_AS(bidirectional(zeros({2, 4, 3}), {.leading_projection = zeros({2, 4, 12})}),
                        "gru: a leading projection needs a unidirectional GRU", ValueError);
 }
 

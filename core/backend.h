@@ -104,6 +104,21 @@ class Backend {
                                            const Tensor& /*dlogits*/) {
     unsupported(FusedOp::cross_entropy, logits);
   }
+  // Layer normalisation over rows (ops/layer_norm.cpp): x (N, D), weight and bias (D,) or
+  // undefined (1 and 0) -> y (N, D) = (x - μ) r w + b, and per row mean μ and rstd r = 1/√(σ² + eps)
+  // (N,) for the backward (σ² the biased variance).
+  virtual void layer_norm_rows(const Tensor& x, const Tensor& /*weight*/, const Tensor& /*bias*/, double /*eps*/,
+                               const Tensor& /*y*/, const Tensor& /*mean*/, const Tensor& /*rstd*/) {
+    unsupported(FusedOp::layer_norm, x);
+  }
+  // Its backward from dy (N, D), with x̂ = (x - μ) r and g = dy w: dx = r (g - mean(g) - x̂ mean(g x̂))
+  // per row; dweight = Σ_rows dy x̂ and dbias = Σ_rows dy (D,), each overwritten, or skipped when
+  // undefined (dweight is also skipped without a weight).
+  virtual void layer_norm_rows_backward(const Tensor& x, const Tensor& /*weight*/, const Tensor& /*mean*/,
+                                        const Tensor& /*rstd*/, const Tensor& /*dy*/, const Tensor& /*dx*/,
+                                        const Tensor& /*dweight*/, const Tensor& /*dbias*/) {
+    unsupported(FusedOp::layer_norm, x);
+  }
   // One Adam/AdamW step of one parameter (optim/optimizer.cpp, formulas in optim/optimizer.h):
   // param, exp_avg, exp_avg_sq and, with p.amsgrad, max_exp_avg_sq (else undefined) are updated in
   // place from grad; all contiguous, of one shape and floating dtype.

@@ -59,11 +59,12 @@ enum class GemmPrecision : uint8_t { full, bf16, f16 };
 enum class FusedOp : uint8_t {
   gru_cell, cross_entropy, additive_scores, adam_update, additive_attention_chunk,
   int8_gemm,  // the int8 GEMM of dynamic quantization (no composed twin: CPU only)
+  layer_norm,
 };
 
 constexpr const char* fused_op_name(FusedOp op) {
   constexpr const char* kNames[] = {"gru_cell", "cross_entropy", "additive_scores", "adam_update",
-                                    "additive_attention_chunk", "int8_gemm"};
+                                    "additive_attention_chunk", "int8_gemm", "layer_norm"};
   return kNames[static_cast<int>(op)];
 }
 

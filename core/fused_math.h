@@ -1,6 +1,7 @@
 // The per-element arithmetic of the fused kernels (core/backend.h: GRU step, additive-attention
-// energies, label-smoothed cross-entropy, Adam), defined once for the CUDA kernels (ops/cuda/fused.cu),
-// their host emulation (tests/cuda_emulation) and, for Adam, the CPU loop (optim/optimizer.cpp).
+// energies, layer normalisation, label-smoothed cross-entropy, Adam), defined once for the CUDA
+// kernels (ops/cuda/fused.cu, layer_norm.cu), their host emulation (tests/cuda_emulation) and, for
+// Adam and layer normalisation, the CPU loops (optim/optimizer.cpp, ops/cpu/layer_norm.cpp).
 // The CPU's other fused kernels (ops/cpu/fused.cpp) write the same formulas with their vectorised
 // float32 exp/tanh (ops/cpu/vec_math.h); the derivations are next to the ops that use them.
 #pragma once
@@ -62,6 +63,19 @@ template <class T>
 SG_HOST_DEVICE inline AdditiveGrads<T> additive_term_grad(T ds, T q, T k, T w) {
   const T f = std::tanh(q + k);
   return {ds * w * (T(1) - f * f), ds * f};
+}
+
+// ---- layer normalisation (ops/layer_norm.cpp), one element of a row with mean μ and
+// r = 1/√(σ² + eps):  y = (x - μ) r w + b;  with x̂ = (x - μ) r, g = dy w and the row means ḡ, (g x̂)‾:
+//   dx = r (g - ḡ - x̂ (g x̂)‾)
+template <class T>
+SG_HOST_DEVICE inline T layer_norm_value(T x, T mean, T rstd, T w, T b) {
+  return (x - mean) * rstd * w + b;
+}
+
+template <class T>
+SG_HOST_DEVICE inline T layer_norm_grad(T g, T xhat, T rstd, T mean_g, T mean_gxhat) {
+  return rstd * (g - mean_g - xhat * mean_gxhat);
 }
 
 // ---- cross-entropy with label smoothing ε over C classes (ops/loss.cpp), per row:

@@ -274,6 +274,16 @@ Tensor additive_scores_composed(const Tensor& projected_queries, const Tensor& p
 Tensor chunked_additive_attention(const Tensor& qp, const Tensor& kp, const Tensor& w_v, const Tensor& values,
                                   const Tensor& key_keep, int64_t chunk_size, double dropout_p = 0.0);
 
+// Layer normalisation over the trailing dimensions `normalized_shape` of x (ops/layer_norm.cpp),
+// as torch.nn.functional.layer_norm: per row of D = numel(normalized_shape) values
+//   y = (x - μ) / √(σ² + eps) · weight + bias   (μ, σ² the row's mean and biased variance)
+// weight, bias: normalized_shape, or undefined (1 and 0). Fused (one pass per row each way:
+// Backend::layer_norm_rows); layer_norm_composed is its twin in ops (mean, sub, mul, pow).
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = {}, const Tensor& bias = {},
+                  double eps = 1e-5);
+Tensor layer_norm_composed(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = {},
+                           const Tensor& bias = {}, double eps = 1e-5);
+
 // Per-target losses over class scores on the last dimension (ops/loss.cpp); nn/loss.h adds the
 // reductions. scores (..., C), targets (...) int64 -> (...), 0 where the target is ignore_index.
 // Both validate the targets (int64, shape, every one in [0, C) or ignore_index).

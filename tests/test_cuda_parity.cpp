@@ -483,8 +483,37 @@ TEST_CASE("cuda fused cross_entropy_rows: smoothing, ignore_index, wide rows, la
         }
 }
 
+TEST_CASE("cuda fused layer_norm_rows: with and without weight, wide rows, a large mean, partial gradients") {
+  REQUIRE(backend_for(kCuda).supports(FusedOp::layer_norm));
+  for (DType t : {DType::f32, DType::f64})
+    for (int64_t D : {1, 7, 130, 1000})
+      for (bool affine : {true, false}) {
+        const int64_t N = 5;
+        std::string name = fmt::format("{} D {} affine {}", dtype_name(t), D, affine);
+        Tensor x = sample({N, D}, t, 60);
+        // a row whose mean is far from 0 (|μ| >> σ), as large as the dtype's rounding of μ + x allows
+        // for the two devices' summation orders to agree within the tolerance
+        x.select(0, 3).add_(full({D}, t == DType::f64 ? 1e3 : 10.0, {.dtype = t}));
+        Tensor w = affine ? sample({D}, t, 61) : Tensor(), b = affine ? sample({D}, t, 62) : Tensor();
+        std::vector<Tensor> cpu{x, w, b, nan_like({N, D}, t), nan_like({N}, t), nan_like({N}, t)};
+        check_primitive(name, cpu, {3, 4, 5}, [](Backend& be, const std::vector<Tensor>& a) {
+          be.layer_norm_rows(a[0], a[1], a[2], 1e-5, a[3], a[4], a[5]);
+        });
+        const Tensor mean = cpu[4], rstd = cpu[5], dy = sample({N, D}, t, 63);
+        for (bool params : {true, false})
+          check_primitive(fmt::format("{} backward, parameter gradients {}", name, params),
+                          {x, w, mean, rstd, dy, nan_like({N, D}, t), params ? nan_like({D}, t) : Tensor(),
+                           params ? nan_like({D}, t) : Tensor()},
+                          params && affine ? std::vector<int>{5, 6, 7} : params ? std::vector<int>{5, 7}
+                                                                                : std::vector<int>{5},
+                          [](Backend& be, const std::vector<Tensor>& a) {
+                            be.layer_norm_rows_backward(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]);
+                          });
+      }
+}
+
 // The ops on both devices: values and the gradients of every input (f32 and f64).
-TEST_CASE("cuda fused ops: gru_layer, additive_scores and cross_entropy forward and backward") {
+TEST_CASE("cuda fused ops: gru_layer, layer_norm, additive_scores and cross_entropy forward and backward") {
   for (DType t : {DType::f32, DType::f64}) {
     const Tolerance tol = t == DType::f32 ? Tolerance{2e-4, 2e-5} : kF64;
     auto leaf = [&](const Shape& shape, uint64_t seed) { return mul(sample(shape, t, seed), 0.5).requires_grad_(); };
@@ -512,6 +541,8 @@ TEST_CASE("cuda fused ops: gru_layer, additive_scores and cross_entropy forward 
         check_op(fmt::format("gru_layer {} reverse {} masked {}", dtype_name(t), dir == nn::Direction::reverse, masked),
                  in, [&](const std::vector<Tensor>& a) { return gru_layer(a[0], a[1], a[2], a[3], a[4], dir); });
       }
+    check_op(fmt::format("layer_norm {}", dtype_name(t)), {leaf({2, 3, 6}, 64), leaf({3, 6}, 65), leaf({3, 6}, 66)},
+             [](const std::vector<Tensor>& a) { return layer_norm(a[0], {3, 6}, a[1], a[2]); });
     check_op(fmt::format("additive_scores {}", dtype_name(t)),
              {leaf({3, 4, 9}, 56), leaf({3, 7, 9}, 57), leaf({1, 9}, 58)},
              [](const std::vector<Tensor>& a) { return additive_scores(a[0], a[1], a[2]); });

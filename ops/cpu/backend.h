@@ -41,7 +41,7 @@ class CpuBackend final : public Backend {
   void softmax_rows_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, bool log) override;
   void topk(const Tensor& x, int64_t k, bool largest, const Tensor& values, const Tensor& indices) override;
 
-  // fused.cpp, and adam.cpp: every fused kernel.
+  // fused.cpp, adam.cpp and layer_norm.cpp: every fused kernel.
   bool supports(FusedOp) const override { return true; }
   void gru_cell(const Tensor& xp, const Tensor& hp, const Tensor& h, const Tensor& valid, const Tensor& h_next,
                 const Tensor& gates) override;
@@ -61,6 +61,12 @@ class CpuBackend final : public Backend {
                                    const Tensor& dlogits) override;
   void adam_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
                    const Tensor& max_exp_avg_sq, const AdamParams& p) override;
+  // layer_norm.cpp
+  void layer_norm_rows(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& y,
+                       const Tensor& mean, const Tensor& rstd) override;
+  void layer_norm_rows_backward(const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
+                                const Tensor& dy, const Tensor& dx, const Tensor& dweight,
+                                const Tensor& dbias) override;
 
   // int8.cpp: the kernels ops/cpu/dispatch.cpp chose (ops/cpu/int8.h)
   void int8_gemm(const Tensor& a, const Tensor& w, const Tensor& c) override;

@@ -363,6 +363,39 @@ class CudaBackend final : public Backend {
                                       dloss.numel() == 1 ? 0 : 1, eps, ignore_index, dlogits.raw_data(), N, C);
   }
 
+  void layer_norm_rows(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& y,
+                       const Tensor& mean, const Tensor& rstd) override {
+    const char* op = "layer_norm";
+    check_operands(op, {{"x", &x}, {"y", &y}, {"mean", &mean}, {"rstd", &rstd}});
+    auto [N, D] = layer_norm_sizes(op, x, weight, bias);
+    SG_CHECK_SHAPE(y.shape() == x.shape() && mean.shape() == Shape{N} && rstd.shape() == Shape{N},
+                   "{}: expected y like x {} and mean, rstd (N,) = ({},); got y {}, mean {}, rstd {} on {}", op,
+                   x.shape(), N, y.shape(), mean.shape(), rstd.shape(), x.device());
+    DeviceGuard guard(x.device().index);
+    cuda::layer_norm_rows(elem(x.dtype()), x.raw_data(), data_or_null(weight), data_or_null(bias), eps, y.raw_data(),
+                          mean.raw_data(), rstd.raw_data(), N, D);
+  }
+
+  void layer_norm_rows_backward(const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
+                                const Tensor& dy, const Tensor& dx, const Tensor& dweight,
+                                const Tensor& dbias) override {
+    const char* op = "layer_norm_backward";
+    check_operands(op, {{"x", &x}, {"mean", &mean}, {"rstd", &rstd}, {"dy", &dy}, {"dx", &dx}});
+    auto [N, D] = layer_norm_sizes(op, x, weight, Tensor());
+    for (const Tensor* d : {&dweight, &dbias})
+      if (d->defined()) check_operands(op, {{"x", &x}, {d == &dweight ? "dweight" : "dbias", d}});
+    SG_CHECK_SHAPE(mean.shape() == Shape{N} && rstd.shape() == Shape{N} && dy.shape() == x.shape() &&
+                       dx.shape() == x.shape() && (!dweight.defined() || dweight.shape() == Shape{D}) &&
+                       (!dbias.defined() || dbias.shape() == Shape{D}),
+                   "{}: expected mean, rstd (N,) = ({},), dy and dx like x {}, dweight and dbias (D,) = ({},); got "
+                   "mean {}, rstd {}, dy {}, dx {} on {}", op, N, x.shape(), D, mean.shape(), rstd.shape(),
+                   dy.shape(), dx.shape(), x.device());
+    DeviceGuard guard(x.device().index);
+    cuda::layer_norm_rows_backward(elem(x.dtype()), x.raw_data(), data_or_null(weight), mean.raw_data(),
+                                   rstd.raw_data(), dy.raw_data(), dx.raw_data(),
+                                   weight.defined() ? data_or_null(dweight) : nullptr, data_or_null(dbias), N, D);
+  }
+
   void adam_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
                    const Tensor& max_exp_avg_sq, const AdamParams& p) override {
     const char* op = "adam_update";
@@ -456,6 +489,22 @@ class CudaBackend final : public Backend {
                    kp.shape(), w.shape(), qp.device());
     return {qp.size(0), qp.size(1), kp.size(1), qp.size(2)};
   }
+
+  // (N, D) of layer normalisation's rows x (N, D), with weight and bias (D,) both or neither.
+  static std::pair<int64_t, int64_t> layer_norm_sizes(const char* op, const Tensor& x, const Tensor& weight,
+                                                      const Tensor& bias) {
+    SG_CHECK_SHAPE(x.ndim() == 2, "{}: x must be (N, D), got {} on {}", op, x.shape(), x.device());
+    const int64_t D = x.size(1);
+    for (const Tensor* t : {&weight, &bias}) {
+      if (!t->defined()) continue;
+      check_operands(op, {{"x", &x}, {t == &weight ? "weight" : "bias", t}});
+      SG_CHECK_SHAPE(t->shape() == Shape{D}, "{}: {} {} must be (D,) = ({},) for x {} on {}", op,
+                     t == &weight ? "weight" : "bias", t->shape(), D, x.shape(), x.device());
+    }
+    return {x.size(0), D};
+  }
+
+  static void* data_or_null(const Tensor& t) { return t.defined() ? t.raw_data() : nullptr; }
 
   // (N, C) of logits (N, C) with targets int64 (N,), dense, on the logits' device
   static std::pair<int64_t, int64_t> cross_entropy_sizes(const char* op, const Tensor& logits, const Tensor& targets) {

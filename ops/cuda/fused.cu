@@ -13,9 +13,6 @@ namespace seqgrad::cuda {
 namespace {
 
 constexpr int kWarp = 32;
-constexpr int kRowThreads = 128;  // cross-entropy: threads per row (a power of two: block_sum)
-
-unsigned capped_blocks(int64_t n) { return static_cast<unsigned>(n < 1 ? 1 : (n < 65536 ? n : 65536)); }
 
 // Threads for a block whose threads stride over A features: whole warps, at most kThreads.
 unsigned feature_threads(int64_t A) {
@@ -233,7 +230,7 @@ void additive_scores(ElemType type, const void* qp, const void* kp, const void* 
   // up to 8 warps per query, fewer when there are fewer keys
   const unsigned threads = static_cast<unsigned>(kWarp * (K < 8 ? K : 8));
   dispatch_floating(type, [&]<class T>() {
-    additive_scores_kernel<T><<<capped_blocks(B * Q), threads>>>(static_cast<const T*>(qp), static_cast<const T*>(kp),
+    additive_scores_kernel<T><<<row_blocks(B * Q), threads>>>(static_cast<const T*>(qp), static_cast<const T*>(kp),
                                                                  static_cast<const T*>(w), static_cast<T*>(scores), B,
                                                                  Q, K, A);
   });
@@ -252,11 +249,11 @@ void additive_scores_backward(ElemType type, const void* qp, const void* kp, con
     const T* ds = static_cast<const T*>(dscores);
     T* rows = static_cast<T*>(dw_rows);
     if (B * Q > 0) {
-      additive_dq_kernel<T><<<capped_blocks(B * Q), threads>>>(q, k, wv, ds, static_cast<T*>(dqp), rows, B, Q, K, A);
+      additive_dq_kernel<T><<<row_blocks(B * Q), threads>>>(q, k, wv, ds, static_cast<T*>(dqp), rows, B, Q, K, A);
       SG_CUDA_CHECK_LAUNCH();
     }
     if (B * K > 0) {
-      additive_dk_kernel<T><<<capped_blocks(B * K), threads>>>(q, k, wv, ds, static_cast<T*>(dkp), B, Q, K, A);
+      additive_dk_kernel<T><<<row_blocks(B * K), threads>>>(q, k, wv, ds, static_cast<T*>(dkp), B, Q, K, A);
       SG_CUDA_CHECK_LAUNCH();
     }
     sum_rows_kernel<T><<<blocks_for(A), kThreads>>>(rows, static_cast<T*>(dw), B * Q, A);
@@ -269,7 +266,7 @@ void cross_entropy_rows(ElemType type, const void* logits, const int64_t* target
   if (N == 0) return;
   dispatch_floating(type, [&]<class T>() {
     const T keep = static_cast<T>(1.0 - eps), spread = static_cast<T>(eps / static_cast<double>(C));
-    cross_entropy_kernel<T><<<capped_blocks(N), kRowThreads>>>(static_cast<const T*>(logits), targets, keep, spread,
+    cross_entropy_kernel<T><<<row_blocks(N), kRowThreads>>>(static_cast<const T*>(logits), targets, keep, spread,
                                                                ignore_index, static_cast<T*>(loss),
                                                                static_cast<T*>(lse), N, C);
   });

@@ -105,6 +105,13 @@ void cross_entropy_rows(ElemType type, const void* logits, const int64_t* target
 void cross_entropy_rows_backward(ElemType type, const void* logits, const int64_t* targets, const void* lse,
                                  const void* dloss, int64_t dloss_stride, double eps, int64_t ignore_index,
                                  void* dlogits, int64_t N, int64_t C);
+// ---- layer normalisation (layer_norm.cu) over dense (N, D) rows; weight and bias (D,) both or
+// both null (1 and 0) -> y (N, D), mean and rstd (N,)
+void layer_norm_rows(ElemType type, const void* x, const void* weight, const void* bias, double eps, void* y,
+                     void* mean, void* rstd, int64_t N, int64_t D);
+// -> dx (N, D); dweight and dbias (D,) each overwritten, or skipped when null
+void layer_norm_rows_backward(ElemType type, const void* x, const void* weight, const void* mean, const void* rstd,
+                              const void* dy, void* dx, void* dweight, void* dbias, int64_t N, int64_t D);
 // n elements of param, grad, exp_avg, exp_avg_sq and (amsgrad) max_exp_avg_sq, else null
 void adam_update(ElemType type, void* param, const void* grad, void* exp_avg, void* exp_avg_sq, void* max_exp_avg_sq,
                  int64_t n, const AdamParams& p);

@@ -15,6 +15,14 @@ inline unsigned blocks_for(int64_t n) {
   return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > 65536 ? 65536 : blocks));
 }
 
+// Kernels with a block per row (softmax, cross-entropy, layer normalisation, ...): threads per
+// block (a power of two: block_sum), and blocks for `rows` rows (capped: a block then strides
+// over several rows).
+constexpr int kRowThreads = 128;
+inline unsigned row_blocks(int64_t rows) {
+  return static_cast<unsigned>(rows < 1 ? 1 : (rows < 65536 ? rows : 65536));
+}
+
 #define SG_GRID_STRIDE_LOOP(i, n)                                                              \
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n);       \
        i += static_cast<int64_t>(blockDim.x) * gridDim.x)

@@ -8,8 +8,6 @@
 namespace seqgrad::cuda {
 namespace {
 
-constexpr int kRowThreads = 128;
-
 template <class T>
 __global__ void softmax_kernel(const T* x, T* out, int64_t rows, int64_t cols, bool log) {
   __shared__ T scratch[kRowThreads];
@@ -100,8 +98,6 @@ __global__ void topk_kernel(const T* x, int64_t rows, int64_t cols, int64_t k, b
     }
   }
 }
-
-unsigned row_blocks(int64_t rows) { return static_cast<unsigned>(rows < 65536 ? rows : 65536); }
 
 }  // namespace
 

@@ -449,6 +449,51 @@ void cross_entropy_rows_backward(ElemType t, const void* xv, const int64_t* y, c
     }
   });
 }
+// block_sum over a block of 128 threads, thread th holding Σ_{j ≡ th (mod 128)} term(j): the tree of launch.cuh
+template <class T, class Term>
+T block_sum_128(int64_t D, Term term) {
+  std::vector<T> part(128, T(0));
+  for (int th = 0; th < 128; ++th) for (int64_t j = th; j < D; j += 128) part[th] += term(j);
+  for (int s = 64; s > 0; s /= 2) for (int th = 0; th < s; ++th) part[th] += part[th + s];
+  return part[0];
+}
+void layer_norm_rows(ElemType t, const void* xv, const void* wv, const void* bv, double eps, void* yv, void* mv,
+                     void* rv, int64_t N, int64_t D) {
+  floating(t, [&]<class T>() {
+    const T *w = (const T*)wv, *b = (const T*)bv, inv_d = T(1) / (T)D;
+    for (int64_t r = 0; r < N; ++r) {
+      const T* x = (const T*)xv + r * D;
+      const T mu = block_sum_128<T>(D, [&](int64_t j) { return x[j]; }) * inv_d;
+      const T rs = T(1) / std::sqrt(block_sum_128<T>(D, [&](int64_t j) { return (x[j] - mu) * (x[j] - mu); }) * inv_d + (T)eps);
+      for (int64_t j = 0; j < D; ++j) ((T*)yv)[r * D + j] = math::layer_norm_value(x[j], mu, rs, w ? w[j] : T(1), b ? b[j] : T(0));
+      ((T*)mv)[r] = mu, ((T*)rv)[r] = rs;
+    }
+  });
+}
+void layer_norm_rows_backward(ElemType t, const void* xv, const void* wv, const void* mv, const void* rv, const void* gv,
+                              void* dxv, void* dwv, void* dbv, int64_t N, int64_t D) {
+  floating(t, [&]<class T>() {
+    const T *w = (const T*)wv, *m = (const T*)mv, *rstd = (const T*)rv, inv_d = T(1) / (T)D;
+    for (int64_t r = 0; r < N; ++r) {
+      const T* x = (const T*)xv + r * D;
+      const T* g = (const T*)gv + r * D;
+      auto gj = [&](int64_t j) { return w ? g[j] * w[j] : g[j]; };
+      const T mean_g = block_sum_128<T>(D, gj) * inv_d;
+      const T mean_gx = block_sum_128<T>(D, [&](int64_t j) { return gj(j) * (x[j] - m[r]) * rstd[r]; }) * inv_d;
+      for (int64_t j = 0; j < D; ++j) ((T*)dxv)[r * D + j] = math::layer_norm_grad(gj(j), (x[j] - m[r]) * rstd[r], rstd[r], mean_g, mean_gx);
+    }
+    for (int64_t j = 0; j < D; ++j) {  // one thread per column, rows in order
+      T sw = 0, sb = 0;
+      for (int64_t r = 0; r < N; ++r) {
+        const T g = ((const T*)gv)[r * D + j];
+        sw += g * (((const T*)xv)[r * D + j] - m[r]) * rstd[r];
+        sb += g;
+      }
+      if (dwv) ((T*)dwv)[j] = sw;
+      if (dbv) ((T*)dbv)[j] = sb;
+    }
+  });
+}
 void adam_update(ElemType t, void* pv, const void* gv, void* mv, void* vv, void* xv, int64_t n, const AdamParams& s) {
   floating(t, [&]<class T>() {
     const auto c = math::adam_scalars<T>(s);

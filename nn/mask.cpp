@@ -1,4 +1,4 @@
-// keep_mask: lengths to the keep mask (nn/mask.h).
+// keep_mask and causal_lengths: lengths to the forms the library passes around (nn/mask.h).
 #include "nn/mask.h"
 
 #include <vector>
@@ -7,7 +7,9 @@
 
 namespace seqgrad::nn {
 
-Tensor keep_mask(const Tensor& lengths, int64_t positions, const char* op) {
+namespace {
+
+void check_lengths(const Tensor& lengths, int64_t positions, const char* op) {
   SG_CHECK(lengths.defined(), "{}: lengths are undefined", op);
   SG_CHECK_DTYPE(lengths.dtype() == DType::i64, "{}: lengths must be int64, got {} {}", op, lengths.dtype(),
                  lengths.shape());
@@ -18,8 +20,21 @@ Tensor keep_mask(const Tensor& lengths, int64_t positions, const char* op) {
     SG_CHECK_VALUE(values[i] >= 0 && values[i] <= positions,
                    "{}: lengths[{}] = {} not in [0, {}] (lengths {} for {} positions)", op, i, values[i], positions,
                    lengths.shape(), positions);
+}
+
+}  // namespace
+
+Tensor keep_mask(const Tensor& lengths, int64_t positions, const char* op) {
+  check_lengths(lengths, positions, op);
   Tensor steps = arange(0, static_cast<double>(positions), 1, {.dtype = DType::i64, .device = lengths.device()});
   return lt(steps, lengths.unsqueeze(-1));  // (..., positions)
+}
+
+Tensor causal_lengths(const Tensor& lengths, int64_t steps, const char* op) {
+  check_lengths(lengths, steps, op);
+  SG_CHECK_SHAPE(lengths.ndim() == 1, "{}: lengths must be (B,), got {}", op, lengths.shape());
+  Tensor t1 = arange(1, static_cast<double>(steps + 1), 1, {.dtype = DType::i64, .device = lengths.device()});  // (T,)
+  return minimum(t1.unsqueeze(0), lengths.unsqueeze(1));  // (B, T)
 }
 
 }  // namespace seqgrad::nn

@@ -14,4 +14,10 @@ namespace seqgrad::nn {
 // `op` names the caller in error messages.
 Tensor keep_mask(const Tensor& lengths, int64_t positions, const char* op);
 
+// Causal self-attention over `steps` positions as per-query valid lengths, the attention family's
+// (B, Q) form: query t attends to the keys j <= t that are real,
+//   lengths int64 (B,), each in [0, steps] -> (B, steps) int64, [b, t] = min(t + 1, lengths[b]).
+// Without padding, pass lengths = full({B}, steps).
+Tensor causal_lengths(const Tensor& lengths, int64_t steps, const char* op = "causal_lengths");
+
 }  // namespace seqgrad::nn

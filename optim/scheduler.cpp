@@ -246,6 +246,38 @@ void LinearLR::load_options(const json& in) {
                        .total_iters = in.at("total_iters").get<int64_t>()});
 }
 
+// ---- InverseSqrtLR
+
+namespace {
+InverseSqrtLROptions validate(const InverseSqrtLROptions& o) {
+  check_positive("InverseSqrtLR", "warmup_updates", o.warmup_updates);
+  SG_CHECK_VALUE(o.warmup_init_lr >= 0.0 && std::isfinite(o.warmup_init_lr),
+                 "InverseSqrtLR: warmup_init_lr = {} must be finite and >= 0", o.warmup_init_lr);
+  return o;
+}
+}  // namespace
+
+InverseSqrtLR::InverseSqrtLR(Optimizer& optimizer, Options options)
+    : LRScheduler(optimizer, "InverseSqrtLR"), options_(validate(options)) {
+  initial_step();
+}
+
+double InverseSqrtLR::lr_at(int64_t epoch, size_t group) const {
+  const double base = base_lrs()[group], init = options_.warmup_init_lr;
+  const auto warmup = static_cast<double>(options_.warmup_updates), step = static_cast<double>(epoch);
+  if (epoch < options_.warmup_updates) return init + (base - init) * step / warmup;
+  return base * std::sqrt(warmup / step);
+}
+
+void InverseSqrtLR::save_options(json& out) const {
+  out = {{"warmup_updates", options_.warmup_updates}, {"warmup_init_lr", options_.warmup_init_lr}};
+}
+
+void InverseSqrtLR::load_options(const json& in) {
+  options_ = validate({.warmup_updates = in.at("warmup_updates").get<int64_t>(),
+                       .warmup_init_lr = in.at("warmup_init_lr").get<double>()});
+}
+
 // ---- LambdaLR
 
 LambdaLR::LambdaLR(Optimizer& optimizer, Lambda lambda)

@@ -168,6 +168,30 @@ class LinearLR : public LRScheduler {
   Options options_;
 };
 
+// fairseq's inverse_sqrt: a linear warm-up from warmup_init_lr to the base rate over
+// warmup_updates steps, then decay with the inverse square root of the step:
+//   lr = warmup_init_lr + (base - warmup_init_lr) · epoch / warmup_updates   for epoch < warmup_updates
+//   lr = base · √(warmup_updates / epoch)                                     from then on
+// (fairseq's decay_factor = lr · √warmup_updates times epoch^-1/2). Call step() once per update.
+struct InverseSqrtLROptions {
+  int64_t warmup_updates = 4000;  // >= 1
+  double warmup_init_lr = 0.0;    // >= 0; fairseq's default when warming up
+};
+
+class InverseSqrtLR : public LRScheduler {
+ public:
+  using Options = InverseSqrtLROptions;
+  InverseSqrtLR(Optimizer& optimizer, Options options);
+  double lr_at(int64_t epoch, size_t group) const override;
+
+ protected:
+  void save_options(nlohmann::json& out) const override;
+  void load_options(const nlohmann::json& in) override;
+
+ private:
+  Options options_;
+};
+
 // lr = base · lambda(epoch), one function for every group or one per group.
 class LambdaLR : public LRScheduler {
  public:

@@ -534,6 +534,40 @@ TEST_CASE("schedulers: LR sequences equal PyTorch 1.13's") {
                0.5000000000000001}, 1e-12, 1e-15);
 }
 
+TEST_CASE("InverseSqrtLR: fairseq's inverse_sqrt by hand; its state restores options and position") {
+  // warmup 4 from 0.2 to the base rate 1: 0.2 + 0.8 t / 4, then √(4 / t)
+  auto make = [](Optimizer& o) {
+    return std::make_unique<InverseSqrtLR>(o, InverseSqrtLR::Options{.warmup_updates = 4, .warmup_init_lr = 0.2});
+  };
+  check_close(lr_sequence(make, 9), {0.2, 0.4, 0.6, 0.8, 1.0, std::sqrt(0.8), std::sqrt(2.0 / 3.0),
+                                     std::sqrt(4.0 / 7.0), std::sqrt(0.5)}, 1e-15);
+  // fairseq's defaults: warm-up from 0; one update of warm-up jumps to the base rate
+  check_close(lr_sequence([](Optimizer& o) {
+                return std::make_unique<InverseSqrtLR>(o, InverseSqrtLR::Options{.warmup_updates = 1});
+              }, 5),
+              {0.0, 1.0, std::sqrt(0.5), std::sqrt(1.0 / 3.0), 0.5}, 1e-15);
+
+  Tensor p = param({0.0});
+  SGD opt({p}, {.lr = 1.0});
+  auto sched = make(opt);
+  for (int e = 0; e < 3; ++e) opt.step(), sched->step();
+  const std::string state = sched->state_dict();
+  Tensor q = param({0.0});
+  SGD opt2({q}, {.lr = 1.0});
+  InverseSqrtLR restored(opt2, {.warmup_updates = 100});  // its options come back from the state
+  restored.load_state_dict(state);
+  CHECK(opt2.lr() == doctest::Approx(0.8).epsilon(1e-15));
+  restored.step();
+  CHECK(opt2.lr() == 1.0);
+  restored.step();
+  CHECK(opt2.lr() == doctest::Approx(std::sqrt(0.8)).epsilon(1e-15));
+
+  CHECK_THROWS_WITH_AS(InverseSqrtLR(opt2, {.warmup_updates = 0}), "InverseSqrtLR: warmup_updates = 0 must be >= 1",
+                       ValueError);
+  CHECK_THROWS_WITH_AS(InverseSqrtLR(opt2, {.warmup_init_lr = -1}),
+                       "InverseSqrtLR: warmup_init_lr = -1 must be finite and >= 0", ValueError);
+}
+
 TEST_CASE("ReduceLROnPlateau: patience, relative threshold, cooldown and min_lr as in PyTorch 1.13") {
   Tensor p = param({0.0});
   SGD opt({p}, {.lr = 1.0});

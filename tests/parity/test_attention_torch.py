@@ -27,6 +27,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from parity_check import compare_tensors
 from safetensors_io import load_safetensors, save_safetensors
 
 # ---- references in plain PyTorch
@@ -202,13 +203,6 @@ def cases():
     return out
 
 
-def max_rel_err(a, b):
-    """max |a - b| / (|b| + mean |b|): elementwise relative, floored by the tensor's scale."""
-    a, b = a.double(), b.double()
-    floor = b.abs().mean().item() + 1e-300
-    return ((a - b).abs() / (b.abs() + floor)).max().item() if b.numel() else 0.0
-
-
 def run_case(driver, tmp, name, case, lengths_name, dtype):
     torch.manual_seed(zlib.crc32(f"{name}/{lengths_name}/{dtype}".encode()))
     case = dict(case, dtype="f64" if dtype == torch.float64 else "f32")
@@ -251,26 +245,7 @@ def run_case(driver, tmp, name, case, lengths_name, dtype):
         expected["grad.param." + n] = g if g is not None else torch.zeros_like(params[n])
 
     rtol = 1e-5 if dtype == torch.float64 else 1e-4
-    worst, problems = 0.0, []
-    for key, ref in expected.items():
-        if key not in got:
-            problems.append(f"{key} missing from seqgrad's output")
-            continue
-        if tuple(got[key].shape) != tuple(ref.shape):
-            problems.append(f"{key}: shape {tuple(got[key].shape)} != torch {tuple(ref.shape)}")
-            continue
-        if not torch.isfinite(ref).all():
-            problems.append(f"{key}: the torch reference is not finite (bad case)")
-            continue
-        err = max_rel_err(got[key], ref.detach())
-        worst = max(worst, err)
-        if not err <= rtol:
-            problems.append(f"{key}: rel err {err:.2e} > {rtol:.0e}")
-    extra = sorted(set(got) - set(expected))
-    if extra:
-        problems.append(f"unexpected outputs {extra}")
-    detail = "; ".join(problems) if problems else f"{len(expected)} tensors, worst rel err {worst:.1e}"
-    return not problems, detail
+    return compare_tensors(expected, got, rtol)
 
 
 def main():

@@ -1,5 +1,5 @@
 // record_fused: how every fused op (ops/gru.cpp, ops/additive_scores.cpp, ops/attention_chunked.cpp,
-// ops/loss.cpp) records itself: the fused backward normally, its composed twin's gradients under
+// ops/layer_norm.cpp, ops/loss.cpp) records itself: the fused backward normally, its composed twin's gradients under
 // create_graph.
 #include "ops/detail.h"
 

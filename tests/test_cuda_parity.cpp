@@ -1,7 +1,7 @@
 // The CUDA backend against the CPU backend (the oracle): every primitive of core/backend.h on
 // strided, broadcast and edge-case inputs, every op-table row forward and backward (float64), mixed
 // precision, random streams (uniform and dropout masks bit for bit), the fused kernels (GRU step,
-// additive energies, cross-entropy, Adam) directly and through their ops and optimizers, device
+// additive energies, layer normalisation, cross-entropy, Adam) directly and through their ops and optimizers, device
 // movement, errors, and a small GRU + attention model trained a few steps on both devices.
 // Without a CUDA device (or in a build without the CUDA backend) it prints why and exits with 77,
 // which meson reports as SKIP.

@@ -87,16 +87,19 @@ void CpuBackend::layer_norm_rows_backward(const Tensor& x, const Tensor& weight,
             sgx += gj * (in[j] - mu) * rs;
           }
           const T mean_g = sg * inv_d, mean_gx = sgx * inv_d;
-#pragma omp simd
-          for (int64_t j = 0; j < D; ++j) {
-            const T gj = pw != nullptr ? g[j] * pw[j] : g[j];
-            out[j] = math::layer_norm_grad(gj, (in[j] - mu) * rs, rs, mean_g, mean_gx);
-          }
-          if (part_dw != nullptr) {
+          if (part_dw != nullptr) {  // dx and the block's parameter sums in one pass over the row
 #pragma omp simd
             for (int64_t j = 0; j < D; ++j) {
-              part_dw[j] += g[j] * (in[j] - mu) * rs;
+              const T xhat = (in[j] - mu) * rs, gj = pw != nullptr ? g[j] * pw[j] : g[j];
+              out[j] = math::layer_norm_grad(gj, xhat, rs, mean_g, mean_gx);
+              part_dw[j] += g[j] * xhat;
               part_db[j] += g[j];
+            }
+          } else {
+#pragma omp simd
+            for (int64_t j = 0; j < D; ++j) {
+              const T gj = pw != nullptr ? g[j] * pw[j] : g[j];
+              out[j] = math::layer_norm_grad(gj, (in[j] - mu) * rs, rs, mean_g, mean_gx);
             }
           }
         }

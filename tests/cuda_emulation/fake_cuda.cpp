@@ -1,7 +1,7 @@
 // A test double for machines without a GPU: the CUDA runtime calls, cuBLAS (a column-major reference
 // GEMM written from the cuBLAS documentation, which also checks the leading dimensions) and the
 // kernel launchers of ops/cuda/kernels.h (sequential ports of the .cu code; the block algorithms of
-// reduce, softmax, topk and cross-entropy and the warp sums of the additive energies are emulated
+// reduce, softmax, topk, layer normalisation and cross-entropy and the warp sums of the additive energies are emulated
 // thread by thread; the fused kernels call core/fused_math.h as fused.cu does), all on host memory. With it,
 // ops/cuda/backend.cpp and memory.cpp run for real: tensor geometry, dtype checks, the cuBLAS
 // argument mapping, the caching allocator and its out-of-memory path. The .cu files themselves are

@@ -9,10 +9,11 @@
 // torch.ao.nn.quantized.dynamic: QuantizedLinear, QuantizedGRU, QuantizedEmbedding. Their weights
 // are int8 tensors with float32 scales (symmetric, per output channel or per tensor,
 // ops/quantized.h); the float module and its float weights are gone. A QuantizedLinear quantizes
-// its input per call (uint8, from the call's min/max), multiplies in int8 with int32 accumulation
-// and returns float32 (+ the float32 bias); the QuantizedGRU's gate math stays float32; a
-// QuantizedEmbedding gathers int8 rows and scales them (per-row scales). Quantized modules are
-// inference-only: backward through one throws, naming the module.
+// its input per call, each row from its own min/max (uint8; a row's result does not depend on the
+// other rows of the batch), multiplies in int8 with int32 accumulation and returns float32 (+ the
+// float32 bias); the QuantizedGRU's gate math stays float32; a QuantizedEmbedding gathers int8 rows
+// and scales them (per-row scales). Quantized modules are inference-only: backward through one
+// throws, naming the module.
 //
 // A quantized module's int8 weight lives where its product reads it (the backend's packed layout
 // for the GEMM), so it is not a registered tensor: state_dict() lists the float tensors (biases),

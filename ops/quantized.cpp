@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "core/autograd.h"
 #include "core/backend.h"
@@ -167,8 +168,9 @@ Tensor int8_gemm(const Tensor& a, const QuantizedWeight& w) {
   return c;
 }
 
-// quantized_linear  y = s_x · s_w[n] · (Σ_k xq[m, k] Wq[n, k] - z_x Σ_k Wq[n, k]) + b[n]
-//   x: (..., cols) -> y: (..., rows). No gradient: backward throws, naming the module.
+// quantized_linear  y[m, n] = s_x[m] · s_w[n] · (Σ_k xq[m, k] Wq[n, k] - z_x[m] Σ_k Wq[n, k]) + b[n]
+//   x: (..., cols) -> y: (..., rows), each row of x quantized with its own range (so a row's result
+//   does not depend on the other rows). No gradient: backward throws, naming the module.
 Tensor quantized_linear(const Tensor& x, const QuantizedWeight& w, const Tensor& bias) {
   const char* op = "quantized_linear";
   detail::check_defined(op, x);
@@ -190,21 +192,25 @@ Tensor quantized_linear(const Tensor& x, const QuantizedWeight& w, const Tensor&
   if (rows > 0) {
     const Tensor xc = x.detach().contiguous();
     const float* px = xc.data<float>();
-    // 1. this call's activation range -> uint8 parameters
-    float x_min = 0.0f, x_max = 0.0f;
-    for (int64_t i = 0; i < rows * cols; ++i) x_min = std::min(x_min, px[i]), x_max = std::max(x_max, px[i]);
-    SG_CHECK_VALUE(std::isfinite(x_min) && std::isfinite(x_max), "{} ({}): input {} holds a non-finite value", op,
-                   w.name, x.shape());
-    const ActivationParams p = choose_activation_params(x_min, x_max, int8_needs_reduce_range());
-    // 2. xq = clamp(round(x / s_x) + z_x, 0, q_max)
+    const bool reduce_range = int8_needs_reduce_range();
     Tensor xq = Tensor::empty({rows, cols}, {.dtype = DType::u8});  // (M, K) uint8 codes
     uint8_t* pq = xq.data<uint8_t>();
-    const float inv_scale = 1.0f / p.scale;
-    for (int64_t i = 0; i < rows * cols; ++i) {
-      float q = std::nearbyint(px[i] * inv_scale) + static_cast<float>(p.zero_point);
-      pq[i] = static_cast<uint8_t>(std::clamp(q, 0.0f, static_cast<float>(p.q_max)));
+    std::vector<ActivationParams> p(static_cast<size_t>(rows));      // (M,) one per row
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* xr = px + r * cols;
+      // 1. this row's range -> its uint8 parameters
+      float x_min = 0.0f, x_max = 0.0f;
+      for (int64_t c = 0; c < cols; ++c) x_min = std::min(x_min, xr[c]), x_max = std::max(x_max, xr[c]);
+      SG_CHECK_VALUE(std::isfinite(x_min) && std::isfinite(x_max), "{} ({}): input {} holds a non-finite value "
+                     "(row {})", op, w.name, x.shape(), r);
+      p[r] = choose_activation_params(x_min, x_max, reduce_range);
+      // 2. xq = clamp(round(x / s_x) + z_x, 0, q_max)
+      const float inv_scale = 1.0f / p[r].scale, z = static_cast<float>(p[r].zero_point);
+      const float q_max = static_cast<float>(p[r].q_max);
+      for (int64_t c = 0; c < cols; ++c)
+        pq[r * cols + c] = static_cast<uint8_t>(std::clamp(std::nearbyint(xr[c] * inv_scale) + z, 0.0f, q_max));
     }
-    // 3. the exact int32 product, 4. the float epilogue
+    // 3. the exact int32 product, 4. the float epilogue with each row's scale and zero point
     const Tensor acc = int8_gemm(xq, w);  // (M, N) int32
     const int32_t* pa = acc.data<int32_t>();
     const int32_t* sums = w.row_sums.data<int32_t>();
@@ -213,8 +219,8 @@ Tensor quantized_linear(const Tensor& x, const QuantizedWeight& w, const Tensor&
     const float* pb = bias_c.defined() ? bias_c.data<float>() : nullptr;
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t n = 0; n < out; ++n) {
-        const int32_t centred = pa[r * out + n] - p.zero_point * sums[n];
-        py[r * out + n] = p.scale * w.scale(n) * static_cast<float>(centred) + (pb ? pb[n] : 0.0f);
+        const int32_t centred = pa[r * out + n] - p[r].zero_point * sums[n];
+        py[r * out + n] = p[r].scale * w.scale(n) * static_cast<float>(centred) + (pb ? pb[n] : 0.0f);
       }
   }
   const Tensor inputs[] = {x, bias};

@@ -3,10 +3,15 @@
 // A float32 linear layer y = x·Wᵀ + b becomes, per call:
 //   weights (once):   W ≈ s_w[n] · Wq[n, k]          Wq int8, symmetric: s_w = max|W[n, :]| / 127.5
 //                                                   (per output channel n, or one s_w per tensor)
-//   activations:      x ≈ s_x · (xq - z_x)          xq uint8 in [0, q_max], s_x and z_x from this
-//                                                   call's min/max of x (the range always holds 0)
+//   activations:      x[m] ≈ s_x[m] · (xq[m] - z_x[m])   xq uint8 in [0, q_max]; each row m of x
+//                                                   gets s_x[m] and z_x[m] from its own min/max (the
+//                                                   range always holds 0), PyTorch's per-call choice
+//                                                   applied per row (per token, as CTranslate2 scales)
 //   product:          acc[m, n] = Σ_k xq[m, k] · Wq[n, k]               int32, exact
-//                     y[m, n] = s_x · s_w[n] · (acc[m, n] - z_x · Σ_k Wq[n, k]) + b[n]    float32
+//                     y[m, n] = s_x[m] · s_w[n] · (acc[m, n] - z_x[m] · Σ_k Wq[n, k]) + b[n]    float32
+// A row's codes, its exact int32 product and its epilogue read that row alone, so its result is
+// the same bit for bit whatever other rows share the call: a sentence's int8 products do not
+// depend on the batch it is decoded in. Row m equals PyTorch's quantize_dynamic on row m alone.
 // The int32 product is the backend's int8_gemm primitive (core/backend.h; on the CPU oneDNN's
 // kernels or the reference loops, chosen in ops/cpu/dispatch.cpp). Its accumulation is exact, so
 // every kernel gives the same acc bit for bit (tests/test_ops_quantized.cpp); the float epilogue
@@ -70,7 +75,7 @@ QuantizedWeight make_quantized_weight(const Tensor& values, const Tensor& scales
 // s · q as a float32 (rows, cols) tensor.
 Tensor dequantize(const QuantizedWeight& w);
 
-// The uint8 affine parameters of one activation tensor, as PyTorch's ChooseQuantizationParams:
+// The uint8 affine parameters of one activation row, as PyTorch's ChooseQuantizationParams:
 // the range [min(x_min, 0), max(x_max, 0)] maps onto [0, q_max] (q_max 255, or 127 with
 // reduce_range); s = range / q_max (0.1 when the range is 0); z = round(-min / s) clamped to it.
 struct ActivationParams {
@@ -91,7 +96,8 @@ Tensor int8_gemm(const Tensor& a, const QuantizedWeight& w);
 // The oracle: plain loops with int32 accumulation on row-major arrays (ops/cpu/int8_reference.cpp).
 void int8_gemm_reference(int64_t m, int64_t n, int64_t k, const uint8_t* a, const int8_t* b, int32_t* c);
 
-// The dynamically quantized linear layer (formula at the top of this file).
+// The dynamically quantized linear layer (formula at the top of this file), every row of x
+// quantized with its own range.
 //   x: (..., cols) float32 on the CPU; w: (out = rows, cols); bias: (out,) float32 or undefined
 //   -> y: (..., out) float32.
 // Inference only: when grad mode records it (x or bias requires grad), backward throws, naming

@@ -38,18 +38,18 @@ struct Toy : Module {
 Tensor ids_batch() { return tensor({1, 2, 3, 4, 5, 6, 7, 8}, {2, 4}).to(DType::i64); }
 Tensor lengths_batch() { return tensor({4, 2}).to(DType::i64); }
 
-// quantized_linear's arithmetic (ops/quantized.h) written out independently: x quantized to
-// uint8 with this call's range, Σ_k (xq - z) q in 64-bit integers, y = s_x s_w[n] acc + b[n].
+// quantized_linear's arithmetic (ops/quantized.h) written out independently: each row of x
+// quantized to uint8 with its own range, Σ_k (xq - z) q in 64-bit integers, y = s_x s_w[n] acc + b[n].
 std::vector<float> int8_linear_by_hand(const Tensor& x, const QuantizedWeight& w, const Tensor& bias) {
   const std::vector<float> xv = x.contiguous().to_vector<float>();
   const std::vector<int64_t> q = w.int8_values().to(DType::i64).to_vector<int64_t>();
   const std::vector<float> b = bias.to_vector<float>();
   const int64_t k = w.cols, n = w.rows, m = static_cast<int64_t>(xv.size()) / k;
-  float lo = 0, hi = 0;
-  for (float v : xv) lo = std::min(lo, v), hi = std::max(hi, v);
-  const ActivationParams p = choose_activation_params(lo, hi, int8_needs_reduce_range());
   std::vector<float> y(m * n);
-  for (int64_t r = 0; r < m; ++r)
+  for (int64_t r = 0; r < m; ++r) {
+    float lo = 0, hi = 0;
+    for (int64_t c = 0; c < k; ++c) lo = std::min(lo, xv[r * k + c]), hi = std::max(hi, xv[r * k + c]);
+    const ActivationParams p = choose_activation_params(lo, hi, int8_needs_reduce_range());
     for (int64_t j = 0; j < n; ++j) {
       int64_t acc = 0;
       for (int64_t c = 0; c < k; ++c) {
@@ -59,6 +59,7 @@ std::vector<float> int8_linear_by_hand(const Tensor& x, const QuantizedWeight& w
       }
       y[r * n + j] = p.scale * w.scale(j) * static_cast<float>(acc) + b[j];
     }
+  }
   return y;
 }
 
@@ -146,6 +147,35 @@ TEST_CASE("quantized GRU: padded steps keep the state and output zeros, as the f
   // sequence 1's forward final state is its step-0 output
   std::vector<float> h = h_n.to_vector<float>();  // (2, 2, 6): [direction][batch][H]
   for (int64_t j = 0; j < 6; ++j) CHECK(h[(0 * 2 + 1) * 6 + j] == v[(1 * 3 + 0) * 12 + j]);
+}
+
+TEST_CASE("quantized model: a sequence's output is the same bit for bit alone and in a batch") {
+  // Every product of the quantized Toy (the GRU's input and recurrent ones, the output layer) is
+  // int8 with per-row activation scales, and the rest is row-wise float32 arithmetic, so a
+  // sequence's output cannot depend on the other sequences or on the padding beside it.
+  manual_seed(7);
+  const std::vector<std::vector<int64_t>> sequences = {{1, 2, 3, 4, 5}, {9, 8}, {3, 3, 7, 1}};
+  const int64_t batch = 3, T = 5;
+  std::vector<int64_t> ids(batch * T, 0);  // padded with id 0
+  for (int64_t b = 0; b < batch; ++b)
+    std::copy(sequences[b].begin(), sequences[b].end(), ids.begin() + b * T);
+  const Tensor batch_ids = from_vector(ids, {batch, T}), lengths = tensor({5, 2, 4}).to(DType::i64);
+  for (QScheme scheme : {QScheme::per_channel, QScheme::per_tensor}) {
+    const std::string scheme_name = qscheme_name(scheme);
+    CAPTURE(scheme_name);
+    Toy q;
+    q.eval();
+    quantize_dynamic(q, {.kinds = {QuantKind::Linear, QuantKind::GRU, QuantKind::Embedding}, .scheme = scheme});
+    NoGradGuard no_grad;
+    const std::vector<float> together = q(batch_ids, lengths).to_vector<float>();  // (B, T, 5)
+    for (int64_t b = 0; b < batch; ++b) {
+      CAPTURE(b);
+      const int64_t len = static_cast<int64_t>(sequences[b].size());
+      const std::vector<float> alone =
+          q(from_vector(sequences[b], {1, len}), tensor({static_cast<double>(len)}).to(DType::i64)).to_vector<float>();
+      CHECK(alone == std::vector<float>(together.begin() + b * T * 5, together.begin() + (b * T + len) * 5));
+    }
+  }
 }
 
 TEST_CASE("quantized GRU: a leading projection is refused by name (its input weights are quantized whole)") {

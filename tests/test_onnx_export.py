@@ -103,6 +103,13 @@ class Base(unittest.TestCase):
         self.assertOk(run("export", "--checkpoint", checkpoint, "--out", out, *extra))
         return out
 
+    def assertClose(self, got, want, name):
+        """Equal within RTOL relative to the largest |want|."""
+        self.assertEqual(got.shape, want.shape, name)
+        scale = float(np.max(np.abs(want)))
+        err = float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64))))
+        self.assertLessEqual(err, RTOL * max(scale, 1e-30), f"{name}: max error {err:.3g} vs scale {scale:.3g}")
+
 
 def read_all(folder):
     """{file name: contents} of every file in folder."""
@@ -133,12 +140,6 @@ class Parity(Base):
     sources, every attention kind, 1 and 2 layers, every preset (d2l without deep output, default
     and seed with it; E and H made tiny)."""
     SHAPES = [(2, 5, 3), (5, 9, 7)]  # (batch, source length, target length)
-
-    def assertClose(self, got, want, name):
-        self.assertEqual(got.shape, want.shape, name)
-        scale = float(np.max(np.abs(want)))
-        err = float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64))))
-        self.assertLessEqual(err, RTOL * max(scale, 1e-30), f"{name}: max error {err:.3g} vs scale {scale:.3g}")
 
     def check_kind(self, attention, layers, opset="13", preset="d2l"):
         ckpt = self.checkpoint(attention, layers, preset)
@@ -264,13 +265,16 @@ class Greedy(Base):
 
 
 class Quantized(Base):
-    """An int8 checkpoint (`seqgrad quantize`) exports int8: its Linear layers as
-    DynamicQuantizeLinear + MatMulInteger, its int8 embeddings and GRU weights stored int8 (the
-    GRUs compute in float32 on the dequantized values, as ONNX has no int8 GRU). The graphs round
-    activations as onnxruntime's dynamic quantization does, not bit for bit as seqgrad, so they are
-    checked against the error quantization itself makes: the ONNX int8 outputs must be within twice
-    the distance between seqgrad's int8 and float32 outputs of seqgrad's int8 outputs (measured:
-    0.3 to 1.4 times, where a wrong scale or layout is off by the outputs' own size)."""
+    """An int8 checkpoint (`seqgrad quantize`) exports int8: its Linear layers as a per-row
+    quantization subgraph (each activation row to uint8 with its own range, as seqgrad does; no
+    DynamicQuantizeLinear, whose one range per tensor would make a row depend on its batch) +
+    MatMulInteger, its int8 embeddings and GRU weights stored int8 (the GRUs compute in float32 on
+    the dequantized values, as ONNX has no int8 GRU). The float32 GRUs make the graphs' outputs
+    differ from seqgrad's int8 ones, so they are checked against the error quantization itself
+    makes: the ONNX int8 outputs must be within twice the distance between seqgrad's int8 and
+    float32 outputs of seqgrad's int8 outputs (where a wrong scale or layout is off by the outputs'
+    own size). And each sentence's outputs are the same alone as in the batch of 5 (one range per
+    tensor moves them by about the quantization error)."""
 
     def quantize(self, checkpoint, name, *flags):
         out = self.path(name + ".safetensors")
@@ -298,9 +302,11 @@ class Quantized(Base):
         self.assertEqual(stored, sorted(int8_initializers))
         ops = {n.op_type for n in graph.graph.node}
         ops |= {n.op_type for scan in graph.graph.node if scan.op_type == "Scan" for n in scan.attribute[-1].g.node}
-        self.assertTrue({"DynamicQuantizeLinear", "MatMulInteger"} <= ops, ops)
+        self.assertTrue({"ReduceMin", "ReduceMax", "MatMulInteger"} <= ops, ops)
+        self.assertNotIn("DynamicQuantizeLinear", ops)
         if not onnxruntime_int8_exact():
             self.skipTest(SKIP_INT8)
+        self.check_rows_alone(folder, inputs)
         got = {"output": session(os.path.join(folder, "model.onnx")).run(["output"], inputs)[0]}
         got["memory"], got["state"] = session(os.path.join(folder, "encoder.onnx")).run(
             ["memory", "state"], {"src": inputs["src"], "src_lengths": inputs["src_lengths"]})
@@ -316,6 +322,29 @@ class Quantized(Base):
             self.assertGreater(quantization_error, 0, f"{name}: the int8 checkpoint computes exactly as the float one")
             self.assertLessEqual(onnx_error, 2 * quantization_error, name)
         return stored
+
+    def check_rows_alone(self, folder, inputs):
+        """Each sentence of the batch through encoder.onnx (its int8 bridge and keys) and
+        decoder_step.onnx (its int8 attention and output layers) alone, at its own length, gives
+        its rows of the batch's outputs."""
+        encoder = session(os.path.join(folder, "encoder.onnx"))
+        step = session(os.path.join(folder, "decoder_step.onnx"))
+        names = ["memory", "keys", "state", "src_keep"]
+        batch = dict(zip(names, encoder.run(names, {"src": inputs["src"], "src_lengths": inputs["src_lengths"]})))
+        log_probs = step.run(["log_probs"], {"y_prev": inputs["tgt"][:, 0], **{k: batch[k] for k in names}})[0]
+        worst = 0.0
+        for b, length in enumerate(inputs["src_lengths"]):
+            alone = dict(zip(names, encoder.run(names, {"src": inputs["src"][b:b + 1, :length],
+                                                        "src_lengths": inputs["src_lengths"][b:b + 1]})))
+            for name, got, want in (("keys", alone["keys"][0], batch["keys"][b, :length]),
+                                    ("state", alone["state"][:, 0], batch["state"][:, b])):
+                worst = max(worst, float(np.max(np.abs(got - want))))
+                self.assertClose(got, want, f"sentence {b} alone: {name}")
+            alone_log_probs = step.run(["log_probs"], {"y_prev": inputs["tgt"][b:b + 1, 0], **alone})[0]
+            worst = max(worst, float(np.max(np.abs(alone_log_probs[0] - log_probs[b]))))
+            self.assertClose(alone_log_probs[0], log_probs[b], f"sentence {b} alone: log_probs")
+        print(f"\nint8 graphs, each sentence alone against its rows of the batch: max |difference| {worst:.3g}",
+              file=sys.stderr)
 
     def test_per_channel_int8_embeddings(self):
         linears = ["encoder.bridge", "decoder.attention.w_k", "decoder.attention.w_q", "decoder.attention.w_v",

@@ -164,11 +164,11 @@ TEST_CASE("quantized_linear: float32 result within the bound its scales imply") 
     std::vector<float> yq = quantized_linear(x, q, b).to_vector<float>();
     std::vector<float> yf = linear(x, w, b).to_vector<float>();
     std::vector<float> xv = x.to_vector<float>(), wq = dequantize(q).to_vector<float>();
-    float x_min = 0, x_max = 0;
-    for (float v : xv) x_min = std::min(x_min, v), x_max = std::max(x_max, v);
-    const float s_x = choose_activation_params(x_min, x_max, int8_needs_reduce_range()).scale;
     double worst = 0;
-    for (int64_t r = 0; r < rows; ++r)
+    for (int64_t r = 0; r < rows; ++r) {
+      float x_min = 0, x_max = 0;  // row r's range gives its scale
+      for (int64_t k = 0; k < in; ++k) x_min = std::min(x_min, xv[r * in + k]), x_max = std::max(x_max, xv[r * in + k]);
+      const float s_x = choose_activation_params(x_min, x_max, int8_needs_reduce_range()).scale;
       for (int64_t n = 0; n < out; ++n) {
         double sum_w = 0, sum_x = 0;
         for (int64_t k = 0; k < in; ++k) sum_w += std::abs(wq[n * in + k]), sum_x += std::abs(xv[r * in + k]);
@@ -177,6 +177,7 @@ TEST_CASE("quantized_linear: float32 result within the bound its scales imply") 
         CHECK(err <= bound);
         worst = std::max(worst, err / bound);
       }
+    }
     MESSAGE(scheme_name << ": worst error / bound = " << worst);
   }
 }
@@ -187,11 +188,60 @@ TEST_CASE("quantized_linear: batched input shape, no bias, and an all-zero input
   Tensor x = random_tensor({2, 3, 8}, 1.0, 22);
   Tensor y = quantized_linear(x, q, Tensor());
   CHECK(y.shape() == Shape{2, 3, 6});
-  // row by row equals the batch (each call quantizes with its own range, so compare the same rows)
+  // the leading axes are rows: (2, 3, 8) gives what its (6, 8) view gives
   CHECK(quantized_linear(x.reshape({6, 8}), q, Tensor()).to_vector<float>() == y.to_vector<float>());
   // zero input: scale 0.1, zero point 0 -> exactly the bias
   Tensor b = tensor({1, 2, 3, 4, 5, 6});
   CHECK(quantized_linear(zeros({1, 8}), q, b).to_vector<float>() == std::vector<float>{1, 2, 3, 4, 5, 6});
+}
+
+TEST_CASE("quantized_linear: each row quantized with its own range (hand-computed)") {
+  // W = I (2, 2) int8 with unit scales, so y[m] is row m's dequantized codes: s_x[m] (xq - z_x[m]).
+  // row 0 [-1, 3]: s = 4/255, z = round(63.75) = 64; -1/s = -63.75 -> -64 + 64 = 0, 3/s = 191.25
+  //   -> 191 + 64 = 255; y = s (0 - 64) = -256/255, s (255 - 64) = 764/255
+  // row 1 [0.5, 0.2]: its own range [0, 0.5]: s = 0.5/255, z = 0; 0.5/s = 255, 0.2/s = 102;
+  //   y = 0.5, 0.2. With row 0's scale (one range for both rows, per tensor) it would be
+  //   0.5/s = 31.875 -> 32 + 64 = 96: y = 128/255 = 0.50196, and 0.2/s = 12.75 -> 13: y = 0.20392.
+  // With 7-bit codes (reduce_range): row 0 s = 4/127, z = round(31.75) = 32, codes 0 and 95 + 32:
+  // y = -128/127, 380/127; row 1 s = 0.5/127, 0.2/s = 50.8 -> 51: y = 0.5, 25.5/127.
+  const QuantizedWeight eye = unit_weight({1, 0, 0, 1}, 2, 2, Int8Use::gemm);
+  const Tensor x = tensor({-1.0, 3.0, 0.5, 0.2}, {2, 2});
+  const std::vector<float> y = quantized_linear(x, eye, Tensor()).to_vector<float>();
+  const bool seven = int8_needs_reduce_range();
+  CHECK(y[0] == doctest::Approx(seven ? -128.0 / 127 : -256.0 / 255).epsilon(1e-6));
+  CHECK(y[1] == doctest::Approx(seven ? 380.0 / 127 : 764.0 / 255).epsilon(1e-6));
+  CHECK(y[2] == doctest::Approx(0.5).epsilon(1e-6));
+  CHECK(y[3] == doctest::Approx(seven ? 25.5 / 127 : 0.2).epsilon(1e-6));
+}
+
+TEST_CASE("quantized_linear: a row's result is the same bit for bit alone and in any batch") {
+  // rows of very different ranges (scaled 0.01 to 100): one range for the whole batch would round
+  // the small rows to a few codes, so batch and alone would differ
+  const int64_t rows = 13, in = 70, out = 33;
+  Tensor x = random_tensor({rows, in}, 1.0, 51);
+  std::vector<float> xv = x.to_vector<float>();
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t k = 0; k < in; ++k) xv[r * in + k] = xv[r * in + k] * std::pow(10.0f, static_cast<float>(r % 5 - 2)) + 0.1f * static_cast<float>(r % 3);
+  x = from_vector(xv, {rows, in});
+  Tensor b = random_tensor({out}, 0.1, 52);
+  for (QScheme scheme : {QScheme::per_channel, QScheme::per_tensor}) {
+    const QuantizedWeight q = quantize_weight(random_tensor({out, in}, 0.1, 53), scheme, "proj");
+    const std::vector<float> batch = quantized_linear(x, q, b).to_vector<float>();
+    for (int64_t r = 0; r < rows; ++r) {
+      CAPTURE(r);
+      const std::vector<float> alone = quantized_linear(x.slice(0, r, r + 1), q, b).to_vector<float>();
+      CHECK(alone == std::vector<float>(batch.begin() + r * out, batch.begin() + (r + 1) * out));
+    }
+    // the same rows in another order and beside other rows: each row unchanged
+    std::vector<float> reversed(xv.size());
+    for (int64_t r = 0; r < rows; ++r)
+      std::copy(xv.begin() + r * in, xv.begin() + (r + 1) * in, reversed.begin() + (rows - 1 - r) * in);
+    const Tensor reordered = from_vector(reversed, {rows, in});
+    const std::vector<float> again = quantized_linear(reordered, q, b).to_vector<float>();
+    for (int64_t r = 0; r < rows; ++r)
+      CHECK(std::vector<float>(again.begin() + (rows - 1 - r) * out, again.begin() + (rows - r) * out) ==
+            std::vector<float>(batch.begin() + r * out, batch.begin() + (r + 1) * out));
+  }
 }
 
 TEST_CASE("quantized_linear: inference only, and bad input names the op and the module") {

@@ -151,6 +151,7 @@ class Builder {
   }
   std::string scalar_i64(int64_t value) { return constant(pb::TensorProto::INT64, std::vector<int64_t>{value}, {}); }
   std::string scalar_f32(float value) { return constant(pb::TensorProto::FLOAT, std::vector<float>{value}, {}); }
+  std::string scalar_f64(double value) { return constant(pb::TensorProto::DOUBLE, std::vector<double>{value}, {}); }
 
   // Builds nodes into `sub` (a Scan body) while the returned guard lives.
   struct Scope {
@@ -207,21 +208,59 @@ std::string dequantized(Builder& b, const Int8Weight& w, const std::string& name
   });
 }
 
+std::string cast(Builder& b, const std::string& x, int to) { return b.op("Cast", {x}, {attr("to", int64_t{to})}); }
+
+// Each row of x (..., K) as uint8 codes with its own scale and zero point, exactly as seqgrad's
+// quantized_linear chooses them (ops/quantized.h: PyTorch's ChooseQuantizationParams on each row,
+// in its double arithmetic): DynamicQuantizeLinear has one range per tensor, so the rows would
+// depend on the batch.
+//   lo = min(min_k x, 0), hi = max(max_k x, 0)           (double)
+//   s = float((hi - lo) / 255), 0.1 where that is 0 or 1/s overflows
+//   z = clamp(round(-lo/s or 255 - hi/s, from the end whose rounding loses less), 0, 255)
+//   codes = clamp(round(x · (1/s)) + z, 0, 255)
+struct RowCodes {
+  std::string codes, scale, zero_point;  // (..., K) uint8, (..., 1) float, (..., 1) int32
+};
+RowCodes quantize_rows(Builder& b, const std::string& x) {
+  constexpr int kFloat = pb::TensorProto::FLOAT, kDouble = pb::TensorProto::DOUBLE;
+  const std::vector<int64_t> last = {-1};
+  const std::string zero = b.scalar_f32(0.0f), one = b.scalar_f32(1.0f), q_max = b.scalar_f64(255.0);
+  const std::string lo = cast(b, b.op("Min", {b.op("ReduceMin", {x}, {attr("axes", last)}), zero}), kDouble);
+  const std::string hi = cast(b, b.op("Max", {b.op("ReduceMax", {x}, {attr("axes", last)}), zero}), kDouble);
+  std::string s = cast(b, b.op("Div", {b.op("Sub", {hi, lo}), q_max}), kFloat);  // (..., 1)
+  const std::string unusable = b.op("Or", {b.op("Equal", {s, zero}), b.op("IsInf", {b.op("Div", {one, s})})});
+  s = b.op("Where", {unusable, b.scalar_f32(0.1f), s});
+  // the zero point from whichever end of the range loses less precision
+  const std::string s_d = cast(b, s, kDouble), lo_s = b.op("Div", {lo, s_d}), hi_s = b.op("Div", {hi, s_d});
+  const std::string from_min = b.op("Neg", {lo_s}), from_max = b.op("Sub", {q_max, hi_s});
+  const std::string error_min = b.op("Neg", {b.op("Abs", {lo_s})}), error_max = b.op("Sub", {q_max, b.op("Abs", {hi_s})});
+  const std::string initial = b.op("Where", {b.op("Less", {error_min, error_max}), from_min, from_max});
+  const std::string z = b.op("Clip", {b.op("Round", {initial}), b.scalar_f64(0.0), q_max});  // (..., 1) double
+  const std::string scaled = b.op("Round", {b.op("Mul", {x, b.op("Div", {one, s})})});
+  const std::string codes = b.op("Clip", {b.op("Add", {scaled, cast(b, z, kFloat)}), zero, b.scalar_f32(255.0f)});
+  return {cast(b, codes, pb::TensorProto::UINT8), s, cast(b, z, pb::TensorProto::INT32)};
+}
+
 // Linear: y = x · Wᵀ (+ b) over the last axis; W is stored transposed, (in, out), for MatMul.
-// An int8 layer (nn::quantize_dynamic) runs as onnxruntime's own dynamic quantization does:
-// DynamicQuantizeLinear gives x ≈ s_x · (x_q - z_x) from this call's range (uint8), MatMulInteger
-// the exact int32 product (x_q - z_x) · W_qᵀ, and the float result is scaled by s_x · s_w. Only the
-// activations' rounding differs from seqgrad's (ONNX picks z_x from the low end of the range).
+// An int8 layer (nn::quantize_dynamic) computes as seqgrad's quantized_linear: each row's codes
+// (quantize_rows), MatMulInteger's exact int32 product acc = codes · W_qᵀ, the zero points taken
+// off as z · Σ_k W_q[n, k] (onnxruntime's MatMulInteger takes one zero point per tensor), and
+// y = (s_x · s_w) · float(acc - z · Σ W_q), the same float operations in the same order.
 std::string linear(Builder& b, const std::string& x, const nn::Quantizable<nn::Linear>& layer,
                    const std::string& name) {
   std::string y;
   const nn::QuantizedLinear* quantized = layer.quantized();
   if (quantized) {
     Int8Weight w = int8_tensors(quantized->weight());
-    std::vector<std::string> xq = b.ops("DynamicQuantizeLinear", {x}, {}, 3);  // x_q, s_x, z_x
-    std::string acc = b.op("MatMulInteger", {xq[0], b.int8_weight(name + ".weight_t_q", w.q.transpose(0, 1)), xq[2]});
-    std::string scale = b.op("Mul", {xq[1], b.weight(name + ".weight_scale", w.scale.reshape({-1}))});  // (out,)
-    y = b.op("Mul", {b.op("Cast", {acc}, {attr("to", int64_t{pb::TensorProto::FLOAT})}), scale});
+    RowCodes xq = quantize_rows(b, x);
+    const std::string w_q = b.int8_weight(name + ".weight_t_q", w.q.transpose(0, 1));  // (in, out)
+    const std::string sums = b.weight_value(name + ".weight_sums", [&] {                // (out,) int32
+      return b.op("ReduceSum", {cast(b, w_q, pb::TensorProto::INT32), b.ints({0})}, {attr("keepdims", int64_t{0})});
+    });
+    const std::string acc = b.op("MatMulInteger", {xq.codes, w_q});  // (..., out) int32
+    const std::string centred = b.op("Sub", {acc, b.op("Mul", {xq.zero_point, sums})});
+    const std::string scale = b.op("Mul", {xq.scale, b.weight(name + ".weight_scale", w.scale.reshape({-1}))});
+    y = b.op("Mul", {scale, cast(b, centred, pb::TensorProto::FLOAT)});
   } else {
     y = b.op("MatMul", {x, b.weight(name + ".weight_t", layer->weight.transpose(0, 1))});
   }

@@ -17,16 +17,18 @@
 //   the decoder loop of model.onnx -> Scan over tgt's time axis, whose body is the decoder step
 //     (it reads memory, keys, src_keep and the weights from the enclosing graph).
 // Every attention kind of the translator (additive, scaled_dot, hybrid) is expressible this way.
-// An int8 model (nn::quantize_dynamic, a `seqgrad quantize` checkpoint) exports int8, in the form
-// onnxruntime's own dynamic quantization produces:
-//   int8 Linear -> DynamicQuantizeLinear (activations to uint8 per call) + MatMulInteger (int8
-//     weight, exact int32 product) + Cast, scaled by s_x · s_w (+ Add for the bias);
+// An int8 model (nn::quantize_dynamic, a `seqgrad quantize` checkpoint) exports int8:
+//   int8 Linear -> each activation row to uint8 with its own range, as seqgrad's quantized_linear
+//     (ReduceMin/ReduceMax, PyTorch's scale and zero point per row in Div/Where/Round/Clip, not
+//     DynamicQuantizeLinear, which has one range per tensor) + MatMulInteger (int8 weight, exact
+//     int32 product) - z · Σ_k W_q, Cast, scaled by s_x · s_w (+ Add for the bias);
 //   int8 Embedding -> Gather of the int8 rows and of their scales, Cast, Mul;
 //   int8 GRU -> int8 W and R stored, dequantized once (Cast, Mul) in the top-level graph, and the
 //     float ONNX GRU: ONNX has no int8 GRU, so the recurrence runs in float32 where seqgrad's
 //     int8 GRU also rounds its inputs to 8 bits.
-// The int8 graphs' outputs therefore differ from seqgrad's int8 ones by activation rounding, about
-// as much as seqgrad's int8 outputs differ from float32 (tests/test_onnx_export.py, Quantized).
+// A row's int8 products therefore do not depend on the batch, as in seqgrad; the int8 graphs'
+// outputs differ from seqgrad's int8 ones through the float32 GRUs, about as much as seqgrad's int8
+// outputs differ from float32 (tests/test_onnx_export.py, Quantized).
 // Built with libonnx (the protobuf schema and checker); without it, a stub throws (onnx_available()).
 #pragma once
 #include <cstdint>

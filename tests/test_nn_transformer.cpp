@@ -215,12 +215,13 @@ TEST_CASE("TransformerDecoder::step with its cache gives the full causal forward
       CHECK(state.steps == 2);
       CHECK(state.keys[1].shape() == Shape{B, 2, 2, 4});  // (B, h, steps, d)
 
-      // a beam search keeps rows 2, 0, 0: the reordered state continues as the reordered batch
-      Tensor rows = lengths1({2, 0, 0});
+      // a beam search keeps rows 2, 0, 0, 1 (4 hypotheses from 3 rows): the reordered state
+      // continues as the reordered batch
+      Tensor rows = lengths1({2, 0, 0, 1});
       state = state.select_rows(rows);
       Tensor tgt_r = index_select(tgt, 0, rows), memory_r = index_select(memory, 0, rows);
       Tensor src_r = index_select(src_lengths, 0, rows);
-      Tensor full_r = dec(tgt_r, memory_r, nn::causal_lengths(full_lengths(B, T), T), src_r);
+      Tensor full_r = dec(tgt_r, memory_r, nn::causal_lengths(full_lengths(rows.size(0), T), T), src_r);
       for (int64_t i = 2; i < T; ++i)
         check_close(dec.step(tgt_r.select(1, i), state), full_r.select(1, i), tol, "step after reorder");
     }

@@ -14,8 +14,10 @@ translation alone (checked against `seqgrad translate` one sentence per call), a
 batching changed are counted ("batch-changed"), not failed.
 
 With --soak N, it instead sends N requests from --soak-clients clients to the float32 server, one in
-ten of them malformed (bad JSON, invalid UTF-8, wrong types, unknown fields, values out of range):
-every malformed one must get its 4xx, every other one its translation, the server must keep
+ten of them malformed (bad JSON, invalid UTF-8, wrong types, unknown fields, values out of range,
+and the serve test's hostile bodies on both routes: nesting 60,000 deep in every field, overflowing
+numbers, duplicate keys, keys as long as the body): every malformed one must get its 4xx with a
+bounded message, every other one its translation, the server must keep
 running, and its resident memory (VmRSS) after the last request is compared with the memory after
 the first tenth (the warm-up); growth above 5% fails the run.
 
@@ -36,7 +38,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
-from serve_common import Server, quantize, test_sentences, translate_cli  # noqa: E402
+from serve_common import Server, hostile_bodies, quantize, test_sentences, translate_cli  # noqa: E402
 
 
 def status_mb(pid, key):
@@ -52,11 +54,15 @@ def peak_rss_mb(pid):
     return status_mb(pid, "VmHWM")
 
 
-# Malformed requests of the soak and the status each must get.
-MALFORMED = [(b'{"src": [', 400), (b'[1, 2', 400), (b'{"src": ["Ein \xff Hund"]}', 400), (b'"Ein Hund"', 400),
-             (b'{"src": "Ein Hund"}', 422), (b'{"src": []}', 422), (b'{"src": ["Hund", 7]}', 422),
-             (b'{"src": ["Hund"], "beem": 2}', 422), (b'{"src": ["Hund"], "beam": 0}', 422),
-             (b'{"src": ["Hund"], "length_penalty_type": "wu"}', 422), (b'{"src": ["   "]}', 422)]
+# Malformed requests of the soak, their route and the status each must get: everyday mistakes, and
+# the hostile bodies of the serve test (deep nesting in every field, huge numbers, duplicate keys, ...)
+# at the default body limit (1 MiB).
+MALFORMED = [("/v1/translate", raw, status) for raw, status in [
+    (b'{"src": [', 400), (b'[1, 2', 400), (b'{"src": ["Ein \xff Hund"]}', 400), (b'"Ein Hund"', 400),
+    (b'{"src": "Ein Hund"}', 422), (b'{"src": []}', 422), (b'{"src": ["Hund", 7]}', 422),
+    (b'{"src": ["Hund"], "beem": 2}', 422), (b'{"src": ["Hund"], "beam": 0}', 422),
+    (b'{"src": ["Hund"], "length_penalty_type": "wu"}', 422), (b'{"src": ["   "]}', 422)]] + hostile_bodies(1 << 20)
+MAX_ERROR_CHARS = 600  # an error message is bounded, whatever the body
 
 
 def soak(server, total, clients, sentences, expected):
@@ -77,9 +83,10 @@ def soak(server, total, clients, sentences, expected):
             if k >= total:
                 return
             if k % 10 == 9:
-                raw, want = MALFORMED[(k // 10) % len(MALFORMED)]
-                status, _, body = server.request("/v1/translate", raw=raw)
-                good = status == want and isinstance(body, dict) and body.get("status") == "error"
+                route, raw, want = MALFORMED[(k // 10) % len(MALFORMED)]
+                status, _, body = server.request(route, raw=raw)
+                good = (status == want and isinstance(body, dict) and body.get("status") == "error"
+                        and len(body.get("error", "")) <= MAX_ERROR_CHARS)
                 kind = "malformed"
             else:
                 sentence = sentences[k % len(sentences)]

@@ -1,23 +1,44 @@
 #include "core/json.h"
 
+#include <string>
+#include <unordered_set>
+#include <vector>
+
 #include <fmt/core.h>
 
 #include "core/error.h"
 
 namespace seqgrad {
+namespace {
+constexpr std::size_t kMaxMessageChars = 200;  // of the parser's own explanation
+}  // namespace
 
 nlohmann::json parse_json(std::string_view text, std::string_view source, int max_depth) {
   using json = nlohmann::json;
-  auto limit_depth = [&](int depth, json::parse_event_t event, json&) {
+  // The keys seen in each open object, innermost last: a key written twice is refused, since
+  // nlohmann would keep the last value and silently drop what the writer meant by the first.
+  std::vector<std::unordered_set<std::string>> open_objects;
+  auto check_event = [&](int depth, json::parse_event_t event, json& parsed) {
     if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) &&
         depth >= max_depth)
       throw IOError(fmt::format("{}: JSON nested deeper than {} levels", source, max_depth));
+    if (event == json::parse_event_t::object_start) open_objects.emplace_back();
+    if (event == json::parse_event_t::object_end) open_objects.pop_back();
+    if (event == json::parse_event_t::key && !open_objects.back().insert(parsed.get<std::string>()).second)
+      throw IOError(fmt::format("{}: the key {} appears twice in one object", source, json_preview(parsed)));
     return true;
   };
   try {
-    return json::parse(text.begin(), text.end(), limit_depth);
+    return json::parse(text.begin(), text.end(), check_event);
   } catch (const json::exception& e) {
-    throw IOError(fmt::format("{}: not valid JSON: {}", source, e.what()));
+    // the parser quotes the token it stopped in, which can be the whole input
+    std::string reason = e.what();
+    if (reason.size() > kMaxMessageChars) {
+      std::size_t cut = kMaxMessageChars;
+      while (cut > 0 && (static_cast<unsigned char>(reason[cut]) & 0xC0) == 0x80) --cut;  // not inside a character
+      reason = reason.substr(0, cut) + "...";
+    }
+    throw IOError(fmt::format("{}: not valid JSON: {}", source, reason));
   }
 }
 

@@ -15,7 +15,8 @@ namespace seqgrad {
 inline constexpr int kMaxJsonDepth = 64;
 
 // Parses `text`; an IOError names `source` ("checkpoint run/last.safetensors: config") for
-// invalid JSON or nesting deeper than `max_depth` containers.
+// invalid JSON, nesting deeper than `max_depth` containers or a key written twice in one object.
+// The message is bounded, whatever the input.
 nlohmann::json parse_json(std::string_view text, std::string_view source, int max_depth = kMaxJsonDepth);
 
 // A value for an error message: a scalar as JSON ("\"abc\"", 3, true), a container as its type and

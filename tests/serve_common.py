@@ -96,3 +96,54 @@ def translate_cli(seqgrad, checkpoint, sentences, *flags):
     if p.returncode != 0:
         raise AssertionError(f"translate failed:\n{p.stdout}\n{p.stderr}")
     return p.stdout.splitlines()
+
+
+# Request fields, each of which can carry a hostile value (both routes).
+TRANSLATE_FIELDS = ["src", "model", "beam", "nbest", "max_len", "min_len", "length_penalty", "length_penalty_type",
+                    "coverage_penalty", "alignment", "attention", "explain"]
+
+
+def nested(depth):
+    """A JSON array nested `depth` levels deep, as bytes."""
+    return b"[" * depth + b"]" * depth
+
+
+def hostile_bodies(max_body_bytes):
+    """(route, raw body, status) of bodies an attacker might send, each no larger than max_body_bytes:
+    nesting far beyond a request's depth in every field of both routes (60,000 levels crashed the
+    server once), huge and overflowing numbers, invalid UTF-8, duplicate keys, a key as long as the
+    body, wrong types. The server must answer each with its 4xx and a bounded message."""
+    deep = max(16, min(60_000, (max_body_bytes - 200) // 2))  # as deep as the limit allows
+    v1, onmt = "/v1/translate", "/translator/translate"
+    cases = []
+    for field in TRANSLATE_FIELDS:
+        def body(value):  # the request with `field` set to value (and a good src beside any other field)
+            return b'{%s"%s": %s}' % (b'' if field == "src" else b'"src": ["Hund"], ', field.encode(), value)
+        cases.append((v1, body(nested(deep)), 400))
+        cases.append((v1, body(nested(5)), 422))  # within the depth limit: the field's type is wrong
+        cases.append((v1, body(b'{"a": {"b": [1e308]}}'), 422))
+    cases += [
+        (v1, nested(deep), 400),
+        (v1, b'{"src": [%s]}' % nested(deep - 1), 400),
+        (v1, b'{"src": ["Hund"], "beam": 1e999}', 400),           # overflows a double
+        (v1, b'{"src": ["Hund"], "beam": 1e308}', 422),
+        (v1, b'{"src": ["Hund"], "beam": -99999999999999999999999}', 422),
+        (v1, b'{"src": ["Hund"], "length_penalty": 1' + b"0" * 400 + b'}', 400),  # 1e400 overflows too
+        (v1, b'{"src": ["Hund"], "src": ["Katze"]}', 400),       # duplicate key
+        (v1, b'{"src": ["Hund"], "%s": 1}' % (b"k" * (max_body_bytes // 2)), 422),
+        (v1, b'{"src": ["Hund"], "alignment": "%s"}' % (b"x" * (max_body_bytes // 2)), 422),
+        (v1, b'{"src": ["Ein \xc3"]}', 400),                         # a character cut short
+        (v1, b'{"src": ["\xf4\x90\x80\x80"]}', 400),                 # above U+10FFFF
+        (v1, b'{"src": ["' + b"\xe2\x82\xac" * (max_body_bytes // 8) + b'\xff"]}', 400),
+        (v1, b'{"src": ["Hund"' + b"," * 1000 + b']}', 400),
+        (v1, b'{"src": ["Hund"], "explain": null}', 422),
+        (v1, b'{"src": [null]}', 422),
+        (v1, b'{"src": [{"src": "Hund"}]}', 422),
+        (onmt, nested(deep), 400),
+        (onmt, b'[{"src": %s}]' % nested(deep - 2), 400),
+        (onmt, b'[{"src": "Hund", "id": %s}]' % nested(deep - 2), 400),
+        (onmt, b'[{"src": "Hund", "id": [[[1]]]}]', 422),
+        (onmt, b'[{"src": "Hund", "src": "Katze"}]', 400),
+        (onmt, b'[{"src": "Hund", "id": 1e999}]', 400),
+    ]
+    return [case for case in cases if len(case[1]) <= max_body_bytes]

@@ -27,7 +27,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_common import Server, quantize, test_sentences, train_tiny, translate_cli  # noqa: E402
+from serve_common import Server, hostile_bodies, quantize, test_sentences, train_tiny, translate_cli  # noqa: E402
 from test_tools_cli import program_and_data  # noqa: E402
 
 SEQGRAD = None
@@ -237,8 +237,8 @@ class BadInput(ServeBase):
 
     def test_each_bad_request_names_its_field(self):
         cases = [  # (raw body, status, field, message)
-            (b"{\"src\": [", 400, "", r"not JSON"),
-            (b"[1, 2", 400, "", r"not JSON"),
+            (b"{\"src\": [", 400, "", r"the request body: not valid JSON"),
+            (b"[1, 2", 400, "", r"not valid JSON"),
             (b"{\"src\": [\"Ein \xff Hund\"]}", 400, "", r"not valid UTF-8 \(byte 14 of 23\)"),
             (b"{\"src\": [\"\xed\xa0\x80\"]}", 400, "", r"not valid UTF-8"),  # a UTF-16 surrogate
             (b"\"Ein Hund\"", 400, "", r"must be a JSON object"),
@@ -281,6 +281,35 @@ class BadInput(ServeBase):
             with self.subTest(body=raw):
                 self.assertError(self.post(None, raw=raw, path="/translator/translate"), status, field, pattern)
         self.assertEqual(self.post({"src": ["Ein Hund."]})[0], 200)  # still serving
+
+    def test_hostile_bodies_get_a_bounded_4xx(self):
+        self.expect_hostile_bodies_answered(self.server, 4096)
+
+    def expect_hostile_bodies_answered(self, server, max_body_bytes):
+        for route, raw, status in hostile_bodies(max_body_bytes):
+            with self.subTest(route=route, body=raw[:80], size=len(raw)):
+                got, _, body = server.request(route, raw=raw)
+                self.assertEqual(got, status, str(body)[:300])
+                self.assertEqual(body["status"], "error")
+                self.assertLessEqual(len(body["error"]), 600, body["error"][:300])
+                self.assertLessEqual(len(body.get("field", "")), 64)
+        self.assertEqual(server.request("/v1/translate", body={"src": ["Ein Hund."]})[0], 200)  # still serving
+
+    def test_hostile_bodies_at_the_default_limit(self):
+        """Nesting 60,000 deep in a 120 KB body ended the server with SIGSEGV before parsing had a depth limit."""
+        server = Server(SEQGRAD, "--checkpoint", checkpoint(), "--threads", "1")
+        try:
+            self.expect_hostile_bodies_answered(server, 1 << 20)
+            deep = b'{"src": ["Hund"], "beam": ' + b"[" * 10_000 + b"]" * 10_000 + b"}"
+            self.assertError(server.request("/v1/translate", raw=deep), 400, "",
+                             r"^the request body: JSON nested deeper than 8 levels$")
+            self.assertError(server.request("/v1/translate", raw=b'{"src": ["a"], "src": ["b"]}'), 400, "",
+                             r"the key \"src\" appears twice in one object")
+            self.assertError(server.request("/v1/translate", raw=b'{"src": ["a"], "' + b"x" * 5000 + b'": 1}'), 422,
+                             '"' + "x" * 40 + '"... (5000 bytes)', r"unknown field '\"x{40}\"\.\.\. \(5000 bytes\)'")
+        finally:
+            status, _, err = server.stop()
+            self.assertEqual(status, 0, err)
 
     def test_body_over_the_limit_and_unknown_routes(self):
         self.assertError(self.post({"src": ["Hund " * 1000]}), 413, "", r"larger than the server's limit")

@@ -15,6 +15,6 @@ if [ ! -f "$BUILD/build.ninja" ]; then
     -Dcpp_args="-O1 -gline-tables-only -fsanitize=fuzzer-no-link" >/dev/null
 fi
 ninja -C "$BUILD" -j "${JOBS:-2}" tests/fuzz/fuzz_safetensors tests/fuzz/fuzz_checkpoint tests/fuzz/fuzz_corpus \
-  tests/fuzz/fuzz_tokenizer tests/fuzz/fuzz_subword models/libseqgrad_sentencepiece.so
+  tests/fuzz/fuzz_tokenizer tests/fuzz/fuzz_subword tests/fuzz/fuzz_request models/libseqgrad_sentencepiece.so
 # issue 28's 200,000-deep JSON, per target (400 KB each: generated, not kept in the repository)
 /usr/bin/python3 tests/fuzz/make_regressions.py "$BUILD/fuzz-regressions"

@@ -26,9 +26,10 @@ trap 'rm -rf "$SEQGRAD_FUZZ_SCRATCH"' EXIT
 # -max_len: set, not inferred from the largest seed; room for the biggest seed (the 26.5 KB tiny
 # translator checkpoint, SentencePiece models of a few KB) and for growth, small enough that each
 # execution stays cheap. Nesting deeper than the parsers' limits (64 levels) fits in any of them.
-declare -A MAX_LEN=([safetensors]=16384 [checkpoint]=65536 [corpus]=8192 [tokenizer]=8192 [subword]=8192)
-declare -A DICT=([safetensors]=safetensors [checkpoint]=safetensors [corpus]=corpus [tokenizer]=json [subword]=json)
-for target in ${TARGETS:-safetensors checkpoint corpus tokenizer subword}; do
+declare -A MAX_LEN=([safetensors]=16384 [checkpoint]=65536 [corpus]=8192 [tokenizer]=8192 [subword]=8192 [request]=8192)
+declare -A DICT=([safetensors]=safetensors [checkpoint]=safetensors [corpus]=corpus [tokenizer]=json [subword]=json
+                 [request]=request)
+for target in ${TARGETS:-safetensors checkpoint corpus tokenizer subword request}; do
   exe=$BUILD/tests/fuzz/fuzz_$target
   if [ ! -x "$exe" ]; then
     echo "== fuzz_$target: not built (tests/fuzz/build.sh; the subword target needs SentencePiece)"

@@ -7,6 +7,8 @@
 
 #include <fmt/core.h>
 
+#include "core/error.h"
+#include "core/json.h"
 #include "core/suggest.h"
 
 namespace seqgrad::tools::serve {
@@ -15,6 +17,10 @@ namespace {
 constexpr double kMaxLengthPenalty = 10;  // log p / length^10 already ranks by length alone
 constexpr double kMaxCoveragePenalty = 10;
 constexpr int64_t kExplainAlternatives = 5;  // the explorer's top-k at each step
+// A request nests two levels ({"src": [...]}, [{"src": ...}]); a little room beyond that keeps the
+// message about a wrong type ("src[0] must be a string, got array") for values a level deeper.
+constexpr int kMaxRequestDepth = 8;
+constexpr size_t kMaxFieldChars = 40;  // an unknown key is quoted this far in the error
 
 // Where `text` stops being UTF-8 (std::string::npos: it is): overlong forms, surrogates and code
 // points above U+10FFFF count as invalid, as RFC 3629 says.
@@ -41,10 +47,10 @@ size_t invalid_utf8_at(const std::string& text) {
 std::string type_name(const nlohmann::json& v) { return v.is_number_integer() ? "integer" : v.type_name(); }
 
 int64_t integer_in(const nlohmann::json& v, const std::string& field, int64_t min, int64_t max) {
-  if (!v.is_number_integer()) refuse(field, fmt::format("{} must be an integer, got {} {}", field, type_name(v), v.dump()));
+  if (!v.is_number_integer()) refuse(field, fmt::format("{} must be an integer, got {} {}", field, type_name(v), json_preview(v)));
   // an unsigned value above int64's range is stored as unsigned: compare it as such
   if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(max))
-    refuse(field, fmt::format("{} = {} is out of range [{}, {}]", field, v.dump(), min, max));
+    refuse(field, fmt::format("{} = {} is out of range [{}, {}]", field, json_preview(v), min, max));
   const auto n = v.get<int64_t>();
   if (n < min || n > max) refuse(field, fmt::format("{} = {} is out of range [{}, {}]", field, n, min, max));
   return n;
@@ -52,12 +58,12 @@ int64_t integer_in(const nlohmann::json& v, const std::string& field, int64_t mi
 
 double number_in(const nlohmann::json& v, const std::string& field, double min, double max) {
   if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < min || v.get<double>() > max)
-    refuse(field, fmt::format("{} must be a number in [{}, {}], got {}", field, min, max, v.dump()));
+    refuse(field, fmt::format("{} must be a number in [{}, {}], got {}", field, min, max, json_preview(v)));
   return v.get<double>();
 }
 
 bool boolean(const nlohmann::json& v, const std::string& field) {
-  if (!v.is_boolean()) refuse(field, fmt::format("{} must be true or false, got {} {}", field, type_name(v), v.dump()));
+  if (!v.is_boolean()) refuse(field, fmt::format("{} must be true or false, got {} {}", field, type_name(v), json_preview(v)));
   return v.get<bool>();
 }
 
@@ -66,12 +72,15 @@ void check_known_fields(const nlohmann::json& object, const std::vector<std::str
     if (std::find(known.begin(), known.end(), key) != known.end()) continue;
     std::string list;
     for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
-    refuse(key, fmt::format("unknown field '{}' in {}{} (known: {})", key, where, did_you_mean(key, known), list));
+    // a client's key can be as long as the body: quoted and named by its first characters
+    const std::string shown = key.size() <= kMaxFieldChars ? key : json_preview(key, kMaxFieldChars);
+    refuse(shown, fmt::format("unknown field '{}' in {}{} (known: {})", shown, where,
+                              key.size() <= kMaxFieldChars ? did_you_mean(key, known) : "", list));
   }
 }
 
 std::string sentence(const nlohmann::json& v, const std::string& field) {
-  if (!v.is_string()) refuse(field, fmt::format("{} must be a string, got {} {}", field, type_name(v), v.dump()));
+  if (!v.is_string()) refuse(field, fmt::format("{} must be a string, got {} {}", field, type_name(v), json_preview(v)));
   return v.get<std::string>();
 }
 
@@ -85,9 +94,9 @@ nlohmann::json parse_body(const std::string& body) {
   if (size_t at = invalid_utf8_at(body); at != std::string::npos)
     throw RequestError(400, "", fmt::format("the request body is not valid UTF-8 (byte {} of {})", at, body.size()));
   try {
-    return nlohmann::json::parse(body);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw RequestError(400, "", fmt::format("the request body is not JSON: {}", e.what()));
+    return parse_json(body, "the request body", kMaxRequestDepth);  // never recursive: no body can crash it
+  } catch (const IOError& e) {
+    throw RequestError(400, "", e.what());
   }
 }
 
@@ -125,7 +134,7 @@ TranslateRequest read_translate_request(const nlohmann::json& body, const std::v
     if (v == "power") r.decoding.length_penalty_kind = models::LengthPenalty::power;
     else if (v == "gnmt") r.decoding.length_penalty_kind = models::LengthPenalty::gnmt;
     else refuse("length_penalty_type", fmt::format("length_penalty_type must be \"power\" or \"gnmt\", got {}",
-                                                   v.dump()));
+                                                   json_preview(v)));
   }
   if (body.contains("coverage_penalty"))
     r.decoding.coverage_penalty = number_in(body["coverage_penalty"], "coverage_penalty", 0, kMaxCoveragePenalty);
@@ -133,7 +142,7 @@ TranslateRequest read_translate_request(const nlohmann::json& body, const std::v
     const nlohmann::json& v = body["alignment"];
     if (v == "hard") r.response.alignment = Alignment::hard;
     else if (v == "soft") r.response.alignment = Alignment::soft;
-    else refuse("alignment", fmt::format("alignment must be \"hard\", \"soft\" or null, got {}", v.dump()));
+    else refuse("alignment", fmt::format("alignment must be \"hard\", \"soft\" or null, got {}", json_preview(v)));
   }
   if (body.contains("attention")) r.response.attention = boolean(body["attention"], "attention");
   if (body.contains("explain")) r.response.explain = boolean(body["explain"], "explain");

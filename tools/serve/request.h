@@ -47,7 +47,9 @@ struct TranslateRequest {
   ResponseOptions response;
 };
 
-// The body as a JSON value: 400 when it is not valid UTF-8 or not JSON.
+// The body as a JSON value: 400 when it is not valid UTF-8, not JSON, nested deeper than a request
+// can be (8 levels) or has a key twice in one object. Never recursive, so no body up to the size
+// limit can exhaust the stack, and every message is bounded.
 nlohmann::json parse_body(const std::string& body);
 // POST /v1/translate: {"src": [...], "model", "beam", "nbest", "max_len", "min_len", "length_penalty",
 // "length_penalty_type", "coverage_penalty", "alignment", "attention", "explain"}; what is left out

@@ -29,7 +29,8 @@ thread_local Clock::time_point request_started;
 
 void send_json(httplib::Response& res, int status, const nlohmann::json& body) {
   res.status = status;
-  res.set_content(body.dump(), "application/json");
+  // replace: a message quoting a client's bytes must not make the answer itself fail
+  res.set_content(body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), "application/json");
 }
 
 void send_error(httplib::Response& res, int status, const std::string& field, const std::string& message) {

@@ -1,0 +1,47 @@
+// libFuzzer target: `seqgrad serve`'s request readers (tools/serve/request), both routes, every field.
+// The first byte picks the route and the server's limits, the rest is the HTTP body. A bad body must
+// end as a RequestError with a 4xx status, a bounded message and a bounded field name; an accepted
+// one must hold only values within the limits. Anything else (another exception, a crash, a
+// sanitizer report, a stack overflow from nesting) is a finding.
+#include <string>
+#include <vector>
+
+#include "tools/serve/request.h"
+
+namespace {
+
+using namespace seqgrad;
+using tools::serve::RequestError;
+
+constexpr size_t kMaxMessage = 600, kMaxField = 64;
+
+void check_accepted(const tools::serve::TranslateRequest& r, const tools::serve::RequestLimits& limits, int64_t vocab) {
+  const auto& d = r.decoding;
+  if (r.src.empty() || static_cast<int64_t>(r.src.size()) > limits.max_sentences || r.model >= limits.models ||
+      d.beam_size < 1 || d.beam_size > std::min(limits.max_beam, vocab) || d.nbest < 1 || d.nbest > d.beam_size ||
+      d.min_len > d.max_len || d.max_len > limits.max_len || !(d.length_penalty >= 0 && d.length_penalty <= 10) ||
+      !(d.coverage_penalty >= 0 && d.coverage_penalty <= 10))
+    __builtin_trap();
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size == 0) return 0;
+  const bool opennmt = (data[0] & 1) != 0;
+  const tools::serve::RequestLimits limits{.max_sentences = 1 + (data[0] >> 1 & 3), .max_beam = 4, .max_len = 20,
+                                           .models = 1 + static_cast<size_t>(data[0] >> 3 & 1)};
+  const std::vector<int64_t> vocab(limits.models, data[0] & 0x10 ? 3 : 50);
+  std::vector<models::DecodeOptions> defaults(limits.models);
+  for (auto& d : defaults) d.max_len = 10;
+  const std::string body(reinterpret_cast<const char*>(data) + 1, size - 1);
+  try {
+    const nlohmann::json parsed = tools::serve::parse_body(body);
+    if (opennmt) check_accepted(tools::serve::read_opennmt_request(parsed, defaults, limits), limits, vocab[0]);
+    else check_accepted(tools::serve::read_translate_request(parsed, defaults, vocab, limits), limits, vocab[0]);
+  } catch (const RequestError& e) {
+    if (e.status < 400 || e.status > 499 || std::string(e.what()).size() > kMaxMessage || e.field.size() > kMaxField)
+      __builtin_trap();
+  }
+  return 0;
+}

@@ -13,7 +13,7 @@ trap 'rm -rf "$out"' EXIT
 
 run() {  # ranks threads steps: prints the wall time in seconds
   local cmd=("$seqgrad" train --preset "$preset" --data-dir "$data" --out "$out/run" --force --threads "$2"
-             --quiet --stop-after-steps "$3")
+             --stop-after-steps "$3")  # not --quiet: the model and data-parallel lines are read below
   if [ "$1" -gt 1 ]; then cmd=(mpirun --allow-run-as-root --oversubscribe -np "$1" "${cmd[@]}"); fi
   local start end
   start=$(date +%s.%N)

@@ -1,6 +1,6 @@
-// Seed: d2l's masked_softmax(X, valid_lens), which fills masked scores with -1e6 before softmax.
+// Source snippet: d2l's masked_softmax(X, valid_lens), which fills masked scores with -1e6 before softmax.
 // Demonstrates nn::masked_softmax with valid lengths per batch row (B,) and per query (B, Q), the
-// same masking as a bool keep mask (true = keep, the seeds' `mask == 0 -> masked` convention), and
+// same masking as a bool keep mask (true = keep, the snippets' `mask == 0 -> masked` convention), and
 // the edge the -1e6 trick gets wrong: a row with no valid key gives zeros (not a uniform row),
 // with a zero gradient instead of NaN.
 #include <fmt/core.h>
@@ -19,7 +19,7 @@ using examples::max_abs_diff;
 
 int main() {
   manual_seed(0);
-  Tensor scores = rand({2, 2, 4});  // (B, Q, K), as torch.rand(2, 2, 4) in the seed
+  Tensor scores = rand({2, 2, 4});  // (B, Q, K), as torch.rand(2, 2, 4) in the snippet
 
   // One valid length per batch row: row 0 keeps keys 0-1, row 1 keeps keys 0-2.
   Tensor lengths = from_vector<int64_t>({2, 3}, {2});
@@ -34,7 +34,7 @@ int main() {
   expect(std::abs(w.select(0, 0).select(0, 0).to_vector<double>()[0] - w0) < 1e-6,
          "w[0, 0, 0] = e^s0 / (e^s0 + e^s1)");
 
-  // One valid length per query, as the seed's 2-D valid_lens [[1, 3], [2, 4]].
+  // One valid length per query, as the snippet's 2-D valid_lens [[1, 3], [2, 4]].
   Tensor per_query = from_vector<int64_t>({1, 3, 2, 4}, {2, 2});
   Tensor wq = nn::masked_softmax(scores, per_query);
   expect(wq.select(0, 0).select(0, 0).to_vector<double>()[0] == 1.0, "a query with one valid key puts all weight on it");

@@ -1,10 +1,10 @@
-// Seed: d2l's AdditiveAttention and DotProductAttention, run on the same inputs.
+// Source snippet: d2l's AdditiveAttention and DotProductAttention, run on the same inputs.
 // Demonstrates the two scoring functions side by side:
 //   additive      score(q, k) = vᵀ tanh(W_q q + W_k k)   (learned; Dq may differ from Dk)
 //   scaled dot    score(q, k) = q · k / √d               (no parameters; Dq = Dk = d)
 // then weights = masked_softmax(scores, valid_lens) and context = weights · values for both.
 // Checked: each kind's weights equal its formula computed by hand, and when every key is the same
-// (the seed's torch.ones keys) both kinds attend uniformly to the valid keys, whatever the query.
+// (the snippet's torch.ones keys) both kinds attend uniformly to the valid keys, whatever the query.
 #include <fmt/core.h>
 
 #include <cmath>
@@ -48,7 +48,7 @@ int main() {
          "context = weights · values for both");
   expect(max_abs_diff(w_add, w_dot) > 1e-3, "the two scorers weigh the same keys differently");
 
-  // The seed's inputs: every key is torch.ones, so every score in a row is the same and both
+  // The snippet's inputs: every key is torch.ones, so every score in a row is the same and both
   // kinds average the valid values: row 0 the first 2 value rows, row 1 the first 6.
   Tensor same_keys = ones({2, 10, d});
   Tensor uniform_add = additive(queries, same_keys, values, valid_lens);

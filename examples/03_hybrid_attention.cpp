@@ -1,4 +1,4 @@
-// Seed: a "hybrid" attention mixing the additive and the dot-product scores.
+// Source snippet: a "hybrid" attention mixing the additive and the dot-product scores.
 // Demonstrates nn::HybridAttention = ½ (additive + scaled dot), each half with its own softmax:
 //   context = ½ (softmax(vᵀ tanh(W_q q + W_k k)) + softmax(W q · k / √Dk)) · values
 // (with Dq != Dk the scaled-dot half first maps the query with a learned W (Dk × Dq)). It is called

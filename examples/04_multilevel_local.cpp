@@ -1,4 +1,4 @@
-// Seed: multi-level attention (several scorers over the same memory, contexts concatenated) and
+// Source snippet: multi-level attention (several scorers over the same memory, contexts concatenated) and
 // local attention (Luong et al. 2015: attend only to a window [p - D, p + D] around a position p).
 // Demonstrates nn::MultiLevelAttention built from an additive and a scaled-dot level, and
 // nn::LocalAttention with monotonic (p = the query's index) and predictive (p learned) positions.

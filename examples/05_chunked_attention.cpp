@@ -1,11 +1,11 @@
-// Seed: a "memory-efficient" attention that splits the keys into chunks, attends within each
+// Source snippet: a "memory-efficient" attention that splits the keys into chunks, attends within each
 // chunk and AVERAGES the chunk contexts. That is not attention: each chunk's softmax is normalised
 // on its own, so a chunk of weak keys counts as much as a chunk holding the one key that matters.
 // Demonstrates the exact alternative, nn::ChunkedAdditiveAttention (an online, log-sum-exp merged
-// softmax: chunk J's context counts with weight exp(lse_J) / Σ_J' exp(lse_J')), next to the seed's
+// softmax: chunk J's context counts with weight exp(lse_J) / Σ_J' exp(lse_J')), next to the snippet's
 // average, on the same parameters and inputs:
 //   exact chunked == unchunked AdditiveAttention (to rounding);
-//   the seed's average differs from it (printed), and is right only when every chunk happens to
+//   the snippet's average differs from it (printed), and is right only when every chunk happens to
 //   have the same normaliser (e.g. identical keys), which is why a uniform test input hides the bug;
 //   re-weighting the per-chunk contexts by their log-sum-exp shares recovers the exact result.
 #include <fmt/core.h>
@@ -26,7 +26,7 @@ namespace {
 
 constexpr int64_t kChunk = 4;
 
-// Attention within each chunk of kChunk keys, as the seed does: the contexts (B, Q, Dv) and the
+// Attention within each chunk of kChunk keys, as the snippet does: the contexts (B, Q, Dv) and the
 // log-normalisers lse_J = log Σ_{j in J} exp(score_j) (B, Q, 1) of every chunk.
 struct PerChunk {
   std::vector<Tensor> contexts;
@@ -44,7 +44,7 @@ PerChunk attend_per_chunk(const nn::AdditiveAttention& attention, const Tensor& 
   return out;
 }
 
-// The seed's merge: the mean of the chunk contexts.
+// The snippet's merge: the mean of the chunk contexts.
 Tensor average(const PerChunk& chunks) { return mean(stack(chunks.contexts), {0}); }
 
 // The exact merge: each chunk's context weighted by its share of the total softmax mass.
@@ -70,7 +70,7 @@ int main() {
   double chunked_error = max_abs_diff(exact_chunked, exact), average_error = max_abs_diff(averaged, exact);
   fmt::print("{} keys in chunks of {}: max |context - exact|\n", n_keys, kChunk);
   fmt::print("  exact chunked (online softmax)  {:.2e}\n", chunked_error);
-  fmt::print("  seed's average of chunk outputs {:.2e}\n", average_error);
+  fmt::print("  snippet's average of chunk outputs {:.2e}\n", average_error);
   fmt::print("  per-chunk contexts lse-merged   {:.2e}\n", max_abs_diff(lse_merge(chunks), exact));
   expect(chunked_error < 1e-5, "ChunkedAdditiveAttention equals AdditiveAttention");
   expect(average_error > 1e-2, "averaging per-chunk contexts does not");

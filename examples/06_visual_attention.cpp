@@ -1,4 +1,4 @@
-// Seed: a VisualAttention module whose forward returns (context, weights) so the weights can be
+// Source snippet: a VisualAttention module whose forward returns (context, weights) so the weights can be
 // plotted as a heatmap. Demonstrates that module in C++ (a Module wrapping scaled dot-product
 // attention; every seqgrad attention keeps its last weights, last_weights()), and a heatmap of the
 // weights written as an SVG file (a small writer below: the plots of the `seqgrad attention`

@@ -1,4 +1,4 @@
-// Seed: d2l's xavier_init_weights, applied to a seq2seq model with net.apply(fn):
+// Source snippet: d2l's xavier_init_weights, applied to a seq2seq model with net.apply(fn):
 //   if type(m) == nn.Linear: xavier_uniform_(m.weight)
 //   if type(m) == nn.GRU: xavier_uniform_ every parameter whose name contains "weight"
 // Demonstrates Module::apply (fn visits every submodule, children first, then the module itself),

@@ -1,4 +1,4 @@
-// Seed: "typical problems" of attention maps, and how to spot them:
+// Source snippet: "typical problems" of attention maps, and how to spot them:
 //   too diagonal     every output step looks at the same-numbered input position, whatever the
 //                    content (fine for copying, wrong where the languages reorder words);
 //   too diffuse      weights close to uniform: the model has not learned where to look;

@@ -1,6 +1,6 @@
-// Seed: the Bahdanau encoder and attention decoder (d2l's Seq2SeqEncoder + Seq2SeqAttentionDecoder)
+// Source snippet: the Bahdanau encoder and attention decoder (d2l's Seq2SeqEncoder + Seq2SeqAttentionDecoder)
 // and its training loop, trained on a toy task until it learns it: reversing sequences of 3-7
-// symbols. The seed's shape bugs are fixed the way the translator (models/seq2seq) fixes them:
+// symbols. The snippet's shape bugs are fixed the way the translator (models/seq2seq) fixes them:
 //   encoder: Embedding -> bidirectional GRU -> outputs (B, S, 2H); the decoder's first state is
 //            tanh(Linear(2H -> H)(concat(h_fwd, h_bwd))) (a bridge, not the 2 directions' states);
 //   decoder: per step, query = state (B, H) (a 2-D query) over the encoder outputs with padding

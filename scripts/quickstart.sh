@@ -34,7 +34,7 @@ build/tools/seqgrad train "${train_args[@]}"
 sentences=("Ein Mann fährt Fahrrad auf einer Straße." "Zwei Hunde spielen im Schnee.")
 [ "$preset" != d2l ] || sentences=("I am cold." "We are friends.")
 echo "quickstart: translating with $out/best.safetensors"
-build/tools/seqgrad translate --checkpoint "$out/best.safetensors" --heatmaps "$out/heatmaps" "${sentences[@]}"
+build/tools/seqgrad translate --checkpoint "$out/best.safetensors" --out "$out/heatmaps" "${sentences[@]}"
 elapsed=$((SECONDS - start))
 printf 'quickstart: done in %d min %02d s; model %s, heatmaps %s/heatmaps\n' \
   $((elapsed / 60)) $((elapsed % 60)) "$out/best.safetensors" "$out"

@@ -7,7 +7,10 @@ themselves, excepted). A measured figure is a number with a unit of time, size, 
 score: `12 ms`, `3.5 s`, `13 min`, `75.5 MB`, `9.5%`, `2.18x`, `221 GFLOP/s`, `sacreBLEU 35.31`,
 `6.2 M parameters`. It
 passes only inside the text of a link to a results row, `[35.31](docs/results.md#default-preset)`,
-whose anchor must exist. Not checked (the rule for structural numbers): fenced code blocks tagged
+whose anchor must exist, and every number in such a link's text must be a figure of that heading's
+section of docs/results.md (its rows and notes, up to the next heading), written the same way
+(thousands separators aside): a quoted figure cannot drift from its row, and a rounded or derived
+one has to be recorded in the row first. Not checked (the rule for structural numbers): fenced code blocks tagged
 with a programming language (```sh, ```cpp, ...: commands and code, whose sizes are inputs, not
 results; the info string's first word is the language), ```text sample blocks (a program's output
 that tests/install/check_doc_commands.py compares with a real run), inline code (`--max-seq 2048`),
@@ -15,7 +18,8 @@ and link targets. Other fenced blocks (program output) are checked: show output 
 elided (`…`) and link the row.
 
 Links: every relative link in those files must name an existing file, and an anchor in it (a
-heading of a .md file) must exist. Quoted code: a fenced block right after a line
+heading of a .md file) must exist; so must every source file named in inline code by its path in
+the repository (`models/seq2seq/checkpoint.cpp`, `tests/test_tools_cli.py`). Quoted code: a fenced block right after a line
 `<!-- from PATH -->` must appear verbatim in the file PATH (so README's program is the example
 the test command builds).
 
@@ -31,7 +35,7 @@ UNIT = (r"(?:ms|µs|us|ns|s|sec|min|minutes|h|hours|kB|KB|MB|GB|MiB|GiB|%|x|"
         r"GFLOP/s|tok/s|ms/step|ms/sent|us/op|µs/op|M parameters)")
 NUMBER = r"\d[\d,]*(?:\.\d+)?"
 FIGURE = re.compile(
-    rf"(?<![\w.\-/]){NUMBER}\s?{UNIT}(?![\w/])"          # 12 ms, 9.5%, 2.18x, 221 GFLOP/s
+    rf"(?:(?<![\w.\-/])|(?<=\d-)){NUMBER}\s?{UNIT}(?![\w/])"  # 12 ms, 9.5%, 2.18x, 221 GFLOP/s, 1.22-1.31x
     rf"|\b(?:sacreBLEU|BLEU|chrF)(?:\s+of)?\s+{NUMBER}"    # sacreBLEU 35.31
 )
 LINK = re.compile(r"\]\(([^)\s]+)\)")
@@ -40,6 +44,8 @@ ANY_LINK_TARGET = re.compile(r"\]\([^)]*\)")
 INLINE_CODE = re.compile(r"`[^`]*`")
 HEADING = re.compile(r"^#{1,6}\s+(.*?)\s*$")
 QUOTED_FROM = re.compile(r"^<!--\s*from\s+(\S+)\s*-->$")
+NAMED_FILE = re.compile(r"`((?:core|ops|nn|optim|models|tools|tests|docs|scripts|examples|bench|dist|data|cmake)/"
+                        r"[A-Za-z0-9_./-]*\.(?:cpp|h|py|sh|cu|cuh|md|build|c|txt|json))`")
 
 
 def slug(heading: str) -> str:
@@ -58,6 +64,32 @@ def anchors(markdown: pathlib.Path) -> set:
         if m:
             found.add(slug(m.group(1)))
     return found
+
+
+def sections(markdown: pathlib.Path) -> dict:
+    """Each heading's anchor -> the text under it, up to the next heading (fenced blocks included)."""
+    found, current, fenced = {}, None, False
+    for line in markdown.read_text(encoding="utf-8").splitlines():
+        fenced ^= line.strip().startswith("```")
+        m = None if fenced else HEADING.match(line)
+        if m:
+            current = slug(m.group(1))
+            found[current] = []
+        elif current is not None:
+            found[current].append(line)
+    return {anchor: "\n".join(lines) for anchor, lines in found.items()}
+
+
+def numbers(text: str) -> list:
+    """The numbers in text as written, thousands separators dropped: '1,020 s' -> '1020'. A number
+    that is part of a name (k0, H200, Multi30k, test2016) is not one."""
+    return [n.replace(",", "") for n in re.findall(rf"(?<![\w.]){NUMBER}(?!x\w)(?![^\Wx])", text)]
+
+
+def drifted(link_text: str, section: str):
+    """The numbers of a results link's text that its section does not hold, or []."""
+    held = set(numbers(section))
+    return [n for n in numbers(link_text) if n not in held]
 
 
 def broken_link(source: pathlib.Path, target: str):
@@ -113,16 +145,27 @@ def problems(root: pathlib.Path) -> list:
     results = root / "docs" / "results.md"
     files = [root / "README.md", root / "examples" / "README.md"] + sorted((root / "docs").glob("*.md"))
     found = []
+    rows = sections(results) if results.exists() else {}
     for path in files:
         if not path.exists():
             continue
         name = path.relative_to(root)
         found += stale_quotes(root, path)
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            for m in NAMED_FILE.finditer(line):
+                if not (root / m.group(1)).exists():
+                    found.append(f"{name}:{number}: names {m.group(1)}, which does not exist")
         for number, line in checked_lines(path):
             for m in LINK.finditer(INLINE_CODE.sub(" ", line)):
                 why = broken_link(path, m.group(1))
                 if why:
                     found.append(f"{name}:{number}: {why}")
+            for m in RESULTS_LINK.finditer(INLINE_CODE.sub(" ", line)):
+                quoted, anchor = m.group(1), m.group(2)
+                wrong = drifted(quoted, rows.get(anchor, ""))
+                if anchor in rows and wrong:
+                    found.append(f"{name}:{number}: [{quoted}](results.md#{anchor}) quotes "
+                                 f"{', '.join(wrong)}, which the section '{anchor}' of docs/results.md does not hold")
             if path == results:
                 continue  # the rows themselves
             text = RESULTS_LINK.sub(" ", line)
@@ -133,11 +176,22 @@ def problems(root: pathlib.Path) -> list:
     return found
 
 
+def self_test() -> list:
+    """The value comparison on a made-up section (run before every check, so a check that passes
+    everything fails): a quoted figure passes only when its section holds it."""
+    section = "| 2026-12-01 | abc | 2 cores | `seqgrad eval` | sacreBLEU 36.39, 1,020 s, 9.5% on test2016, 1.22-1.31x |"
+    cases = [("36.39", []), ("36.4", ["36.4"]), ("1,020 s", []), ("1020 s", []), ("9.5%", []), ("10%", ["10"]),
+             ("1.22-1.31x faster", []), ("1.3x", ["1.3"]), ("1.31 x", []),
+             ("sacreBLEU 36.39 and 38.05", ["38.05"]), ("time", []), ("2016", ["2016"])]
+    return [f"check_docs_numbers.py: self-test: drifted({text!r}) = {drifted(text, section)}, expected {want}"
+            for text, want in cases if drifted(text, section) != want]
+
+
 def main() -> int:
     if len(sys.argv) != 2:
         print(__doc__.strip().splitlines()[-2], file=sys.stderr)
         return 2
-    found = problems(pathlib.Path(sys.argv[1]))
+    found = self_test() + problems(pathlib.Path(sys.argv[1]))
     for problem in found:
         print(problem)
     print(f"check_docs_numbers: {len(found)} problem(s)" if found else

@@ -218,6 +218,11 @@ TEST_CASE("trainer: a checkpoint's train state is checked field by field") {
   check_error(bad("best_score", 101), "train_state.best_score = 101 must be in [0, 100] (sacrebleu)");
   check_error(bad("validations_since_best", -1), "train_state.validations_since_best = -1 must be >= 0");
   check_error(bad("stopped_early", 1), "train_state.stopped_early must be true or false, got 1");
+  check_error(bad("kept_checkpoints", 1), "train_state.kept_checkpoints must be an array of {\"step\", \"score\"} "
+              "objects, got 1");
+  check_error(bad("kept_checkpoints", nlohmann::json::array({{{"step", 41}, {"score", 1.0}}})),
+              "train_state.kept_checkpoints holds step 41 score 1: expected a step in [1, 40] and a finite score");
+  check_error(bad("kept_checkpoints", nlohmann::json::array({{{"step", 8}}})), "train_state has no 'score'");
   check_error(nlohmann::json::array(), "train_state must be a JSON object");
   // Old checkpoints lack the later fields: defaults, not errors.
   back = models::train_state_from_json({{"epoch", 1}, {"batch", 0}, {"step", 8}}, "old.safetensors");
@@ -240,6 +245,10 @@ TEST_CASE("trainer: the early-stopping state round-trips through a checkpoint's 
   CHECK(back.best_score == 2.25);
   CHECK(back.validations_since_best == 2);
   CHECK(back.stopped_early);
+  CHECK(back.kept_checkpoints.empty());
+  s.kept_checkpoints = {{10, 2.5}, {30, 2.25}};  // keep-best checkpoints: step -> score
+  CHECK(models::train_state_from_json(models::train_state_to_json(s), "ck.safetensors").kept_checkpoints ==
+        std::map<int64_t, double>{{10, 2.5}, {30, 2.25}});
   s.best_score.reset();  // before the first validation: null, read back as none
   CHECK_FALSE(models::train_state_from_json(models::train_state_to_json(s), "ck.safetensors").best_score);
 }

@@ -275,7 +275,7 @@ class NestedJson(Base):
     def commands(self, path, folder):
         return [("translate", translate(path)),
                 ("eval", run("eval", "--checkpoint", path, "--threads", "1")),
-                ("inspect", run("inspect", path)),
+                ("inspect", run("inspect", "--checkpoint", path)),
                 ("train --resume", resume(folder))]
 
     def refused_everywhere(self, key, field, message):
@@ -309,7 +309,7 @@ class NestedJson(Base):
         shutil.copytree(os.path.dirname(tiny_checkpoint()), folder)
         with open(os.path.join(folder, "metrics.jsonl"), "a") as f:
             f.write('{"epoch": ' + DEEP + "}\n")
-        p = run("inspect", os.path.join(folder, "best.safetensors"))
+        p = run("inspect", "--checkpoint", os.path.join(folder, "best.safetensors"))
         self.assertOk(p)
         self.assertNotIn("[", p.stdout.split("epochs (")[1])
 

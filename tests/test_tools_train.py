@@ -128,7 +128,7 @@ class RunFolder(Base):
 
     def test_two_concurrent_trainings_are_refused(self):
         out = self.out("concurrent")
-        first = subprocess.Popen([SEQGRAD, "train", *TINY, "--quiet", "--epochs", "3", "--data-dir", DATA,
+        first = subprocess.Popen([SEQGRAD, "train", *TINY, "--epochs", "3", "--data-dir", DATA,
                                   "--out", out], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             for line in first.stdout:  # the model line comes after the lock is taken
@@ -279,7 +279,8 @@ class ConfigTable(Base):
 
 # ---- the user's own corpus: --train / --valid / --test ------------------------------------------
 
-MY = ["--preset", "default", "--vocab", "word", "--embed", "16", "--hidden", "16", "--batch-size", "32", "--threads", "1", "--quiet"]
+# not --quiet: the tests read the data and model lines
+MY = ["--preset", "default", "--vocab", "word", "--embed", "16", "--hidden", "16", "--batch-size", "32", "--threads", "1"]
 
 
 def open_lines(path):
@@ -570,47 +571,119 @@ class EarlyStopping(Base):
 
 
 class Averaging(Base):
-    def test_keep_checkpoints_and_average(self):
-        out = self.out("keep")
-        self.assertOk(self.train(out, "--epochs", "3", "--keep-checkpoints", "2", "--patience", "0"))
-        kept = sorted(f for f in os.listdir(out) if f.startswith("ckpt-"))
-        self.assertEqual(kept, ["ckpt-16.safetensors", "ckpt-24.safetensors"])
-        a, b, avg = os.path.join(out, kept[0]), os.path.join(out, kept[1]), self.out("avg.safetensors")
-        p = run("average", "--out-file", avg, a, b)
+    KEEP = ["--epochs", "3", "--valid-every", "3", "--patience", "0", "--keep-checkpoints", "3",
+            "--early-stopping-metric", "chrf", "--lr", "0.03"]
+
+    @staticmethod
+    def kept(out):
+        return sorted((f for f in os.listdir(out) if f.startswith("ckpt-")), key=lambda f: int(f[5:-12]))
+
+    def test_keep_checkpoints_keeps_the_best_and_average_best_picks_them(self):
+        # 8 validations (every 3 steps, and the run's end); this tiny run's chrF goes up and down, so
+        # its best three are not its last three
+        out = self.out("keep_best")
+        self.assertOk(self.train(out, *self.KEEP))
+        rows = read_metrics(os.path.join(out, "metrics.jsonl"))
+        self.assertEqual([r["step"] for r in rows], [3, 6, 9, 12, 15, 18, 21, 24])
+        # the best three by chrF (a tie keeps the earlier), from the run's own numbers
+        best = sorted(rows, key=lambda r: (-r["valid_chrf"], r["step"]))[:3]
+        expected = sorted(f"ckpt-{r['step']}.safetensors" for r in best)
+        self.assertEqual(sorted(self.kept(out)), expected)
+        self.assertNotEqual(expected, sorted(f"ckpt-{r['step']}.safetensors" for r in rows[-3:]),
+                            "this run's best validations are its last ones: the test no longer tells them apart")
+        self.assertTrue(os.path.exists(os.path.join(out, "last.safetensors")))  # for --resume, apart from them
+        # the kept steps and scores are in the train state ...
+        header, _ = read_safetensors(os.path.join(out, "last.safetensors"))
+        state = json.loads(header["__metadata__"]["train_state"])
+        self.assertEqual({k["step"]: k["score"] for k in state["kept_checkpoints"]},
+                         {r["step"]: r["valid_chrf"] for r in best})
+        # ... so a run interrupted between validations and resumed keeps the same files, byte for byte
+        cut = self.out("keep_best_cut")
+        self.assertEqual(self.train(cut, *self.KEEP, "--stop-after-steps", "13").returncode, 130)
+        self.assertOk(self.train(cut, "--resume"))
+        self.assertEqual(self.kept(cut), self.kept(out))
+        for name in self.kept(out):
+            self.assertTrue(same_file(os.path.join(out, name), os.path.join(cut, name)), name)
+
+        # average --best N RUN_DIR: the N best by the run's metric, best first
+        avg = self.out("avg_best.safetensors")
+        p = run("average", "--best", "2", out, "--out-file", avg)
         self.assertOk(p)
-        # element-wise mean, by hand, of one tensor
+        top2 = [os.path.join(out, f"ckpt-{r['step']}.safetensors") for r in best[:2]]
+        self.assertEqual(re.findall(r"^  (\S+)$", p.stdout, re.M), top2)
+        # the same as naming the two files, and the element-wise mean, by hand, of one tensor
+        named = self.out("avg_named.safetensors")
+        self.assertOk(run("average", "--checkpoint", *top2, "--out-file", named, "--quiet"))
+        self.assertTrue(same_file(avg, named))
         name = "model.decoder.embedding.weight"
         values = []
-        for path in (a, b, avg):
+        for path in (*top2, avg):
             header, data = read_safetensors(path)
             begin, end = header[name]["data_offsets"]
             values.append(struct.unpack(f"<{(end - begin) // 4}f", data[begin:end]))
         self.assertNotEqual(values[0], values[1])
         for x, y, m in zip(*values):
             self.assertAlmostEqual(m, (x + y) / 2, places=6)
+        # errors name the flag, the folder and what was expected
+        self.assertFails(run("average", "--best", "4", out, "--out-file", avg),
+                         r"--best 4: .*keep_best: the run folder holds 3 validation checkpoint\(s\).*fewer than 4; "
+                         r"train with --keep-checkpoints 4")
+        self.assertFails(run("average", "--best", "2", self.out("nowhere"), "--out-file", avg),
+                         r"--best 2: .*nowhere: no run folder there")
+        self.assertFails(run("average", "--best", "0", out, "--out-file", avg), r"--best must be in \[1, 1000\], got 0",
+                         status=2)
+        self.assertFails(run("average", "--best", "2", out, "--checkpoint", top2[0], "--out-file", avg),
+                         r"--best and --checkpoint exclude each other", status=2)
+        self.assertFails(run("average", "--out-file", avg), r"give the checkpoints to average: --checkpoint", status=2)
+        bare = self.out("keep_best_no_metrics")
+        shutil.copytree(out, bare)
+        os.remove(os.path.join(bare, "metrics.jsonl"))
+        self.assertFails(run("average", "--best", "2", bare, "--out-file", avg), r"no metrics.jsonl there to rank the "
+                         r"checkpoints by valid_chrf")
+
+    def test_average(self):
+        out = self.out("keep")
+        self.assertOk(self.train(out, "--epochs", "2", "--keep-checkpoints", "2", "--patience", "0",
+                                 "--early-stopping-metric", "loss"))
+        kept = self.kept(out)
+        self.assertEqual(kept, ["ckpt-8.safetensors", "ckpt-16.safetensors"])
+        a, b, avg = os.path.join(out, kept[0]), os.path.join(out, kept[1]), self.out("avg.safetensors")
+        p = run("average", "--checkpoint", a, b, "--out-file", avg)
+        self.assertOk(p)
+        self.assertEqual(p.stderr, "")
+        # the old positional spelling: the same file, with a deprecation warning
+        old = self.out("avg_old.safetensors")
+        p = run("average", "--out-file", old, a, b)
+        self.assertOk(p)
+        self.assertIn("warning: giving the checkpoint without --checkpoint is deprecated", p.stderr)
+        self.assertTrue(same_file(avg, old))
         header, _ = read_safetensors(avg)
         self.assertFalse(any(k.startswith("optim.") for k in header))
         p = run("eval", "--checkpoint", avg, "--data-dir", DATA, "--threads", "1")
         self.assertOk(p)
         self.assertIn("sacreBLEU", p.stdout)
-        self.assertOk(run("inspect", avg))
+        self.assertOk(run("inspect", "--checkpoint", avg))
         self.assertFails(run("train", "--resume", "--out", self.out("keep_avg_resume")), r"no checkpoint")
         # another vocabulary (fewer training pairs) or architecture is refused, naming both files
         other = self.out("keep_other")
         self.assertOk(self.train(other, "--epochs", "1", "--subset", "128"))
-        p = run("average", "--out-file", self.out("bad_avg.safetensors"), a, os.path.join(other, "last.safetensors"))
-        self.assertFails(p, r"average: checkpoints .*ckpt-16.safetensors and .*keep_other/last.safetensors have "
+        p = run("average", "--checkpoint", a, os.path.join(other, "last.safetensors"), "--out-file",
+                self.out("bad_avg.safetensors"))
+        self.assertFails(p, r"average: checkpoints .*ckpt-8.safetensors and .*keep_other/last.safetensors have "
                             r"different source vocabularies")
         wide = self.out("keep_wide")
         self.assertOk(self.train(wide, "--epochs", "1", "--hidden", "24"))
-        p = run("average", "--out-file", self.out("bad_avg.safetensors"), a, os.path.join(wide, "last.safetensors"))
+        p = run("average", "--checkpoint", a, os.path.join(wide, "last.safetensors"), "--out-file",
+                self.out("bad_avg.safetensors"))
         self.assertFails(p, r"different architectures: config field model.hidden_size is 16 in the first and 24")
         q = self.out("q.safetensors")
-        self.assertOk(run("quantize", "--checkpoint", a, "--out", q))
-        self.assertFails(run("average", "--out-file", self.out("bad_avg.safetensors"), a, q),
+        self.assertOk(run("quantize", "--checkpoint", a, "--out-file", q))
+        self.assertFails(run("average", "--checkpoint", a, q, "--out-file", self.out("bad_avg.safetensors")),
                          r"average: checkpoint .*q.safetensors is quantized")
-        self.assertFails(run("average", a, b), r"seqgrad average: error: --out-file F is required", status=2)
-        self.assertFails(run("average", "--out-file", a, a, b), r"is one of the checkpoints to average", status=2)
+        self.assertFails(run("average", "--checkpoint", a, b), r"seqgrad average: error: --out-file <file> is required",
+                         status=2)
+        self.assertFails(run("average", "--checkpoint", a, b, "--out-file", a), r"is one of the checkpoints to average",
+                         status=2)
 
 
 class Accumulation(Base):
@@ -647,9 +720,9 @@ class InitFrom(Base):
         start = os.path.join(reference_run(), "best.safetensors")
         out = self.out("init_from")
         # another --subset would build other vocabularies: the checkpoint's are used instead
-        p = self.train(out, "--epochs", "1", "--init-from", start, "--subset", "128")
+        p = self.train(out, "--epochs", "1", "--init-from", start, "--subset", "128", quiet=False)  # the model line
         self.assertOk(p)
-        ref = run("inspect", start).stdout
+        ref = run("inspect", "--checkpoint", start).stdout
         vocab = re.search(r"vocab (\d+) -> (\d+)", p.stdout).groups()
         self.assertIn(f"model.src_vocab = {vocab[0]}", ref)
         self.assertIn(f"model.tgt_vocab = {vocab[1]}", ref)

@@ -16,7 +16,7 @@ import tempfile
 mpirun, seqgrad, data_dir = sys.argv[1:4]
 env = dict(os.environ, OMP_NUM_THREADS="1", OMP_WAIT_POLICY="passive", SEQGRAD_DIST_TIMEOUT="120")
 common = ["train", "--preset", "d2l", "--epochs", "1", "--dropout", "0", "--data-dir", data_dir,
-          "--threads", "1", "--quiet"]
+          "--threads", "1"]  # not --quiet: the test reads the data-parallel line
 failures = []
 
 

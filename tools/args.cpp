@@ -9,6 +9,7 @@
 #include <thread>
 
 #include <fmt/core.h>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 
@@ -73,8 +74,18 @@ Args& Args::deprecated_alias(const std::string& old_name, const std::string& new
   return *this;
 }
 
+Args& Args::deprecated_positional(const std::string& option) {
+  SG_CHECK(options_.count(option), "{}: deprecated positional spelling of an undeclared option --{}", command_, option);
+  SG_CHECK(positional_name_.empty(), "{}: a positional argument and a deprecated positional spelling", command_);
+  positional_alias_ = option;
+  return *this;
+}
+
+Args& Args::quiet_option() { return option("quiet", "", kQuietHelp); }
+
 bool Args::parse(int argc, char** argv) {
   bool options_done = false;  // after "--" every argument is positional
+  bool warned_positional = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (!options_done && a == "--") {
@@ -85,8 +96,23 @@ bool Args::parse(int argc, char** argv) {
       fmt::print("{}", help());
       return false;
     }
+    if (!options_done && a == "--list-options") {
+      fmt::print("{}\n", declarations_json());
+      return false;
+    }
     bool looks_like_option =
         a.size() >= 2 && a[0] == '-' && (a[1] == '-' || std::isalpha(static_cast<unsigned char>(a[1])));
+    if ((options_done || !looks_like_option) && !positional_alias_.empty()) {
+      if (!warned_positional)
+        fmt::print(stderr, "warning: giving the {} without --{} is deprecated and will be removed in the next "
+                   "release; use --{} {}\n", positional_alias_, positional_alias_, positional_alias_, a);
+      warned_positional = true;
+      if (options_.at(positional_alias_).continues) list_values_[positional_alias_].push_back(a);
+      SG_CHECK_USAGE(options_.at(positional_alias_).continues || !has(positional_alias_),
+                     "--{} given twice ({} and {})", positional_alias_, get(positional_alias_), a);
+      if (!has(positional_alias_)) values_[positional_alias_] = a;
+      continue;
+    }
     if (options_done || !looks_like_option) {
       SG_CHECK_USAGE(!positional_name_.empty(), "unexpected argument '{}'", a);
       positionals_.push_back(a);
@@ -215,6 +241,21 @@ std::string Args::help() const {
                        o.default_value.empty() ? "" : fmt::format(" (default: {})", o.default_value));
   }
   return out;
+}
+
+std::string Args::declarations_json() const {
+  nlohmann::json options = nlohmann::json::array();
+  for (const std::string& name : order_) {
+    const Option& o = options_.at(name);
+    std::string kind = o.value_name.empty() ? "flag" : !o.second_value_name.empty() ? "pair" : o.continues ? "list" : "value";
+    options.push_back({{"name", name}, {"kind", kind}, {"value_name", o.value_name},
+                       {"second_value_name", o.second_value_name}, {"default", o.default_value}, {"help", o.help},
+                       {"group", o.group}, {"hidden", o.hidden}, {"required", o.required}});
+  }
+  nlohmann::json j{{"command", command_}, {"options", options}, {"aliases", aliases_}};
+  if (!positional_name_.empty()) j["positional"] = positional_name_;
+  if (!positional_alias_.empty()) j["deprecated_positional"] = positional_alias_;
+  return j.dump();
 }
 
 }  // namespace seqgrad::tools

@@ -61,6 +61,10 @@ class Args {
   Args& list_option(const std::string& name, const std::string& value_name, const std::string& help,
                     const std::string& default_value, std::function<bool(std::string_view)> continues);
   Args& positional(const std::string& name, const std::string& help);  // zero or more
+  // The old positional spelling of a declared option (`inspect FILE` for `inspect --checkpoint
+  // FILE`): positional arguments become its values (a list option takes several), with a
+  // deprecation line on stderr naming the option. Not shown in --help.
+  Args& deprecated_positional(const std::string& option);
   // Marks the option declared last as required: its help says so, and parse() refuses a command
   // line without it (a usage error, exit 2).
   Args& required();
@@ -70,8 +74,20 @@ class Args {
   // An old spelling of a declared option: it still works for one release, with a deprecation line
   // on stderr naming the new one.
   Args& deprecated_alias(const std::string& old_name, const std::string& new_name);
+  // --quiet, with the one meaning it has in every command (kQuietHelp).
+  Args& quiet_option();
 
-  // Returns false when --help was given (the help text is printed); throws UsageError otherwise.
+  // The help text of --quiet in every command: print the results only. A command's results are what
+  // it was asked for (scores, translations, tables, JSON, epoch lines); progress, headers, summaries
+  // and lines about the inputs are not.
+  static constexpr const char* kQuietHelp =
+      "print only the results: no progress, headers, summaries or lines about the inputs (warnings and "
+      "errors still go to stderr)";
+
+  // Returns false when --help was given (the help text is printed) or the hidden --list-options (the
+  // declarations as one JSON object on stdout: every option's name, value names, default, help,
+  // group, hidden and required marks, the deprecated aliases and the positional argument; the test of
+  // docs/cli.md's shared-options table reads it); throws UsageError otherwise.
   bool parse(int argc, char** argv);
 
   bool has(const std::string& name) const;  // given on the command line (or a flag set)
@@ -93,6 +109,7 @@ class Args {
   bool flag(const std::string& name) const { return has(name); }
   const std::vector<std::string>& positionals() const { return positionals_; }
   std::string help() const;
+  std::string declarations_json() const;  // what --list-options prints
 
  private:
   struct Option {
@@ -110,6 +127,7 @@ class Args {
   std::map<std::string, std::string> second_values_;  // of pair options
   std::map<std::string, std::vector<std::string>> list_values_;  // of list options, every value
   std::map<std::string, std::string> aliases_;        // deprecated spelling -> option
+  std::string positional_alias_;  // the option a deprecated positional spelling gives values to
   std::string positional_name_, positional_help_;
   std::vector<std::string> positionals_;
 };

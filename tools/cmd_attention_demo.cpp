@@ -1,6 +1,7 @@
 // `seqgrad attention demo`: every attention kind on one tiny, fixed toy input, printing the
 // energies (pre-softmax scores), the weights and the contexts, so the formulas in
-// docs/attention.md can be followed number by number. Parameters come from --seed.
+// docs/attention.md can be followed number by number. Parameters come from --seed, but for the
+// additive demo's, set by hand (set_additive_parameters).
 #include <algorithm>
 #include <set>
 #include <cmath>
@@ -79,9 +80,27 @@ void print_result(const nn::Attention& a, const Tensor& context, const char* sco
   print_context(context);
 }
 
+// The additive demo's parameters, set by hand (small integers found by a search) so that the toy
+// input shows what docs/learn.md says: q0 picks k0 and k2, q1 picks k1. Random parameters (an
+// untrained model) pick nothing in particular.
+void set_additive_parameters(nn::AdditiveAttention& a) {
+  a.w_q->weight.copy_(tensor({-2, 2, 1, 2, 1, 1, -2, 1, 2, 1, 2, -1}, {kHidden, kD}));
+  a.w_k->weight.copy_(tensor({-1, 0, -1, -1, 2, 1, 2, 2, 1, -1, 1, -1}, {kHidden, kD}));
+  a.w_v->weight.copy_(tensor({2, 2, 2, -2}, {1, kHidden}));
+}
+
 void demo_additive(const Toy& toy) {
   fmt::print("== additive (Bahdanau): e_ij = w_v · tanh(W_q q_i + W_k k_j)   A = {}\n", kHidden);
   nn::AdditiveAttention a({.query_size = kD, .key_size = kD, .hidden_size = kHidden});
+  set_additive_parameters(a);
+  fmt::print("  parameters set by hand (not --seed) so that q0 picks k0 and k2 and q1 picks k1:\n");
+  for (const auto& [name, weight] : {std::pair{"W_q", &a.w_q->weight}, {"W_k", &a.w_k->weight}, {"w_v", &a.w_v->weight}}) {
+    std::vector<double> v = weight->to_vector<double>();
+    std::string rows;
+    for (int64_t i = 0; i < static_cast<int64_t>(v.size()); ++i)
+      rows += fmt::format("{}{:g}", i == 0 ? "" : i % weight->size(1) == 0 ? "; " : " ", v[i]);
+    fmt::print("  {} = [{}]\n", name, rows);
+  }
   Tensor projected = a.project_keys(toy.keys);  // (1, K, A), once per batch
   print_vectors("W_k k", "k", projected);
   Tensor context = a.attend_projected(toy.queries, projected, toy.values, toy.lengths);
@@ -202,7 +221,8 @@ int attention_demo_main(int argc, char** argv) {
   a.option("attention", "list", "comma-separated kinds: additive, dot, scaled_dot, hybrid, local, chunked, multihead; "
            "or all", "all")
       .deprecated_alias("kind", "attention")
-      .option("seed", "n", "seed for the parameters (the input is fixed)", "0")
+      .option("seed", "n", "random seed of the parameters of hybrid, local, chunked and multihead (the input and "
+              "the additive demo's parameters are fixed)", "0")
       .option("threads", "n", "threads (default: all cores)");
   if (!a.parse(argc, argv)) return 0;
   if (a.has("threads")) set_num_threads(a.get_threads());

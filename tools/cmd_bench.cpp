@@ -681,7 +681,7 @@ int bench_main(int argc, char** argv) {
       .option("data-dir", "dir", "folder holding multi30k/ and fra-eng/", "data")
       .option("json", "", "one JSON line per result on stdout instead of text")
       .option("out-file", "file", "also append one JSON line per result to this file")
-      .option("quiet", "", "no header line")
+      .quiet_option()  // the header line
       .option("export", "dir", "write the presets' batches and initial weights for bench/torch_bench.py, then exit")
       .option("list", "", "list the workloads")
       .option("max-seq", "n", "attention_chunked (on demand, not run by default): S = 128, 256, ... up to n", "8192")

@@ -54,7 +54,7 @@ Args compare_args() {
       .option("out", "dir", "folder for report.html and compare.json", "runs/compare")
       .option("timing-steps", "n", "steps per kind in the interleaved time-per-step measurement (0 = skip)", "12")
       .option("threads", "n", "threads (default: all cores)")
-      .option("quiet", "", "no per-epoch progress on stderr");
+      .quiet_option();  // per-epoch progress, the header line
   return a;
 }
 
@@ -382,7 +382,7 @@ int compare_main(int argc, char** argv) {
   std::string out_dir = args.get("out");
   std::filesystem::create_directories(out_dir);
   const bool text_output = !args.flag("json");
-  if (text_output)
+  if (text_output && !args.flag("quiet"))
     fmt::print("compare: {} {}->{}, preset {} (E={} H={} L={}), {} epoch(s), seed {}, {} validation pairs, "
              "{} thread(s)\n",
              models::describe_corpus(config), config.src_lang, config.tgt_lang, config.preset, config.model.embed_size,
@@ -418,7 +418,7 @@ int compare_main(int argc, char** argv) {
   if (!timing.empty() && text_output)
     fmt::print("\n{}(time per training step: the kinds take turns on the same {} batches of {} pairs, {} thread(s))\n",
                format_table(timing_table), timing_steps, subsets.back(), get_num_threads());
-  if (text_output) fmt::print("total {:.0f} s\n", total_seconds);
+  if (text_output && !args.flag("quiet")) fmt::print("total {:.0f} s\n", total_seconds);
 
   nlohmann::json json = {
       {"settings", {{"config", config.to_json()}, {"kinds", split_list(args.get("attention"))}, {"subsets", subsets},

@@ -149,7 +149,7 @@ int export_main(int argc, char** argv) {
       .option("out", "dir", "output folder (created once the checkpoint has loaded; existing files are replaced)")
       .required()
       .option("threads", "n", "threads (default: all cores)")
-      .option("quiet", "", "no summary line on stdout")
+      .quiet_option()  // the summary line
       .option("opset", "n", fmt::format("ONNX opset, {} to {}", onnx::kMinOpset, onnx::kMaxOpset),
               std::to_string(onnx::kDefaultOpset))
       // bench/run.sh: export the benchmark's model, PREFIX.{json,safetensors} from `seqgrad bench --export`

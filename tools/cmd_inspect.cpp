@@ -65,16 +65,11 @@ int inspect_main(int argc, char** argv) {
   Args a("inspect", "What a translator checkpoint holds: preset, language pair, vocabularies, model size, training\n"
                     "progress and settings, the weights' dtypes (quantization) and the data it was trained on;\n"
                     "with the run's metrics.jsonl beside it, the per-epoch losses, sacreBLEU, chrF and tokenised BLEU.");
-  a.option("checkpoint", "file", "the .safetensors file to describe")
+  a.option("checkpoint", "file", "the .safetensors file to describe", "runs/default/best.safetensors")
       .option("json", "", "the config, train state and weights as one JSON object")
-      .positional("checkpoint", "(deprecated: use --checkpoint) the file to describe");
+      .deprecated_positional("checkpoint");
   if (!a.parse(argc, argv)) return 0;
-  const size_t given = a.positionals().size() + (a.has("checkpoint") ? 1 : 0);
-  SG_CHECK_USAGE(given == 1, "inspect: give one checkpoint file (--checkpoint FILE), got {}", given);
-  if (!a.positionals().empty())
-    fmt::print(stderr, "warning: the checkpoint as an argument is deprecated and will be removed in the next release; "
-               "use --checkpoint FILE\n");
-  const std::string path = a.has("checkpoint") ? a.get("checkpoint") : a.positionals()[0];
+  const std::string path = a.get("checkpoint");
   SG_CHECK_IO(std::filesystem::exists(path), "no checkpoint at {}", path);
   check_safetensors_file(path);
   models::LoadedCheckpoint c = models::read_checkpoint(path);

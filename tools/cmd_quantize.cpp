@@ -17,14 +17,14 @@ int quantize_main(int argc, char** argv) {
   Args a("quantize", "Dynamic int8 quantization of a translator checkpoint, as PyTorch's quantize_dynamic: every\n"
                      "Linear and GRU weight (and by default the embeddings) becomes int8 with float32 scales;\n"
                      "activations are quantized per call at inference. The output loads wherever a checkpoint does.");
-  a.option("checkpoint", "file", "the float32 checkpoint to quantize").required()
+  a.option("checkpoint", "file", "the float32 checkpoint to quantize", "runs/default/best.safetensors")
       .option("out-file", "file", "where to write the quantized checkpoint (safetensors, I8 weights + F32 scales)")
       .required()
       .deprecated_alias("out", "out-file")
       .option("per-tensor", "", "one scale per weight tensor instead of one per output channel")
       .option("float-embeddings", "", "keep the embedding tables float32 (a larger file)")
       .option("threads", "n", "threads (default: all cores)")
-      .option("quiet", "", "no summary line on stdout");
+      .quiet_option();  // the summary line
   if (!a.parse(argc, argv)) return 0;
   if (a.has("threads")) set_num_threads(a.get_threads());
   const std::string in = a.get("checkpoint"), out = a.get("out-file");

@@ -69,9 +69,7 @@ Args train_args() {
       .option("force", "",
               "start a new run in an --out folder that holds one, deleting its\n"
               "                             checkpoints and metrics")
-      .option("quiet", "",
-              "no progress on stderr (else a bar on a terminal, and a plain line per\n"
-              "                             10% of an epoch in a log)");
+      .quiet_option();  // progress (a bar on a terminal, a line per 10% of an epoch in a log), the data and model lines
   // Test hooks (tests/test_tools_cli.py, tests/test_tools_train.py), left out of --help; they live
   // here, outside models::Trainer: --stop-after-steps in the after-step callback, --nan-at-step in
   // a Trainer subclass (NanAtStep below).
@@ -317,9 +315,11 @@ int train(int argc, char** argv) {
     if (!resumed) clear_run_folder(out_dir, args.flag("force"));
     run_folder->remove_stale_temporaries();
   }
-  fmt::print("data: {} {}->{}: {} train, {} valid, {} test pairs\n{}\n", describe_corpus(config), config.src_lang,
-             config.tgt_lang, data.corpora.train.pairs, data.corpora.valid.size(), data.corpora.test.size(),
-             data.corpora.report);
+  const bool quiet = args.flag("quiet");  // the results only: the epoch lines and the test report
+  if (!quiet)
+    fmt::print("data: {} {}->{}: {} train, {} valid, {} test pairs\n{}\n", describe_corpus(config), config.src_lang,
+               config.tgt_lang, data.corpora.train.pairs, data.corpora.valid.size(), data.corpora.test.size(),
+               data.corpora.report);
   const text::Vocab &src_vocab = data.vocabs.src, &tgt_vocab = data.vocabs.tgt;
 
   // ---- the trainer: model, Adam, StepLR, GradScaler; a resumed run restores all of them
@@ -334,16 +334,17 @@ int train(int argc, char** argv) {
   if (resumed) trainer->restore(*resumed, last_path);
   resumed.reset();  // the checkpoint's tensors: restored
   const models::TrainState& state = trainer->state();
-  fmt::print("model: {} parameters, vocab {} -> {}, attention {}, device {}, amp {}\n",
-             trainer->model().num_parameters(), src_vocab.size(), tgt_vocab.size(),
-             models::attention_kind_name(config.model.attention), device, models::amp_name(config.amp));
+  if (!quiet)
+    fmt::print("model: {} parameters, vocab {} -> {}, attention {}, device {}, amp {}\n",
+               trainer->model().num_parameters(), src_vocab.size(), tgt_vocab.size(),
+               models::attention_kind_name(config.model.attention), device, models::amp_name(config.amp));
   if (trainer->precision() != config.amp)  // bf16 where its products would be slower (models::training_precision)
     fmt::print("amp bf16: float32 GEMMs run instead: {} (SEQGRAD_BF16_GEMM=native forces bf16)\n",
                bf16_gemm_info(device).why);
-  if (job->world_size() > 1 && config.batch_tokens > 0)
+  if (!quiet && job->world_size() > 1 && config.batch_tokens > 0)
     fmt::print("data-parallel: {} ranks ({}), each batch of up to {} tokens split between them by rows\n",
                job->world_size(), job->backend(), config.batch_tokens);
-  else if (job->world_size() > 1)
+  else if (!quiet && job->world_size() > 1)
     fmt::print("data-parallel: {} ranks ({}), {} pairs per rank per batch of {}\n", job->world_size(), job->backend(),
                config.batch_size / job->world_size(), config.batch_size);
   if (state.step > 0)
@@ -403,7 +404,7 @@ int train(int argc, char** argv) {
     throw ValueError(e.what());
   }
   std::signal(SIGINT, SIG_DFL);
-  report_communication(*trainer);
+  if (!quiet) report_communication(*trainer);
   if (!run.completed) {
     progress.end_line();
     std::string where = state.batch == 0 ? fmt::format("after epoch {} (step {})", state.epoch, state.step)
@@ -428,7 +429,9 @@ int train(int argc, char** argv) {
     return 0;
   }
   Autocast autocast(trainer->precision(), trainer->precision() != GemmPrecision::full);
-  models::Evaluation test = evaluate_test(trainer->model(), src_vocab, tgt_vocab, data.corpora, config, decoding);
+  models::TrainConfig as_eval = config;  // the sources cut where `seqgrad eval` cuts them
+  as_eval.max_tokens = inference_truncation(config);
+  models::Evaluation test = evaluate_test(trainer->model(), src_vocab, tgt_vocab, data.corpora, as_eval, decoding);
   report_test(test, data.corpora, decoding);
   fmt::print("heatmaps: {}\n", write_test_heatmaps(test, src_vocab, tgt_vocab, data.corpora, out_dir));
   return 0;

@@ -116,7 +116,13 @@ void common_options(Args& a) {
       .option("allow-missing-checksum", "", "load a checkpoint that has no checksum (written before seqgrad stored "
               "one), unverified")
       .option("memory-stats", "", "print on stderr the memory the model's weights hold: the peak resident size while "
-              "loading minus the resident size before");
+              "loading minus the resident size before")
+      .option("truncate", "n", kInferenceTruncateHelp);
+}
+
+// --truncate n, else twice the checkpoint's truncation (inference_truncation).
+int64_t truncation(const Args& a, const models::TrainConfig& config) {
+  return a.has("truncate") ? a.get_int("truncate", 1) : inference_truncation(config);
 }
 
 void apply_threads(const Args& a) {
@@ -233,8 +239,8 @@ int translate_main(int argc, char** argv) {
                       "Prints one line per input sentence as soon as it is translated (lines waiting on stdin are\n"
                       "decoded together). With a word-level vocabulary, words not seen in training become <unk>\n"
                       "(noted on stderr, with a warning when most words are unknown: the wrong language?); a subword\n"
-                      "vocabulary (SentencePiece) gives cased, detokenised text. Sentences longer than twice the training\n"
-                      "length are truncated with a warning. A line that cannot be translated (empty, not UTF-8)\n"
+                      "vocabulary (SentencePiece) gives cased, detokenised text. Sentences longer than --truncate (twice\n"
+                      "the training length) are cut with a warning. A line that cannot be translated (empty, not UTF-8)\n"
                       "gives an error naming it on stderr and an empty output line; the others go on, and the exit\n"
                       "status is 1. With --nbest N each sentence gives N lines: number<TAB>score<TAB>translation.\n"
                       "With --alignment each translation is followed by \" ||| \" and its alignment to the source.\n"
@@ -243,7 +249,6 @@ int translate_main(int argc, char** argv) {
   a.option("nbest", "n", "print the n best hypotheses of the beam with their scores (needs --beam >= n)")
       .option("out", "dir", "also write each sentence's attention heatmap (PNG and SVG) into dir")
       .deprecated_alias("heatmaps", "out")
-      .option("truncate", "n", "cut each source sentence to n tokens (default: twice the checkpoint's truncation)")
       .option("json", "", "one JSON line per input: translation, score, log-probabilities, tokens, n-best, attention "
               "diagnostics (docs/outputs.md)")
       .option("alignment", "kind", "hard: append \" ||| \" and src-tgt index pairs (Pharaoh, 0-based), each output "
@@ -259,7 +264,7 @@ int translate_main(int argc, char** argv) {
                                             .weights = alignment == AlignmentOutput::soft};
   Loaded l = load_model(a);
   models::DecodeOptions options = decode_options(a, l.checkpoint.info.config);
-  const int64_t truncate = a.has("truncate") ? a.get_int("truncate", 1) : 2 * l.checkpoint.info.config.max_tokens;
+  const int64_t truncate = truncation(a, l.checkpoint.info.config);
   if (a.has("out")) create_output_folder(a.get("out"), "--out");  // once the inputs have loaded
   UnknownWords unknown(l.checkpoint.info);
   Generator sampling(options.sampling ? options.sampling->seed : 0);  // one stream for every batch
@@ -347,10 +352,9 @@ int eval_main(int argc, char** argv) {
   a.option("data-dir", "dir", "folder holding multi30k/ and fra-eng/ (default: the one the checkpoint was trained on)")
       .pair_option("test", "src_file", "tgt_file", "test corpus: two files aligned by line")
       .option("test-tsv", "file", "test corpus: one file of source<TAB>target lines")
-      .option("truncate", "n", "cut test sentences to n tokens (default: the checkpoint's truncation)")
       .option("out", "dir", "write the sample translations' attention heatmaps into dir")
       .option("json", "", "the scores, signatures, decoding and every output as one JSON object")
-      .option("quiet", "", "no lines about the checkpoint and the data (the scores still print)")
+      .quiet_option()  // the lines about the checkpoint and the data
       .option("hyp", "file", "hypotheses, one per line (scores files instead of a checkpoint)")
       .option("ref", "file", "references, one per line")
       .option("score", "", "forced decoding: each test pair's target (a reference, or any translation given with "
@@ -377,7 +381,7 @@ int eval_main(int argc, char** argv) {
   Loaded l = load_model(a);
   models::TrainConfig c = l.checkpoint.info.config;
   models::DecodeOptions options = decode_options(a, c);
-  if (a.has("truncate")) c.max_tokens = a.get_int("truncate", 1);
+  c.max_tokens = truncation(a, c);  // the test sentences' sources (and the loss's references)
   const bool chatty = !a.flag("quiet") && !a.flag("json");
   if (chatty)
     fmt::print("checkpoint {}: trained on {} ({} -> {})\n", a.get("checkpoint"), models::describe_corpus(c), c.src_lang,
@@ -444,7 +448,7 @@ int attention_main(int argc, char** argv) {
   SG_CHECK_VALUE(!sentences.empty(), "attention: no input sentences");
   Generator sampling(options.sampling ? options.sampling->seed : 0);
   std::vector<Translation> done = translate_batch(l.ensemble(), l.checkpoint.info, sentences, options,
-                                                  2 * l.checkpoint.info.config.max_tokens, &sampling);
+                                                  truncation(a, l.checkpoint.info.config), &sampling);
   std::vector<plot::ReportSection> sections;
   for (size_t i = 0; i < sentences.size(); ++i) {
     const Translation& t = done[i];

@@ -43,6 +43,16 @@ struct GivenFlag {
 };
 std::vector<GivenFlag> given_config_flags(const Args& args);
 
+// The source length a trained checkpoint translates by default, in translate, eval, attention and
+// train's closing test report: twice its training truncation (config field max_tokens), so that a
+// sentence longer than any it was trained on is still read whole up to that length; --truncate N
+// changes it.
+inline int64_t inference_truncation(const models::TrainConfig& config) { return 2 * config.max_tokens; }
+inline constexpr const char* kInferenceTruncateHelp =
+    "cut each source sentence to n tokens (pieces for subword vocabularies; translate warns about each one it "
+    "cuts); eval also cuts the references its loss is computed on (BLEU and chrF use them whole) (default: twice the "
+    "checkpoint's truncation)";
+
 // --threads n (n >= 1), when given.
 void apply_threads_flag(const Args& args);
 

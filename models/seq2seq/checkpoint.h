@@ -50,7 +50,7 @@ void load_weights(Seq2Seq& model, const LoadedCheckpoint& checkpoint, const std:
 
 // Parameter averaging (fairseq's average_checkpoints.py; Junczys-Dowmunt et al. 2016): the
 // element-wise mean of the "model." weights of float checkpoints of one architecture and
-// vocabulary (the last validations' ckpt-STEP.safetensors of a run). The result holds only those
+// vocabulary (a run's best validations' ckpt-STEP.safetensors). The result holds only those
 // weights, the first checkpoint's config and vocabularies, and its train_state without the
 // optimizer's (so --resume refuses it) plus "averaged_from": the paths. IOError naming the two
 // files and what differs (a config field model.*, a vocabulary), or a quantized checkpoint.

@@ -316,7 +316,8 @@ std::vector<ConfigField> make_table() {
            "sacrebleu | chrf | loss: the validation metric that picks best.safetensors and that patience watches",
            [](TrainConfig& c) -> auto& { return c.early_stopping_metric; }, check_metric),
       integer("keep_checkpoints", "keep-checkpoints",
-              "keep the last n validations' checkpoints as <out>/ckpt-STEP.safetensors (0 = none)",
+              "keep the checkpoints of the n best validations by the early-stopping metric as "
+              "<out>/ckpt-STEP.safetensors, for `seqgrad average --best n` (0 = none)",
               [](TrainConfig& c) -> auto& { return c.keep_checkpoints; }, {.min = 0, .max = 1000}),
       text("init_from", "init-from", "ckpt",
            "start from this checkpoint's weights and vocabularies (a fresh optimizer; \"\" = none)",

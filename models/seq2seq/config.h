@@ -51,8 +51,8 @@ struct TrainConfig {
   int64_t accum_steps = 1;  // batches whose gradients make one optimizer step (one accum_steps-times larger batch)
   // the run (models::fit): validation every valid_every steps (0: after each epoch); the best
   // validation by early_stopping_metric is best.safetensors, and `patience` validations without a
-  // new best stop the run (0: never); the last keep_checkpoints validations' checkpoints are kept
-  // as ckpt-STEP.safetensors (for `seqgrad average`)
+  // new best stop the run (0: never); the best keep_checkpoints validations' checkpoints by
+  // early_stopping_metric are kept as ckpt-STEP.safetensors (for `seqgrad average --best N`)
   int64_t valid_every = 0;
   int64_t patience = 0;
   std::string early_stopping_metric = "sacrebleu";  // sacrebleu | chrf (higher is better) | loss (lower)

@@ -97,20 +97,26 @@ double EpochMetrics::score(const std::string& metric) const {
 
 namespace {
 
+// A line of metrics.jsonl as JSON with an integer "step", or nullopt (a torn last line of a killed run).
+std::optional<nlohmann::json> metrics_line(const std::string& line, const std::string& path) {
+  if (line.empty()) return std::nullopt;
+  nlohmann::json j;
+  try {
+    j = parse_json(line, path);
+  } catch (const IOError&) {
+    return std::nullopt;
+  }
+  if (!j.is_object() || !j.contains("step") || !j["step"].is_number_integer()) return std::nullopt;
+  return j;
+}
+
 // Keeps the metrics of the validations up to `step`: a resumed run runs the later ones again.
 void truncate_metrics(const std::string& path, int64_t step) {
   if (!std::filesystem::exists(path)) return;
   std::string kept;
   for (const std::string& line : text::read_lines(path)) {
-    if (line.empty()) continue;
-    nlohmann::json j;
-    try {
-      j = parse_json(line, path);
-    } catch (const IOError&) {
-      continue;  // a torn last line of a killed run
-    }
-    const nlohmann::json* at = j.is_object() && j.contains("step") ? &j.at("step") : nullptr;
-    if (at && at->is_number_integer() && at->get<int64_t>() <= step) kept += line + "\n";
+    std::optional<nlohmann::json> j = metrics_line(line, path);
+    if (j && (*j)["step"].get<int64_t>() <= step) kept += line + "\n";
   }
   write_file_atomic(path, kept);
 }
@@ -129,22 +135,44 @@ std::map<int64_t, std::filesystem::path> step_checkpoints(const std::string& dir
   return out;
 }
 
-// Keeps the last `keep` validation checkpoints up to `step`; those after it belong to a part of
-// the run that a resumed run does again.
-void prune_step_checkpoints(const std::string& dir, int64_t step, int64_t keep) {
-  std::map<int64_t, std::filesystem::path> all = step_checkpoints(dir);
-  int64_t kept = 0;
-  for (auto it = all.rbegin(); it != all.rend(); ++it) {
-    const bool keeps = it->first <= step && kept < keep;
-    kept += keeps ? 1 : 0;
-    if (!keeps) std::filesystem::remove(it->second);
-  }
+// Deletes the validation checkpoints the state does not keep: those the best N have displaced, and
+// those after its step (a part of the run that a resumed run does again).
+void prune_step_checkpoints(const std::string& dir, const TrainState& state) {
+  for (const auto& [step, file] : step_checkpoints(dir))
+    if (step > state.step || !state.kept_checkpoints.count(step)) std::filesystem::remove(file);
 }
 
 // A validation's score improves on the best so far: loss is lower-is-better, the others higher.
 bool improves(const std::string& metric, double score, const std::optional<double>& best) {
   if (!best) return true;
   return metric == "loss" ? score < *best : score > *best;
+}
+
+// The kept checkpoint with the worst score (of equal ones, the latest: the earlier stays).
+std::map<int64_t, double>::iterator worst_kept(std::map<int64_t, double>& kept, const std::string& metric) {
+  auto worst = kept.begin();
+  for (auto it = kept.begin(); it != kept.end(); ++it)
+    if (!improves(metric, it->second, worst->second)) worst = it;
+  return worst;
+}
+
+// Keep-best checkpoints: whether this validation's checkpoint joins the best `keep` kept so far by
+// `metric` (state.kept_checkpoints), displacing the worst when they are full. A tie keeps the earlier.
+bool keeps_checkpoint(TrainState& state, const std::string& metric, double score, int64_t keep) {
+  if (keep <= 0) {
+    state.kept_checkpoints.clear();
+    return false;
+  }
+  auto& kept = state.kept_checkpoints;
+  kept.erase(kept.upper_bound(state.step - 1), kept.end());  // a resumed run's redone steps
+  while (static_cast<int64_t>(kept.size()) > keep) kept.erase(worst_kept(kept, metric));  // keep lowered on resume
+  if (static_cast<int64_t>(kept.size()) == keep) {
+    auto worst = worst_kept(kept, metric);
+    if (!improves(metric, score, worst->second)) return false;
+    kept.erase(worst);
+  }
+  kept[state.step] = score;
+  return true;
 }
 
 using Clock = std::chrono::steady_clock;
@@ -184,16 +212,15 @@ class Run {
     else ++state.validations_since_best;
     state.stopped_early = config.patience > 0 && state.validations_since_best >= config.patience;
     if (writes_) append_line(path("metrics.jsonl"), m.to_json().dump());
+    const bool kept = keeps_checkpoint(state, state.best_metric, m.score(state.best_metric), config.keep_checkpoints);
     if (saves()) {
       if (m.best) {
         trainer_.save(path("best.safetensors"));
         result.best_checkpoint = writes_ ? path("best.safetensors") : "";
       }
-      if (config.keep_checkpoints > 0) {
-        trainer_.save(path(fmt::format("ckpt-{}.safetensors", state.step)));
-        if (writes_) prune_step_checkpoints(options_.out_dir, state.step, config.keep_checkpoints);
-      }
+      if (kept) trainer_.save(path(fmt::format("ckpt-{}.safetensors", state.step)));
       trainer_.save(path("last.safetensors"));
+      if (writes_) prune_step_checkpoints(options_.out_dir, state);
     }
     result.epochs.push_back(m);
     result.stopped_early = state.stopped_early;
@@ -216,6 +243,34 @@ void init_from_checkpoint(Trainer& trainer) {
 
 }  // namespace
 
+std::vector<std::string> best_checkpoints(const std::string& run_dir, int64_t n) {
+  SG_CHECK_IO(std::filesystem::is_directory(run_dir), "{}: no run folder there", run_dir);
+  const std::map<int64_t, std::filesystem::path> files = step_checkpoints(run_dir);
+  SG_CHECK_IO(static_cast<int64_t>(files.size()) >= n, "{}: the run folder holds {} validation checkpoint(s) "
+              "(ckpt-STEP.safetensors), fewer than {}; train with --keep-checkpoints {} (config field "
+              "keep_checkpoints) or average fewer", run_dir, files.size(), n, n);
+  const std::string metric = read_checkpoint(files.begin()->second.string()).info.config.early_stopping_metric;
+  const std::string key = "valid_" + metric;  // valid_sacrebleu, valid_chrf, valid_loss
+  const std::string metrics_path = (std::filesystem::path(run_dir) / "metrics.jsonl").string();
+  SG_CHECK_IO(std::filesystem::exists(metrics_path), "{}: no metrics.jsonl there to rank the checkpoints by {}",
+              run_dir, key);
+  std::map<int64_t, double> scores;  // step -> its validation's score (a resumed run's later line wins)
+  for (const std::string& line : text::read_lines(metrics_path))
+    if (std::optional<nlohmann::json> j = metrics_line(line, metrics_path); j && (*j).contains(key) && (*j)[key].is_number())
+      scores[(*j)["step"].get<int64_t>()] = (*j)[key].get<double>();
+  std::vector<std::pair<double, int64_t>> ranked;  // (score, step), the lower the better
+  for (const auto& [step, path] : files) {
+    auto score = scores.find(step);
+    SG_CHECK_IO(score != scores.end(), "{}: {} has no validation line (step {}) in {}", run_dir, path.string(), step,
+                metrics_path);
+    ranked.emplace_back(metric == "loss" ? score->second : -score->second, step);
+  }
+  std::stable_sort(ranked.begin(), ranked.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+  std::vector<std::string> best;
+  for (int64_t i = 0; i < n; ++i) best.push_back(files.at(ranked[i].second).string());
+  return best;
+}
+
 RunResult fit(Trainer& trainer, text::BatchSource& train, const ValidationSet& valid, const RunOptions& options) {
   const RunCallbacks& on = options.callbacks;
   const TrainConfig& config = trainer.config();
@@ -224,7 +279,7 @@ RunResult fit(Trainer& trainer, text::BatchSource& train, const ValidationSet& v
   if (run.writes()) {
     std::filesystem::create_directories(options.out_dir);
     truncate_metrics(run.path("metrics.jsonl"), state.step);
-    prune_step_checkpoints(options.out_dir, state.step, config.keep_checkpoints);
+    prune_step_checkpoints(options.out_dir, state);
   }
   RunResult result;
   if (run.writes() && std::filesystem::exists(run.path("best.safetensors")))

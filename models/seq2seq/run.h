@@ -18,7 +18,8 @@
 //     Evaluation val = trainer.evaluate(valid, ...);  // teacher-forced loss, greedy sacreBLEU and chrF
 //     append a line to metrics.jsonl;
 //     if (val is the best early_stopping_metric so far) save best.safetensors;
-//     save ckpt-STEP.safetensors, deleting all but the last keep_checkpoints of them;
+//     if (val is among the best keep_checkpoints so far) save ckpt-STEP.safetensors, deleting the
+//                                                    // one it displaces (`seqgrad average --best N`);
 //     save last.safetensors;                          // `seqgrad train --resume` continues from it
 //     patience validations without a new best: stop (early stopping; the state remembers it)
 //
@@ -100,6 +101,13 @@ struct RunResult {
   std::vector<EpochMetrics> epochs;   // the validations this call ran
   std::string best_checkpoint;        // out_dir/best.safetensors once written, else ""
 };
+
+// A run folder's `n` best validation checkpoints (<run_dir>/ckpt-STEP.safetensors, kept by config
+// field keep_checkpoints) by its early_stopping_metric, best first (a tie: the earlier); each
+// checkpoint's score is its step's line in <run_dir>/metrics.jsonl, the metric its config's.
+// `seqgrad average --best N RUN_DIR` averages them. IOError naming the folder when it holds fewer
+// than n, or a checkpoint has no metrics line.
+std::vector<std::string> best_checkpoints(const std::string& run_dir, int64_t n);
 
 // Trains from the trainer's state to config.epochs (a restored trainer continues its run), unless
 // early stopping ends it first. Throws DivergenceError when a step diverged, after saving

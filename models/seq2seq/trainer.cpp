@@ -60,6 +60,17 @@ T field(const nlohmann::json& j, const char* name, const std::string& path, std:
 
 }  // namespace
 
+namespace {
+
+// kept_checkpoints as [{"step": S, "score": X}, ...] by step.
+nlohmann::json kept_checkpoints_json(const TrainState& s) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& [step, score] : s.kept_checkpoints) out.push_back({{"step", step}, {"score", score}});
+  return out;
+}
+
+}  // namespace
+
 nlohmann::json train_state_to_json(const TrainState& s) {
   return {{"epoch", s.epoch},
           {"batch", s.batch},
@@ -69,6 +80,7 @@ nlohmann::json train_state_to_json(const TrainState& s) {
           {"best_score", s.best_score ? nlohmann::json(*s.best_score) : nlohmann::json(nullptr)},
           {"validations_since_best", s.validations_since_best},
           {"stopped_early", s.stopped_early},
+          {"kept_checkpoints", kept_checkpoints_json(s)},
           {"epoch_loss_sum", s.epoch_loss_sum},
           {"epoch_tokens", s.epoch_tokens},
           {"epoch_skipped", s.epoch_skipped},
@@ -101,6 +113,19 @@ void early_stopping_from_json(TrainState& s, const nlohmann::json& j, const std:
     SG_CHECK_IO(j["stopped_early"].is_boolean(), "checkpoint {}: train_state.stopped_early must be true or false, "
                 "got {}", path, json_preview(j["stopped_early"]));
     s.stopped_early = j["stopped_early"].get<bool>();
+  }
+  if (!j.contains("kept_checkpoints")) return;  // written before keep-best checkpoints: none tracked
+  const nlohmann::json& kept = j["kept_checkpoints"];
+  SG_CHECK_IO(kept.is_array(), "checkpoint {}: train_state.kept_checkpoints must be an array of {{\"step\", "
+              "\"score\"}} objects, got {}", path, json_preview(kept));
+  for (const nlohmann::json& k : kept) {
+    SG_CHECK_IO(k.is_object(), "checkpoint {}: train_state.kept_checkpoints holds {}, expected a {{\"step\", "
+                "\"score\"}} object", path, json_preview(k));
+    const int64_t step = field<int64_t>(k, "step", path);
+    const double score = field<double>(k, "score", path);
+    SG_CHECK_IO(step >= 1 && step <= s.step && std::isfinite(score), "checkpoint {}: train_state.kept_checkpoints "
+                "holds step {} score {}: expected a step in [1, {}] and a finite score", path, step, score, s.step);
+    s.kept_checkpoints[step] = score;
   }
 }
 

@@ -10,6 +10,7 @@
 // (text::StreamingBatches).
 #pragma once
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -40,6 +41,9 @@ struct TrainState {
   std::optional<double> best_score;  // none before the first validation
   int64_t validations_since_best = 0;
   bool stopped_early = false;
+  // The validation checkpoints kept (config field keep_checkpoints; fit() keeps them): the best N
+  // by `best_metric`, step -> score, saved as <out>/ckpt-STEP.safetensors.
+  std::map<int64_t, double> kept_checkpoints;
   double epoch_loss_sum = 0;  // the current epoch's sum of loss x target tokens ...
   int64_t epoch_tokens = 0;   // ... and its target tokens, so a resumed epoch reports the same loss
   int64_t epoch_skipped = 0;  // fp16 steps of the current epoch skipped on inf/NaN gradients

@@ -23,7 +23,8 @@ meson install -C "$build" --no-rebuild
 cat <<MSG
 install: done. Build a program against it with pkg-config:
   export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
-  c++ -std=c++20 -O2 app.cpp -o app \$(pkg-config --cflags --libs seqgrad) -Wl,-rpath,"$prefix/lib"
+  c++ -std=c++20 -O2 app.cpp -o app \$(pkg-config --cflags --libs seqgrad)
+The installed $prefix/bin/seqgrad and such programs run without LD_LIBRARY_PATH.
 or with CMake: find_package(seqgrad) and target_link_libraries(app seqgrad::seqgrad), configured
 with -DCMAKE_PREFIX_PATH="$prefix".
 MSG

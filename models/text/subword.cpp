@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdlib>
+#include <filesystem>
 #include <regex>
 
 #include "core/error.h"
@@ -67,8 +68,16 @@ constexpr int kDeepBind = 0;
 constexpr int kDeepBind = RTLD_DEEPBIND;
 #endif
 
+// Where an installed plugin lies relative to the library holding this code (<libdir>/seqgrad/), so a
+// prefix that was moved or staged loads its own plugin; empty when the library's path is unknown.
+std::string plugin_beside_library() {
+  Dl_info info;
+  if (dladdr(reinterpret_cast<void*>(&plugin_beside_library), &info) == 0 || info.dli_fname == nullptr) return "";
+  return (std::filesystem::path(info.dli_fname).parent_path() / "seqgrad" / "libseqgrad_sentencepiece.so").string();
+}
+
 // The SentencePiece plugin, loaded once: $SEQGRAD_SENTENCEPIECE_PLUGIN, else the build tree's,
-// else the installed one (paths from meson). Null when none loads (a build without SentencePiece).
+// else the installed one beside this library, else at the prefix it was configured for. Null when none loads (a build without SentencePiece).
 struct Plugin {
   SubwordEngine* engine = nullptr;
   std::string error;  // why none loaded
@@ -81,6 +90,7 @@ const Plugin& plugin() {
     if (const char* env = std::getenv("SEQGRAD_SENTENCEPIECE_PLUGIN")) candidates.emplace_back(env);
 #ifdef SG_SUBWORD_PLUGIN_BUILD
     candidates.emplace_back(SG_SUBWORD_PLUGIN_BUILD);
+    if (std::string beside = plugin_beside_library(); !beside.empty()) candidates.push_back(std::move(beside));
     candidates.emplace_back(SG_SUBWORD_PLUGIN_INSTALL);
 #endif
     for (const std::string& path : candidates) {

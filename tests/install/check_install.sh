@@ -5,7 +5,8 @@
 # attention examples, each asserting what it shows; run in a scratch folder, where
 # 06_visual_attention writes its SVG). Also checks seqgrad.pc: one -I (<prefix>/include, so
 # includes read <seqgrad/nn/nn.h>) and no repeated flags; then builds examples/train_xor.cpp with
-# CMake through find_package(seqgrad) (tests/install/cmake/CMakeLists.txt) and runs it.
+# CMake through find_package(seqgrad) (tests/install/cmake/CMakeLists.txt) and runs it. The installed
+# `seqgrad` and every program run with a clean environment (no LD_LIBRARY_PATH).
 set -euo pipefail
 build=$(realpath "${1:-build}")
 src=$(dirname "$(realpath "$0")")
@@ -15,26 +16,33 @@ meson install -C "$build" --destdir "$prefix" --quiet >/dev/null
 root="$prefix$(meson introspect "$build" --buildoptions | /usr/bin/python3 -c \
   'import json,sys; print(next(o["value"] for o in json.load(sys.stdin) if o["name"]=="prefix"))')"
 pc_dir=$(dirname "$(find "$root" -name seqgrad.pc | head -n 1)")
-export PKG_CONFIG_PATH="$pc_dir" PKG_CONFIG_SYSROOT_DIR="$prefix"
-cflags=$(pkg-config --cflags seqgrad)
-libs=$(pkg-config --libs seqgrad)
+# The install is staged (--destdir): prefix= in seqgrad.pc names the build's prefix, so point it at
+# the staged one, as a user does for a moved install. The documented line is then used as is: its
+# -Wl,-rpath lets the programs run with no LD_LIBRARY_PATH.
+pkg_config() { pkg-config --define-variable=prefix="$root" "$@"; }
+export PKG_CONFIG_PATH="$pc_dir"
+cflags=$(pkg_config --cflags seqgrad)
+libs=$(pkg_config --libs seqgrad)
 fail() { echo "install: $*" >&2; exit 1; }
 [[ "$cflags" != *"/include/seqgrad"* ]] || fail "seqgrad.pc puts include/seqgrad on the include path: $cflags"
-[[ $(tr ' ' '\n' <<<"$(pkg-config --libs --static seqgrad)" | grep -c -- '-fopenmp') -le 1 ]] ||
-  fail "seqgrad.pc repeats -fopenmp: $(pkg-config --libs --static seqgrad)"
+[[ $(tr ' ' '\n' <<<"$(pkg_config --libs --static seqgrad)" | grep -c -- '-fopenmp') -le 1 ]] ||
+  fail "seqgrad.pc repeats -fopenmp: $(pkg_config --libs --static seqgrad)"
 ! grep -rEn '#\s*include\s+"(core|ops|dist|nn|optim|models|tools)/' "$root/include/seqgrad" ||
   fail "installed headers still include by folder (\"core/...\"): they need <seqgrad/...>"
-rpath="-Wl,-rpath,$(dirname "$(find "$root" -name 'libseqgrad.so' | head -n 1)")"
+# The installed program starts with an empty environment: it finds libseqgrad.so through its
+# $ORIGIN-relative run path, wherever the prefix lies.
+env -i "$root/bin/seqgrad" info >"$prefix/info.log" 2>&1 ||
+  { cat "$prefix/info.log" >&2; fail "the installed seqgrad does not start in a clean environment"; }
 examples=$(realpath "$src/../../examples")
 programs=("$src/custom_op.cpp" "$examples"/*.cpp)
 # Compile two at a time (the compiles take longer than the programs run), then run them in order.
 compile() {
   # shellcheck disable=SC2086
-  c++ -std=c++20 -O1 "$1" -o "$prefix/bin_$(basename "$1" .cpp)" $cflags $libs "$rpath" ||
+  c++ -std=c++20 -O1 "$1" -o "$prefix/bin_$(basename "$1" .cpp)" $cflags $libs ||
     { echo "install: $1 does not compile against the installed headers" >&2; return 1; }
 }
 export -f compile
-export prefix cflags libs rpath
+export prefix cflags libs
 printf '%s\0' "${programs[@]}" | xargs -0 -n 1 -P 2 bash -c 'compile "$0"' || fail "a program failed to compile"
 mkdir "$prefix/run"
 export SEQGRAD_DATA=$(realpath "$src/../../data")  # 10_fit_translator trains on the bundled Multi30k
@@ -42,7 +50,9 @@ passed=0
 for program in "${programs[@]}"; do
   name=$(basename "$program" .cpp)
   echo "== $name"
-  (cd "$prefix/run" && "$prefix/bin_$name") || fail "$name failed (its FAIL lines above say which claim)"
+  # a clean environment but for the data folder: the program needs no LD_LIBRARY_PATH
+  (cd "$prefix/run" && env -i SEQGRAD_DATA="$SEQGRAD_DATA" "$prefix/bin_$name") ||
+    fail "$name failed (its FAIL lines above say which claim)"
   passed=$((passed + 1))
 done
 
@@ -54,12 +64,13 @@ cmake -S "$src/cmake" -B "$prefix/cmake-build" -DCMAKE_BUILD_TYPE=Release -DCMAK
   -DSEQGRAD_PROGRAM="$examples/train_xor.cpp" >"$prefix/cmake.log" 2>&1 ||
   { cat "$prefix/cmake.log" >&2; fail "cmake could not configure a find_package(seqgrad) project"; }
 cmake --build "$prefix/cmake-build" || fail "the find_package(seqgrad) project does not build"
-(cd "$prefix/run" && "$prefix/cmake-build/program") || fail "train_xor built with CMake failed"
+(cd "$prefix/run" && env -i "$prefix/cmake-build/program") || fail "train_xor built with CMake failed"
 passed=$((passed + 1))
 
 # docs/adding-an-op.md exactly as written: an op's plugin built with pkg-config, then `seqgrad gradcheck --plugin`
-libdir=$(dirname "$(find "$root" -name 'libseqgrad.so' | head -n 1)")
-PATH="$root/bin:$PATH" LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+# (its plugins are loaded by the staged seqgrad, which has the library already: the sysroot form of a
+# staged install is enough for their -I and -L; no LD_LIBRARY_PATH)
+PATH="$root/bin:$PATH" PKG_CONFIG_PATH="$pc_dir" PKG_CONFIG_SYSROOT_DIR="$prefix" \
   /usr/bin/python3 "$src/check_doc_commands.py" "$(realpath "$src/../../docs/adding-an-op.md")" ||
   fail "docs/adding-an-op.md does not run as written (its FAIL lines above say where)"
 passed=$((passed + 1))

@@ -51,7 +51,9 @@ TransformerLayerBase::TransformerLayerBase(std::string type_name, const Options&
       linear1({.in_features = checked(options).d_model, .out_features = options.dim_feedforward}),
       dropout({.p = options.dropout}),
       linear2({.in_features = options.dim_feedforward, .out_features = options.d_model}),
-      options_(options) {
+      options_(options) {}
+
+void TransformerLayerBase::register_feed_forward() {
   register_module("linear1", linear1);
   register_module("dropout", dropout);
   register_module("linear2", linear2);
@@ -73,6 +75,7 @@ TransformerEncoderLayer::TransformerEncoderLayer(Options options)
       dropout1({.p = options.dropout}),
       dropout2({.p = options.dropout}) {
   register_module("self_attn", self_attn);
+  register_feed_forward();
   register_module("norm1", norm1);
   register_module("norm2", norm2);
   register_module("dropout1", dropout1);
@@ -100,6 +103,7 @@ TransformerDecoderLayer::TransformerDecoderLayer(Options options)
       dropout3({.p = options.dropout}) {
   register_module("self_attn", self_attn);
   register_module("multihead_attn", multihead_attn);
+  register_feed_forward();
   register_module("norm1", norm1);
   register_module("norm2", norm2);
   register_module("norm3", norm3);

@@ -64,6 +64,9 @@ class TransformerLayerBase : public Module {
 
  protected:
   TransformerLayerBase(std::string type_name, const Options& options);
+  // Registers linear1, dropout and linear2; the layers call it after their attentions, so the
+  // parameters come in torch's order.
+  void register_feed_forward();
   // linear2(dropout(activation(linear1(x)))): (B, T, E) -> (B, T, E)
   Tensor feed_forward(const Tensor& x) const;
   // x with the sublayer f added around `norm` (post-norm or pre-norm) and its output dropped out.

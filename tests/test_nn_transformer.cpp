@@ -146,14 +146,12 @@ TEST_CASE("causal_lengths: query t sees min(t + 1, length) keys; bad lengths are
 
 // ---- the layers and stacks
 
-TEST_CASE("Transformer layers and stacks: torch's state_dict names") {
+TEST_CASE("Transformer layers and stacks: torch's parameter names, in torch's order") {
   nn::TransformerEncoderLayer enc({.d_model = 4, .nhead = 2, .dim_feedforward = 6});
-  std::vector<std::string> keys;
-  for (const auto& [name, _] : enc.state_dict()) keys.push_back(name);
-  CHECK(keys == std::vector<std::string>{"linear1.bias", "linear1.weight", "linear2.bias", "linear2.weight",
-                                         "norm1.bias", "norm1.weight", "norm2.bias", "norm2.weight",
-                                         "self_attn.in_proj_bias", "self_attn.in_proj_weight",
-                                         "self_attn.out_proj.bias", "self_attn.out_proj.weight"});
+  CHECK(names_of(enc) == std::vector<std::string>{"self_attn.in_proj_weight", "self_attn.in_proj_bias",
+                                                  "self_attn.out_proj.weight", "self_attn.out_proj.bias",
+                                                  "linear1.weight", "linear1.bias", "linear2.weight", "linear2.bias",
+                                                  "norm1.weight", "norm1.bias", "norm2.weight", "norm2.bias"});
   nn::TransformerDecoder dec({.layer = {.d_model = 4, .nhead = 2, .dim_feedforward = 6}, .num_layers = 2, .norm = true});
   std::map<std::string, Tensor> state = dec.state_dict();
   for (const char* key : {"layers.0.multihead_attn.in_proj_weight", "layers.1.norm3.bias", "layers.1.self_attn.out_proj.weight",

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """PyTorch parity of seqgrad's Transformer pieces: outputs and the gradients of every input and
 parameter, in float32 (rtol 5e-5) and float64 (rtol 1e-12), with torch's modules loaded from the
-same state_dict (which seqgrad loads strictly: the parameter names are checked too):
+same state_dict (which seqgrad loads strictly: the parameter names, and their order, are checked too):
 
   layer_norm (nn::LayerNorm)        vs torch.nn.LayerNorm (one and two trailing dims, no affine)
   TransformerEncoderLayer, -Decoder vs torch.nn.TransformerEncoderLayer / TransformerDecoderLayer
@@ -137,6 +137,7 @@ def run_case(driver, tmp, name, case, dtype):
         expected["grad." + n] = g
 
     meta = {k: v for k, v in case.items() if k != "padded"}
+    meta["parameter_order"] = list(params)  # named_parameters() must list them in torch's order
     tensors.update(inputs)
     tensors["dy"] = dy
     tensors.update({"param." + n: p.detach() for n, p in module.state_dict().items()})

@@ -4,7 +4,8 @@
 // "dy", optionally "lengths" (the padding of x or tgt) and "memory_lengths" (int64 (B,)), the
 // parameters as "param.<torch state_dict name>", and metadata "case": a JSON object {"kind":
 // "layer_norm" | "encoder_layer" | "decoder_layer" | "encoder" | "decoder", "dtype": "f32" | "f64",
-// "causal": bool, options...}. The parameters load strictly, so torch's names are checked too.
+// "causal": bool, "parameter_order": torch's named_parameters() names, options...}. The parameters
+// load strictly, so torch's names are checked too, and their order against parameter_order.
 // OUT gets "out" and "grad.<input>", "grad.param.<name>": the gradients of sum(out * dy).
 // Exit status: 0 on success, 1 on an error (message on stderr), 2 on bad usage.
 #include <cstdio>
@@ -92,7 +93,7 @@ int run(const std::string& in_path, const std::string& out_path) {
       module = std::move(m);
     }
   } else {
-    throw ValueError("transformer_parity: unknown kind '" + kind + "'");
+    throw ValueError("unknown kind '" + kind + "'");
   }
   module->to(dtype);
   module->eval();
@@ -100,6 +101,10 @@ int run(const std::string& in_path, const std::string& out_path) {
   for (const auto& [name, t] : in.tensors)
     if (name.rfind("param.", 0) == 0) params[name.substr(6)] = t;
   module->load_state_dict(params);  // strict: every torch name, and nothing else
+  std::vector<std::string> order;
+  for (const auto& [name, _] : module->named_parameters()) order.push_back(name);
+  if (c.contains("parameter_order") && order != c.at("parameter_order").get<std::vector<std::string>>())
+    throw ValueError("named_parameters() are not in torch's order: " + json(order).dump());
 
   std::vector<Tensor> leaves;
   for (auto& [_, t] : inputs) leaves.push_back(t.requires_grad_());

@@ -38,7 +38,7 @@ int main() {
 
   // The formulas by hand, with broadcasting: (B, Q, 1, A) + (B, 1, K, A) -> (B, Q, K, A).
   Tensor features = tanh(additive.w_q(queries).unsqueeze(2) + additive.w_k(keys).unsqueeze(1));
-  Tensor scores_add = matmul(features, additive.w_v->weight.transpose(0, 1)).squeeze(-1);  // (B, Q, K)
+  Tensor scores_add = matmul(features, additive.w_v.weight.transpose(0, 1)).squeeze(-1);  // (B, Q, K)
   Tensor scores_dot = matmul(queries, keys.transpose(1, 2)) / std::sqrt(static_cast<double>(d));
   expect(max_abs_diff(w_add, nn::masked_softmax(scores_add, valid_lens)) < 1e-6,
          "additive weights = masked_softmax(vᵀ tanh(W_q q + W_k k))");

@@ -114,16 +114,39 @@ template <> struct QuantizedCounterpart<Linear> { using type = QuantizedLinear; 
 template <> struct QuantizedCounterpart<Embedding> { using type = QuantizedEmbedding; };
 template <> struct QuantizedCounterpart<GRU> { using type = QuantizedGRU; };
 
+// The float module's tensors as members of its Quantizable slot, by the float module's names, so
+// that a program written against the float modules reads `attention.w_q.weight` as it reads
+// `linear.weight` (and as PyTorch spells it). They are the float module's own tensors (references:
+// assigning, fill_ and .grad() act on the registered parameter); after quantize_dynamic they are
+// undefined tensors, the float weights being gone. A GRU's per-layer tensors are reached through
+// `->` or named_parameters().
+template <class Float>
+struct FloatTensorsOf {
+  explicit FloatTensorsOf(Float&) {}
+};
+template <>
+struct FloatTensorsOf<Linear> {
+  explicit FloatTensorsOf(Linear& m) : weight(m.weight), bias(m.bias) {}
+  Tensor& weight;  // (out_features, in_features)
+  Tensor& bias;    // (out_features,); undefined without bias
+};
+template <>
+struct FloatTensorsOf<Embedding> {
+  explicit FloatTensorsOf(Embedding& m) : weight(m.weight) {}
+  Tensor& weight;  // (num_embeddings, embedding_dim)
+};
+
 // A member module that quantize_dynamic may swap for its quantized counterpart (PyTorch's
 // setattr on the parent module). Calls go to the module it holds now; `->` and `*` reach the
-// float module and throw once it has been swapped out. Register it as any member:
+// float module and throw once it has been swapped out; a Linear's or Embedding's tensors are also
+// members (FloatTensorsOf: `out.weight`). Register it as any member:
 //   nn::Quantizable<nn::Linear> out{{.in_features = 16, .out_features = 5}};
 //   Net() : Module("Net") { register_module("out", out); }
 template <class Float>
-class Quantizable {
+class Quantizable : public FloatTensorsOf<Float> {
  public:
   using Quantized = typename QuantizedCounterpart<Float>::type;
-  explicit Quantizable(typename Float::Options options) : float_(std::make_unique<Float>(std::move(options))) {}
+  explicit Quantizable(typename Float::Options options) : Quantizable(std::make_unique<Float>(std::move(options))) {}
 
   Tensor operator()(const Tensor& x) const
     requires(!std::is_same_v<Float, GRU>)
@@ -148,12 +171,17 @@ class Quantizable {
                    module().type_name(), replacement ? replacement->type_name() : std::string("nothing"));
     replacement.release();
     quantized_.reset(quantized);
-    float_.reset();
+    if constexpr (std::is_empty_v<FloatTensorsOf<Float>>) {
+      float_.reset();
+    } else {  // the float weights go; the emptied module stays, for the members above to refer to
+      for (const auto& [name, tensor] : float_->own_parameters()) *tensor = Tensor();
+    }
   }
 
  private:
+  explicit Quantizable(std::unique_ptr<Float> module) : FloatTensorsOf<Float>(*module), float_(std::move(module)) {}
   Float& float_module() const {
-    SG_CHECK_VALUE(float_ != nullptr, "{}: the float module was swapped for its quantized counterpart "
+    SG_CHECK_VALUE(quantized_ == nullptr, "{}: the float module was swapped for its quantized counterpart "
                    "(nn::quantize_dynamic); its float weights are gone", quantized_->type_name());
     return *float_;
   }

@@ -221,3 +221,29 @@ TEST_CASE("quantize_dynamic: a plain (not Quantizable) member is named, not skip
   } plain;
   CHECK_THROWS_WITH_AS(quantize_dynamic(plain), doctest::Contains("Linear 'fc' cannot be swapped"), ValueError);
 }
+
+// A program written against the float modules reads a Quantizable slot's tensors as a Linear's:
+// `toy.out.weight` is the registered parameter itself (PyTorch's spelling); quantizing empties it.
+TEST_CASE("quantize: a Linear or Embedding slot's tensors are members, the registered parameters themselves") {
+  manual_seed(0);
+  Toy toy;
+  CHECK(&toy.out.weight == &toy.out->weight);
+  CHECK(&toy.out.bias == &toy.out->bias);
+  CHECK(&toy.embedding.weight == &toy.embedding->weight);
+  {
+    NoGradGuard no_grad;
+    toy.out.weight.fill_(0.25);  // through the member: the parameter the model computes with
+  }
+  std::vector<float> registered;
+  for (const auto& [name, p] : toy.named_parameters())
+    if (name == "out.weight") registered = p.to_vector<float>();
+  CHECK(registered == std::vector<float>(5 * 16, 0.25f));
+  const Tensor before = toy(ids_batch(), lengths_batch());
+  quantize_dynamic(toy, {.kinds = {QuantKind::Linear, QuantKind::Embedding}});
+  CHECK_FALSE(toy.out.weight.defined());  // the float weights are gone
+  CHECK_FALSE(toy.embedding.weight.defined());
+  CHECK(toy.out.quantized() != nullptr);
+  CHECK_THROWS_WITH_AS(toy.out->weight, doctest::Contains("its float weights are gone"), ValueError);
+  const Tensor after = toy(ids_batch(), lengths_batch());  // the quantized modules compute
+  CHECK(max(abs(sub(after, before))).item() < 0.05);
+}

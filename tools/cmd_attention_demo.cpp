@@ -84,9 +84,9 @@ void print_result(const nn::Attention& a, const Tensor& context, const char* sco
 // input shows what docs/learn.md says: q0 picks k0 and k2, q1 picks k1. Random parameters (an
 // untrained model) pick nothing in particular.
 void set_additive_parameters(nn::AdditiveAttention& a) {
-  a.w_q->weight.copy_(tensor({-2, 2, 1, 2, 1, 1, -2, 1, 2, 1, 2, -1}, {kHidden, kD}));
-  a.w_k->weight.copy_(tensor({-1, 0, -1, -1, 2, 1, 2, 2, 1, -1, 1, -1}, {kHidden, kD}));
-  a.w_v->weight.copy_(tensor({2, 2, 2, -2}, {1, kHidden}));
+  a.w_q.weight.copy_(tensor({-2, 2, 1, 2, 1, 1, -2, 1, 2, 1, 2, -1}, {kHidden, kD}));
+  a.w_k.weight.copy_(tensor({-1, 0, -1, -1, 2, 1, 2, 2, 1, -1, 1, -1}, {kHidden, kD}));
+  a.w_v.weight.copy_(tensor({2, 2, 2, -2}, {1, kHidden}));
 }
 
 void demo_additive(const Toy& toy) {
@@ -94,7 +94,7 @@ void demo_additive(const Toy& toy) {
   nn::AdditiveAttention a({.query_size = kD, .key_size = kD, .hidden_size = kHidden});
   set_additive_parameters(a);
   fmt::print("  parameters set by hand (not --seed) so that q0 picks k0 and k2 and q1 picks k1:\n");
-  for (const auto& [name, weight] : {std::pair{"W_q", &a.w_q->weight}, {"W_k", &a.w_k->weight}, {"w_v", &a.w_v->weight}}) {
+  for (const auto& [name, weight] : {std::pair{"W_q", &a.w_q.weight}, {"W_k", &a.w_k.weight}, {"w_v", &a.w_v.weight}}) {
     std::vector<double> v = weight->to_vector<double>();
     std::string rows;
     for (int64_t i = 0; i < static_cast<int64_t>(v.size()); ++i)

@@ -685,7 +685,7 @@ int bench_main(int argc, char** argv) {
       .option("export", "dir", "write the presets' batches and initial weights for bench/torch_bench.py, then exit")
       .option("list", "", "list the workloads")
       .option("max-seq", "n", "attention_chunked (on demand, not run by default): S = 128, 256, ... up to n", "8192")
-      .option("batch-tokens", "n", "batching_* (on demand): the token budget (default: the sentence batches' mean "
+      .option("batch-tokens", "n", "batching_* (on demand): the token budget (0 = the sentence batches' mean "
               "padded tokens, rows x longest side)", "0");
   if (!args.parse(argc, argv)) return 0;
   if (args.flag("list")) {

@@ -34,7 +34,7 @@ struct Loaded {
   std::unique_ptr<models::Seq2Seq> model;
   std::vector<std::unique_ptr<models::Seq2Seq>> ensemble_rest;  // further --checkpoint files
   models::Ensemble ensemble() const {
-    std::vector<models::Seq2Seq*> members{model.get()};
+    std::vector<models::TranslationModel*> members{model.get()};
     for (const auto& m : ensemble_rest) members.push_back(m.get());
     return models::Ensemble(members);
   }
@@ -345,8 +345,8 @@ bool apply_test_flags(models::TrainConfig& c, const Args& a) {
 int eval_main(int argc, char** argv) {
   Args a("eval", "sacreBLEU (13a, cased, detokenised), chrF and the tokenised lower-cased BLEU, and perplexity, of a\n"
                  "checkpoint on a test corpus: --test SRC_FILE TGT_FILE (or --test-tsv FILE), else the test split\n"
-                 "it was trained with; five sample translations and their heatmaps are written next to the\n"
-                 "checkpoint. With --hyp and --ref: sacreBLEU's BLEU and chrF score lines for two files (no\n"
+                 "it was trained with; five sample translations are printed (with --out DIR, their heatmaps\n"
+                 "too). With --hyp and --ref: sacreBLEU's BLEU and chrF score lines for two files (no\n"
                  "checkpoint is read).");
   common_options(a);
   a.option("data-dir", "dir", "folder holding multi30k/ and fra-eng/ (default: the one the checkpoint was trained on)")

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Installs the build into a private prefix and builds users' programs against it with pkg-config,
 # as someone writing their own program would: custom_op.cpp (a differentiable function of their
-# own, gradchecked) and every examples/*.cpp (train_xor, the smallest training program, and the
-# attention examples, each asserting what it shows; run in a scratch folder, where
+# own, gradchecked), float_api.cpp (a program written against the float modules: the attention
+# projections read as `attention.w_q.weight`, though they are Quantizable) and every
+# examples/*.cpp (train_xor, the smallest training program, and the attention examples, each
+# asserting what it shows; run in a scratch folder, where
 # 06_visual_attention writes its SVG). Also checks seqgrad.pc: one -I (<prefix>/include, so
 # includes read <seqgrad/nn/nn.h>) and no repeated flags; then builds examples/train_xor.cpp with
 # CMake through find_package(seqgrad) (tests/install/cmake/CMakeLists.txt) and runs it. The installed
@@ -34,7 +36,7 @@ fail() { echo "install: $*" >&2; exit 1; }
 env -i "$root/bin/seqgrad" info >"$prefix/info.log" 2>&1 ||
   { cat "$prefix/info.log" >&2; fail "the installed seqgrad does not start in a clean environment"; }
 examples=$(realpath "$src/../../examples")
-programs=("$src/custom_op.cpp" "$examples"/*.cpp)
+programs=("$src/custom_op.cpp" "$src/float_api.cpp" "$examples"/*.cpp)
 # Compile two at a time (the compiles take longer than the programs run), then run them in order.
 compile() {
   # shellcheck disable=SC2086

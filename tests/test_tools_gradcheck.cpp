@@ -1,12 +1,14 @@
 // The gradient checker checks itself: deliberately wrong backwards across the op families must be
-// rejected in full, fast and compressed mode, and their correct twins accepted (the mutation test);
-// plus fast and compressed mode, the invariants, multi-output ops (record_outputs), the registry and
-// plugins, and the cost of fast mode against full mode over the whole in-tree table.
+// rejected in every mode and precision that claims them, and their correct twins accepted (the
+// mutation test); plus fast and compressed mode, the declared sparsity verified, non-differentiable
+// points, RNG replay, the invariants, multi-output ops (record_outputs), the registry and plugins,
+// and the cost of fast mode against full mode over the whole in-tree table.
 #include <doctest/doctest.h>
 
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <string>
 
 #include <fmt/format.h>
@@ -23,13 +25,25 @@ namespace {
 
 using X = const std::vector<Tensor>&;
 constexpr GradcheckMode kModes[] = {GradcheckMode::full, GradcheckMode::fast, GradcheckMode::compressed};
+constexpr GradcheckPrecision kPrecisions[] = {GradcheckPrecision::f64, GradcheckPrecision::f32,
+                                              GradcheckPrecision::bf16};
 
-// A kernel that ignores strides: reads x's numel elements in memory order from element 0, as a
-// raw loop over data<double>() would. Right for contiguous x only.
-Tensor read_as_contiguous(const Tensor& x) {
-  const double* p = x.data<double>();
-  return from_vector(std::vector<double>(p, p + x.numel()), x.shape(), {.dtype = DType::f64});
+// Kernels that walk x's storage wrongly: `strides` false reads numel elements in memory order from
+// the view's first one (right for contiguous x only); `offset` false walks the strides from the
+// storage's first element (right for views that start there only).
+Tensor read_raw(const Tensor& x, bool strides, bool offset) {
+  const void* base = x.impl()->storage->data;
+  std::vector<double> v;
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    int64_t at = offset ? x.offset() : 0, rest = i;
+    if (!strides) at += i;
+    for (int d = x.ndim() - 1; strides && d >= 0; --d) at += rest % x.shape()[d] * x.strides()[d], rest /= x.shape()[d];
+    v.push_back(x.dtype() == DType::f64 ? static_cast<const double*>(base)[at] : static_cast<const float*>(base)[at]);
+  }
+  return from_vector(v, x.shape(), {.dtype = x.dtype()});
 }
+Tensor read_as_contiguous(const Tensor& x) { return read_raw(x, /*strides=*/false, /*offset=*/true); }
+Tensor read_ignoring_offset(const Tensor& x) { return read_raw(x, /*strides=*/true, /*offset=*/false); }
 
 // ---- the ops under test: each computes its forward without a graph and records a backward that
 // is right (wrong = false) or carries one deliberate mistake (wrong = true). Correct backwards are
@@ -105,6 +119,38 @@ Tensor op_square_strided(X x, bool wrong) {  // y = x²;  dx = 2 x dy, the wrong
   Tensor y = mul(x[0].detach(), x[0].detach());
   return record("square", y, {x[0]}, [xs = save(x[0]), wrong](const Tensor& dy, Grads& g) {
     g.add(0, mul(mul(dy, wrong ? read_as_contiguous(xs.get()) : xs.get()), 2.0));
+  });
+}
+
+Tensor op_square_offset(X x, bool wrong) {  // y = x²;  dx = 2 x dy, the wrong one reads x ignoring its offset
+  Tensor y = mul(x[0].detach(), x[0].detach());
+  return record("square", y, {x[0]}, [xs = save(x[0]), wrong](const Tensor& dy, Grads& g) {
+    g.add(0, mul(mul(dy, wrong ? read_ignoring_offset(xs.get()) : xs.get()), 2.0));
+  });
+}
+
+// Huber (delta 1): y = x²/2 where |x| <= 1, else |x| - 1/2;  dx = dy clamp(x, -1, 1). The wrong one
+// triples the gradient of element 0 alone: one wrong element among thousands.
+Tensor op_huber(X x, bool wrong) {
+  Tensor v = x[0].detach();
+  Tensor y = where(le(abs(v), 1.0), mul(mul(v, v), 0.5), add(abs(v), -0.5));
+  return record("huber", y, {x[0]}, [xs = save(x[0]), wrong](const Tensor& dy, Grads& g) {
+    Tensor dx = mul(dy, clamp(xs.get(), -1.0, 1.0));
+    if (wrong) {
+      std::vector<double> scale(dx.numel(), 1.0);
+      scale[0] = 3.0;
+      dx = mul(dx, from_vector(scale, dx.shape(), {.dtype = dx.dtype()}));
+    }
+    g.add(0, dx);
+  });
+}
+
+// y = x + Σx (every output depends on every input);  dx = dy + Σ dy. The wrong backward, (1 + n) dy,
+// is what compression computes under a false element-wise declaration (all columns moved at once).
+Tensor op_add_total(X x, bool wrong) {
+  Tensor y = add(x[0].detach(), sum(x[0].detach()));
+  return record("add_total", y, {x[0]}, [n = x[0].numel(), wrong](const Tensor& dy, Grads& g) {
+    g.add(0, wrong ? mul(dy, 1.0 + static_cast<double>(n)) : add(dy, sum(dy)));
   });
 }
 
@@ -210,6 +256,10 @@ Tensor op_biased(X x, bool wrong) {  // y = 2x;  dx = 2 dy (wrong: plus a consta
 
 
 // One mutant: a family, the mistake, the op (wrong or right), its inputs and declared sparsity.
+// A mutant whose mistake is the declaration itself (wrong_jacobian: the wrong twin's) is claimed by
+// compressed mode alone: full and fast mode never read a declaration. One wrong element among n is
+// claimed by fast mode in float64 only: a projection's tolerance, rtol |vᵀJu|, sees an element whose
+// error exceeds about rtol sqrt(n) of its gradient (0.06 in float64 at n = 4096; 0.6 in float32).
 struct Mutant {
   const char* family = "";
   const char* mistake = "";
@@ -217,13 +267,20 @@ struct Mutant {
   std::function<Tensor(X, bool)> op = {};
   Jacobian jacobian = {};
   std::vector<double> kinks = {};
+  std::optional<Jacobian> wrong_jacobian = {};
+  bool one_element = false;  // one wrong element in a large input
+  bool declaration_only() const { return wrong_jacobian && jacobian.kind != Jacobian::Kind::dense; }
+  bool claimed_by(GradcheckMode mode, GradcheckPrecision precision) const {
+    if (declaration_only()) return mode == GradcheckMode::compressed;
+    return !(one_element && mode == GradcheckMode::fast && precision != GradcheckPrecision::f64);
+  }
 };
 
 std::vector<Mutant> mutants() {
   using oc::in;
   using oc::positive;
   using oc::distinct;
-  const oc::Layout T = oc::Layout::transposed, S = oc::Layout::sliced;
+  const oc::Layout T = oc::Layout::transposed, S = oc::Layout::sliced, O = oc::Layout::offset;
   const Jacobian E = Jacobian::elementwise(), R = Jacobian::rowwise(-1);
   return {
       {"elementwise", "mul: flipped sign", {in({2, 3}), in({2, 3})}, [](X x, bool w) { return op_mul(x, w, 0); }, E},
@@ -250,6 +307,16 @@ std::vector<Mutant> mutants() {
        [](X x, bool w) { return op_square_strided(x, w); }, E},
       {"layout", "mul: the other operand read ignoring strides", {in({3, 3}), in({3, 3}, T)},
        [](X x, bool w) { return op_scale_strided(x, w); }, E},
+      {"layout", "square: offset view read from the storage's start", {in({2, 3}, O)},
+       [](X x, bool w) { return op_square_offset(x, w); }, E},
+      {"layout", "square: sliced view (offset 1) read from the storage's start", {in({2, 3}, S)},
+       [](X x, bool w) { return op_square_offset(x, w); }, E},
+      {"large input", "huber: element 0's gradient tripled in a 64x64 input", {in({64, 64})},
+       [](X x, bool w) { return op_huber(x, w); }, E, {-1.0, 1.0}, {}, true},
+      {"sparsity", "softmax declared elementwise (correct backward)", {in({2, 4})},
+       [](X x, bool) { return op_softmax(x, false); }, R, {}, E},
+      {"sparsity", "x + Σx declared elementwise, backward (1 + n) dy", {in({3, 4})},
+       [](X x, bool w) { return op_add_total(x, w); }, {}, {}, E},
       {"broadcast", "add: bias gradient averaged, not summed", {in({2, 3}), in({3})},
        [](X x, bool w) { return op_add_bias(x, w, 0); }},
       {"broadcast", "add: bias gradient summed over every dim", {in({2, 3}), in({3})},
@@ -274,37 +341,60 @@ std::vector<Mutant> mutants() {
 }
 
 oc::OpCase as_row(const Mutant& m, bool wrong) {
+  bool wrong_backward = wrong && !m.declaration_only();
   return {.op = std::string(wrong ? "mutant: " : "correct: ") + m.mistake, .inputs = m.inputs,
-          .fn = [op = m.op, wrong](X x) { return op(x, wrong); }, .kinks = m.kinks, .jacobian = m.jacobian};
+          .fn = [op = m.op, wrong_backward](X x) { return op(x, wrong_backward); }, .kinks = m.kinks,
+          .jacobian = wrong && m.wrong_jacobian ? *m.wrong_jacobian : m.jacobian};
 }
 
-// Gradcheck and gradgradcheck of a row in one mode (no float32 agreement: the mutants differ in
-// their backward only, which that check does not isolate).
-oc::RowResult check(const oc::OpCase& row, GradcheckMode mode) {
-  return oc::check_op_case(row, {.mode = mode, .float32_agreement = false});
+// Gradcheck and gradgradcheck of a row in one mode and precision (no float32 agreement: the mutants
+// differ in their backward only, which that check does not isolate).
+oc::RowResult check(const oc::OpCase& row, GradcheckMode mode, GradcheckPrecision precision = GradcheckPrecision::f64) {
+  return oc::check_op_case(row, {.mode = mode, .precision = precision, .float32_agreement = false});
 }
 
 }  // namespace
 
-TEST_CASE("mutation test: every wrong backward is rejected in every mode, every correct one accepted") {
+// Every mode in every precision; the message is the table docs/results.md keeps (one line per
+// mutant, one column per mode and precision: caught, or "-" where the mode does not claim it).
+TEST_CASE("mutation test: every wrong backward is rejected in every mode and precision that claims it, every "
+          "correct one accepted") {
   std::vector<Mutant> all = mutants();
-  REQUIRE(all.size() >= 20);
-  for (GradcheckMode mode : kModes) {
-    auto start = std::chrono::steady_clock::now();
-    int caught = 0, accepted = 0;
-    for (const Mutant& m : all) {
-      oc::RowResult wrong = check(as_row(m, true), mode), right = check(as_row(m, false), mode);
-      INFO(mode_name(mode), " mode, ", m.family, ": ", m.mistake, "\n", right.format());
-      CHECK_FALSE(wrong.ok);
-      CHECK(wrong.problem.empty());  // rejected by a check, not by a throw
-      CHECK(right.ok);
-      caught += wrong.ok ? 0 : 1;
-      accepted += right.ok ? 1 : 0;
+  REQUIRE(all.size() >= 30);
+  std::string header = "| family | mistake |", rule = "|---|---|", totals = "| | caught / claimed, correct accepted |";
+  std::vector<std::string> lines(all.size());
+  for (size_t i = 0; i < all.size(); ++i) lines[i] = fmt::format("| {} | {} |", all[i].family, all[i].mistake);
+  for (GradcheckPrecision precision : kPrecisions) {
+    for (GradcheckMode mode : kModes) {
+      auto start = std::chrono::steady_clock::now();
+      int caught = 0, claimed = 0, accepted = 0;
+      for (size_t i = 0; i < all.size(); ++i) {
+        const Mutant& m = all[i];
+        oc::RowResult wrong = check(as_row(m, true), mode, precision), right = check(as_row(m, false), mode, precision);
+        INFO(fmt::format("{} mode, {}, {}: {}\nwrong:\n{}right:\n{}", mode_name(mode), precision_name(precision),
+                         m.family, m.mistake, wrong.format(), right.format()));
+        CHECK(right.ok);
+        CHECK(wrong.problem.empty());  // judged by a check, not by a throw
+        accepted += right.ok ? 1 : 0;
+        if (!m.claimed_by(mode, precision)) {
+          lines[i] += " - |";
+          continue;
+        }
+        CHECK_FALSE(wrong.ok);
+        ++claimed;
+        caught += wrong.ok ? 0 : 1;
+        lines[i] += wrong.ok ? " MISSED |" : " caught |";
+      }
+      double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      header += fmt::format(" {} {} |", mode_name(mode), precision_name(precision));
+      rule += "---|";
+      totals += fmt::format(" {}/{}, {}/{} ({:.1f} s) |", caught, claimed, accepted, all.size(), seconds);
+      MESSAGE(fmt::format("mutation test, {} mode, {}: caught {}/{} mutants it claims, accepted {}/{} correct ops, "
+                          "{:.2f} s", mode_name(mode), precision_name(precision), caught, claimed, accepted,
+                          all.size(), seconds));
     }
-    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    MESSAGE(fmt::format("mutation test, {} mode: caught {}/{} mutants, accepted {}/{} correct ops, {:.2f} s",
-                        mode_name(mode), caught, all.size(), accepted, all.size(), seconds));
   }
+  MESSAGE(fmt::format("{}\n{}\n{}\n{}", header, rule, fmt::join(lines, "\n"), totals));
 }
 
 TEST_CASE("fast mode costs two forwards per input and one backward per output") {
@@ -331,7 +421,8 @@ TEST_CASE("compressed mode checks the full Jacobian in one forward pair per colo
                                   {.mode = GradcheckMode::compressed, .jacobian = Jacobian::elementwise()});
     INFO(r.format());
     CHECK(r.ok());
-    CHECK(r.forwards == 1 + 2);
+    // 1 + the unperturbed outputs + 2 log2(1200) to verify the declaration + 2 for the one colour
+    CHECK(r.forwards == 1 + 1 + 2 * 11 + 2);
     CHECK(r.inputs[0].colours == 1);
   }
   SUBCASE("rowwise: one colour per position in the row, every element compared") {
@@ -340,17 +431,27 @@ TEST_CASE("compressed mode checks the full Jacobian in one forward pair per colo
                                   {.mode = GradcheckMode::compressed, .jacobian = Jacobian::rowwise(-1)});
     INFO(r.format());
     CHECK(r.ok());
-    CHECK(r.forwards == 1 + 2 * 6);
+    CHECK(r.forwards == 1 + 1 + 2 * 6 + 2 * 6);  // 50 rows: 6 bits to verify; 6 colours
     CHECK(r.inputs[0].method == GradcheckMode::compressed);
     // the same numbers as full mode, element for element
     GradcheckReport full = gradcheck([](X v) { return softmax(v[0], -1); }, {x});
     CHECK(r.max_abs_err() == doctest::Approx(full.max_abs_err()).epsilon(0.5));
   }
-  SUBCASE("a false declaration fails instead of passing silently") {
+  SUBCASE("a false declaration fails, named, and the input is checked in full") {
     Tensor x = randn({3, 4}, {.dtype = DType::f64}).requires_grad_();
     GradcheckReport r = gradcheck([](X v) { return softmax(v[0], -1); }, {x},
                                   {.mode = GradcheckMode::compressed, .jacobian = Jacobian::elementwise()});
+    INFO(r.format());
     CHECK_FALSE(r.ok());
+    CHECK(r.format().find("input 0 (3, 4): the declared elementwise Jacobian is false: output 0 moves at") !=
+          std::string::npos);
+    CHECK(r.inputs[0].method == GradcheckMode::full);
+    CHECK(r.inputs[0].failed_elements == 0);  // the gradient itself is right
+    // a row-wise declaration along the wrong dim is false too; along the right one it holds
+    CHECK_FALSE(gradcheck([](X v) { return softmax(v[0], -1); }, {x},
+                          {.mode = GradcheckMode::compressed, .jacobian = Jacobian::rowwise(0)}).ok());
+    CHECK(gradcheck([](X v) { return softmax(v[0], -1); }, {x},
+                    {.mode = GradcheckMode::compressed, .jacobian = Jacobian::rowwise(1)}).ok());
   }
   SUBCASE("an input of another shape falls back to full, and the report says so") {
     Tensor a = randn({2, 3}, {.dtype = DType::f64}).requires_grad_();
@@ -362,6 +463,127 @@ TEST_CASE("compressed mode checks the full Jacobian in one forward pair per colo
     CHECK(r.inputs[0].method == GradcheckMode::compressed);
     CHECK(r.inputs[1].method == GradcheckMode::full);
     CHECK(r.format().find("input 1 (3,) in full: an output is (2, 3)") != std::string::npos);
+  }
+}
+
+TEST_CASE("fast mode: one wrong element of a 64x64 input fails, and full mode then names it") {
+  Tensor x = oc::make_inputs(oc::OpCase{.op = "huber64", .inputs = {oc::in({64, 64})}, .kinks = {-1.0, 1.0}})[0];
+  GradcheckReport r = gradcheck([](X v) { return op_huber(v, true); }, {x}, {.mode = GradcheckMode::fast});
+  INFO(r.format());
+  CHECK_FALSE(r.ok());
+  // the projection's tolerance is of the projection's size (atol + rtol |vᵀJu|), not a sum over 4096 elements
+  REQUIRE(r.inputs.size() == 2);
+  const GradcheckElement& p = r.inputs[0].worst.front();
+  CHECK(p.tolerance == doctest::Approx(1e-5 + 1e-3 * std::abs(p.numerical)));
+  CHECK(r.inputs[1].method == GradcheckMode::full);
+  CHECK(r.inputs[1].failed_elements == 1);
+  CHECK(r.inputs[1].worst.front().index == std::vector<int64_t>{0, 0});
+  CHECK(gradcheck([](X v) { return op_huber(v, false); }, {x}, {.mode = GradcheckMode::fast}).ok());
+}
+
+TEST_CASE("layouts with a storage offset: sliced starts at the second element, offset in a buffer's second half") {
+  oc::OpCase row{.op = "layouts", .inputs = {oc::in({2, 3}, oc::Layout::sliced), oc::in({2, 3}, oc::Layout::offset)}};
+  std::vector<Tensor> x = oc::make_inputs(row);
+  CHECK(x[0].offset() == 1);
+  CHECK(x[0].strides() == Shape{6, 2});
+  CHECK(x[1].offset() == 6);
+  CHECK(x[1].is_contiguous());
+  CHECK(x[1].is_leaf());
+  // a kernel that ignores the offset reads other values than the view holds
+  CHECK(read_ignoring_offset(x[1]).to_vector<double>() != x[1].to_vector<double>());
+}
+
+TEST_CASE("non-differentiable points are reported, not failed; a wrong gradient there still fails") {
+  auto at = [](std::vector<double> v) { return from_vector(v, {static_cast<int64_t>(v.size())}, {.dtype = DType::f64}).requires_grad_(); };
+  SUBCASE("relu at 0") {
+    Tensor x = at({-1.0, 0.0, 2.0});
+    GradcheckReport r = gradcheck([](X v) { return relu(v[0]); }, {x}, {.name = "relu"});
+    INFO(r.format());
+    CHECK(r.ok());
+    REQUIRE(r.kinks() == 1);
+    CHECK(r.inputs[0].kinks[0].index == std::vector<int64_t>{1});
+    CHECK(r.inputs[0].kinks[0].left == doctest::Approx(0).epsilon(1e-6));
+    CHECK(r.format().find("non-differentiable at (1,) (input 0): slopes") != std::string::npos);
+    // a backward that gives 5 at the kink lies outside both slopes: a failure, not a kink
+    GradcheckFn wrong = [](X v) {
+      Tensor y = relu(v[0].detach());
+      return record("relu_wrong", y, {v[0]}, [xs = save(v[0])](const Tensor& dy, Grads& g) {
+        g.add(0, add(where(gt(xs.get(), 0.0), dy, 0.0), where(eq(xs.get(), 0.0), mul(dy, 5.0), 0.0)));
+      });
+    };
+    CHECK_FALSE(gradcheck(wrong, {at({-1.0, 0.0, 2.0})}).ok());
+  }
+  SUBCASE("a max tie and a clamp bound") {
+    // max(dim) sends the gradient to one of the tied elements, where central differences see half
+    GradcheckReport tie = gradcheck([](X v) { return max(v[0], 0, false).values; }, {at({1.0, 1.0, 0.0})});
+    INFO(tie.format());
+    CHECK(tie.ok());
+    CHECK(tie.kinks() == 2);
+    // amax splits it evenly between them: what central differences see, so nothing to report
+    CHECK(gradcheck([](X v) { return amax(v[0], {0}); }, {at({1.0, 1.0, 0.0})}).kinks() == 0);
+    GradcheckReport bound = gradcheck([](X v) { return clamp(v[0], -1.0, 1.0); }, {at({1.0, 0.5, -1.0})});
+    INFO(bound.format());
+    CHECK(bound.ok());
+    CHECK(bound.kinks() == 2);
+  }
+  SUBCASE("moved away on request: checked again off the kink") {
+    Tensor x = at({-1.0, 0.0, 2.0});
+    GradcheckReport r = gradcheck([](X v) { return relu(v[0]); }, {x}, {.move_kinks = true});
+    INFO(r.format());
+    CHECK(r.ok());
+    CHECK(r.kinks() == 0);
+    CHECK(r.moved == std::vector<std::string>{"input 0 (1,): 0 -> 0.1"});
+    CHECK(x.to_vector<double>()[1] == doctest::Approx(0.1));
+  }
+}
+
+TEST_CASE("stochastic ops: RNG replay gives every evaluation the same draws") {
+  Tensor x = randn({4, 5}, {.dtype = DType::f64}).requires_grad_();
+  GradcheckFn drop = [](X v) { return dropout(v[0], 0.5); };
+  GradcheckReport replayed = gradcheck(drop, {x}, {.name = "dropout"});
+  INFO(replayed.format());
+  CHECK(replayed.ok());
+  CHECK(gradgradcheck(drop, {x}, {.name = "dropout"}).ok());
+  CHECK_FALSE(gradcheck(drop, {x}, {.name = "dropout", .replay_rng = false}).ok());
+  // a row, to second order (the float32 kernel draws its mask otherwise than the float64 one)
+  oc::OpCase row{.op = "dropout_row", .inputs = {oc::in({3, 4})}, .fn = [](X v) { return dropout(v[0], 0.3); },
+                 .flags = oc::kNoFloat32};
+  oc::RowResult r = oc::check_op_case(row);
+  CHECK_MESSAGE(r.ok, r.format());
+}
+
+TEST_CASE("a failure names the worst element with its input value and tolerance") {
+  Tensor x = from_vector(std::vector<double>{0.5, -2.0, 1.5}, {3}, {.dtype = DType::f64}).requires_grad_();
+  GradcheckReport r = gradcheck([](X v) { return op_cube(v, true, 0); }, {x}, {.name = "cube"});
+  INFO(r.format());
+  REQUIRE_FALSE(r.ok());
+  const GradcheckElement& worst = r.inputs[0].worst.front();
+  CHECK(worst.index == std::vector<int64_t>{1});  // 3x³ against 3x²: furthest apart at x = -2
+  CHECK(worst.value == -2.0);
+  CHECK(worst.tolerance == doctest::Approx(1e-5 + 1e-3 * std::abs(worst.numerical)));
+  CHECK(r.failures[0].find(fmt::format("worst at (1,): numerical {:.9g}, analytical {:.9g}, tolerance {:.3g}, input "
+                                       "value -2", worst.numerical, worst.analytical, worst.tolerance)) !=
+        std::string::npos);
+  CHECK(worst.analytical / worst.numerical == doctest::Approx(-2.0));  // 3x³ / 3x² = x
+}
+
+TEST_CASE("float32 and bf16: the in-tree table passes in every mode with the precision's step and tolerances") {
+  for (GradcheckPrecision precision : {GradcheckPrecision::f32, GradcheckPrecision::bf16}) {
+    GradcheckTolerances t = precision_defaults(precision);
+    CHECK(t.eps > precision_defaults(GradcheckPrecision::f64).eps);
+    for (GradcheckMode mode : kModes) {
+      int failed = 0, skipped = 0;
+      for (const oc::OpCase& row : oc::op_cases()) {
+        oc::RowResult r = oc::check_op_case(row, {.mode = mode, .precision = precision});
+        INFO(precision_name(precision), " ", mode_name(mode), " ", row.name(), "\n", r.format());
+        CHECK(r.ok);
+        failed += r.ok ? 0 : 1;
+        skipped += r.skipped.empty() ? 0 : 1;
+        if (r.skipped.empty() && r.ok) CHECK(r.first.precision == precision);
+      }
+      MESSAGE(fmt::format("in-tree table, {}, {} mode: {} rows, {} failed, {} opt out", precision_name(precision),
+                          mode_name(mode), oc::op_cases().size(), failed, skipped));
+    }
   }
 }
 

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """End-to-end tests of `seqgrad gradcheck`: exit statuses (0 pass, 1 a failing row, 2 usage),
-options, --json, --list, and --plugin with the example plugin (tests/test_tools_gradcheck_plugin.cpp),
-a missing file and a library without the entry point.
+options, --json, --list (in-tree and plugin rows), float32 and bf16, kinks (--move-kinks), RNG
+replay, the failure report's rerun command, and --plugin with the example plugin
+(tests/test_tools_gradcheck_plugin.cpp), a missing file and a library without the entry point.
 
     /usr/bin/python3 tests/test_tools_gradcheck_cli.py BUILD/tools/seqgrad BUILD/tests/libgradcheck_plugin.so
 
@@ -41,8 +42,19 @@ class GradcheckCli(unittest.TestCase):
         self.assertStatus(p, 0)
         self.assertIn("float32: skipped", p.stdout)
 
+    def test_precisions_report_their_step_and_tolerances(self):
+        p = gradcheck("softmax", "relu", "--dtype", "bf16")
+        self.assertStatus(p, 0)
+        self.assertIn("(full mode, bf16: eps 0.125, atol 0.01, rtol 0.05 or the row's where looser", p.stdout)
+        p = gradcheck("logsumexp/large_values", "--dtype", "bf16")
+        self.assertStatus(p, 0)
+        self.assertRegex(p.stdout, r"skip\s+logsumexp/large_values\s+the row opts out of bf16")
+        p = gradcheck("exp", "--dtype", "float32", "--rtol", "0.02")
+        self.assertIn("float32: eps 0.01, atol 0.01, rtol 0.02", p.stdout)
+
     def test_usage_errors_exit_2(self):
-        for args, words in [(["--fast", "--compress"], "exclude each other"), (["--dtype", "float16"], "--dtype must be"),
+        for args, words in [(["--fast", "--compress"], "exclude each other"),
+                            (["--dtype", "float16"], "--dtype must be float64, float32 or bf16, got 'float16'"),
                             (["--eps", "0"], "--eps must be positive"), (["--atol", "x"], "expects a finite number"),
                             (["softsign"], "no op or row named 'softsign' in the in-tree table"),
                             (["--bogus"], "unknown option --bogus")]:
@@ -68,10 +80,45 @@ class GradcheckCli(unittest.TestCase):
         self.assertStatus(p, 0)
         self.assertTrue(json.loads(p.stdout)["rows"])
 
-    def test_plugin_rows(self):
+    def test_list_names_every_row_in_tree_and_plugin(self):
         p = gradcheck("--plugin", PLUGIN, "--list")
         self.assertStatus(p, 0)
-        self.assertIn("cubic/transposed  (elementwise)", p.stdout)
+        in_tree, plugin = p.stdout.split(f"plugin '{PLUGIN}': ")
+        self.assertTrue(in_tree.startswith("the in-tree table: "))
+        self.assertIn("  softmax/last  (rowwise, dim -1)\n", in_tree)
+        self.assertIn("  relu/undefined\n", in_tree)
+        self.assertIn("  cubic/transposed  (elementwise)\n", plugin)
+        self.assertIn("  cubic/values\n", plugin)
+        self.assertNotIn("cubic", in_tree)
+
+    def test_failure_report_names_the_element_and_the_command_to_rerun(self):
+        p = gradcheck("--plugin", PLUGIN, "--fast", "--no-float32", "cubic_wrong", "cubic")
+        self.assertStatus(p, 1)
+        self.assertRegex(p.stdout, r"worst at \(\d,\): numerical")
+        self.assertRegex(p.stdout, r"tolerance [0-9.e-]+, input value ")
+        rerun = f"rerun: seqgrad gradcheck --plugin {PLUGIN} --fast --no-float32 cubic_wrong\n"
+        self.assertIn(rerun, p.stdout)
+        # the command reruns that row alone, with the same result
+        args = rerun.split()[3:]
+        again = gradcheck(*args)
+        self.assertStatus(again, 1)
+        self.assertEqual([l for l in again.stdout.splitlines() if l.startswith(("ok", "FAIL"))][0].split()[:2],
+                         ["FAIL", "cubic_wrong"])
+        self.assertIn("0 of 1 rows passed", again.stdout)
+
+    def test_kinks_reported_or_moved_and_random_ops_replayed(self):
+        p = gradcheck("--plugin", PLUGIN, "relu_at_zero", "dropout")
+        self.assertStatus(p, 0)
+        # relu at 0, once in the first order and once in the second (the gradient jumps there too)
+        self.assertRegex(p.stdout, r"ok\s+relu_at_zero\s+max abs .* 2 at kinks")
+        self.assertRegex(p.stdout, r"ok\s+dropout\s+max abs")
+        p = gradcheck("--plugin", PLUGIN, "relu_at_zero", "--move-kinks", "--json")
+        self.assertStatus(p, 0)
+        first = json.loads(p.stdout)["rows"][0]["first_order"]
+        self.assertEqual(first["moved"], ["input 0 (1,): 0 -> 0.1"])
+        self.assertEqual(first["inputs"][0]["kinks"], [])
+
+    def test_plugin_rows(self):
         p = gradcheck("--plugin", PLUGIN, "cubic", "scaled_rows")
         self.assertStatus(p, 0)
         self.assertRegex(p.stdout, r"ok\s+scaled_rows\s+max abs")

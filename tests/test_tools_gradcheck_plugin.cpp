@@ -1,6 +1,7 @@
 // A `seqgrad gradcheck --plugin` library, as an op author builds one: ops with custom backwards
 // and their rows. Loaded by tests/test_tools_gradcheck.cpp and tests/test_tools_gradcheck_cli.py.
-// "cubic_wrong" is deliberately wrong, so the tests see a plugin row fail.
+// "cubic_wrong" is deliberately wrong, so the tests see a plugin row fail; "relu_at_zero" sits on a
+// kink it does not declare; "dropout" draws random numbers.
 #include "core/autograd.h"
 #include "ops/ops.h"
 #include "tools/op_cases.h"
@@ -55,6 +56,10 @@ SG_REGISTER_OP_CASES(registry) {
                       .outputs = [](X x) { return scaled_rows(x[0], x[1]); }});
   registry.add(OpCase{.op = "cubic_wrong", .inputs = {in({3})}, .fn = [](X x) { return cubic(x[0], true); },
                       .jacobian = Jacobian::elementwise()});
+  registry.add(OpCase{.op = "relu_at_zero", .inputs = {values({-1, 0, 2}, {3})}, .fn = [](X x) { return relu(x[0]); }});
+  // kNoFloat32: the float32 kernel draws its mask from other numbers than the float64 one
+  registry.add(OpCase{.op = "dropout", .inputs = {in({3, 4})}, .fn = [](X x) { return dropout(x[0], 0.3); },
+                      .flags = kNoFloat32});
   registry.add(ErrorCase{"cubic", "integer", [] { cubic(zeros({2}, {.dtype = DType::i64}), false); },
                          "cubic: x must be floating, got int64 (2,)", ErrorKind::dtype});
   registry.add(GoldenCase{"cubic", "values", [] { return cubic(tensor({0, 1, 2}, {.dtype = DType::f64}), false); }, {3},

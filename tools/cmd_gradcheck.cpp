@@ -35,12 +35,16 @@ constexpr const char* kSummary = R"(Checks op-table rows: the in-tree table, or 
   error rows      the bad call throws the right Error subclass with the expected words
   golden rows     non-differentiable ops give known values
 ROW is an op name (matmul) or one row (matmul/batched_broadcast); none selects every row.
-Inputs avoid the kinks the row declares and use its layouts (transposed, sliced). A failing
-gradcheck prints its report with the worst elements (docs/adding-an-op.md: how to read it).
+Inputs avoid the kinks the row declares and use its layouts (transposed, sliced, offset); an
+element found at a kink the row did not declare is reported as non-differentiable, not failed
+(--move-kinks moves it and checks again). Ops that draw random numbers see the same draws in
+every evaluation. A failing gradcheck prints its report with the worst elements and the command
+that reruns the row alone (docs/adding-an-op.md: how to read it).
 Exit status: 0 when every selected row passes, 1 when one fails, 2 for a usage error.)";
 
 struct Settings {
   oc::CheckOptions check;
+  std::vector<std::string> rerun;  // the options that shape a row's result, as given: the rerun command's
   bool json = false;      // --json: the JSON document on stdout instead of the text
   std::string out_file;   // --out-file: the JSON document written there too
 };
@@ -58,8 +62,12 @@ Settings read_settings(const seqgrad::tools::Args& args) {
   if (args.flag("fast")) s.check.mode = seqgrad::GradcheckMode::fast;
   if (args.flag("compress")) s.check.mode = seqgrad::GradcheckMode::compressed;
   std::string dtype = args.get("dtype");
-  SG_CHECK_USAGE(dtype == "float64" || dtype == "float32", "--dtype must be float64 or float32, got '{}'", dtype);
-  s.check.dtype = dtype == "float32" ? seqgrad::DType::f32 : seqgrad::DType::f64;
+  SG_CHECK_USAGE(dtype == "float64" || dtype == "float32" || dtype == "bf16",
+                 "--dtype must be float64, float32 or bf16, got '{}'", dtype);
+  s.check.precision = dtype == "float32" ? seqgrad::GradcheckPrecision::f32
+                      : dtype == "bf16"  ? seqgrad::GradcheckPrecision::bf16
+                                         : seqgrad::GradcheckPrecision::f64;
+  s.check.move_kinks = args.flag("move-kinks");
   if (args.has("eps")) s.check.eps = parse_positive(args, "eps");
   if (args.has("atol")) s.check.atol = parse_positive(args, "atol");
   if (args.has("rtol")) s.check.rtol = parse_positive(args, "rtol");
@@ -68,6 +76,11 @@ Settings read_settings(const seqgrad::tools::Args& args) {
   s.check.second_order = !args.flag("no-second-order");
   s.check.float32_agreement = !args.flag("no-float32");
   s.json = args.flag("json");
+  for (const char* name : {"plugin", "dtype", "eps", "atol", "rtol", "seed"})
+    if (args.has(name) && !(std::string(name) == "dtype" && dtype == "float64"))
+      s.rerun.insert(s.rerun.end(), {fmt::format("--{}", name), args.get(name)});
+  for (const char* name : {"fast", "compress", "no-second-order", "no-float32", "move-kinks"})
+    if (args.flag(name)) s.rerun.push_back(fmt::format("--{}", name));
   if (args.has("out-file")) s.out_file = args.get("out-file");
   return s;
 }
@@ -97,7 +110,8 @@ void check_patterns(const oc::OpCaseRegistry& table, const std::vector<std::stri
   }
 }
 
-void list_rows(const oc::OpCaseRegistry& table) {
+void list_rows(const oc::OpCaseRegistry& table, const std::string& source) {
+  fmt::print("{}: {} rows\n", source, table.size());
   fmt::print("ops ({}):\n", table.op_names().size());
   std::string line;
   for (const std::string& op : table.op_names()) {
@@ -123,6 +137,23 @@ void list_rows(const oc::OpCaseRegistry& table) {
   for (const oc::GoldenCase& row : table.golden_cases()) fmt::print("  {}\n", row.name());
 }
 
+// A word the shell reads back as itself: quoted unless it is plain.
+std::string shell_word(const std::string& s) {
+  bool plain = !s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./=:+-,"
+                                                 "@%") == std::string::npos;
+  if (plain) return s;
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+// The command that checks one row alone, with every option that shapes its result.
+std::string rerun_command(const Settings& settings, const std::string& row) {
+  std::string cmd = "seqgrad gradcheck";
+  for (const std::string& word : settings.rerun) cmd.append(" ").append(shell_word(word));
+  return cmd.append(" ").append(shell_word(row));
+}
+
 std::string indent(const std::string& text) {
   std::string out;
   for (size_t start = 0; start < text.size();) {
@@ -135,11 +166,14 @@ std::string indent(const std::string& text) {
 
 // One line per row: status, name, then what was checked.
 std::string summary_line(const oc::RowResult& r) {
+  if (!r.skipped.empty()) return fmt::format("skip  {}  {}\n", pad(r.name, 34), r.skipped);
   std::string what;
   if (r.kind == oc::RowKind::gradcheck) {
     what = r.problem.empty() ? fmt::format("max abs {:8.2e}  max rel {:8.2e}  ", r.first.max_abs_err(),
                                            r.first.max_rel_err())
                              : "";
+    if (int kinks = r.first.kinks() + r.second.kinks()) what += fmt::format("{} at kinks  ", kinks);
+    if (size_t moved = r.first.moved.size() + r.second.moved.size()) what += fmt::format("{} moved  ", moved);
     what += r.second_ran ? fmt::format("2nd order: max abs {:8.2e}  ", r.second.max_abs_err()) : "2nd order: skipped  ";
     what += fmt::format("float32: {}", !r.float32.ran ? "skipped" : r.float32.ok ? "ok" : "FAIL");
   } else if (r.kind == oc::RowKind::error) {
@@ -160,20 +194,29 @@ json report_json(const seqgrad::GradcheckReport& r) {
   for (const seqgrad::GradcheckInput& in : r.inputs) {
     json worst = json::array();
     for (const seqgrad::GradcheckElement& e : in.worst)
-      worst.push_back({{"index", e.index}, {"numerical", e.numerical}, {"analytical", e.analytical},
-                       {"abs_err", e.abs_err}, {"rel_err", e.rel_err}});
+      worst.push_back({{"index", e.index}, {"value", e.value}, {"numerical", e.numerical},
+                       {"analytical", e.analytical}, {"abs_err", e.abs_err}, {"rel_err", e.rel_err},
+                       {"tolerance", e.tolerance}});
+    json kinks = json::array();
+    for (const seqgrad::GradcheckElement& e : in.kinks)
+      kinks.push_back({{"index", e.index}, {"value", e.value}, {"left", e.left}, {"right", e.right},
+                       {"analytical", e.analytical}});
     inputs.push_back({{"input", in.input}, {"output", in.output}, {"shape", fmt::format("{}", in.shape)},
                       {"method", seqgrad::mode_name(in.method)}, {"failed_elements", in.failed_elements},
-                      {"max_abs_err", in.max_abs_err}, {"max_rel_err", in.max_rel_err}, {"worst", worst}});
+                      {"max_abs_err", in.max_abs_err}, {"max_rel_err", in.max_rel_err}, {"worst", worst},
+                      {"kinks", kinks}});
   }
   return {{"ok", r.ok()}, {"max_abs_err", r.max_abs_err()}, {"max_rel_err", r.max_rel_err()},
-          {"eps", r.eps}, {"atol", r.atol}, {"rtol", r.rtol}, {"forwards", r.forwards}, {"backwards", r.backwards},
-          {"checks", checks}, {"inputs", inputs}, {"failures", r.failures}};
+          {"precision", seqgrad::precision_name(r.precision)}, {"eps", r.eps}, {"atol", r.atol}, {"rtol", r.rtol},
+          {"forwards", r.forwards}, {"backwards", r.backwards}, {"checks", checks}, {"inputs", inputs},
+          {"failures", r.failures}, {"moved", r.moved}};
 }
 
-json row_json(const oc::RowResult& r) {
-  json j = {{"name", r.name}, {"kind", oc::row_kind_name(r.kind)}, {"ok", r.ok}, {"seconds", r.seconds}};
+json row_json(const oc::RowResult& r, const Settings& settings) {
+  json j = {{"name", r.name}, {"kind", oc::row_kind_name(r.kind)}, {"ok", r.ok}, {"seconds", r.seconds},
+            {"rerun", rerun_command(settings, r.name)}};
   if (!r.problem.empty()) j["problem"] = r.problem;
+  if (!r.skipped.empty()) j["skipped"] = r.skipped;
   if (r.kind != oc::RowKind::gradcheck) return j;
   if (!r.first.checks.empty()) j["first_order"] = report_json(r.first);
   if (r.second_ran) j["second_order"] = report_json(r.second);
@@ -195,16 +238,18 @@ int gradcheck_main(int argc, char** argv) {
   args.positional("ROW", "an op name or op/variant; none: every row")
       .option("plugin", "lib.so", "check the rows this shared library registers (SG_REGISTER_OP_CASES) instead of the "
               "in-tree table")
-      .option("list", "", "list the ops and rows, then exit")
+      .option("list", "", "list every registered row (the in-tree table's, and --plugin's), then exit")
       .option("fast", "", "fast mode: one random projection vᵀJu per (input, output) instead of the full Jacobian")
-      .option("compress", "", "full Jacobian, perturbing independent columns together where a row declares sparsity")
+      .option("compress", "", "full Jacobian, perturbing independent columns together where a row declares sparsity (the declaration verified first)")
       .option("eps", "x", "central-difference step (default: the row's, 1e-6)")
       .option("atol", "x", "absolute tolerance (default: the row's, 1e-5)")
       .option("rtol", "x", "relative tolerance (default: the row's, 1e-3)")
-      .option("seed", "n", "seed of the random output weights and projections")
+      .option("seed", "n", "random seed of the output weights and projections (default: 24301)")
       .option("threads", "n", "threads (default: all cores)")
-      .option("dtype", "float64|float32", "the dtype gradcheck runs in; float32 uses eps 1e-2, atol 1e-2, rtol 1e-2",
-              "float64")
+      .option("dtype", "float64|float32|bf16", "the precision gradcheck runs in, each with its own step and "
+              "tolerances (float32: eps 1e-2, atol 1e-2, rtol 1e-2; bf16: bfloat16 inputs and steps under bf16 "
+              "autocast, eps 0.125 (relative past 1), atol 0.01, rtol 0.05; a row's looser values stay)", "float64")
+      .option("move-kinks", "", "move input elements found at a non-differentiable point 0.1 up and check again there")
       .option("no-second-order", "", "skip the second-order checks")
       .option("no-float32", "", "skip the float32-vs-float64 agreement checks")
       .option("json", "", "every row's result as one JSON document on stdout, instead of the text")
@@ -221,7 +266,8 @@ int gradcheck_main(int argc, char** argv) {
     source = fmt::format("plugin '{}'", args.get("plugin"));
   }
   if (args.flag("list")) {
-    list_rows(*table);
+    list_rows(oc::builtin_registry(), "the in-tree table");
+    if (table != &oc::builtin_registry()) list_rows(*table, source);
     return 0;
   }
   const std::vector<std::string>& patterns = args.positionals();
@@ -233,7 +279,7 @@ int gradcheck_main(int argc, char** argv) {
   auto report = [&](oc::RowResult r) {
     if (text) {
       fmt::print("{}", summary_line(r));
-      if (!r.ok) fmt::print("{}", indent(r.format()));
+      if (!r.ok) fmt::print("{}      rerun: {}\n", indent(r.format()), rerun_command(settings, r.name));
       std::fflush(stdout);
     }
     results.push_back(std::move(r));
@@ -249,12 +295,19 @@ int gradcheck_main(int argc, char** argv) {
   for (const oc::RowResult& r : results) failed += r.ok ? 0 : 1;
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const char* mode = seqgrad::mode_name(settings.check.mode);
+  seqgrad::GradcheckPrecision precision = settings.check.precision;
+  seqgrad::GradcheckTolerances t = seqgrad::precision_defaults(precision);
+  t = {settings.check.eps.value_or(t.eps), settings.check.atol.value_or(t.atol), settings.check.rtol.value_or(t.rtol)};
   if (text)
-    fmt::print("{} of {} rows passed{} ({} mode, {:.2f} s)\n", results.size() - failed, results.size(),
-               failed ? fmt::format("; {} FAILED", failed) : "", mode, seconds);
+    fmt::print("{} of {} rows passed{} ({} mode, {}{}, {:.2f} s)\n", results.size() - failed, results.size(),
+               failed ? fmt::format("; {} FAILED", failed) : "", mode, seqgrad::precision_name(precision),
+               precision == seqgrad::GradcheckPrecision::f64
+                   ? ""
+                   : fmt::format(": eps {:g}, atol {:g}, rtol {:g} or the row's where looser", t.eps, t.atol, t.rtol),
+               seconds);
   if (settings.json || !settings.out_file.empty()) {
     json rows = json::array();
-    for (const oc::RowResult& r : results) rows.push_back(row_json(r));
+    for (const oc::RowResult& r : results) rows.push_back(row_json(r, settings));
     json doc = {{"source", source}, {"mode", mode}, {"dtype", args.get("dtype")}, {"rows", rows},
                 {"passed", results.size() - failed}, {"failed", failed}, {"seconds", seconds}};
     if (settings.json) fmt::print("{}\n", doc.dump(2));

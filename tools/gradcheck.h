@@ -25,14 +25,30 @@ enum class GradcheckMode : uint8_t {
   // Central differences per input element: 2 forwards per element. The default.
   full,
   // PyTorch's fast_mode: per (input, output) pair one projection vᵀJu with random u and v, from
-  // one backward per output and two forwards per input. Samples the Jacobian instead of covering it.
+  // one backward per output and two forwards per input, passing when |analytical - numerical| <=
+  // atol + rtol |numerical| (a tolerance of the projection's size, not growing with the input's).
+  // Samples the Jacobian; an input whose projection differs is checked again in full, which names
+  // the element.
   fast,
   // The full Jacobian, with the columns that never touch the same output perturbed together (the
-  // sparsity GradcheckOptions::jacobian declares): 2 forwards per colour. Inputs the declaration
-  // does not fit (a shape other than the outputs') fall back to full.
+  // sparsity GradcheckOptions::jacobian declares): 2 forwards per colour, after the declaration is
+  // verified (2 log2(rows) forwards: every output must stay put while only other rows move; a
+  // false declaration fails). Inputs the declaration does not fit (a shape other than the
+  // outputs') fall back to full.
   compressed,
 };
 const char* mode_name(GradcheckMode mode);
+
+// The precision a check runs in, each with the step and tolerances a difference quotient in it
+// can resolve (precision_defaults): float64 (PyTorch's gradcheck values), float32, and bf16, where
+// the inputs and every perturbed value are bfloat16 numbers held in float32 tensors (tensors have
+// no 16-bit dtype; the op runner adds bf16 autocast, so matrix products round as in training).
+enum class GradcheckPrecision : uint8_t { f64, f32, bf16 };
+const char* precision_name(GradcheckPrecision precision);  // "float64", "float32", "bf16"
+struct GradcheckTolerances {
+  double eps, atol, rtol;
+};
+GradcheckTolerances precision_defaults(GradcheckPrecision precision);
 
 // The Jacobian's declared sparsity (for GradcheckMode::compressed), for inputs of the outputs' shape.
 struct Jacobian {
@@ -58,6 +74,7 @@ struct GradcheckOptions {
   uint64_t seed = 0x5eed;        // seeds the random weights (v) and, in fast mode, the directions (u)
   int worst = 5;                 // elements listed per input in the report
   bool allow_float32 = false;    // float32 inputs are refused unless set (then loosen eps/tolerances)
+  bool round_to_bf16 = false;    // float32 inputs hold bfloat16 values: perturbed values are rounded to it too
   bool check_zero_grad = true;   // a zero upstream gradient must give zero gradients
   bool check_repeat = true;      // a second backward must give the same gradients
   GradcheckMode mode = GradcheckMode::full;
@@ -66,6 +83,15 @@ struct GradcheckOptions {
   // (atomics, a reduction order that varies). 0 demands identical gradients.
   double nondet_tol = 0;
   bool check_inputs_unchanged = true;  // forward and backward must not write into their inputs
+  // Non-differentiable points: an element that fails, whose one-sided slopes differ (a kink: relu
+  // at 0, a max tie, a clamp bound) and whose analytical gradient lies between them, is reported
+  // as such instead of failing. move_kinks: such elements are moved kink_margin up and the whole
+  // check runs again there (the caller's input tensors change; the report lists every move).
+  bool move_kinks = false;
+  double kink_margin = 0.1;
+  // Every evaluation of fn starts from the default generator's state at the first one, so an op
+  // that draws random numbers (dropout) sees the same draws for every perturbation (RNG replay).
+  bool replay_rng = true;
 };
 
 // One element of one input: where it is and how far the two gradients are apart. In fast mode
@@ -76,6 +102,10 @@ struct GradcheckElement {
   double analytical = 0;
   double abs_err = 0;
   double rel_err = 0;  // abs_err / max(|numerical|, atol): tiny gradients do not blow it up
+  double tolerance = 0;  // the element fails when abs_err exceeds it: atol + rtol |numerical|
+  double value = 0;      // the input's value there (fast mode: none)
+  // A non-differentiable point: the slopes of one-sided differences to the left and the right.
+  double left = 0, right = 0;
 };
 
 struct GradcheckInput {
@@ -89,6 +119,7 @@ struct GradcheckInput {
   double max_rel_err = 0;
   int failed_elements = 0;
   std::vector<GradcheckElement> worst;  // worst first (by error over tolerance)
+  std::vector<GradcheckElement> kinks;  // at a non-differentiable point: reported, not failed
 };
 
 // One invariant and whether it held: each gets its own line in the report.
@@ -103,16 +134,27 @@ struct GradcheckReport {
   std::string op;
   double eps = 0, atol = 0, rtol = 0;  // the options the check ran with
   GradcheckMode mode = GradcheckMode::full;
+  GradcheckPrecision precision = GradcheckPrecision::f64;  // of the inputs checked
   std::vector<GradcheckInput> inputs;  // one per input that requires grad (fast: per input and output)
   std::vector<GradcheckCheck> checks;  // the Jacobian comparison and every invariant, in order
   std::vector<std::string> failures;   // every failed check, one line each
+  std::vector<std::string> moved;      // move_kinks: "input 0 (2,): 0 -> 0.1", one per element moved
   int forwards = 0, backwards = 0;     // evaluations spent (the cost of the check)
   int numerical_forwards = 0;          // of which the numerical Jacobian took (what the mode changes)
   bool ok() const { return failures.empty(); }
+  int kinks() const;  // elements found at a non-differentiable point
   double max_abs_err() const;
   double max_rel_err() const;
   // A multi-line report: a summary, one line per check, then per input the worst elements.
   std::string format() const;
+};
+
+// The default generator's position (core/rng.h): what RNG replay saves once and restores before
+// every evaluation, so each one draws the same numbers.
+struct GeneratorState {
+  uint64_t seed = 0, offset = 0;
+  static GeneratorState save();
+  void restore() const;
 };
 
 // Checks d sum_j sum(w_j * fn(inputs)_j) / d inputs[i] for every input that requires grad (float64

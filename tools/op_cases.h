@@ -23,11 +23,13 @@ enum class Gen : uint8_t {
   values,    // exactly InputSpec::values (indices, masks, hand-picked samples)
 };
 
-// Memory layout of a generated input; non-contiguous inputs are leaf views of a larger buffer.
+// Memory layout of a generated input; the others are leaf views of a larger buffer, two of them
+// starting past its first element (a storage offset a kernel must add).
 enum class Layout : uint8_t {
   contiguous,
   transposed,  // the transpose of a contiguous (..., n, m) tensor
-  sliced,      // every other element of the last dimension of a contiguous (..., 2n) tensor
+  sliced,      // every other element of the last dimension of a contiguous (..., 2n) tensor, from the second
+  offset,      // contiguous, but the second half of a buffer twice its size (storage offset numel)
 };
 
 struct InputSpec {
@@ -52,6 +54,7 @@ enum Flags : unsigned {
   kNone = 0,
   kNoGradgrad = 1u << 0,  // skip the second-order check
   kNoFloat32 = 1u << 1,   // skip the float32-vs-float64 agreement check (say why in a comment)
+  kNoBf16 = 1u << 2,      // skip the bf16 gradcheck (--dtype bf16): bf16 cannot resolve the row (say why)
 };
 
 struct OpCase {
@@ -60,7 +63,8 @@ struct OpCase {
   std::vector<InputSpec> inputs = {};
   GradcheckFn fn = {};       // one output; for an op with several, leave it empty and set `outputs`
   // Keep away from kinks: generated floating values are moved at least 0.1 away from these
-  // points (0 for relu/abs, the bounds for clamp), where the derivative jumps.
+  // points (0 for relu/abs, the bounds for clamp), where the derivative jumps. A kink not declared
+  // is found by the checker and reported as a non-differentiable point instead of failing.
   std::vector<double> kinks = {};
   unsigned flags = kNone;
   // Tolerances; a row only loosens them with a reason in a comment (e.g. a float32 round trip).
@@ -74,6 +78,7 @@ struct OpCase {
   std::string name() const { return variant.empty() ? op : op + "/" + variant; }
   bool gradgrad() const { return !(flags & kNoGradgrad); }
   bool float32() const { return !(flags & kNoFloat32); }
+  bool bf16() const { return !(flags & kNoBf16); }
   GradcheckMultiFn multi_fn() const;  // `outputs`, or `fn` as a one-output function
 };
 
@@ -148,8 +153,9 @@ constexpr int kPluginAbiVersion = 1;
 void load_plugin(const std::string& path, OpCaseRegistry& registry);
 
 // The row's inputs: f64 leaves (requiring grad unless the spec says otherwise), the same values
-// on every call. `floating` = f32 makes the floating inputs float32 (same values, rounded).
-std::vector<Tensor> make_inputs(const OpCase& row, DType floating = DType::f64);
+// on every call. f32 makes the floating inputs float32 (same values, rounded); bf16 rounds them to
+// bfloat16 values, held in float32.
+std::vector<Tensor> make_inputs(const OpCase& row, GradcheckPrecision precision = GradcheckPrecision::f64);
 // The row's gradcheck options (its name, tolerances, declared Jacobian and nondet_tol).
 GradcheckOptions options_for(const OpCase& row);
 
@@ -157,18 +163,16 @@ GradcheckOptions options_for(const OpCase& row);
 
 struct CheckOptions {
   GradcheckMode mode = GradcheckMode::full;
-  DType dtype = DType::f64;  // f32: gradcheck in float32 with kFloat32Tolerances (opt-in)
-  // Overrides of the row's values; unset keeps the row's (or the float32 defaults).
+  // float32 or bf16: gradcheck in that precision, with its step and tolerances (precision_defaults,
+  // or the row's where they are looser); bf16 runs under bf16 autocast.
+  GradcheckPrecision precision = GradcheckPrecision::f64;
+  // Overrides of the row's values; unset keeps the row's (or the precision's).
   std::optional<double> eps = {}, atol = {}, rtol = {};
   std::optional<uint64_t> seed = {};
   bool second_order = true;       // gradgradcheck where the row allows
   bool float32_agreement = true;  // float32 vs float64 values and gradients, where the row allows
+  bool move_kinks = false;        // move elements found at a non-differentiable point, and check again
 };
-// gradcheck in float32: a step well above float32 rounding, and loose tolerances.
-struct Float32Tolerances {
-  double eps = 1e-2, atol = 1e-2, rtol = 1e-2;
-};
-constexpr Float32Tolerances kFloat32Tolerances{};
 // The float32 agreement check: |y32 - y64| <= atol + rtol |y64| for values and gradients.
 constexpr double kAgreementAtol = 1e-4, kAgreementRtol = 1e-3;
 
@@ -183,10 +187,13 @@ struct RowResult {
   bool second_ran = false;
   GradcheckCheck float32 = {};  // gradcheck rows: the float32 agreement (ran = false: skipped, and why)
   std::string problem = {};     // error and golden rows: what went wrong; gradcheck rows: a throw
+  std::string skipped = {};     // not run, and why (a row that opts out of the precision asked for)
   double seconds = 0;
   std::string format() const;  // the reports and problems, for a failing row
 };
 RowResult check_op_case(const OpCase& row, const CheckOptions& options = {});
+// The gradcheck options check_op_case uses: the row's, in the chosen precision and mode, overridden.
+GradcheckOptions options_for(const OpCase& row, const CheckOptions& options);
 RowResult check_error_row(const ErrorCase& row);
 RowResult check_golden_row(const GoldenCase& row);
 // "" when float32 and float64 agree on the row's values and gradients, else the first difference.

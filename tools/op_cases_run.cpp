@@ -10,7 +10,9 @@
 #include <numeric>
 #include <set>
 
+#include "core/autocast.h"
 #include "core/autograd.h"
+#include "core/half.h"
 #include "core/rng.h"
 #include "ops/ops.h"
 #include "tools/op_cases.h"
@@ -20,14 +22,24 @@ namespace {
 
 constexpr double kKinkMargin = 0.1;
 
+// Far enough from a kink that no central difference straddles it: 0.1, or 1.5 bf16 steps (relative
+// past 1, at the largest kink) where those are longer.
+double kink_margin(GradcheckPrecision precision, const std::vector<double>& kinks) {
+  double largest = 1;
+  for (double k : kinks) largest = std::max(largest, std::abs(k));
+  if (precision != GradcheckPrecision::bf16) return kKinkMargin;
+  return std::max(kKinkMargin, 1.5 * precision_defaults(precision).eps * largest);
+}
+
 uint64_t hash_name(const std::string& s) {  // FNV-1a: a stable seed per row
   uint64_t h = 1469598103934665603ull;
   for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
   return h;
 }
 
+// Values for a spec, moved at least `margin` away from the kinks.
 std::vector<double> generate(const InputSpec& spec, const Shape& shape, uint64_t seed,
-                             const std::vector<double>& kinks) {
+                             const std::vector<double>& kinks, double margin) {
   int64_t n = shape.numel();
   std::vector<double> v(n);
   switch (spec.gen) {
@@ -52,7 +64,7 @@ std::vector<double> generate(const InputSpec& spec, const Shape& shape, uint64_t
   }
   for (double& x : v)
     for (double k : kinks)
-      if (std::abs(x - k) < kKinkMargin) x = k + std::copysign(kKinkMargin + std::abs(x - k), x - k);
+      if (std::abs(x - k) < margin) x = k + std::copysign(margin + std::abs(x - k), x - k);
   return v;
 }
 
@@ -63,9 +75,9 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 // Floating outputs and the gradients of sum_j sum(w_j * y_j) (w_j fixed random) w.r.t. the
 // floating inputs that require grad, all as float64 values: what the float32 check compares.
 using Labelled = std::vector<std::pair<std::string, std::vector<double>>>;
-Labelled values_and_gradients(const OpCase& row, DType floating, uint64_t seed) {
+Labelled values_and_gradients(const OpCase& row, GradcheckPrecision precision, uint64_t seed) {
   EnableGradGuard enable_grad;
-  std::vector<Tensor> inputs = make_inputs(row, floating);
+  std::vector<Tensor> inputs = make_inputs(row, precision);
   std::vector<Tensor> ys = row.multi_fn()(inputs), roots, seeds;
   Labelled out;
   for (size_t j = 0; j < ys.size(); ++j) {
@@ -188,7 +200,7 @@ void load_plugin(const std::string& path, OpCaseRegistry& registry) {
 
 // ---- inputs and options
 
-std::vector<Tensor> make_inputs(const OpCase& row, DType floating) {
+std::vector<Tensor> make_inputs(const OpCase& row, GradcheckPrecision precision) {
   std::vector<Tensor> out;
   uint64_t seed = hash_name(row.name());
   for (size_t k = 0; k < row.inputs.size(); ++k) {
@@ -207,11 +219,17 @@ std::vector<Tensor> make_inputs(const OpCase& row, DType floating) {
     } else if (spec.layout == Layout::sliced) {
       SG_CHECK_SHAPE(nd >= 1, "op table {}: a sliced input needs 1 dim", row.name());
       base[nd - 1] *= 2;
+    } else if (spec.layout == Layout::offset) {
+      base = {2 * spec.shape.numel()};
     }
-    DType dtype = floating == DType::f64 ? spec.dtype : floating;
-    Tensor t = from_vector(generate(spec, base, seed + 7919 * k, row.kinks), base, {.dtype = dtype});
+    DType dtype = precision == GradcheckPrecision::f64 ? spec.dtype : DType::f32;
+    std::vector<double> v = generate(spec, base, seed + 7919 * k, row.kinks, kink_margin(precision, row.kinks));
+    if (precision == GradcheckPrecision::bf16)
+      for (double& x : v) x = half::round_bf16(static_cast<float>(x));
+    Tensor t = from_vector(v, base, {.dtype = dtype});
     if (spec.layout == Layout::transposed) t = t.transpose(-1, -2);
-    if (spec.layout == Layout::sliced) t = t.slice(-1, 0, base[nd - 1], 2);
+    if (spec.layout == Layout::sliced) t = t.slice(-1, 1, base[nd - 1], 2);
+    if (spec.layout == Layout::offset) t = t.narrow(0, spec.shape.numel(), spec.shape.numel()).view(spec.shape);
     if (spec.requires_grad) t.requires_grad_();
     out.push_back(t);
   }
@@ -221,6 +239,23 @@ std::vector<Tensor> make_inputs(const OpCase& row, DType floating) {
 GradcheckOptions options_for(const OpCase& row) {
   return {.eps = row.eps, .atol = row.atol, .rtol = row.rtol, .name = row.name(), .jacobian = row.jacobian,
           .nondet_tol = row.nondet_tol};
+}
+
+GradcheckOptions options_for(const OpCase& row, const CheckOptions& options) {
+  GradcheckOptions opt = options_for(row);
+  if (options.precision != GradcheckPrecision::f64) {  // the precision's values, or the row's where looser
+    GradcheckTolerances t = precision_defaults(options.precision);
+    opt.eps = std::max(opt.eps, t.eps), opt.atol = std::max(opt.atol, t.atol), opt.rtol = std::max(opt.rtol, t.rtol);
+    opt.allow_float32 = true;
+    opt.round_to_bf16 = options.precision == GradcheckPrecision::bf16;
+  }
+  opt.eps = options.eps.value_or(opt.eps);
+  opt.atol = options.atol.value_or(opt.atol);
+  opt.rtol = options.rtol.value_or(opt.rtol);
+  opt.seed = options.seed.value_or(opt.seed);
+  opt.mode = options.mode;
+  opt.move_kinks = options.move_kinks;
+  return opt;
 }
 
 // ---- running rows
@@ -274,9 +309,11 @@ bool matches(const std::string& pattern, const std::string& op, const std::strin
 
 std::string check_float32_agreement(const OpCase& row, uint64_t seed) {
   Labelled ref, got;
+  GeneratorState rng = GeneratorState::save();  // both see the same random draws
   try {
-    ref = values_and_gradients(row, DType::f64, seed);
-    got = values_and_gradients(row, DType::f32, seed);
+    ref = values_and_gradients(row, GradcheckPrecision::f64, seed);
+    rng.restore();
+    got = values_and_gradients(row, GradcheckPrecision::f32, seed);
   } catch (const std::exception& e) {
     return fmt::format("threw: {}", e.what());
   }
@@ -298,22 +335,23 @@ std::string check_float32_agreement(const OpCase& row, uint64_t seed) {
 RowResult check_op_case(const OpCase& row, const CheckOptions& options) {
   auto start = std::chrono::steady_clock::now();
   RowResult result{.name = row.name(), .kind = RowKind::gradcheck};
-  GradcheckOptions opt = options_for(row);
-  if (options.dtype == DType::f32) {
-    opt.eps = kFloat32Tolerances.eps, opt.atol = kFloat32Tolerances.atol, opt.rtol = kFloat32Tolerances.rtol;
-    opt.allow_float32 = true;
+  GradcheckOptions opt = options_for(row, options);
+  if (options.precision == GradcheckPrecision::bf16 && !row.bf16()) {
+    result.skipped = "the row opts out of bf16";
+    return result;
   }
-  opt.eps = options.eps.value_or(opt.eps);
-  opt.atol = options.atol.value_or(opt.atol);
-  opt.rtol = options.rtol.value_or(opt.rtol);
-  opt.seed = options.seed.value_or(opt.seed);
-  opt.mode = options.mode;
   try {
     GradcheckMultiFn fn = row.multi_fn();
-    result.first = gradcheck(fn, make_inputs(row, options.dtype), opt);
+    if (options.precision == GradcheckPrecision::bf16) {
+      fn = [fn](const std::vector<Tensor>& x) {
+        Autocast bf16(GemmPrecision::bf16);  // matrix products round their operands, as in training
+        return fn(x);
+      };
+    }
+    result.first = gradcheck(fn, make_inputs(row, options.precision), opt);
     result.ok = result.first.ok();
     if (options.second_order && row.gradgrad()) {
-      result.second = gradgradcheck(fn, make_inputs(row, options.dtype), opt);
+      result.second = gradgradcheck(fn, make_inputs(row, options.precision), opt);
       result.second_ran = true;
       result.ok = result.ok && result.second.ok();
     }
@@ -325,7 +363,8 @@ RowResult check_op_case(const OpCase& row, const CheckOptions& options) {
   agreement.name = "float32 and float64 agree on values and gradients";
   if (!options.float32_agreement) agreement.ran = false, agreement.detail = "switched off";
   else if (!row.float32()) agreement.ran = false, agreement.detail = "the row opts out";
-  else if (options.dtype == DType::f32) agreement.ran = false, agreement.detail = "the check runs in float32";
+  else if (options.precision != GradcheckPrecision::f64)
+    agreement.ran = false, agreement.detail = fmt::format("the check runs in {}", precision_name(options.precision));
   else {
     agreement.detail = check_float32_agreement(row, opt.seed);
     agreement.ok = agreement.detail.empty();

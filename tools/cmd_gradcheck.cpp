@@ -280,6 +280,7 @@ int gradcheck_main(int argc, char** argv) {
     if (text) {
       fmt::print("{}", summary_line(r));
       if (!r.ok) fmt::print("{}      rerun: {}\n", indent(r.format()), rerun_command(settings, r.name));
+      else fmt::print("{}", indent(r.first.format_kinks() + r.second.format_kinks()));
       std::fflush(stdout);
     }
     results.push_back(std::move(r));

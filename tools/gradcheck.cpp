@@ -787,6 +787,12 @@ std::string indented(const std::string& text, const char* prefix) {
   return out;
 }
 
+std::string kink_line(const GradcheckInput& in, const GradcheckElement& e) {
+  return fmt::format("input {} non-differentiable at {} (value {:.6g}): slopes {:.6g} left, {:.6g} right; analytical "
+                     "{:.6g} between them, not counted", in.input, index_string(e.index), e.value, e.left, e.right,
+                     e.analytical);
+}
+
 // One input's worst elements (worst first) and its non-differentiable points.
 std::string format_input(const GradcheckInput& in) {
   std::string which = in.output >= 0 ? fmt::format(", output {}", in.output) : "";
@@ -802,14 +808,19 @@ std::string format_input(const GradcheckInput& in) {
     out += fmt::format("    {:<14} {:>12} {:>16.9g} {:>16.9g} {:>10.3g} {:>10.3g} {:>10.3g}\n",
                        fast ? "vᵀJu" : index_string(e.index), fast ? "" : fmt::format("{:.6g}", e.value), e.numerical,
                        e.analytical, e.abs_err, e.rel_err, e.tolerance);
-  for (const GradcheckElement& e : in.kinks)
-    out += fmt::format("    non-differentiable at {} (input {:.6g}): slopes {:.6g} left, {:.6g} right; analytical "
-                       "{:.6g} between them, not counted\n", index_string(e.index), e.value, e.left, e.right,
-                       e.analytical);
+  for (const GradcheckElement& e : in.kinks) out += "    " + kink_line(in, e) + "\n";
   return out;
 }
 
 }  // namespace
+
+std::string GradcheckReport::format_kinks() const {
+  std::string out;
+  for (const GradcheckInput& in : inputs)
+    for (const GradcheckElement& e : in.kinks) out += fmt::format("{}: {}\n", op, kink_line(in, e));
+  for (const std::string& m : moved) out += fmt::format("{}: moved off a non-differentiable point: {}\n", op, m);
+  return out;
+}
 
 std::string GradcheckReport::format() const {
   std::string out = fmt::format("gradcheck {}: {} (max abs err {:.3g}, max rel err {:.3g}; {}: eps {:g}, atol {:g}, "

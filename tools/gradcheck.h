@@ -145,6 +145,8 @@ struct GradcheckReport {
   int kinks() const;  // elements found at a non-differentiable point
   double max_abs_err() const;
   double max_rel_err() const;
+  // One line per element found at a non-differentiable point, and per element moved off one.
+  std::string format_kinks() const;
   // A multi-line report: a summary, one line per check, then per input the worst elements.
   std::string format() const;
 };

@@ -273,8 +273,9 @@ class Quantized(Base):
     differ from seqgrad's int8 ones, so they are checked against the error quantization itself
     makes: the ONNX int8 outputs must be within twice the distance between seqgrad's int8 and
     float32 outputs of seqgrad's int8 outputs (where a wrong scale or layout is off by the outputs'
-    own size). And each sentence's outputs are the same alone as in the batch of 5 (one range per
-    tensor moves them by about the quantization error)."""
+    own size). Each sentence's outputs are the same alone as in the batch of 5 (one range per tensor
+    moves them by about the quantization error), and the key projection alone, fed seqgrad's int8
+    memory, gives seqgrad's int8 keys to the bit."""
 
     def quantize(self, checkpoint, name, *flags):
         out = self.path(name + ".safetensors")
@@ -307,6 +308,7 @@ class Quantized(Base):
         if not onnxruntime_int8_exact():
             self.skipTest(SKIP_INT8)
         self.check_rows_alone(folder, inputs)
+        self.check_linear_exact(folder, int8)
         got = {"output": session(os.path.join(folder, "model.onnx")).run(["output"], inputs)[0]}
         got["memory"], got["state"] = session(os.path.join(folder, "encoder.onnx")).run(
             ["memory", "state"], {"src": inputs["src"], "src_lengths": inputs["src_lengths"]})
@@ -322,6 +324,19 @@ class Quantized(Base):
             self.assertGreater(quantization_error, 0, f"{name}: the int8 checkpoint computes exactly as the float one")
             self.assertLessEqual(onnx_error, 2 * quantization_error, name)
         return stored
+
+    def check_linear_exact(self, folder, int8):
+        """The exported int8 key projection alone (encoder.onnx from its memory to its keys), given
+        seqgrad's int8 memory, gives seqgrad's int8 keys to the bit: the per-row quantization,
+        the zero-point correction and the float epilogue are seqgrad's arithmetic, op for op."""
+        path, part = os.path.join(folder, "encoder.onnx"), self.path("encoder_keys.onnx")
+        graph = onnx.load(path).graph
+        memory = next(n.input[0] for n in graph.node if n.op_type == "Identity" and n.output[0] == "memory")
+        onnx.utils.extract_model(path, part, [memory], ["keys"])
+        keys = session(part).run(["keys"], {memory: int8["memory"]})[0]
+        differing = int(np.sum(keys != int8["keys"]))
+        self.assertEqual(differing, 0, f"{differing} of {keys.size} keys differ from seqgrad's, by up to "
+                                       f"{float(np.max(np.abs(keys - int8['keys']))):.3g}")
 
     def check_rows_alone(self, folder, inputs):
         """Each sentence of the batch through encoder.onnx (its int8 bridge and keys) and

@@ -11,7 +11,8 @@ Fenced blocks whose info string carries an attribute take part; the rest are pro
                                   with "ok", "FAIL" or "gradcheck " must appear in the real output
                                   with the same first two words (the numbers may differ)
 Called by tests/install/check_install.sh with the installed seqgrad on PATH and pkg-config
-pointing at it.
+pointing at it. Run blocks see SEQGRAD_SOURCE, the source tree the document belongs to (its
+parent's parent), for the steps that read the tree.
 """
 import os
 import re
@@ -50,6 +51,7 @@ def main(doc):
         text = f.read()
     failures, ran = [], 0
     last_output = None
+    env = dict(os.environ, SEQGRAD_SOURCE=os.path.dirname(os.path.dirname(os.path.realpath(doc))))
     with tempfile.TemporaryDirectory() as folder:
         for lang, attrs, body, line in blocks(text):
             where = f"{doc}:{line}"
@@ -60,8 +62,8 @@ def main(doc):
                     f.write(body)
             elif "run" in attrs:
                 want = int(attrs.get("status", "0"))
-                p = subprocess.run(["bash", "-euo", "pipefail", "-c", body], cwd=folder, capture_output=True, text=True,
-                                   timeout=600)
+                p = subprocess.run(["bash", "-euo", "pipefail", "-c", body], cwd=folder, env=env, capture_output=True,
+                                   text=True, timeout=600)
                 ran += 1
                 last_output = p.stdout + p.stderr
                 print(f"== {where}: {body.strip().splitlines()[0]} -> exit {p.returncode}")

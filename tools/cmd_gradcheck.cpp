@@ -26,10 +26,10 @@ using seqgrad::UsageError;
 using nlohmann::json;
 
 constexpr const char* kSummary = R"(Checks op-table rows: the in-tree table, or your own op's rows from --plugin. Per row:
-  gradcheck       float64 central differences vs autograd, outputs reduced with fixed random
-                  weights; each invariant on its own line: gradient shapes and dtypes, backward
-                  twice -> the same gradients, zero grad_output -> zero gradients, inputs
-                  unchanged by forward and backward
+  gradcheck       central differences vs autograd (float64; --dtype float32 or bf16), outputs
+                  reduced with fixed random weights; each invariant on its own line: gradient
+                  shapes and dtypes, backward twice -> the same gradients, zero grad_output ->
+                  zero gradients, inputs unchanged by forward and backward
   second order    the same for the first-order gradients, where the row allows
   float32         float32 and float64 agree on values and gradients, where the row allows
   error rows      the bad call throws the right Error subclass with the expected words

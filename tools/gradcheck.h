@@ -1,6 +1,7 @@
 // Finite-difference gradient checks: compare the analytical gradients autograd computes with
-// central differences, in float64, and report the worst elements and every invariant instead of
-// a bool. How to use it on your own op: docs/adding-an-op.md.
+// central differences, in float64 (or float32 and bf16, each with its own step and tolerances),
+// and report the worst elements, the non-differentiable points found and every invariant instead
+// of a bool. How to use it on your own op: docs/adding-an-op.md.
 #pragma once
 #include <cstdint>
 #include <functional>

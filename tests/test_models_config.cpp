@@ -92,6 +92,7 @@ TEST_CASE("config: validate() names the field and its range") {
             "config field early_stopping_metric = \"bleu\" must be one of: sacrebleu, chrf, loss"},
            {"keep_checkpoints", 1001, "config field keep_checkpoints = 1001 must be in [0, 1000]"},
            {"accum_steps", 0, "config field accum_steps = 0 must be in [1, 4096]"},
+           {"warmup_updates", -1, "config field warmup_updates = -1 must be >= 0"},
            {"vocab", "spm:", "config field vocab = \"spm:\" must name a SentencePiece model file after spm:"},
        }) {
     CAPTURE(bad.key);
@@ -149,6 +150,44 @@ TEST_CASE("config: JSON of the wrong type, unknown keys and missing fields are e
   j = models::preset("d2l").to_json();
   j["seed"] = -1;
   CHECK(error_of([&] { TrainConfig::from_json(j); }) == "config field seed = -1 must be an integer >= 0");
+}
+
+TEST_CASE("config: lr_schedule is step (per epoch) by default, or inverse_sqrt with its warmup_updates") {
+  // every preset keeps the step schedule, so every run and result before the field is unchanged
+  for (const std::string& name : models::preset_names()) {
+    CAPTURE(name);
+    CHECK(models::preset(name).lr_schedule == models::LRSchedule::step);
+    CHECK(models::preset(name).warmup_updates == 0);
+  }
+  TrainConfig c = models::preset("d2l");
+  c.lr_schedule = models::LRSchedule::inverse_sqrt, c.warmup_updates = 4000;
+  c.model.src_vocab = 100, c.model.tgt_vocab = 90;
+  nlohmann::json j = c.to_json();
+  CHECK(j["lr_schedule"] == "inverse_sqrt");
+  CHECK(j["warmup_updates"] == 4000);
+  TrainConfig back = TrainConfig::from_json(j);
+  CHECK(back.lr_schedule == models::LRSchedule::inverse_sqrt);
+  CHECK(back.warmup_updates == 4000);
+  CHECK(back.to_json() == j);
+  // a checkpoint from before the fields has neither: it trained with the step schedule
+  j.erase("lr_schedule"), j.erase("warmup_updates");
+  CHECK(TrainConfig::from_json(j).lr_schedule == models::LRSchedule::step);
+  CHECK(TrainConfig::from_json(j).warmup_updates == 0);
+  // the schedule's name, and warmup_updates only with (and always with) inverse_sqrt
+  j = c.to_json();
+  j["lr_schedule"] = "noam";
+  CHECK(error_of([&] { TrainConfig::from_json(j); }) ==
+        "config field lr_schedule = \"noam\" must be one of: step, inverse_sqrt");
+  c.warmup_updates = 0;
+  CHECK(error_of([&] { c.validate(); }) ==
+        "config field warmup_updates = 0 must be >= 1 with lr_schedule inverse_sqrt (the optimizer updates of its "
+        "linear warmup; fairseq's default is 4000)");
+  c.lr_schedule = models::LRSchedule::step;
+  CHECK_NOTHROW(c.validate());
+  c.warmup_updates = 100;
+  CHECK(error_of([&] { c.validate(); }) ==
+        "config field warmup_updates = 100 needs lr_schedule inverse_sqrt (the step schedule has no warmup: 0 there)");
+  CHECK_THROWS_AS(c.validate(), ConfigError);
 }
 
 TEST_CASE("config: a config file takes any subset of the fields over its preset") {

@@ -55,7 +55,7 @@ models::TrainConfig toy_config(const std::string& vocab) {
 using seqgrad::testing::temp_path;
 
 // Greedy translation of `sentence`, detokenised by the target vocabulary.
-std::string translate(models::Seq2Seq& model, const text::Vocab& src, const text::Vocab& tgt, const std::string& sentence) {
+std::string translate(models::TranslationModel& model, const text::Vocab& src, const text::Vocab& tgt, const std::string& sentence) {
   std::vector<int64_t> ids = models::encode_sentence(src, src.tokenize(sentence), 0);
   const auto n = static_cast<int64_t>(ids.size());
   Tensor x = from_vector(ids, {1, n}, {.dtype = DType::i64});

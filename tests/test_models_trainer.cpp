@@ -1,6 +1,7 @@
 // The translator's Trainer (models/seq2seq/trainer.h): a step is exactly forward, loss, backward,
 // clip and Adam; the split step leaves room for a gradient hook; save/restore resumes bit for bit;
-// a diverged step changes nothing; a resumed train state is validated field by field.
+// a diverged step changes nothing; a resumed train state is validated field by field; the
+// learning-rate schedule steps per epoch (step) or per optimizer update (inverse_sqrt).
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -316,6 +317,81 @@ TEST_CASE("trainer: accum_steps makes one optimizer step of K batches in train_e
     std::vector<float> a = pa[p].to_vector<float>(), b = pb[p].to_vector<float>();
     for (size_t i = 0; i < a.size(); ++i) CHECK(a[i] == doctest::Approx(b[i]).epsilon(1e-4));
   }
+}
+
+// lr_schedule inverse_sqrt (fairseq's): the rate of update k+1 (after k updates) is
+//   lr x k / warmup_updates            for k < warmup_updates (warming up from fairseq's default 0)
+//   lr x sqrt(warmup_updates / k)      from then on,
+// stepped once per optimizer update, so an accumulated group of batches counts once.
+TEST_CASE("trainer: lr_schedule inverse_sqrt sets the rate per optimizer update, and resumes exactly") {
+  Toy toy;
+  toy.config.lr_schedule = models::LRSchedule::inverse_sqrt, toy.config.warmup_updates = 4;
+  toy.config.accum_steps = 2;  // 3 batches of 8: updates of 2 batches and 1 batch per epoch
+  toy.config.step_size = 1, toy.config.gamma = 0.5;  // the step schedule's: unused
+  const double lr = toy.config.lr;
+  const std::vector<double> expected = {lr * 1 / 4, lr * 2 / 4, lr * 3 / 4, lr, lr * std::sqrt(4.0 / 5.0),
+                                        lr * std::sqrt(4.0 / 6.0)};  // after updates 1..6
+  Trainer straight(toy.config, toy.src_vocab, toy.tgt_vocab);
+  CHECK(straight.optimizer().lr() == 0.0);  // the first update runs at warmup_init_lr 0, as fairseq's
+  std::vector<std::vector<float>> initial;
+  for (Tensor& p : straight.model().parameters()) initial.push_back(p.to_vector<float>());
+  std::vector<double> rates;
+  std::vector<double> losses;
+  for (int e = 0; e < 3; ++e) {
+    models::EpochResult r = straight.train_epoch(toy.corpus, [&](const models::StepResult&) {
+      rates.push_back(straight.optimizer().lr());
+      if (rates.size() == 1) {  // Adam at lr 0 moved nothing
+        std::vector<Tensor> after = straight.model().parameters();
+        for (size_t i = 0; i < after.size(); ++i) CHECK(after[i].to_vector<float>() == initial[i]);
+      }
+      return true;
+    });
+    CHECK(r.completed);
+    CHECK(straight.optimizer().lr() == rates.back());  // an epoch's end does not step it
+    losses.push_back(r.loss);
+  }
+  REQUIRE(rates.size() == expected.size());
+  CHECK(straight.state().step == 6);
+  for (size_t k = 0; k < rates.size(); ++k) {
+    CAPTURE(k);
+    CHECK(rates[k] == doctest::Approx(expected[k]).epsilon(1e-15));
+  }
+
+  // Stopped after update 3 (the first of epoch 2), saved, resumed in a fresh trainer: the same
+  // rates, losses and weights to the bit.
+  testing::TempDir dir;
+  const std::string path = (dir.path / "inverse_sqrt.safetensors").string();
+  Trainer first(toy.config, toy.src_vocab, toy.tgt_vocab);
+  std::vector<double> resumed_losses = {first.train_epoch(toy.corpus).loss};
+  CHECK_FALSE(first.train_epoch(toy.corpus, [&](const models::StepResult&) { return false; }).completed);
+  CHECK(first.state().step == 3);
+  first.save(path);
+  models::LoadedCheckpoint checkpoint = models::read_checkpoint(path);
+  CHECK(checkpoint.info.train_state["scheduler"].get<std::string>().find("\"InverseSqrtLR\"") != std::string::npos);
+  default_generator().set_offset(12345);
+  Trainer second(toy.config, toy.src_vocab, toy.tgt_vocab);
+  second.restore(checkpoint, path);
+  CHECK(second.optimizer().lr() == rates[2]);
+  std::vector<double> resumed_rates;
+  for (int e = 0; e < 2; ++e)
+    resumed_losses.push_back(second.train_epoch(toy.corpus, [&](const models::StepResult&) {
+      resumed_rates.push_back(second.optimizer().lr());
+      return true;
+    }).loss);
+  CHECK(resumed_losses == losses);
+  CHECK(resumed_rates == std::vector<double>(rates.begin() + 3, rates.end()));
+  check_same_parameters(straight, second);
+
+  // A checkpoint of the step schedule does not resume an inverse_sqrt trainer (the resume check of
+  // the config refuses it first; this is the scheduler's own check).
+  models::TrainConfig step_config = toy.config;
+  step_config.lr_schedule = models::LRSchedule::step, step_config.warmup_updates = 0;
+  Trainer stepped(step_config, toy.src_vocab, toy.tgt_vocab);
+  stepped.save(path);
+  Trainer refused(toy.config, toy.src_vocab, toy.tgt_vocab);
+  CHECK_THROWS_WITH_AS(refused.restore(models::read_checkpoint(path), path),
+                       doctest::Contains("train_state.scheduler: InverseSqrtLR.load_state_dict: the state was saved "
+                                         "by StepLR"), IOError);
 }
 
 TEST_CASE("trainer: a restored state's batches fit its steps x accum_steps, and init weights need equal vocabularies") {

@@ -185,6 +185,11 @@ class Flags(Base):
                                      ("--accum-steps", "0", r"--accum-steps must be in \[1, 4096\], got 0"),
                                      ("--accum-steps", "x", r"--accum-steps expects an integer, got 'x'"),
                                      ("--batch-tokens", "-1", r"--batch-tokens must be >= 0, got -1"),
+                                     ("--lr-schedule", "noam", r"--lr-schedule must be one of: step, inverse_sqrt, "
+                                                               r"got noam"),
+                                     ("--warmup-updates", "-1", r"--warmup-updates must be >= 0, got -1"),
+                                     ("--warmup-updates", "100", r"--warmup-updates needs lr_schedule inverse_sqrt "
+                                                                 r"\(the step schedule has no warmup: 0 there\), got 100"),
                                      ("--vocab", "spm:", r"--vocab must name a SentencePiece model file after spm:, "
                                                          r"got spm:")]:
             with self.subTest(flag=flag, value=value):
@@ -697,6 +702,31 @@ class Accumulation(Base):
         self.assertOk(self.train(cut, "--resume"))
         self.assertEqual(without_seconds(read_metrics(os.path.join(cut, "metrics.jsonl"))), without_seconds(rows))
         self.assertTrue(same_file(os.path.join(whole, "last.safetensors"), os.path.join(cut, "last.safetensors")))
+
+
+class LRSchedules(Base):
+    def test_inverse_sqrt_sets_the_rate_per_update_and_resumes_exactly(self):
+        whole, cut = self.out("isqrt_whole"), self.out("isqrt_cut")
+        schedule = ["--epochs", "2", "--accum-steps", "3", "--patience", "0", "--lr-schedule", "inverse_sqrt",
+                    "--warmup-updates", "5"]
+        self.assertOk(self.train(whole, *schedule))
+        rows = read_metrics(os.path.join(whole, "metrics.jsonl"))
+        # 8 batches an epoch in updates of 3, 3 and 2; lr 0.003 (the default preset's): after k updates
+        # 0.003 x k / 5 while k < 5, then 0.003 x sqrt(5 / k)
+        self.assertEqual([r["step"] for r in rows], [3, 6])
+        self.assertAlmostEqual(rows[0]["lr"], 0.003 * 3 / 5, places=15)
+        self.assertAlmostEqual(rows[1]["lr"], 0.003 * (5 / 6) ** 0.5, places=15)
+        self.assertEqual(self.train(cut, *schedule, "--stop-after-steps", "4").returncode, 130)
+        self.assertOk(self.train(cut, "--resume"))
+        self.assertEqual(without_seconds(read_metrics(os.path.join(cut, "metrics.jsonl"))), without_seconds(rows))
+        self.assertTrue(same_file(os.path.join(whole, "last.safetensors"), os.path.join(cut, "last.safetensors")))
+        # the schedule is the run's: resuming with another is refused like any changed field
+        self.assertFails(run("train", "--resume", "--out", cut, "--lr-schedule", "step", "--data-dir", DATA),
+                         r"cannot resume: .* was trained with --lr-schedule inverse_sqrt, not step", status=2)
+
+    def test_inverse_sqrt_needs_its_warmup(self):
+        self.assertFails(self.train(self.out("isqrt_none"), "--lr-schedule", "inverse_sqrt"),
+                         r"config field warmup_updates = 0 must be >= 1 with lr_schedule inverse_sqrt", status=2)
 
 
 class TokenBatches(Base):

@@ -89,7 +89,7 @@ struct Sharpness {
   double entropy = 0, normalized = 0, uniform = 0;
 };
 
-Sharpness attention_sharpness(models::Seq2Seq& model, const text::EncodedCorpus& corpus) {
+Sharpness attention_sharpness(models::TranslationModel& model, const text::EncodedCorpus& corpus) {
   bool was_training = model.is_training();
   model.eval();
   NoGradGuard no_grad;
@@ -97,11 +97,9 @@ Sharpness attention_sharpness(models::Seq2Seq& model, const text::EncodedCorpus&
   int64_t rows = 0, normalized_rows = 0;
   for (const text::Batch& batch : text::make_batches(corpus.pairs, {.batch_size = 128, .shuffle = false})) {
     models::TensorBatch b = models::to_tensors(batch);
-    models::Seq2Seq::Encoded source = model.encode(b.src, b.src_lengths);  // the keep mask built once
-    Tensor state = source.state;
+    auto state = model.start(b.src, b.src_lengths);  // the source encoded once, then stepped along the reference
     for (int64_t t = 0; t < batch.tgt_len_max; ++t) {
-      models::AttnDecoder::Step step = model.decoder.step(b.tgt_in.select(1, t), state, source.memory);
-      state = step.state;
+      models::TranslationModel::StepOutput step = model.step(*state, b.tgt_in.select(1, t));
       std::vector<double> w = step.weights.to_vector<double>();  // (B, S) row-major
       for (int64_t r = 0; r < batch.batch; ++r) {
         if (t >= batch.tgt_lengths[r]) continue;  // padding: no target token here

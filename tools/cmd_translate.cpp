@@ -31,8 +31,8 @@ constexpr size_t kMaxBatch = 64;  // sentences decoded together when more input 
 
 struct Loaded {
   models::LoadedCheckpoint checkpoint;  // the first checkpoint's: its vocabularies and config serve them all
-  std::unique_ptr<models::Seq2Seq> model;
-  std::vector<std::unique_ptr<models::Seq2Seq>> ensemble_rest;  // further --checkpoint files
+  std::unique_ptr<models::TranslationModel> model;
+  std::vector<std::unique_ptr<models::TranslationModel>> ensemble_rest;  // further --checkpoint files
   models::Ensemble ensemble() const {
     std::vector<models::TranslationModel*> members{model.get()};
     for (const auto& m : ensemble_rest) members.push_back(m.get());

@@ -142,6 +142,9 @@ models::TrainConfig apply_flags(models::TrainConfig c, const Args& a) {
   // a preset's joint subword model does not carry over to word vocabularies (the seed preset with
   // `--vocab word`); only an explicit --joint-vocab with word is a contradiction
   if (a.has("vocab") && c.vocab == "word" && !a.has("joint-vocab")) c.joint_vocab = false;
+  // likewise a preset's inverse_sqrt warmup does not carry over to `--lr-schedule step`
+  if (a.has("lr-schedule") && c.lr_schedule == models::LRSchedule::step && !a.has("warmup-updates"))
+    c.warmup_updates = 0;
   // absolute, so that eval and resume find the files from any folder
   c.data_dir = absolute(c.data_dir);
   if (!c.init_from.empty()) c.init_from = absolute(c.init_from);

@@ -72,63 +72,6 @@ plot::Heatmap merged_into_words(const plot::Heatmap& pieces) {
   return merged;
 }
 
-std::vector<Translation> translate_batch(const models::Ensemble& models, const models::CheckpointInfo& info,
-                                         const std::vector<std::string>& sentences,
-                                         const models::DecodeOptions& options, int64_t max_tokens,
-                                         Generator* sampling, bool explain) {
-  std::vector<Translation> out(sentences.size());
-  std::vector<std::vector<int64_t>> ids;
-  std::vector<size_t> which;  // the sentence of each encoded row
-  for (size_t i = 0; i < sentences.size(); ++i) {
-    Translation& t = out[i];
-    try {
-      t.src_tokens = info.src_vocab.tokenize(sentences[i]);
-    } catch (const Error& e) {
-      t.error = e.what();
-      continue;
-    }
-    if (t.src_tokens.empty()) {
-      t.error = "empty (nothing to translate)";
-      continue;
-    }
-    t.truncated = max_tokens > 0 && static_cast<int64_t>(t.src_tokens.size()) > max_tokens;
-    if (t.truncated) t.src_tokens.resize(max_tokens);
-    ids.push_back(models::encode_sentence(info.src_vocab, t.src_tokens, 0));
-    which.push_back(i);
-  }
-  if (ids.empty()) return out;
-  int64_t longest = 0;
-  for (const auto& row : ids) longest = std::max<int64_t>(longest, static_cast<int64_t>(row.size()));
-  std::vector<int64_t> flat, lengths;
-  for (const auto& row : ids) {
-    flat.insert(flat.end(), row.begin(), row.end());
-    flat.insert(flat.end(), longest - static_cast<int64_t>(row.size()), text::Vocab::kPad);
-    lengths.push_back(static_cast<int64_t>(row.size()));
-  }
-  auto rows = static_cast<int64_t>(ids.size());
-  Tensor src = from_vector(flat, {rows, longest}, {.dtype = DType::i64});
-  Tensor len = from_vector(lengths, {rows}, {.dtype = DType::i64});
-  std::vector<std::vector<models::Hypothesis>> ranked;
-  std::vector<models::BeamTree> trees;
-  if (options.beam_size > 1) {
-    ranked = models::beam_search(models, src, len, options, explain ? &trees : nullptr);
-  } else {
-    for (models::Hypothesis& h : models::decode(models, src, len, options, sampling)) ranked.push_back({std::move(h)});
-  }
-  for (size_t r = 0; r < which.size(); ++r) {
-    Translation& t = out[which[r]];
-    t.hyps = std::move(ranked[r]);
-    for (const models::Hypothesis& h : t.hyps) t.out_tokens.push_back(info.tgt_vocab.decode(h.tokens));
-    if (!explain) continue;
-    if (!trees.empty()) t.beam_tree = std::move(trees[r]);
-    const models::Hypothesis& best = t.hyps.front();
-    Tensor sentence = src.select(0, static_cast<int64_t>(r)).narrow(0, 0, static_cast<int64_t>(ids[r].size()));
-    t.internals = models::attention_internals(models.first(), sentence.unsqueeze(0), best.tokens, best.finished,
-                                              options.bos_id, options.eos_id);
-  }
-  return out;
-}
-
 AlignmentOutput parse_alignment_output(const std::string& value) {
   if (value == "hard") return AlignmentOutput::hard;
   if (value == "soft") return AlignmentOutput::soft;
@@ -340,29 +283,18 @@ models::DecodeOptions decode_options(const Args& a, const models::TrainConfig& c
   return o;
 }
 
-std::pair<models::LoadedCheckpoint, std::unique_ptr<models::Seq2Seq>> load_checkpoint_model(const std::string& path,
-                                                                                          const Args& a) {
-  std::error_code ec;  // a symlink loop or a denied folder: reading it below names the reason
-  SG_CHECK_IO(std::filesystem::exists(path, ec) || ec, "no checkpoint at {} (train one with `seqgrad train`)", path);
-  check_safetensors_file(path);
-  models::LoadedCheckpoint checkpoint =
-      models::read_checkpoint(path, {.allow_missing_checksum = a.flag("allow-missing-checksum")});
+std::pair<models::LoadedCheckpoint, std::unique_ptr<models::TranslationModel>> load_checkpoint_model(
+    const std::string& path, const Args& a) {
+  std::error_code ec;  // a symlink loop or a denied folder: reading it names the reason
+  if (std::filesystem::exists(path, ec)) check_safetensors_file(path);
+  models::LoadedModel loaded =
+      models::load_model(path, {.allow_missing_checksum = a.flag("allow-missing-checksum")});
   // Refused before any decoding allocates beam x vocabulary scores: the first step has only as many
   // continuations as the target vocabulary has tokens, so a wider beam is a typo, not a search.
-  const int64_t vocab = checkpoint.info.tgt_vocab.size();
+  const int64_t vocab = loaded.checkpoint.info.tgt_vocab.size();
   SG_CHECK_USAGE(a.get_int("beam", 1) <= vocab, "--beam {} is wider than the target vocabulary of {} ({} tokens): "
                  "give --beam {} or less", a.get_int("beam", 1), path, vocab, vocab);
-  std::unique_ptr<models::Seq2Seq> model;
-  {
-    nn::init::SkipInitGuard loaded_next;  // the checkpoint sets every value: nothing to draw or write
-    model = std::make_unique<models::Seq2Seq>(checkpoint.info.config.model);
-  }
-  models::load_weights(*model, checkpoint, path);
-  checkpoint.tensors.clear();  // the model holds the weights now, not the file's copies
-  checkpoint.quantized.clear();
-  model->eval();
-  return {std::move(checkpoint), std::move(model)};
+  return {std::move(loaded.checkpoint), std::move(loaded.model)};
 }
-
 
 }  // namespace seqgrad::tools

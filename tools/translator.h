@@ -14,6 +14,7 @@
 #include "models/seq2seq/internals.h"
 #include "models/seq2seq/run.h"
 #include "models/seq2seq/trainer.h"
+#include "models/seq2seq/translator.h"
 #include "tools/args.h"
 #include "tools/plot/plot.h"
 
@@ -58,31 +59,12 @@ void write_attention_heatmap(const std::string& path_stem, const std::vector<std
 // A --checkpoint file and the model its weights build (float32 or int8), in eval mode; reads
 // --allow-missing-checksum, and refuses a --beam wider than the target vocabulary (a UsageError,
 // before the model allocates anything). Shared by translate, eval, attention and serve.
-std::pair<models::LoadedCheckpoint, std::unique_ptr<models::Seq2Seq>> load_checkpoint_model(const std::string& path,
-                                                                                          const Args& a);
+std::pair<models::LoadedCheckpoint, std::unique_ptr<models::TranslationModel>> load_checkpoint_model(
+    const std::string& path, const Args& a);
 
-// One input sentence translated: its tokens and hypotheses (best first), or why it could not be.
-struct Translation {
-  std::vector<std::string> src_tokens;               // as the model read them (after --truncate)
-  std::vector<models::Hypothesis> hyps;              // best first: one, or options.nbest
-  std::vector<std::vector<std::string>> out_tokens;  // per hypothesis: its tokens (Vocab::decode)
-  bool truncated = false;
-  std::string error;  // not empty: nothing was translated
-  // translate_batch with `explain`: beam search's record of this sentence's search (beam > 1), and
-  // the attention's terms along the best hypothesis (the first model's, for an ensemble)
-  std::optional<models::BeamTree> beam_tree;
-  std::optional<models::AttentionInternals> internals;
-};
-// Tokenizes and encodes the sentences, then decodes the good ones as one batch with the model or
-// ensemble (beam search when options.beam_size > 1, with options.nbest hypotheses each). Source sentences are cut to
-// `max_tokens` tokens (0: not at all). A sentence that cannot be translated has its error set.
-// Sampling (options.sampling) draws from `sampling`, or from a Generator seeded with
-// options.sampling->seed when it is null. With `explain`, each translation also gets its beam tree
-// and attention internals (Translation's fields).
-std::vector<Translation> translate_batch(const models::Ensemble& models, const models::CheckpointInfo& info,
-                                         const std::vector<std::string>& sentences,
-                                         const models::DecodeOptions& options, int64_t max_tokens,
-                                         Generator* sampling = nullptr, bool explain = false);
+// Translations come from the library (models/seq2seq/translator.h).
+using models::Translation;
+using models::translate_batch;
 
 // The alignment `translate --alignment` appends to each output line after " ||| " (docs/outputs.md).
 enum class AlignmentOutput { none, hard, soft };

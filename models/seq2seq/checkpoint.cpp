@@ -34,7 +34,7 @@ std::map<std::string, std::string> checkpoint_metadata(const CheckpointInfo& inf
   };
 }
 
-void save_checkpoint(const std::string& path, const Seq2Seq& model, const CheckpointInfo& info,
+void save_checkpoint(const std::string& path, const TranslationModel& model, const CheckpointInfo& info,
                      const std::map<std::string, Tensor>& extra) {
   std::map<std::string, Tensor> tensors = extra;
   tensors.merge(nn::add_prefix(model.state_dict(), "model."));
@@ -105,7 +105,7 @@ void check_size(int64_t value, const char* field, const Shape& shape, const std:
 // of allocating gigabytes or overflowing. Both dimensions of each tensor are checked, so a
 // zero-size tensor cannot vouch for a huge size: V·E, 3H·H and A·H values are in the file.
 // load_weights() then checks every tensor's full shape.
-void check_config_sizes(const LoadedCheckpoint& ckpt, const std::string& path) {
+void check_gru_sizes(const LoadedCheckpoint& ckpt, const std::string& path) {
   const Seq2SeqConfig& m = ckpt.info.config.model;
   const std::string src_emb = "model.encoder.embedding.weight", tgt_emb = "model.decoder.embedding.weight";
   const std::string hh0 = "model.encoder.rnn.weight_hh_l0";
@@ -137,6 +137,34 @@ void check_config_sizes(const LoadedCheckpoint& ckpt, const std::string& path) {
                 "an unused additive attention of {} x {} values, more than the {} values the checkpoint holds", path,
                 m.attention_size, m.attention_size, per_unit, values);
   }
+}
+
+// The same for a Transformer: the embeddings (V, E), the feed-forward block (F, E) and the layers
+// present; the heads only divide E (validated with the config).
+void check_transformer_sizes(const LoadedCheckpoint& ckpt, const std::string& path) {
+  const Seq2SeqConfig& m = ckpt.info.config.model;
+  const std::string src_emb = m.tie_embeddings ? "model.embedding.weight" : "model.src_embedding.weight";
+  const std::string tgt_emb = m.tie_embeddings ? src_emb : "model.tgt_embedding.weight";
+  const std::string ffn = "model.encoder.layers.0.linear1.weight";
+  check_size(m.src_vocab, "src_vocab", sized_shape(ckpt, src_emb, "src_vocab", path), src_emb, 0, path);
+  check_size(m.hidden_size, "hidden_size", sized_shape(ckpt, src_emb, "hidden_size", path), src_emb, 1, path);
+  check_size(m.tgt_vocab, "tgt_vocab", sized_shape(ckpt, tgt_emb, "tgt_vocab", path), tgt_emb, 0, path);
+  check_size(m.ffn_size, "ffn_size", sized_shape(ckpt, ffn, "ffn_size", path), ffn, 0, path,
+             m.ffn_size > 0 ? m.ffn_size : 4 * m.hidden_size);
+  for (const char* stack : {"encoder", "decoder"}) {
+    int64_t layers = 0;
+    while (ckpt.tensors.count(fmt::format("model.{}.layers.{}.linear1.weight", stack, layers)) ||
+           ckpt.quantized.count(fmt::format("model.{}.layers.{}.linear1.weight", stack, layers)))
+      ++layers;
+    SG_CHECK_IO(m.num_layers == layers, "checkpoint {}: its weights do not fit the model its config describes: config "
+                "field model.num_layers = {}, but the {} has {} layer(s) of weights", path, m.num_layers, stack, layers);
+  }
+}
+
+void check_config_sizes(const LoadedCheckpoint& ckpt, const std::string& path) {
+  const Seq2SeqConfig& m = ckpt.info.config.model;
+  if (m.architecture == Architecture::transformer) check_transformer_sizes(ckpt, path);
+  else check_gru_sizes(ckpt, path);
   SG_CHECK_IO(m.pad_id >= 0 && m.pad_id < std::min(m.src_vocab, m.tgt_vocab), "checkpoint {}: config field "
               "model.pad_id = {} is not a token id of both vocabularies ({} and {})", path, m.pad_id, m.src_vocab,
               m.tgt_vocab);
@@ -179,7 +207,7 @@ LoadedCheckpoint read_checkpoint(const std::string& path, const ReadCheckpointOp
   return out;
 }
 
-void load_weights(Seq2Seq& model, const LoadedCheckpoint& checkpoint, const std::string& path) {
+void load_weights(TranslationModel& model, const LoadedCheckpoint& checkpoint, const std::string& path) {
   std::map<std::string, Tensor> weights;
   for (const auto& [name, t] : checkpoint.tensors)
     if (name.rfind("model.", 0) == 0) weights[name.substr(6)] = t;

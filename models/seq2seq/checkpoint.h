@@ -21,7 +21,7 @@ struct CheckpointInfo {
   text::Vocab src_vocab, tgt_vocab;
   nlohmann::json train_state;  // epoch, step, best BLEU, RNG, scheduler, ...
 };
-void save_checkpoint(const std::string& path, const Seq2Seq& model, const CheckpointInfo& info,
+void save_checkpoint(const std::string& path, const TranslationModel& model, const CheckpointInfo& info,
                      const std::map<std::string, Tensor>& extra_tensors = {});
 // The metadata every translator checkpoint carries (format, config, vocabularies, train_state).
 std::map<std::string, std::string> checkpoint_metadata(const CheckpointInfo& info);
@@ -46,7 +46,7 @@ struct ReadCheckpointOptions {
 LoadedCheckpoint read_checkpoint(const std::string& path, const ReadCheckpointOptions& options = {});
 // Loads the "model." weights into a model built from the checkpoint's config; a missing,
 // unexpected or mis-shaped tensor, or a non-finite value, is an error naming it.
-void load_weights(Seq2Seq& model, const LoadedCheckpoint& checkpoint, const std::string& path);
+void load_weights(TranslationModel& model, const LoadedCheckpoint& checkpoint, const std::string& path);
 
 // Parameter averaging (fairseq's average_checkpoints.py; Junczys-Dowmunt et al. 2016): the
 // element-wise mean of the "model." weights of float checkpoints of one architecture and

@@ -38,6 +38,16 @@ GemmPrecision parse_amp(const std::string& name) {
   throw ValueError(fmt::format("amp '{}' is not one of: off, bf16, fp16", name));
 }
 
+const char* lr_schedule_name(LRSchedule schedule) {
+  return schedule == LRSchedule::inverse_sqrt ? "inverse_sqrt" : "step";
+}
+
+LRSchedule parse_lr_schedule(const std::string& name) {
+  for (LRSchedule s : {LRSchedule::step, LRSchedule::inverse_sqrt})
+    if (name == lr_schedule_name(s)) return s;
+  throw ValueError(fmt::format("lr_schedule '{}' is not one of: step, inverse_sqrt", name));
+}
+
 namespace {
 
 // ---- the table's row builders: one per type, each with its JSON type check and its range
@@ -289,10 +299,19 @@ std::vector<ConfigField> make_table() {
               [](TrainConfig& c) -> auto& { return c.epochs; }, {.min = 1}),
       number("lr", "lr", "Adam learning rate", [](TrainConfig& c) -> auto& { return c.lr; },
              {.min = 0, .min_open = true}),
-      integer("step_size", "lr-step-size", "StepLR: multiply the learning rate by lr-gamma every n epochs",
+      choice<LRSchedule>("lr_schedule", "lr-schedule", "kind",
+                         "step | inverse_sqrt: the learning rate times lr-gamma every lr-step-size epochs, or "
+                         "fairseq's inverse_sqrt per optimizer update: a linear warmup from 0 over warmup-updates "
+                         "updates, then lr x sqrt(warmup-updates / update)",
+                         [](TrainConfig& c) -> auto& { return c.lr_schedule; }, lr_schedule_name, parse_lr_schedule,
+                         "step, inverse_sqrt"),
+      integer("step_size", "lr-step-size", "step schedule: multiply the learning rate by lr-gamma every n epochs",
               [](TrainConfig& c) -> auto& { return c.step_size; }, {.min = 1}),
-      number("gamma", "lr-gamma", "StepLR: the factor (1 = a constant learning rate)",
+      number("gamma", "lr-gamma", "step schedule: the factor (1 = a constant learning rate)",
              [](TrainConfig& c) -> auto& { return c.gamma; }, {.min = 0, .max = 1, .min_open = true}),
+      integer("warmup_updates", "warmup-updates",
+              "inverse_sqrt schedule: the optimizer updates of its linear warmup (>= 1; 0 with the step schedule)",
+              [](TrainConfig& c) -> auto& { return c.warmup_updates; }, {.min = 0}),
       number("label_smoothing", "label-smoothing", "label smoothing of the cross-entropy (as in PyTorch)",
              [](TrainConfig& c) -> auto& { return c.label_smoothing; }, {.min = 0, .max = 1}),
       number("clip", "clip", "clip the gradients' global 2-norm to x",
@@ -344,6 +363,24 @@ std::vector<ConfigField> make_table() {
               [](TrainConfig& c) -> auto& { return c.model.deep_output; }),
       integer("model.pad_id", "", "the padding token's id (the vocabulary's)",
               [](TrainConfig& c) -> auto& { return c.model.pad_id; }, {.min = 0}),
+      choice<Architecture>("model.architecture", "architecture", "kind",
+                           "gru | transformer: the GRU encoder-decoder with attention, or the Transformer (width "
+                           "--hidden, --layers in the encoder and the decoder each)",
+                           [](TrainConfig& c) -> auto& { return c.model.architecture; }, architecture_name,
+                           parse_architecture, "gru, transformer"),
+      integer("model.heads", "heads", "transformer: attention heads (must divide --hidden)",
+              [](TrainConfig& c) -> auto& { return c.model.heads; }, {.min = 1, .max = 1024}),
+      integer("model.ffn_size", "ffn-size", "transformer: the feed-forward block's inner size (0 = 4 x --hidden)",
+              [](TrainConfig& c) -> auto& { return c.model.ffn_size; }, {.min = 0, .max = kMaxSize}),
+      boolean("model.norm_first", "norm-first", "transformer: pre-norm layers (else the paper's post-norm)",
+              [](TrainConfig& c) -> auto& { return c.model.norm_first; }),
+      boolean("model.tie_embeddings", "tie-embeddings",
+              "transformer: one matrix for the source and target embeddings and the output projection (needs "
+              "--joint-vocab)", [](TrainConfig& c) -> auto& { return c.model.tie_embeddings; }),
+      choice<PositionalKind>("model.positional", "positional", "kind",
+                             "transformer: sinusoidal | learned position encodings",
+                             [](TrainConfig& c) -> auto& { return c.model.positional; }, positional_kind_name,
+                             parse_positional_kind, "sinusoidal, learned"),
   };
   // --epochs extends a run and --patience lets one that early stopping ended go on (or stops one sooner)
   for (ConfigField& f : t) f.resumable = f.key == "epochs" || f.key == "data_dir" || f.key == "patience";
@@ -354,7 +391,10 @@ std::vector<ConfigField> make_table() {
 bool added_later(const std::string& key) {
   static const std::set<std::string> later = {"amp", "shuffle_buffer", "vocab", "joint_vocab", "accum_steps",
                                               "valid_every", "patience", "early_stopping_metric",
-                                              "keep_checkpoints", "init_from", "batch_tokens"};
+                                              "keep_checkpoints", "init_from", "batch_tokens", "lr_schedule",
+                                              "warmup_updates", "model.architecture", "model.heads",
+                                              "model.ffn_size", "model.norm_first", "model.tie_embeddings",
+                                              "model.positional"};
   return later.count(key) > 0 || key.starts_with("files.");
 }
 
@@ -450,6 +490,12 @@ void TrainConfig::validate() const {
     throw ConfigError(key, value, problem);
   };
   if (src_lang == tgt_lang) fail("tgt_lang", nlohmann::json(tgt_lang).dump(), "must differ from src_lang (a translator needs two languages)");
+  if (lr_schedule == LRSchedule::inverse_sqrt && warmup_updates < 1)
+    fail("warmup_updates", std::to_string(warmup_updates), "must be >= 1 with lr_schedule inverse_sqrt (the "
+         "optimizer updates of its linear warmup; fairseq's default is 4000)");
+  if (lr_schedule == LRSchedule::step && warmup_updates != 0)
+    fail("warmup_updates", std::to_string(warmup_updates), "needs lr_schedule inverse_sqrt (the step schedule has no "
+         "warmup: 0 there)");
   if (joint_vocab && vocab == "word")
     fail("joint_vocab", "true", "shares one subword model between the languages: it needs vocab unigram:N or bpe:N, not word");
   for (const auto& [key, lang] : {std::pair{"src_lang", &src_lang}, {"tgt_lang", &tgt_lang}})

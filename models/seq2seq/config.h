@@ -21,6 +21,12 @@
 
 namespace seqgrad::models {
 
+// The learning-rate schedules of TrainConfig::lr_schedule (optim/scheduler.h): StepLR stepped once
+// per epoch, or fairseq's inverse_sqrt (optim::InverseSqrtLR) stepped once per optimizer update.
+enum class LRSchedule { step, inverse_sqrt };
+const char* lr_schedule_name(LRSchedule schedule);      // "step", "inverse_sqrt"
+LRSchedule parse_lr_schedule(const std::string& name);  // ValueError naming the choices
+
 struct TrainConfig {
   std::string preset = "default";
   // the data: a bundled corpus under data_dir, or the user's files (corpus "files")
@@ -37,13 +43,17 @@ struct TrainConfig {
   std::string vocab = "word";
   bool joint_vocab = false;
   int64_t min_freq = 2;
-  // the optimisation: Adam, StepLR(step_size, gamma) per epoch, label-smoothed cross-entropy, clipping
+  // the optimisation: Adam, the learning-rate schedule, label-smoothed cross-entropy, clipping
   int64_t batch_size = 64;
   int64_t batch_tokens = 0;  // > 0: batches filled to n padded tokens instead of batch_size pairs (text::BatchOptions)
   int64_t epochs = 10;
   double lr = 0.005;
+  // step: StepLR(step_size, gamma) once per epoch; inverse_sqrt (fairseq's): once per optimizer update,
+  // a linear warmup from 0 to lr over warmup_updates updates, then lr * sqrt(warmup_updates / update)
+  LRSchedule lr_schedule = LRSchedule::step;
   int64_t step_size = 10;
   double gamma = 0.1;
+  int64_t warmup_updates = 0;  // inverse_sqrt: >= 1; step: 0 (it has no warmup)
   double label_smoothing = 0.1;
   double clip = 1.0;
   uint64_t seed = 0;

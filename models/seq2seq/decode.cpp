@@ -41,21 +41,21 @@ void DecodeOptions::validate() const {
 }
 
 EvalScope::EvalScope(const Ensemble& models) {
-  for (Seq2Seq* m : models.members()) was_training_.emplace_back(m, m->is_training()), m->eval();
+  for (TranslationModel* m : models.members()) was_training_.emplace_back(m, m->is_training()), m->eval();
 }
 
 EvalScope::~EvalScope() {
   for (auto [m, training] : was_training_) m->train(training);
 }
 
-Ensemble::Ensemble(std::vector<Seq2Seq*> members) : members_(std::move(members)) {
+Ensemble::Ensemble(std::vector<TranslationModel*> members) : members_(std::move(members)) {
   SG_CHECK_VALUE(!members_.empty(), "Ensemble: no models");
   for (size_t m = 0; m < members_.size(); ++m) {
     SG_CHECK_VALUE(members_[m] != nullptr, "Ensemble: model {} is null", m);
-    SG_CHECK_VALUE(members_[m]->config().tgt_vocab == first().config().tgt_vocab,
+    SG_CHECK_VALUE(members_[m]->target_vocab() == first().target_vocab(),
                    "Ensemble: model {} has a target vocabulary of {} tokens, model 0 one of {}: the averaged "
-                   "distributions must be over the same tokens", m, members_[m]->config().tgt_vocab,
-                   first().config().tgt_vocab);
+                   "distributions must be over the same tokens", m, members_[m]->target_vocab(),
+                   first().target_vocab());
   }
 }
 
@@ -74,7 +74,7 @@ Tensor mean_probability_log(const std::vector<Tensor>& member_log_probs) {
 Tensor Ensemble::forward(const Tensor& src, const Tensor& src_lengths, const Tensor& tgt_in) const {
   if (members_.size() == 1) return first()(src, src_lengths, tgt_in);
   std::vector<Tensor> log_probs;
-  for (Seq2Seq* m : members_) log_probs.push_back(log_softmax((*m)(src, src_lengths, tgt_in), -1));
+  for (TranslationModel* m : members_) log_probs.push_back(log_softmax((*m)(src, src_lengths, tgt_in), -1));
   return mean_probability_log(log_probs);
 }
 
@@ -143,10 +143,7 @@ struct HostStep {
 class Stepper {
  public:
   Stepper(const Ensemble& models, const Tensor& src, const Tensor& lengths) {
-    for (Seq2Seq* m : models.members()) {
-      Seq2Seq::Encoded e = m->encode(src, lengths);
-      members_.push_back({m, e.state, e.memory, e.memory});
-    }
+    for (TranslationModel* m : models.members()) members_.push_back({m, m->start(src, lengths)});
   }
   struct Output {
     Tensor log_probs;          // (N, V): the ensemble's
@@ -157,8 +154,7 @@ class Stepper {
     Output out;
     std::vector<Tensor> log_probs;
     for (Member& m : members_) {
-      AttnDecoder::Step s = m.model->decoder.step(y_prev, m.state, m.memory);
-      m.state = s.state;
+      TranslationModel::StepOutput s = m.model->step(*m.state, y_prev);
       log_probs.push_back(log_softmax(s.logits, -1));
       if (!out.weights.defined()) out.weights = s.weights, out.energies = s.energies;
     }
@@ -166,19 +162,14 @@ class Stepper {
     return out;
   }
   // Beam search: row r of the next step continues row rows[r] of the last one.
-  void keep_rows(const Tensor& rows) {
-    for (Member& m : members_) m.state = index_select(m.state, 1, rows);  // (L, N, H)
-  }
-  // Beam search: row r attends to the source sentence sentence_of_row[r].
-  void attend(const Tensor& sentence_of_row) {
-    for (Member& m : members_) m.memory = m.all.select_rows(sentence_of_row);
+  void keep_rows(const std::vector<int64_t>& rows) {
+    for (Member& m : members_) m.model->reorder(*m.state, rows);
   }
 
  private:
   struct Member {
-    Seq2Seq* model;
-    Tensor state;                         // (L, N, H)
-    AttnDecoder::Memory all, memory;      // per sentence; per row
+    TranslationModel* model;
+    std::unique_ptr<TranslationModel::SearchState> state;
   };
   std::vector<Member> members_;
 };
@@ -401,7 +392,7 @@ std::vector<std::vector<Hypothesis>> beam_search(const Ensemble& models, const T
   Hypothesis empty;
   empty.finished = false;
   for (SentenceBeams& s : sentences) s.open.push_back({empty, options.bos_id});
-  std::vector<int64_t> owner, prev_owner;  // the sentence of each decoder row
+  std::vector<int64_t> owner;  // the sentence of each decoder row
   for (int64_t t = 0; t < options.max_len; ++t) {
     std::vector<const SentenceBeams::Open*> row_hyp;
     std::vector<int64_t> last;
@@ -409,10 +400,6 @@ std::vector<std::vector<Hypothesis>> beam_search(const Ensemble& models, const T
     for (int64_t b = 0; b < batch; ++b)
       for (const SentenceBeams::Open& o : sentences[b].open) owner.push_back(b), row_hyp.push_back(&o), last.push_back(o.last);
     if (owner.empty()) break;  // every sentence is done
-    if (owner != prev_owner) {  // rows changed: gather each row's sentence memory (once, not every step)
-      stepper.attend(ids_tensor(owner, device));
-      prev_owner = owner;
-    }
     Stepper::Output s = stepper.step(ids_tensor(last, device));
     Tensor log_probs = forbid_early_eos(s.log_probs.to(DType::f64), t, options);  // (N, V)
     // 2 * beam_size continuations per row: at most one is <eos>, so beam_size open ones remain
@@ -441,7 +428,7 @@ std::vector<std::vector<Hypothesis>> beam_search(const Ensemble& models, const T
       sentences[b] = std::move(updated);  // done when beam_size finished: advance_sentence left none open
     }
     if (parents.empty()) break;
-    stepper.keep_rows(ids_tensor(parents, device));
+    stepper.keep_rows(parents);
   }
   std::vector<std::vector<Hypothesis>> out(batch);
   for (int64_t b = 0; b < batch; ++b) {
@@ -473,7 +460,7 @@ std::vector<Hypothesis> decode(const Ensemble& models, const Tensor& src, const 
 
 std::vector<Hypothesis> score_targets(const Ensemble& models, const Tensor& src, const Tensor& lengths,
                                       const std::vector<std::vector<int64_t>>& targets, const DecodeOptions& options) {
-  const int64_t batch = src.size(0), vocab = models.first().config().tgt_vocab;
+  const int64_t batch = src.size(0), vocab = models.first().target_vocab();
   SG_CHECK_VALUE(static_cast<int64_t>(targets.size()) == batch, "score_targets: {} targets for {} source sentences",
                  targets.size(), batch);
   size_t longest = 0;

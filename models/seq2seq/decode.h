@@ -10,6 +10,7 @@
 
 #include "core/rng.h"
 #include "models/seq2seq/model.h"
+#include "models/seq2seq/translation_model.h"
 
 namespace seqgrad::models {
 
@@ -69,16 +70,17 @@ struct DecodeOptions {
 
 // The models a search decodes with: one model, or an ensemble whose members' next-token
 // distributions are averaged at every step: log((1/M) sum_m p_m), the log of the mean probability
-// (as OpenNMT-py and fairseq ensemble). Attention rows are the first member's. A Seq2Seq converts
-// to an ensemble of one, so every function below takes a model as well.
+// (as OpenNMT-py and fairseq ensemble). Attention rows are the first member's. Members may be of
+// either architecture (a GRU beside a Transformer). A model converts to an ensemble of one, so
+// every function below takes a model as well.
 class Ensemble {
  public:
-  Ensemble(Seq2Seq& model) : members_{&model} {}  // NOLINT(google-explicit-constructor): one model
+  Ensemble(TranslationModel& model) : members_{&model} {}  // NOLINT(google-explicit-constructor): one model
   // Throws ValueError when `members` is empty or their target vocabularies differ in size (that
   // their tokens are the same is the caller's to check: the vocabularies live in the checkpoints).
-  explicit Ensemble(std::vector<Seq2Seq*> members);
-  const std::vector<Seq2Seq*>& members() const { return members_; }
-  Seq2Seq& first() const { return *members_.front(); }
+  explicit Ensemble(std::vector<TranslationModel*> members);
+  const std::vector<TranslationModel*>& members() const { return members_; }
+  TranslationModel& first() const { return *members_.front(); }
 
   // Teacher forcing: next-token scores (B, T, V) for src (B, S), src_lengths (B,), tgt_in (B, T):
   // one model's logits, or the ensemble's mean-probability log-probabilities; log_softmax of
@@ -86,7 +88,7 @@ class Ensemble {
   Tensor forward(const Tensor& src, const Tensor& src_lengths, const Tensor& tgt_in) const;
 
  private:
-  std::vector<Seq2Seq*> members_;
+  std::vector<TranslationModel*> members_;
 };
 
 // Puts every member of `models` in eval mode for the scope, restoring each one's previous mode.
@@ -98,7 +100,7 @@ class EvalScope {
   EvalScope& operator=(const EvalScope&) = delete;
 
  private:
-  std::vector<std::pair<Seq2Seq*, bool>> was_training_;
+  std::vector<std::pair<TranslationModel*, bool>> was_training_;
 };
 
 // What beam search did for one sentence (the explorer's beam tree): at every step, each

@@ -23,6 +23,26 @@ const char* attention_kind_name(AttentionKind kind) {
   return "?";
 }
 
+Architecture parse_architecture(const std::string& name) {
+  if (name == "gru") return Architecture::gru;
+  if (name == "transformer") return Architecture::transformer;
+  throw ValueError(fmt::format("architecture '{}' is not one of: gru, transformer", name));
+}
+
+const char* architecture_name(Architecture architecture) {
+  return architecture == Architecture::transformer ? "transformer" : "gru";
+}
+
+PositionalKind parse_positional_kind(const std::string& name) {
+  if (name == "sinusoidal") return PositionalKind::sinusoidal;
+  if (name == "learned") return PositionalKind::learned;
+  throw ValueError(fmt::format("positional encoding '{}' is not one of: sinusoidal, learned", name));
+}
+
+const char* positional_kind_name(PositionalKind kind) {
+  return kind == PositionalKind::learned ? "learned" : "sinusoidal";
+}
+
 void Seq2SeqConfig::validate() const {
   SG_CHECK_VALUE(src_vocab > 4 && tgt_vocab > 4, "seq2seq: vocabularies must have more than the 4 special tokens "
                  "(src {}, tgt {})", src_vocab, tgt_vocab);
@@ -31,13 +51,30 @@ void Seq2SeqConfig::validate() const {
                  num_layers);
   SG_CHECK_VALUE(attention_size >= 0, "seq2seq: attention_size {} must be >= 0", attention_size);
   SG_CHECK_VALUE(dropout >= 0 && dropout < 1, "seq2seq: dropout = {} not in [0, 1)", dropout);
+  if (architecture != Architecture::transformer) return;
+  SG_CHECK_VALUE(heads >= 1 && hidden_size % heads == 0,
+                 "transformer: model.heads = {} must divide model.hidden_size = {} (the width each head gets)", heads,
+                 hidden_size);
+  SG_CHECK_VALUE(embed_size == hidden_size,
+                 "transformer: model.embed_size = {} must equal model.hidden_size = {} (the embeddings are the model's "
+                 "width)", embed_size, hidden_size);
+  SG_CHECK_VALUE(ffn_size >= 0, "transformer: model.ffn_size = {} must be >= 0 (0 = 4 x hidden_size)", ffn_size);
+  SG_CHECK_VALUE(positional != PositionalKind::sinusoidal || hidden_size % 2 == 0,
+                 "transformer: sinusoidal positions need an even model.hidden_size, got {}", hidden_size);
+  SG_CHECK_VALUE(!tie_embeddings || src_vocab == tgt_vocab,
+                 "transformer: model.tie_embeddings shares one matrix between the languages, so it needs one joint "
+                 "vocabulary (vocab unigram:N or bpe:N with joint_vocab), but the vocabularies have {} and {} tokens",
+                 src_vocab, tgt_vocab);
 }
 
 nlohmann::json Seq2SeqConfig::to_json() const {
   return {{"src_vocab", src_vocab},       {"tgt_vocab", tgt_vocab},     {"embed_size", embed_size},
           {"hidden_size", hidden_size},   {"num_layers", num_layers},   {"attention_size", attention_size},
           {"dropout", dropout},           {"attention", attention_kind_name(attention)},
-          {"deep_output", deep_output},   {"pad_id", pad_id}};
+          {"deep_output", deep_output},   {"pad_id", pad_id},
+          {"architecture", architecture_name(architecture)}, {"heads", heads}, {"ffn_size", ffn_size},
+          {"norm_first", norm_first}, {"tie_embeddings", tie_embeddings},
+          {"positional", positional_kind_name(positional)}};
 }
 
 Seq2SeqConfig Seq2SeqConfig::from_json(const nlohmann::json& j) {
@@ -53,6 +90,13 @@ Seq2SeqConfig Seq2SeqConfig::from_json(const nlohmann::json& j) {
     c.attention = parse_attention_kind(j.at("attention"));
     c.deep_output = j.at("deep_output");
     c.pad_id = j.at("pad_id");
+    // written since the Transformer: an older config is a GRU's
+    c.architecture = parse_architecture(j.value("architecture", "gru"));
+    c.heads = j.value("heads", c.heads);
+    c.ffn_size = j.value("ffn_size", c.ffn_size);
+    c.norm_first = j.value("norm_first", c.norm_first);
+    c.tie_embeddings = j.value("tie_embeddings", c.tie_embeddings);
+    c.positional = parse_positional_kind(j.value("positional", "sinusoidal"));
   } catch (const nlohmann::json::exception& e) {
     throw ValueError(fmt::format("seq2seq config: {}", e.what()));
   }
@@ -204,7 +248,7 @@ Tensor AttnDecoder::operator()(const Tensor& tgt_in, Tensor state, const Memory&
 
 // ---- the whole model
 
-Seq2Seq::Seq2Seq(const Seq2SeqConfig& c) : nn::Module("Seq2Seq"), config_(c), encoder(c), decoder(c) {
+Seq2Seq::Seq2Seq(const Seq2SeqConfig& c) : TranslationModel("Seq2Seq"), config_(c), encoder(c), decoder(c) {
   config_.validate();
   register_module("encoder", encoder);
   register_module("decoder", decoder);
@@ -226,6 +270,49 @@ Seq2Seq::Encoded Seq2Seq::encode(const Tensor& src, const Tensor& src_lengths) c
   Tensor keep = nn::keep_mask(src_lengths, src.size(1), "seq2seq");  // (B, S)
   Encoder::Output enc = encoder(src, keep);
   return {enc.state, decoder.prepare(enc.outputs, keep)};
+}
+
+namespace {
+
+// A search's decoder rows: the GRU's state, and each row's sentence memory gathered from the
+// batch's (only when the rows' sentences change, not at every step).
+struct GruSearchState : TranslationModel::SearchState {
+  Tensor state;                        // (L, N, H)
+  AttnDecoder::Memory sentences, rows;  // per sentence; per row
+  std::vector<int64_t> sentence_of_row;
+};
+
+Tensor ids_on(const std::vector<int64_t>& ids, Device device) {
+  return from_vector(ids, {static_cast<int64_t>(ids.size())}, {.dtype = DType::i64, .device = device});
+}
+
+}  // namespace
+
+std::unique_ptr<TranslationModel::SearchState> Seq2Seq::start(const Tensor& src, const Tensor& src_lengths) const {
+  Encoded e = encode(src, src_lengths);
+  auto s = std::make_unique<GruSearchState>();
+  s->state = e.state;
+  s->sentences = s->rows = e.memory;
+  for (int64_t b = 0; b < src.size(0); ++b) s->sentence_of_row.push_back(b);
+  return s;
+}
+
+TranslationModel::StepOutput Seq2Seq::step(SearchState& state, const Tensor& y_prev) const {
+  auto& s = dynamic_cast<GruSearchState&>(state);
+  AttnDecoder::Step out = decoder.step(y_prev, s.state, s.rows);
+  s.state = out.state;
+  return {.logits = out.logits, .weights = out.weights, .energies = out.energies};
+}
+
+void Seq2Seq::reorder(SearchState& state, const std::vector<int64_t>& rows) const {
+  auto& s = dynamic_cast<GruSearchState&>(state);
+  const Device device = s.state.device();
+  s.state = index_select(s.state, 1, ids_on(rows, device));  // (L, N, H)
+  std::vector<int64_t> sentences;
+  for (int64_t r : rows) sentences.push_back(s.sentence_of_row.at(r));
+  if (sentences == s.sentence_of_row) return;
+  s.rows = s.sentences.select_rows(ids_on(sentences, device));
+  s.sentence_of_row = std::move(sentences);
 }
 
 void init_xavier(Seq2Seq& model) {

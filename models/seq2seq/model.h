@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "models/seq2seq/translation_model.h"
 #include "nn/nn.h"
 
 namespace seqgrad::models {
@@ -22,14 +23,34 @@ enum class AttentionKind { additive, scaled_dot, hybrid };
 AttentionKind parse_attention_kind(const std::string& name);  // throws ValueError listing the kinds
 const char* attention_kind_name(AttentionKind kind);
 
+// The translator's architecture: the GRU encoder-decoder with attention (this file), or the
+// Transformer (models/seq2seq/transformer.h).
+enum class Architecture { gru, transformer };
+Architecture parse_architecture(const std::string& name);  // throws ValueError listing them
+const char* architecture_name(Architecture architecture);
+enum class PositionalKind { sinusoidal, learned };
+PositionalKind parse_positional_kind(const std::string& name);
+const char* positional_kind_name(PositionalKind kind);
+
 struct Seq2SeqConfig {
+  Architecture architecture = Architecture::gru;
   int64_t src_vocab = 0, tgt_vocab = 0;
+  // the GRU: embeddings E, hidden size H, L layers. The Transformer: the model width is hidden_size
+  // (d_model), the embeddings' size too (embed_size must equal it), and num_layers layers in the
+  // encoder and in the decoder each.
   int64_t embed_size = 256, hidden_size = 512, num_layers = 2;
   int64_t attention_size = 0;  // A for additive attention; 0 means hidden_size
   double dropout = 0.1;
   AttentionKind attention = AttentionKind::additive;
   bool deep_output = true;  // logits from [state; context; embedding], as in the paper
   int64_t pad_id = 0;
+  // the Transformer's own
+  int64_t heads = 4;          // attention heads; must divide hidden_size
+  int64_t ffn_size = 0;       // the feed-forward block's inner size (0 = 4 x hidden_size, as the paper)
+  bool norm_first = true;     // pre-norm layers (and a final norm), else the paper's post-norm
+  bool tie_embeddings = false;  // source and target embeddings and the output projection share one
+                                // matrix (fairseq's share_all_embeddings: needs one joint vocabulary)
+  PositionalKind positional = PositionalKind::sinusoidal;
 
   void validate() const;  // throws ValueError naming the bad field
   nlohmann::json to_json() const;
@@ -111,11 +132,18 @@ class AttnDecoder : public nn::Module {
   Seq2SeqConfig config_;
 };
 
-class Seq2Seq : public nn::Module {
+class Seq2Seq : public TranslationModel {
  public:
   explicit Seq2Seq(const Seq2SeqConfig& config);
   // Teacher-forced logits (B, T, V) for src (B, S), src_lengths (B,), tgt_in (B, T).
-  Tensor operator()(const Tensor& src, const Tensor& src_lengths, const Tensor& tgt_in) const;
+  Tensor operator()(const Tensor& src, const Tensor& src_lengths, const Tensor& tgt_in) const override;
+
+  // Search (TranslationModel): the state is the decoder's (L, N, H) and each row's sentence memory.
+  std::unique_ptr<SearchState> start(const Tensor& src, const Tensor& src_lengths) const override;
+  StepOutput step(SearchState& state, const Tensor& y_prev) const override;
+  void reorder(SearchState& state, const std::vector<int64_t>& rows) const override;
+  int64_t target_vocab() const override { return config_.tgt_vocab; }
+  std::string architecture() const override { return "gru"; }
 
   // The source side of a batch, prepared once: src_lengths (B,) become the keep mask (B, S), true
   // at real tokens (nn::keep_mask; the lengths' one trip to the host), which the encoder's GRU and

@@ -10,6 +10,7 @@
 #include "core/json.h"
 #include "core/rng.h"
 #include "models/seq2seq/data_parallel.h"
+#include "models/seq2seq/transformer.h"
 #include "models/text/bleu.h"
 #include "models/text/chrf.h"
 #include "models/text/tokenizer.h"
@@ -28,18 +29,26 @@ TrainConfig with_vocab_sizes(TrainConfig c, const text::Vocab& src, const text::
   return c;
 }
 
-// The model's initial weights depend only on the seed: seeded before it is built.
-const Seq2SeqConfig& seeded(const TrainConfig& c) {
+// The model's initial weights depend only on the seed: seeded before it is built, and drawn on
+// the CPU (the same weights on every device).
+std::unique_ptr<TranslationModel> seeded_model(const TrainConfig& c) {
   manual_seed(c.seed);
-  return c.model;
+  return make_translation_model(c.model);
 }
 
-// Xavier init on the CPU (the same weights on every device), then the move to the device, before
-// the optimizer creates its state next to the parameters.
-std::vector<Tensor> initialised_parameters(Seq2Seq& model, Device device) {
-  init_xavier(model);
+// The move to the device, before the optimizer creates its state next to the parameters.
+std::vector<Tensor> parameters_on(TranslationModel& model, Device device) {
   model.to(device);
   return model.parameters();
+}
+
+// The config's learning-rate schedule over the optimizer's rates: StepLR, or fairseq's inverse_sqrt
+// (warming up from fairseq's default warmup_init_lr 0).
+std::unique_ptr<optim::LRScheduler> make_scheduler(optim::Optimizer& optimizer, const TrainConfig& c) {
+  if (c.lr_schedule == LRSchedule::inverse_sqrt)
+    return std::make_unique<optim::InverseSqrtLR>(optimizer,
+                                                  optim::InverseSqrtLROptions{.warmup_updates = c.warmup_updates});
+  return std::make_unique<optim::StepLR>(optimizer, optim::StepLROptions{.step_size = c.step_size, .gamma = c.gamma});
 }
 
 // A train_state field read with its type checked; `fallback` when absent (nullopt: required).
@@ -163,7 +172,7 @@ std::string hypothesis_text(const text::Vocab& tgt_vocab, const std::vector<int6
 namespace {
 
 // Where a model's tensors are: a quantized model's float tensors are buffers, in state_dict too.
-Device model_device(Seq2Seq& model) { return model.state_dict().begin()->second.device(); }
+Device model_device(const nn::Module& model) { return model.state_dict().begin()->second.device(); }
 
 constexpr int64_t kEvalBatch = 128;  // pairs per evaluation batch
 
@@ -235,23 +244,23 @@ Trainer::Trainer(TrainConfig config, text::Vocab src_vocab, text::Vocab tgt_voca
       tgt_vocab_(std::move(tgt_vocab)),
       precision_(training_precision(config_.amp, options.device)),
       device_(options.device),
-      model_(seeded(config_)),
-      optimizer_(initialised_parameters(model_, options.device), {.lr = config_.lr}),
-      scheduler_(optimizer_, {.step_size = config_.step_size, .gamma = config_.gamma}),
+      model_(seeded_model(config_)),
+      optimizer_(parameters_on(*model_, options.device), {.lr = config_.lr}),
+      scheduler_(make_scheduler(optimizer_, config_)),
       // fp16 scales the loss; bf16 has float32's range and needs no scaling (as in PyTorch). A
       // disabled scaler passes everything through.
       scaler_({.init_scale = options.init_loss_scale, .enabled = precision_ == GemmPrecision::f16}),
       loss_options_{.label_smoothing = config_.label_smoothing, .ignore_index = text::Vocab::kPad} {
-  model_.train();
+  model_->train();
   if (options.communicator && options.communicator->world_size() > 1) {
-    ddp_ = std::make_unique<nn::DistributedDataParallel>(model_, options.communicator, options.data_parallel);
+    ddp_ = std::make_unique<nn::DistributedDataParallel>(*model_, options.communicator, options.data_parallel);
     default_generator().manual_seed(rank_seed(config_.seed, rank()));  // the dropout stream
   }
 }
 
 Tensor Trainer::loss(const TensorBatch& b) {
   Autocast autocast(precision_, precision_ != GemmPrecision::full);
-  Tensor logits = model_(b.src, b.src_lengths, b.tgt_in);  // (B, T, V)
+  Tensor logits = (*model_)(b.src, b.src_lengths, b.tgt_in);  // (B, T, V)
   return nn::cross_entropy(logits.reshape({-1, logits.size(-1)}), b.tgt_out.reshape({-1}), loss_options_);
 }
 
@@ -293,7 +302,7 @@ StepResult Trainer::forward_backward(const TensorBatch& batch, const Accumulatio
 }
 
 void Trainer::optimizer_step(StepResult& r) {
-  r.grad_norm = optim::clip_grad_norm_(model_.parameters(), config_.clip);
+  r.grad_norm = optim::clip_grad_norm_(model_->parameters(), config_.clip);
   if (scaler_.is_enabled()) {
     // fp16: an inf/NaN gradient means the scale was too large; the scaler skips the step and halves
     // the scale (expected now and then, not an error)
@@ -308,6 +317,7 @@ void Trainer::optimizer_step(StepResult& r) {
   state_.epoch_skipped += r.skipped ? 1 : 0;
   ++state_.step;
   state_.batch += r.batches;
+  if (config_.lr_schedule == LRSchedule::inverse_sqrt) scheduler_->step();  // the rate of the next update
 }
 
 StepResult Trainer::train_step(const TensorBatch& batch) { return train_step(std::span(&batch, 1)); }
@@ -355,7 +365,7 @@ EpochResult Trainer::train_epoch(const text::EncodedCorpus& train, const AfterSt
 }
 
 EpochResult Trainer::train_epoch(text::BatchSource& batches, const AfterStep& after_step) {
-  model_.train();
+  model_->train();
   const int64_t count = batches.batches_per_epoch();
   SG_CHECK_VALUE(state_.batch <= count, "{}: train_state.batch = {} is past the {} batches of epoch {}", resumed_from_,
                  state_.batch, count, state_.epoch + 1);
@@ -380,7 +390,7 @@ EpochResult Trainer::train_epoch(text::BatchSource& batches, const AfterStep& af
   EpochResult result{.completed = !stopped, .loss = state_.epoch_loss(), .skipped = state_.epoch_skipped,
                      .seconds = seconds_since(start)};
   if (result.completed) {
-    scheduler_.step();
+    if (config_.lr_schedule == LRSchedule::step) scheduler_->step();
     state_.epoch += 1;
     state_.batch = 0;
     state_.epoch_loss_sum = 0;
@@ -393,7 +403,7 @@ EpochResult Trainer::train_epoch(text::BatchSource& batches, const AfterStep& af
 Evaluation Trainer::evaluate(const text::EncodedCorpus& corpus, const std::vector<text::TokenizedPair>& references,
                              const std::vector<std::string>& raw_references, const DecodeOptions& options) {
   Autocast autocast(precision_, precision_ != GemmPrecision::full);
-  return models::evaluate(model_, corpus, tgt_vocab_, references, raw_references, options);
+  return models::evaluate(*model_, corpus, tgt_vocab_, references, raw_references, options);
 }
 
 // Optimizer tensors go into the checkpoint as "optim.<name>"; the optimizer's metadata and the
@@ -403,9 +413,9 @@ void Trainer::save(const std::string& path) {
   state_.rng_offset = default_generator().offset();
   nlohmann::json train_state = train_state_to_json(state_);
   train_state["optimizer"] = optimizer_.state_dict().metadata;
-  train_state["scheduler"] = scheduler_.state_dict();
+  train_state["scheduler"] = scheduler_->state_dict();
   if (scaler_.is_enabled()) train_state["grad_scaler"] = scaler_.state_dict();
-  save_checkpoint(path, model_, {config_, src_vocab_, tgt_vocab_, train_state},
+  save_checkpoint(path, *model_, {config_, src_vocab_, tgt_vocab_, train_state},
                   nn::add_prefix(optimizer_.state_dict().tensors, "optim."));
 }
 
@@ -414,7 +424,7 @@ void Trainer::restore(const LoadedCheckpoint& checkpoint, const std::string& pat
   TrainState state = train_state_from_json(j, path);
   // patience may differ from the checkpoint's (a resumable field): whether it ran out is decided anew
   state.stopped_early = config_.patience > 0 && state.validations_since_best >= config_.patience;
-  load_weights(model_, checkpoint, path);  // CPU tensors copied onto the model's device
+  load_weights(*model_, checkpoint, path);  // CPU tensors copied onto the model's device
   // The optimizer's, scheduler's and scaler's own checks, with the checkpoint and the field named.
   auto restoring = [&](const char* field, const auto& load) {
     SG_CHECK_IO(j.contains(field), "checkpoint {}: train_state has no {} state to resume from", path, field);
@@ -429,7 +439,7 @@ void Trainer::restore(const LoadedCheckpoint& checkpoint, const std::string& pat
   restoring("optimizer", [&](const nlohmann::json& metadata) {
     optimizer_.load_state_dict({nn::take_prefix(checkpoint.tensors, "optim."), metadata.get<std::string>()});
   });
-  restoring("scheduler", [&](const nlohmann::json& s) { scheduler_.load_state_dict(s.get<std::string>()); });
+  restoring("scheduler", [&](const nlohmann::json& s) { scheduler_->load_state_dict(s.get<std::string>()); });
   if (scaler_.is_enabled())  // --amp fp16
     restoring("grad_scaler", [&](const nlohmann::json& s) {
       scaler_.load_state_dict(s.get<std::map<std::string, double>>());
@@ -448,7 +458,7 @@ void Trainer::init_weights_from(const LoadedCheckpoint& checkpoint, const std::s
     SG_CHECK_IO(mine->to_json() == theirs->to_json(), "init_from {}: its {} vocabulary ({} {} tokens) differs from the "
                 "run's ({} {} tokens); a run started from a checkpoint uses its vocabularies", path, side,
                 theirs->kind(), theirs->size(), mine->kind(), mine->size());
-  load_weights(model_, checkpoint, path);  // a different architecture: an error naming the tensor
+  load_weights(*model_, checkpoint, path);  // a different architecture: an error naming the tensor
 }
 
 }  // namespace seqgrad::models

@@ -132,7 +132,8 @@ struct TrainerOptions {
 class Trainer {
  public:
   // A fresh run: the model is built from config.model (vocabulary sizes taken from the vocabularies)
-  // after manual_seed(config.seed), xavier-initialised, then moved to the device with Adam and StepLR.
+  // after manual_seed(config.seed), xavier-initialised, then moved to the device with Adam and the
+  // config's learning-rate schedule (config field lr_schedule).
   Trainer(TrainConfig config, text::Vocab src_vocab, text::Vocab tgt_vocab, TrainerOptions options = {});
   virtual ~Trainer() = default;
   Trainer(const Trainer&) = delete;
@@ -152,7 +153,8 @@ class Trainer {
   // gradients are unscaled (fp16) and ready to be reduced. Advances nothing; throws DivergenceError
   // for a bad loss.
   StepResult forward_backward(const TensorBatch& batch, const Accumulation& accumulation = {});
-  // The second half: clip, Adam (or the GradScaler's step), and the state's counters. `result`
+  // The second half: clip, Adam (or the GradScaler's step), the state's counters and a per-update
+  // schedule's step (lr_schedule inverse_sqrt; fp16 steps the scaler skipped count too). `result`
   // is forward_backward's, completed with the gradient norm and whether the step was skipped.
   void optimizer_step(StepResult& result);
   // Between the two halves, with the gradients final (unscaled): nothing here; a data-parallel
@@ -162,7 +164,7 @@ class Trainer {
   // The current epoch's batches (shuffled with epoch_seed()), from state().batch to the end, in
   // steps of config.accum_steps batches, each step followed by after_step; it returns false to stop
   // after that step (Ctrl-C), so a stop always falls on a step's boundary. A completed
-  // epoch steps the scheduler and moves the state to the next epoch.
+  // epoch steps a per-epoch schedule (lr_schedule step) and moves the state to the next epoch.
   using AfterStep = std::function<bool(const StepResult&)>;
   EpochResult train_epoch(text::BatchSource& batches, const AfterStep& after_step = {});
   // The same over pairs in memory: text::MemoryBatches with config.batch_size (or batch_tokens).
@@ -185,7 +187,7 @@ class Trainer {
   // trainer's: an IOError says which side differs.
   void init_weights_from(const LoadedCheckpoint& checkpoint, const std::string& path);
 
-  Seq2Seq& model() { return model_; }
+  TranslationModel& model() { return *model_; }
   const TrainConfig& config() const { return config_; }
   const TrainState& state() const { return state_; }
   TrainState& state() { return state_; }
@@ -208,9 +210,9 @@ class Trainer {
   text::Vocab src_vocab_, tgt_vocab_;
   GemmPrecision precision_;
   Device device_;
-  Seq2Seq model_;
+  std::unique_ptr<TranslationModel> model_;  // the config's architecture
   optim::Adam optimizer_;
-  optim::StepLR scheduler_;
+  std::unique_ptr<optim::LRScheduler> scheduler_;  // config field lr_schedule: per epoch or per update
   optim::GradScaler scaler_;
   nn::CrossEntropyOptions loss_options_;
   TrainState state_;

@@ -16,7 +16,7 @@ namespace seqgrad::tools::serve {
 struct ServedModel {
   std::string name;  // the checkpoint's path, as given
   models::LoadedCheckpoint checkpoint;  // its vocabularies and config (the weights are in `model`)
-  std::unique_ptr<models::Seq2Seq> model;
+  std::unique_ptr<models::TranslationModel> model;
   models::DecodeOptions defaults;  // the command line's decoding, for what a request leaves out
   int64_t max_src_tokens = 0;      // a longer source sentence is refused (422)
 };

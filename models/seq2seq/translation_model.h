@@ -1,0 +1,55 @@
+// What every translator architecture gives, and all that search and training need of one: the GRU
+// with attention (models/seq2seq/model.h) and the Transformer (models/seq2seq/transformer.h) both
+// derive from TranslationModel, so greedy, beam, sampling, ensembles and forced decoding
+// (models/seq2seq/decode.h), fit and the checkpoints are written once for both.
+//
+//   auto state = model.start(src, src_lengths);      // encode: one decoder row per sentence
+//   auto out = model.step(*state, y_prev);           // next-token logits (N, V); the state advances
+//   model.reorder(*state, {0, 0, 1});                // beam search: row r continues row rows[r]
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "nn/module.h"
+
+namespace seqgrad::models {
+
+class TranslationModel : public nn::Module {
+ public:
+  using nn::Module::Module;
+
+  // What a search holds of the model between steps, one row per hypothesis: the encoded source and
+  // what the decoder has seen so far (the GRU's hidden state; the Transformer's per-layer key/value
+  // cache). Each architecture has its own.
+  class SearchState {
+   public:
+    virtual ~SearchState() = default;
+  };
+
+  struct StepOutput {
+    Tensor logits;    // (N, V): the next token's scores, before the softmax
+    Tensor weights;   // (N, S): attention over the source (the Transformer: the last decoder layer's
+                      // cross-attention, averaged over its heads)
+    Tensor energies;  // (N, S): the weights' pre-softmax scores
+  };
+
+  // Teacher forcing: logits (B, T, V) for src (B, S) ids, src_lengths (B,) and tgt_in (B, T) (<bos>
+  // then the target without its last token).
+  virtual Tensor operator()(const Tensor& src, const Tensor& src_lengths, const Tensor& tgt_in) const = 0;
+
+  // The source batch encoded: a state with one row per sentence, before the first target token.
+  virtual std::unique_ptr<SearchState> start(const Tensor& src, const Tensor& src_lengths) const = 0;
+  // Feeds each row its previous token y_prev (N,) (<bos> first) and advances the state one position.
+  virtual StepOutput step(SearchState& state, const Tensor& y_prev) const = 0;
+  // Row r of the next step continues row rows[r] of the last one (beam search keeps some hypotheses
+  // and drops others; rows may repeat and be more or fewer than before).
+  virtual void reorder(SearchState& state, const std::vector<int64_t>& rows) const = 0;
+
+  virtual int64_t target_vocab() const = 0;
+  // "gru" or "transformer", as the config's model.architecture names it.
+  virtual std::string architecture() const = 0;
+};
+
+}  // namespace seqgrad::models

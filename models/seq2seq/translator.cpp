@@ -1,0 +1,131 @@
+// Translating with trained checkpoints (models/seq2seq/translator.h).
+#include "models/seq2seq/translator.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <tuple>
+
+#include <fmt/core.h>
+
+#include "models/seq2seq/data.h"
+#include "models/seq2seq/run.h"
+#include "models/seq2seq/transformer.h"
+#include "nn/init.h"
+
+namespace seqgrad::models {
+
+LoadedModel load_model(const std::string& path, const ReadCheckpointOptions& options) {
+  std::error_code ec;  // a symlink loop or a denied folder: reading it below names the reason
+  SG_CHECK_IO(std::filesystem::exists(path, ec) || ec, "no checkpoint at {} (train one with `seqgrad train`)", path);
+  LoadedModel loaded{read_checkpoint(path, options), nullptr};
+  {
+    nn::init::SkipInitGuard loaded_next;  // the checkpoint sets every value: nothing to draw or write
+    loaded.model = build_translation_model(loaded.checkpoint.info.config.model);
+  }
+  load_weights(*loaded.model, loaded.checkpoint, path);
+  loaded.checkpoint.tensors.clear();  // the model holds the weights now, not the file's copies
+  loaded.checkpoint.quantized.clear();
+  loaded.model->eval();
+  return loaded;
+}
+
+std::vector<Translation> translate_batch(const Ensemble& models, const CheckpointInfo& info,
+                                         const std::vector<std::string>& sentences,
+                                         const DecodeOptions& options, int64_t max_tokens,
+                                         Generator* sampling, bool explain) {
+  std::vector<Translation> out(sentences.size());
+  std::vector<std::vector<int64_t>> ids;
+  std::vector<size_t> which;  // the sentence of each encoded row
+  for (size_t i = 0; i < sentences.size(); ++i) {
+    Translation& t = out[i];
+    try {
+      t.src_tokens = info.src_vocab.tokenize(sentences[i]);
+    } catch (const Error& e) {
+      t.error = e.what();
+      continue;
+    }
+    if (t.src_tokens.empty()) {
+      t.error = "empty (nothing to translate)";
+      continue;
+    }
+    t.truncated = max_tokens > 0 && static_cast<int64_t>(t.src_tokens.size()) > max_tokens;
+    if (t.truncated) t.src_tokens.resize(max_tokens);
+    ids.push_back(encode_sentence(info.src_vocab, t.src_tokens, 0));
+    which.push_back(i);
+  }
+  if (ids.empty()) return out;
+  int64_t longest = 0;
+  for (const auto& row : ids) longest = std::max<int64_t>(longest, static_cast<int64_t>(row.size()));
+  std::vector<int64_t> flat, lengths;
+  for (const auto& row : ids) {
+    flat.insert(flat.end(), row.begin(), row.end());
+    flat.insert(flat.end(), longest - static_cast<int64_t>(row.size()), text::Vocab::kPad);
+    lengths.push_back(static_cast<int64_t>(row.size()));
+  }
+  auto rows = static_cast<int64_t>(ids.size());
+  Tensor src = from_vector(flat, {rows, longest}, {.dtype = DType::i64});
+  Tensor len = from_vector(lengths, {rows}, {.dtype = DType::i64});
+  std::vector<std::vector<Hypothesis>> ranked;
+  std::vector<BeamTree> trees;
+  if (options.beam_size > 1) {
+    ranked = beam_search(models, src, len, options, explain ? &trees : nullptr);
+  } else {
+    for (Hypothesis& h : decode(models, src, len, options, sampling)) ranked.push_back({std::move(h)});
+  }
+  for (size_t r = 0; r < which.size(); ++r) {
+    Translation& t = out[which[r]];
+    t.hyps = std::move(ranked[r]);
+    for (const Hypothesis& h : t.hyps) t.out_tokens.push_back(info.tgt_vocab.decode(h.tokens));
+    if (!explain) continue;
+    if (!trees.empty()) t.beam_tree = std::move(trees[r]);
+    const Hypothesis& best = t.hyps.front();
+    Tensor sentence = src.select(0, static_cast<int64_t>(r)).narrow(0, 0, static_cast<int64_t>(ids[r].size()));
+    // the attention's terms: the GRU's kinds (a Transformer's heads are explained by issue 37's views)
+    if (auto* gru = dynamic_cast<Seq2Seq*>(&models.first()))
+      t.internals = attention_internals(*gru, sentence.unsqueeze(0), best.tokens, best.finished,
+                                                options.bos_id, options.eos_id);
+  }
+  return out;
+}
+
+Translator::Translator(const std::vector<std::string>& checkpoints, const ReadCheckpointOptions& options) {
+  SG_CHECK_VALUE(!checkpoints.empty(), "Translator: no checkpoint given");
+  for (const std::string& path : checkpoints) {
+    LoadedModel loaded = load_model(path, options);
+    if (!members_.empty()) {
+      const CheckpointInfo& first = info();
+      for (const auto& [side, a, b] : {std::tuple{"source", &first.src_vocab, &loaded.checkpoint.info.src_vocab},
+                                       {"target", &first.tgt_vocab, &loaded.checkpoint.info.tgt_vocab}}) {
+        const std::string difference = text::vocab_difference(*a, *b);
+        SG_CHECK_IO(difference.empty(), "an ensemble needs the same vocabularies, but the {} vocabularies of {} and "
+                    "{} differ: {}", side, checkpoints.front(), path, difference);
+      }
+    }
+    members_.push_back(std::move(loaded));
+  }
+}
+
+DecodeOptions Translator::default_options() const { return decode_options(info().config); }
+
+Ensemble Translator::ensemble() const {
+  std::vector<TranslationModel*> models;
+  for (const LoadedModel& m : members_) models.push_back(m.model.get());
+  return Ensemble(models);
+}
+
+std::vector<Translation> Translator::translate(const std::vector<std::string>& sentences,
+                                               const DecodeOptions& options, int64_t max_tokens, Generator* sampling,
+                                               bool explain) const {
+  return translate_batch(ensemble(), info(), sentences, options, max_tokens > 0 ? max_tokens : 2 * info().config.max_tokens,
+                         sampling, explain);
+}
+
+std::string Translator::detokenize(const Translation& translation, size_t hypothesis) const {
+  SG_CHECK_VALUE(translation.error.empty(), "Translator::detokenize: the sentence was not translated: {}",
+                 translation.error);
+  SG_CHECK_VALUE(hypothesis < translation.out_tokens.size(), "Translator::detokenize: hypothesis {} of {}", hypothesis,
+                 translation.out_tokens.size());
+  return info().tgt_vocab.detokenize(translation.out_tokens[hypothesis]);
+}
+
+}  // namespace seqgrad::models

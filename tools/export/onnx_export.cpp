@@ -230,11 +230,11 @@ RowCodes quantize_rows(Builder& b, const std::string& x) {
   std::string s = cast(b, b.op("Div", {b.op("Sub", {hi, lo}), q_max}), kFloat);  // (..., 1)
   const std::string unusable = b.op("Or", {b.op("Equal", {s, zero}), b.op("IsInf", {b.op("Div", {one, s})})});
   s = b.op("Where", {unusable, b.scalar_f32(0.1f), s});
-  // the zero point from whichever end of the range loses less precision
-  const std::string s_d = cast(b, s, kDouble), lo_s = b.op("Div", {lo, s_d}), hi_s = b.op("Div", {hi, s_d});
-  const std::string from_min = b.op("Neg", {lo_s}), from_max = b.op("Sub", {q_max, hi_s});
-  const std::string error_min = b.op("Neg", {b.op("Abs", {lo_s})}), error_max = b.op("Sub", {q_max, b.op("Abs", {hi_s})});
-  const std::string initial = b.op("Where", {b.op("Less", {error_min, error_max}), from_min, from_max});
+  // the zero point from whichever end of the range loses less precision: from_min = -lo/s with
+  // error |0| - |lo/s| = lo/s (lo <= 0), from_max = 255 - hi/s with error 255 - |hi/s| = from_max
+  const std::string s_d = cast(b, s, kDouble), lo_s = b.op("Div", {lo, s_d});
+  const std::string from_max = b.op("Sub", {q_max, b.op("Div", {hi, s_d})});
+  const std::string initial = b.op("Where", {b.op("Less", {lo_s, from_max}), b.op("Neg", {lo_s}), from_max});
   const std::string z = b.op("Clip", {b.op("Round", {initial}), b.scalar_f64(0.0), q_max});  // (..., 1) double
   const std::string scaled = b.op("Round", {b.op("Mul", {x, b.op("Div", {one, s})})});
   const std::string codes = b.op("Clip", {b.op("Add", {scaled, cast(b, z, kFloat)}), zero, b.scalar_f32(255.0f)});

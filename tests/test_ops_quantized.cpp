@@ -257,6 +257,9 @@ TEST_CASE("quantized_linear: inference only, and bad input names the op and the 
                        doctest::Contains("expected a float32 input"), DTypeError);
   CHECK_THROWS_WITH_AS(quantized_linear(zeros({2, 3}), q, zeros({3})), doctest::Contains("bias must be float32 (4,)"),
                        ShapeError);
+  CHECK_THROWS_WITH_AS(quantized_linear(tensor({0.0, 1.0, 2.0, 0.5, INFINITY, 0.0}, {2, 3}), q, Tensor()),
+                       doctest::Contains("quantized_linear (decoder.out): input (2, 3) holds a non-finite value (row 1)"),
+                       ValueError);
   const Tensor values = zeros({4, 3}, {.dtype = DType::i8});
   CHECK_THROWS_WITH_AS(make_quantized_weight(values, ones({2}), "enc.bridge"),
                        doctest::Contains("quantized weight (enc.bridge): (2,) scales for 4 rows"), ShapeError);

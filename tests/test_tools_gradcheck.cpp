@@ -570,12 +570,9 @@ TEST_CASE("a failure names the worst element with its input value and tolerance"
   CHECK(worst.analytical / worst.numerical == doctest::Approx(-2.0));  // 3x³ / 3x² = x
 }
 
-TEST_CASE("bad options name the option and the input") {
+TEST_CASE("a bad kink margin names the option") {
   Tensor x = randn({2}, {.dtype = DType::f64}).requires_grad_();
   GradcheckFn fn = [](X v) { return exp(v[0]); };
-  CHECK_THROWS_WITH_AS(gradcheck(fn, {x}, {.name = "exp", .round_to_bf16 = true}),
-                       "gradcheck exp: input 0 (shape (2,)) is float64; round_to_bf16 checks float32 tensors that hold "
-                       "bf16 values", DTypeError);
   CHECK_THROWS_WITH_AS(gradcheck(fn, {x}, {.name = "exp", .move_kinks = true, .kink_margin = 0}),
                        "gradcheck exp: kink_margin = 0 must be positive", ValueError);
 }

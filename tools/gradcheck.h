@@ -75,7 +75,7 @@ struct GradcheckOptions {
   uint64_t seed = 0x5eed;        // seeds the random weights (v) and, in fast mode, the directions (u)
   int worst = 5;                 // elements listed per input in the report
   bool allow_float32 = false;    // float32 inputs are refused unless set (then loosen eps/tolerances)
-  bool round_to_bf16 = false;    // float32 inputs hold bfloat16 values: perturbed values are rounded to it too
+  bool round_to_bf16 = false;    // the inputs hold bfloat16 values: perturbed values are rounded to it too
   bool check_zero_grad = true;   // a zero upstream gradient must give zero gradients
   bool check_repeat = true;      // a second backward must give the same gradients
   GradcheckMode mode = GradcheckMode::full;

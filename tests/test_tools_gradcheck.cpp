@@ -570,6 +570,19 @@ TEST_CASE("a failure names the worst element with its input value and tolerance"
   CHECK(worst.analytical / worst.numerical == doctest::Approx(-2.0));  // 3x³ / 3x² = x
 }
 
+TEST_CASE("a step the precision cannot take fails by name") {
+  // bf16 spaces values near 1000 by 4: 1000 ± 0.125 rounds back to 1000 (bf16 steps are relative
+  // past 1, so only an explicit eps this small meets it)
+  Tensor x = from_vector(std::vector<double>{1000.0, 1.0}, {2}, {.dtype = DType::f32}).requires_grad_();
+  GradcheckReport r = gradcheck([](X v) { return exp(mul(v[0], 1e-3)); }, {x},
+                                {.eps = 1e-4, .atol = 1e-2, .rtol = 5e-2, .name = "scaled_exp", .round_to_bf16 = true});
+  INFO(r.format());
+  CHECK_FALSE(r.ok());
+  CHECK(r.failures[0] == "input 0: the numerical pass stopped: gradcheck scaled_exp: input 0 (2,) at (0,) = 1000 does "
+                         "not move by eps 0.0001 in bf16 (x ± eps rounds back to x); raise eps, or check the row in a "
+                         "finer precision");
+}
+
 TEST_CASE("a bad kink margin names the option") {
   Tensor x = randn({2}, {.dtype = DType::f64}).requires_grad_();
   GradcheckFn fn = [](X v) { return exp(v[0]); };

@@ -404,7 +404,7 @@ class Checker {
           full_input(k, check);
         if (!why_not.empty()) notes.push_back(why_not);
       } catch (const std::exception& ex) {
-        fail(check, fmt::format("input {}: fn threw while perturbing it: {}", wrt_[k], ex.what()));
+        fail(check, fmt::format("input {}: the numerical pass stopped: {}", wrt_[k], ex.what()));
         break;
       }
     }
@@ -423,15 +423,18 @@ class Checker {
     std::vector<double> numerical(offs.size());
     for (size_t e = 0; e < offs.size(); ++e) {
       Difference d = central_difference(x, {offs[e]}, {1.0});
-      numerical[e] = weighted(d.dy) / moved_by(d.step[0], x, offs[e]);
+      numerical[e] = weighted(d.dy) / moved_by(d.step[0], k, static_cast<int64_t>(e));
     }
     judge_elements(k, numerical, GradcheckMode::full, 0, check);
   }
 
-  // A step that divides: zero when x ± eps rounds back to x (a coarse precision, a large value).
-  double moved_by(double step, const Tensor& x, int64_t offset) const {
-    SG_CHECK_VALUE(step != 0, "an element of value {} does not move by eps {:g} in {} (x ± eps rounds back to x): "
-                   "raise eps, or check the row in a finer precision", read_at(x, offset), opt_.eps,
+  // The step of element e of input k, which divides: zero when x ± eps rounds back to x (a coarse
+  // precision, a large value).
+  double moved_by(double step, size_t k, int64_t e) const {
+    const Tensor& x = wrt_tensors_[k];
+    SG_CHECK_VALUE(step != 0, "gradcheck {}: input {} {} at {} = {} does not move by eps {:g} in {} (x ± eps rounds "
+                   "back to x); raise eps, or check the row in a finer precision", opt_.name, wrt_[k], x.shape(),
+                   index_string(unravel(e, x.shape())), read_at(x, element_offsets(x)[e]), opt_.eps,
                    precision_name(report_.precision));
     return step;
   }
@@ -585,7 +588,7 @@ class Checker {
           int64_t o = e + (c2 - c) * stride;
           for (size_t j = 0; j < d.dy.size(); ++j) s += weights_values(j)[o] * d.dy[j][o];
         }
-        numerical[e] = s / moved_by(d.step[m], x, moved[m]);
+        numerical[e] = s / moved_by(d.step[m], k, e);
       }
     }
     judge_elements(k, numerical, GradcheckMode::compressed, static_cast<int>(colours), check);

@@ -1,0 +1,240 @@
+// The Transformer translator (models/seq2seq/transformer.h) through the search and the library's
+// Translator: decoding with the key/value cache gives the teacher-forced model's numbers, a batch
+// translates as each sentence alone, ties share one matrix, checkpoints round-trip, and the
+// architecture's errors name the field and the file.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/rng.h"
+#include "models/seq2seq/checkpoint.h"
+#include "models/seq2seq/decode.h"
+#include "models/seq2seq/transformer.h"
+#include "models/seq2seq/translator.h"
+#include "tests/temp_dir.h"
+
+using namespace seqgrad;
+using namespace seqgrad::models;
+using seqgrad::testing::temp_path;
+
+namespace {
+
+Seq2SeqConfig transformer_config(bool tie = false, bool norm_first = true) {
+  Seq2SeqConfig c;
+  c.architecture = Architecture::transformer;
+  c.src_vocab = c.tgt_vocab = 13;
+  c.embed_size = c.hidden_size = 16, c.num_layers = 2, c.heads = 2, c.ffn_size = 24, c.dropout = 0;
+  c.norm_first = norm_first, c.tie_embeddings = tie;
+  return c;
+}
+
+struct Source {
+  Tensor src, lengths;
+};
+// Sentences of ids >= 4 padded with 0, as the data pipeline batches them.
+Source source(const std::vector<std::vector<int64_t>>& sentences) {
+  int64_t longest = 0;
+  for (const auto& s : sentences) longest = std::max<int64_t>(longest, static_cast<int64_t>(s.size()));
+  std::vector<int64_t> ids, lengths;
+  for (const auto& s : sentences) {
+    ids.insert(ids.end(), s.begin(), s.end());
+    ids.insert(ids.end(), longest - static_cast<int64_t>(s.size()), 0);
+    lengths.push_back(static_cast<int64_t>(s.size()));
+  }
+  const auto batch = static_cast<int64_t>(sentences.size());
+  return {from_vector(ids, {batch, longest}, {.dtype = DType::i64}),
+          from_vector(lengths, {batch}, {.dtype = DType::i64})};
+}
+
+// The teacher-forced log-probabilities of `tokens` (then <eos> when finished) after <bos>, for
+// one sentence: the model run over the whole prefix at once, no cache.
+std::vector<double> forced_log_probs(const TranslationModel& model, const Source& s, const Hypothesis& h) {
+  std::vector<int64_t> in = {1};
+  in.insert(in.end(), h.tokens.begin(), h.tokens.end());
+  std::vector<int64_t> next = h.tokens;
+  if (h.finished) next.push_back(2);
+  else in.pop_back();
+  const auto steps = static_cast<int64_t>(in.size());
+  NoGradGuard no_grad;
+  Tensor lp = log_softmax(model(s.src, s.lengths, from_vector(in, {1, steps}, {.dtype = DType::i64})), -1);
+  std::vector<double> out;
+  for (int64_t t = 0; t < steps; ++t) out.push_back(lp.select(0, 0).select(0, t).select(0, next[t]).item());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("transformer: decoding with the key/value cache gives the teacher-forced model's scores") {
+  for (bool norm_first : {true, false}) {
+    manual_seed(3);
+    auto model = make_translation_model(transformer_config(false, norm_first));
+    model->eval();
+    const Source s = source({{4, 7, 9, 5, 11}});
+    for (int64_t beam : {1, 3}) {
+      const DecodeOptions options{.max_len = 8, .beam_size = beam, .nbest = beam};
+      std::vector<Hypothesis> hyps = beam > 1 ? beam_search(*model, s.src, s.lengths, options).front()
+                                              : greedy_decode(*model, s.src, s.lengths, options);
+      for (const Hypothesis& h : hyps) {
+        CAPTURE(norm_first);
+        CAPTURE(beam);
+        const std::vector<double> forced = forced_log_probs(*model, s, h);
+        REQUIRE(forced.size() == h.token_log_probs.size());
+        for (size_t t = 0; t < forced.size(); ++t) CHECK(h.token_log_probs[t] == doctest::Approx(forced[t]).epsilon(1e-6));
+      }
+      // and score_targets (stepping the given tokens) agrees with the search's own scores
+      const Hypothesis scored = score_targets(*model, s.src, s.lengths, {hyps.front().tokens}, options).front();
+      for (size_t t = 0; t < scored.token_log_probs.size() && hyps.front().finished; ++t)
+        CHECK(scored.token_log_probs[t] == doctest::Approx(hyps.front().token_log_probs[t]).epsilon(1e-6));
+    }
+  }
+}
+
+TEST_CASE("transformer: a batch of sentences translates as each sentence alone (greedy and beam)") {
+  manual_seed(5);
+  auto model = make_translation_model(transformer_config(true));
+  model->eval();
+  const std::vector<std::vector<int64_t>> sentences = {{4, 5, 6}, {7, 8, 9, 10, 11, 12}, {6}, {12, 4, 9, 9}};
+  for (int64_t beam : {1, 4}) {
+    const DecodeOptions options{.max_len = 10, .beam_size = beam};
+    const Source all = source(sentences);
+    std::vector<Hypothesis> batched = decode(*model, all.src, all.lengths, options);
+    for (size_t i = 0; i < sentences.size(); ++i) {
+      const Source one = source({sentences[i]});
+      const Hypothesis alone = decode(*model, one.src, one.lengths, options).front();
+      CAPTURE(beam);
+      CAPTURE(i);
+      CHECK(batched[i].tokens == alone.tokens);
+      CHECK(batched[i].score == doctest::Approx(alone.score).epsilon(1e-5));
+      REQUIRE(batched[i].attention.size() == alone.attention.size());
+      for (size_t t = 0; t < alone.attention.size(); ++t) {
+        REQUIRE(batched[i].attention[t].size() == sentences[i].size());  // the padding columns cut
+        for (size_t j = 0; j < sentences[i].size(); ++j)
+          CHECK(batched[i].attention[t][j] == doctest::Approx(alone.attention[t][j]).epsilon(1e-5));
+      }
+    }
+  }
+}
+
+TEST_CASE("transformer: the attention rows are the last layer's cross-attention over the real source tokens") {
+  manual_seed(7);
+  auto model = make_translation_model(transformer_config());
+  model->eval();
+  const Source s = source({{4, 5, 6, 7}, {8, 9}});
+  const Hypothesis h = greedy_decode(*model, s.src, s.lengths, {.max_len = 5})[1];
+  for (const std::vector<float>& row : h.attention) {
+    REQUIRE(row.size() == 2);
+    CHECK(row[0] + row[1] == doctest::Approx(1.0).epsilon(1e-5));  // all weight on the 2 real tokens
+  }
+}
+
+TEST_CASE("transformer: tied embeddings are one matrix, registered once; untied ones are three") {
+  auto tied = make_translation_model(transformer_config(true));
+  auto untied = make_translation_model(transformer_config(false));
+  auto names = [](const TranslationModel& m) {
+    std::vector<std::string> out;
+    for (const auto& [name, p] : m.named_parameters())
+      if (name.find("embedding") != std::string::npos || name.starts_with("out.")) out.push_back(name);
+    return out;
+  };
+  CHECK(names(*tied) == std::vector<std::string>{"embedding.weight"});
+  CHECK(names(*untied) == std::vector<std::string>{"src_embedding.weight", "tgt_embedding.weight", "out.weight"});
+  auto& t = dynamic_cast<TransformerTranslator&>(*tied);
+  CHECK(t.output_weight().impl() == t.src_embedding().weight.impl());
+  CHECK(t.tgt_embedding().weight.impl() == t.src_embedding().weight.impl());
+  CHECK(tied->num_parameters() == untied->num_parameters() - 2 * 13 * 16);
+  // the padding rows start at 0 (fairseq's init), the others ~ N(0, 1/E)
+  const std::vector<float> w = t.src_embedding().weight.to_vector<float>();
+  double sum_sq = 0;
+  for (size_t i = 0; i < w.size(); ++i) {
+    if (i < 16) CHECK(w[i] == 0.0f);
+    else sum_sq += w[i] * w[i];
+  }
+  CHECK(sum_sq / (w.size() - 16) == doctest::Approx(1.0 / 16).epsilon(0.35));
+}
+
+TEST_CASE("transformer: a checkpoint round-trips through the library's Translator, alone or beside a GRU") {
+  manual_seed(11);
+  TrainConfig config;
+  config.model = transformer_config(true);
+  config.max_tokens = 6;
+  std::vector<std::string> tokens = {"<pad>", "<bos>", "<eos>", "<unk>"};
+  for (const char* w : {"ein", "hund", "eine", "katze", "rennt", "schlaeft", "im", "park", "und"}) tokens.push_back(w);
+  const text::Vocab vocab = text::Vocab::from_tokens(tokens);
+  auto model = make_translation_model(config.model);
+  const std::string path = temp_path("seqgrad_transformer_roundtrip.safetensors");
+  save_checkpoint(path, *model, {config, vocab, vocab, nlohmann::json::object()});
+
+  const std::vector<std::string> sentences = {"ein hund rennt", "eine katze schlaeft im park"};
+  Translator translator({path});
+  CHECK(translator.info().config.model.architecture == Architecture::transformer);
+  const DecodeOptions options{.max_len = 6, .beam_size = 2};
+  std::vector<Translation> loaded = translator.translate(sentences, options);
+  model->eval();
+  const Ensemble direct(*model);
+  std::vector<Translation> expected = translate_batch(direct, translator.info(), sentences, options, 12);
+  for (size_t i = 0; i < sentences.size(); ++i) {
+    CHECK(loaded[i].error.empty());
+    CHECK(loaded[i].hyps.front().tokens == expected[i].hyps.front().tokens);
+    CHECK(loaded[i].hyps.front().score == expected[i].hyps.front().score);
+  }
+
+  // an ensemble of a Transformer and a GRU over the same vocabularies: mean probabilities
+  TrainConfig gru_config = config;
+  gru_config.model = Seq2SeqConfig{.src_vocab = 13, .tgt_vocab = 13, .embed_size = 8, .hidden_size = 8,
+                                   .num_layers = 1, .dropout = 0};
+  auto gru = make_translation_model(gru_config.model);
+  const std::string gru_path = temp_path("seqgrad_gru_for_ensemble.safetensors");
+  save_checkpoint(gru_path, *gru, {gru_config, vocab, vocab, nlohmann::json::object()});
+  Translator mixed({path, gru_path});
+  CHECK(mixed.size() == 2);
+  CHECK(mixed.translate(sentences, {.max_len = 6}).front().error.empty());
+
+  // vocabularies that differ: the error names both files
+  std::vector<std::string> other_tokens = tokens;
+  other_tokens.back() = "oder";
+  const text::Vocab other = text::Vocab::from_tokens(other_tokens);
+  const std::string other_path = temp_path("seqgrad_transformer_other_vocab.safetensors");
+  save_checkpoint(other_path, *model, {config, other, other, nlohmann::json::object()});
+  const std::string differ =
+      "an ensemble needs the same vocabularies, but the source vocabularies of " + path + " and " + other_path + " differ";
+  CHECK_THROWS_WITH_AS(Translator({path, other_path}), doctest::Contains(differ.c_str()), IOError);
+  for (const std::string& p : {path, gru_path, other_path}) std::filesystem::remove(p);
+}
+
+TEST_CASE("transformer: the architecture's errors name the field") {
+  Seq2SeqConfig c = transformer_config();
+  c.heads = 3;
+  CHECK_THROWS_WITH_AS(c.validate(), doctest::Contains("model.heads = 3 must divide model.hidden_size = 16"),
+                       ValueError);
+  c = transformer_config();
+  c.embed_size = 8;
+  CHECK_THROWS_WITH_AS(c.validate(), doctest::Contains("model.embed_size = 8 must equal model.hidden_size = 16"),
+                       ValueError);
+  c = transformer_config(true);
+  c.tgt_vocab = 12;
+  CHECK_THROWS_WITH_AS(c.validate(), doctest::Contains("model.tie_embeddings shares one matrix"), ValueError);
+  CHECK_THROWS_WITH_AS(parse_architecture("lstm"), "architecture 'lstm' is not one of: gru, transformer", ValueError);
+}
+
+TEST_CASE("transformer: a GRU checkpoint read as a Transformer (or back) is an error naming the file and the field") {
+  TrainConfig config;
+  config.model = transformer_config();
+  std::vector<std::string> tokens = {"<pad>", "<bos>", "<eos>", "<unk>"};
+  for (int i = 0; i < 9; ++i) tokens.push_back("w" + std::to_string(i));
+  const text::Vocab vocab = text::Vocab::from_tokens(tokens);
+  TrainConfig gru_config = config;
+  gru_config.model = Seq2SeqConfig{.src_vocab = 13, .tgt_vocab = 13, .embed_size = 16, .hidden_size = 16,
+                                   .num_layers = 2, .dropout = 0};
+  auto gru = make_translation_model(gru_config.model);
+  const std::string path = temp_path("seqgrad_gru_as_transformer.safetensors");
+  // the GRU's weights under a config that says transformer: the sizes check names the tensor it misses
+  save_checkpoint(path, *gru, {config, vocab, vocab, nlohmann::json::object()});
+  const std::string missing = "checkpoint " + path + ": config field model.src_vocab cannot be checked: tensor "
+                              "'model.src_embedding.weight' is missing";
+  CHECK_THROWS_WITH_AS(read_checkpoint(path), doctest::Contains(missing.c_str()), IOError);
+  std::filesystem::remove(path);
+}

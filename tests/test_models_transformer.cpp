@@ -13,6 +13,7 @@
 #include "core/rng.h"
 #include "models/seq2seq/checkpoint.h"
 #include "models/seq2seq/decode.h"
+#include "models/seq2seq/trainer.h"
 #include "models/seq2seq/transformer.h"
 #include "models/seq2seq/translator.h"
 #include "tests/temp_dir.h"
@@ -236,5 +237,24 @@ TEST_CASE("transformer: a GRU checkpoint read as a Transformer (or back) is an e
   const std::string missing = "checkpoint " + path + ": config field model.src_vocab cannot be checked: tensor "
                               "'model.src_embedding.weight' is missing";
   CHECK_THROWS_WITH_AS(read_checkpoint(path), doctest::Contains(missing.c_str()), IOError);
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("transformer: a run started (init_from) from a checkpoint of the other architecture names the field") {
+  std::vector<std::string> tokens = {"<pad>", "<bos>", "<eos>", "<unk>"};
+  for (int i = 0; i < 9; ++i) tokens.push_back("w" + std::to_string(i));
+  const text::Vocab vocab = text::Vocab::from_tokens(tokens);
+  TrainConfig gru_config;
+  gru_config.model = Seq2SeqConfig{.embed_size = 8, .hidden_size = 8, .num_layers = 1, .dropout = 0};
+  Trainer gru(gru_config, vocab, vocab);
+  const std::string path = temp_path("seqgrad_init_from_gru.safetensors");
+  gru.save(path);
+  TrainConfig config;
+  config.model = transformer_config();
+  Trainer transformer(config, vocab, vocab);
+  const std::string expected = "init_from " + path + ": it holds a gru translator (config field model.architecture), "
+                               "but this run trains a transformer";
+  CHECK_THROWS_WITH_AS(transformer.init_weights_from(read_checkpoint(path), path), doctest::Contains(expected.c_str()),
+                       IOError);
   std::filesystem::remove(path);
 }

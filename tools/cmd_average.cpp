@@ -8,6 +8,7 @@
 
 #include "models/seq2seq/checkpoint.h"
 #include "models/seq2seq/run.h"
+#include "models/seq2seq/transformer.h"
 #include "tools/args.h"
 #include "tools/commands.h"
 
@@ -53,9 +54,9 @@ int average_main(int argc, char** argv) {
                    out);
   }
   models::LoadedCheckpoint average = models::average_checkpoints(inputs);
-  models::Seq2Seq model(average.info.config.model);
-  models::load_weights(model, average, out);  // every tensor's shape checked against the config
-  models::save_checkpoint(out, model, average.info);
+  std::unique_ptr<models::TranslationModel> model = models::build_translation_model(average.info.config.model);
+  models::load_weights(*model, average, out);  // every tensor's shape checked against the config
+  models::save_checkpoint(out, *model, average.info);
   if (!a.flag("quiet")) {
     fmt::print("averaged {} checkpoint(s) into {}\n", inputs.size(), out);
     if (a.has("best"))

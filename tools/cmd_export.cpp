@@ -32,6 +32,9 @@ struct Exportable {
 Exportable load_checkpoint_model(const std::string& path) {
   SG_CHECK_IO(fs::exists(path), "no checkpoint at {} (train one with `seqgrad train`)", path);
   models::LoadedCheckpoint checkpoint = models::read_checkpoint(path);
+  SG_CHECK_VALUE(checkpoint.info.config.model.architecture == models::Architecture::gru,
+                 "export: {} is a Transformer (config field model.architecture = transformer); the ONNX export "
+                 "writes the GRU translator's graphs only", path);
   Exportable e{std::make_unique<models::Seq2Seq>(checkpoint.info.config.model), checkpoint.info};
   models::load_weights(*e.model, checkpoint, path);
   e.model->eval();

@@ -36,6 +36,11 @@ int quantize_main(int argc, char** argv) {
                  "quantize: {} is already quantized; quantize the float32 checkpoint (quantizing twice would round "
                  "the weights twice)",
                  in);
+  // int8 covers the GRU translator's Linear, GRU and embedding modules; the Transformer's layers are
+  // float32 only, so its checkpoint is refused here rather than written unquantized
+  SG_CHECK_VALUE(checkpoint.info.config.model.architecture == models::Architecture::gru,
+                 "quantize: {} is a Transformer (config field model.architecture = transformer); int8 quantization "
+                 "covers the GRU translator only (translate and serve the Transformer in float32)", in);
   std::unique_ptr<models::Seq2Seq> built;
   {
     nn::init::SkipInitGuard loaded_next;  // every value comes from the checkpoint

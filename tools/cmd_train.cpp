@@ -334,10 +334,14 @@ int train(int argc, char** argv) {
   if (resumed) trainer->restore(*resumed, last_path);
   resumed.reset();  // the checkpoint's tensors: restored
   const models::TrainState& state = trainer->state();
-  if (!quiet)
-    fmt::print("model: {} parameters, vocab {} -> {}, attention {}, device {}, amp {}\n",
-               trainer->model().num_parameters(), src_vocab.size(), tgt_vocab.size(),
-               models::attention_kind_name(config.model.attention), device, models::amp_name(config.amp));
+  if (!quiet) {
+    const models::Seq2SeqConfig& m = config.model;
+    const std::string architecture = m.architecture == models::Architecture::transformer
+        ? fmt::format("transformer {} x {} layers, {} heads", m.hidden_size, m.num_layers, m.heads)
+        : fmt::format("attention {}", models::attention_kind_name(m.attention));
+    fmt::print("model: {} parameters, vocab {} -> {}, {}, device {}, amp {}\n", trainer->model().num_parameters(),
+               src_vocab.size(), tgt_vocab.size(), architecture, device, models::amp_name(config.amp));
+  }
   if (trainer->precision() != config.amp)  // bf16 where its products would be slower (models::training_precision)
     fmt::print("amp bf16: float32 GEMMs run instead: {} (SEQGRAD_BF16_GEMM=native forces bf16)\n",
                bf16_gemm_info(device).why);

@@ -458,7 +458,11 @@ void Trainer::init_weights_from(const LoadedCheckpoint& checkpoint, const std::s
     SG_CHECK_IO(mine->to_json() == theirs->to_json(), "init_from {}: its {} vocabulary ({} {} tokens) differs from the "
                 "run's ({} {} tokens); a run started from a checkpoint uses its vocabularies", path, side,
                 theirs->kind(), theirs->size(), mine->kind(), mine->size());
-  load_weights(*model_, checkpoint, path);  // a different architecture: an error naming the tensor
+  const Architecture theirs = checkpoint.info.config.model.architecture, mine = config_.model.architecture;
+  SG_CHECK_IO(theirs == mine, "init_from {}: it holds a {} translator (config field model.architecture), but this run "
+              "trains a {}; start from a checkpoint of the same architecture", path, architecture_name(theirs),
+              architecture_name(mine));
+  load_weights(*model_, checkpoint, path);  // other sizes: an error naming the tensor
 }
 
 }  // namespace seqgrad::models

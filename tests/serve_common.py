@@ -17,12 +17,18 @@ TINY = ["--preset", "default", "--vocab", "word", "--embed", "32", "--hidden", "
         "--min-freq", "2"]
 
 
-def train_tiny(seqgrad, data, folder, epochs=8):
-    """A tiny model's last checkpoint (E = H = 32, 512 pairs, 8 epochs), trained once per folder."""
-    path = os.path.join(folder, "run", "last.safetensors")
+# The same data as a Transformer of width 32 (2 + 2 layers, 4 heads).
+TINY_TRANSFORMER = ["--architecture", "transformer", "--layers", "2", "--heads", "4", "--ffn-size", "64",
+                    "--lr", "0.002"]
+
+
+def train_tiny(seqgrad, data, folder, epochs=8, run="run", flags=()):
+    """A tiny model's last checkpoint (E = H = 32, 512 pairs, 8 epochs), trained once per folder and run
+    name; flags are added after the tiny ones (TINY_TRANSFORMER: the same size as a Transformer)."""
+    path = os.path.join(folder, run, "last.safetensors")
     if not os.path.exists(path):
-        p = subprocess.run([seqgrad, "train", *TINY, "--epochs", str(epochs), "--data-dir", data, "--out",
-                            os.path.join(folder, "run")], capture_output=True, text=True, timeout=300)
+        p = subprocess.run([seqgrad, "train", *TINY, *flags, "--epochs", str(epochs), "--data-dir", data, "--out",
+                            os.path.join(folder, run)], capture_output=True, text=True, timeout=300)
         if p.returncode != 0:
             raise AssertionError(f"training failed:\n{p.stdout}\n{p.stderr}")
     return path

@@ -27,7 +27,8 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_common import Server, hostile_bodies, quantize, test_sentences, train_tiny, translate_cli  # noqa: E402
+from serve_common import (TINY_TRANSFORMER, Server, hostile_bodies, quantize, test_sentences, train_tiny,  # noqa: E402
+                          translate_cli)
 from test_tools_cli import program_and_data  # noqa: E402
 
 SEQGRAD = None
@@ -99,6 +100,22 @@ class Translations(ServeBase):
             self.assertEqual(status, 200, body)
             self.assertEqual(body["model"], path)
             self.assertEqual([t["translation"] for t in body["translations"]], translate_cli(SEQGRAD, path, sentences))
+
+    def test_a_transformer_beside_a_gru(self):
+        # both architectures served together: each answer is `seqgrad translate`'s (greedy and beam 3)
+        transformer = train_tiny(SEQGRAD, DATA, TMP, run="transformer", flags=TINY_TRANSFORMER)
+        sentences = test_sentences(DATA, 4, start=20)
+        server = Server(SEQGRAD, "--checkpoint", checkpoint(), transformer, "--threads", "1")
+        try:
+            answers = {(m, beam): server.request("/v1/translate", body={"src": sentences, "model": m, "beam": beam})
+                       for m in [0, 1] for beam in [1, 3]}
+        finally:
+            self.assertEqual(server.stop()[0], 0)
+        for (m, beam), (status, _, body) in answers.items():
+            self.assertEqual(status, 200, body)
+            path = [checkpoint(), transformer][m]
+            self.assertEqual([t["translation"] for t in body["translations"]],
+                             translate_cli(SEQGRAD, path, sentences, "--beam", str(beam)))
 
     def test_opennmt_route(self):
         sentences = test_sentences(DATA, 3, start=20)

@@ -41,7 +41,7 @@ TEST_CASE("config: every preset round-trips through JSON, field by field") {
   for (const std::string& name : models::preset_names()) {
     CAPTURE(name);
     TrainConfig c = buildable_preset(name);
-    c.model.src_vocab = 100, c.model.tgt_vocab = 90;  // what a checkpoint's config holds
+    c.model.src_vocab = 100, c.model.tgt_vocab = c.model.tie_embeddings ? 100 : 90;  // a checkpoint's config
     nlohmann::json j = c.to_json();
     TrainConfig back = TrainConfig::from_json(j);
     CHECK(back.to_json() == j);
@@ -153,11 +153,13 @@ TEST_CASE("config: JSON of the wrong type, unknown keys and missing fields are e
 }
 
 TEST_CASE("config: lr_schedule is step (per epoch) by default, or inverse_sqrt with its warmup_updates") {
-  // every preset keeps the step schedule, so every run and result before the field is unchanged
+  // every preset before the field keeps the step schedule, so every run and result before it is
+  // unchanged; the transformer preset warms up (inverse_sqrt, 800 updates)
   for (const std::string& name : models::preset_names()) {
     CAPTURE(name);
-    CHECK(models::preset(name).lr_schedule == models::LRSchedule::step);
-    CHECK(models::preset(name).warmup_updates == 0);
+    const bool transformer = name == "transformer";
+    CHECK(models::preset(name).lr_schedule == (transformer ? models::LRSchedule::inverse_sqrt : models::LRSchedule::step));
+    CHECK(models::preset(name).warmup_updates == (transformer ? 800 : 0));
   }
   TrainConfig c = models::preset("d2l");
   c.lr_schedule = models::LRSchedule::inverse_sqrt, c.warmup_updates = 4000;

@@ -391,7 +391,7 @@ class TrainBadInput(Base):
         self.assertFails(p, r"seqgrad train: error: .*" + pattern, status=2)  # a usage error
 
     def test_unknown_preset(self):
-        self.check(["--preset", "huge"], r"unknown preset 'huge' \(choose one of: default, seed, d2l, tiny\)")
+        self.check(["--preset", "huge"], r"unknown preset 'huge' \(choose one of: default, seed, d2l, tiny, transformer\)")
 
     def test_unknown_flag(self):
         self.check(["--epochz", "3"], r"unknown option --epochz")

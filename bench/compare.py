@@ -107,6 +107,11 @@ def main():
     if g is not None and roof:
         target("seed step >= 70% of sgemm GFLOP/s", f"{100 * g / roof:.0f}% ({g:.1f} of {roof:.1f})", g >= 0.7 * roof)
     target("d2l step >= 4x PyTorch", *ge("step_d2l", 4))
+    target("transformer step >= 1.5x PyTorch", *ge("step_transformer", 1.5))
+    g = value("seqgrad", "step_transformer", "gemm_gflops")
+    if g is not None and roof:
+        target("transformer step >= 80% of sgemm GFLOP/s", f"{100 * g / roof:.0f}% ({g:.1f} of {roof:.1f})",
+               g >= 0.8 * roof)
     for w in ("greedy_seed", "greedy_d2l"):
         target(f"{w} >= 5x PyTorch", *ge(w, 5))
     for w in ("op_record", "op_record_backward"):

@@ -6,7 +6,9 @@ The seq2seq presets' batches, a test sentence and the initial weights come from
 kernel workloads use the shapes of tools/cmd_bench.cpp. The model below is the natural PyTorch
 version of models/seq2seq/model.h: nn.GRU with pack_padded_sequence for the encoder, the additive
 attention with its key projection computed once per batch, one nn.GRU call per decoder step,
-F.cross_entropy with label smoothing, clip_grad_norm_ and Adam.
+F.cross_entropy with label smoothing, clip_grad_norm_ and Adam. step_transformer's model is
+models/seq2seq/transformer.h's in torch.nn.TransformerEncoder / TransformerDecoder (pre-norm,
+batch-first, one embedding tied three ways, sinusoidal positions) on the synthetic batches exported.
 
 Needs Debian's python3-torch (tested with 1.13) and numpy.
 Usage: torch_bench.py --data DIR [--threads N] [--repeats N] [--warmup N] [--quick] [--json FILE] [--label NAME]
@@ -201,6 +203,47 @@ class Seq2Seq(nn.Module):
         return self.decoder(tgt_in, state, self.decoder.prepare(enc_outputs, src_lengths))
 
 
+# ---- the Transformer translator (models/seq2seq/transformer.h), pre-norm, three-way tied embeddings
+def sinusoidal_positions(positions, d):
+    """nn/positional.h's table: P[p, 2i] = sin(p / 10000^(2i/d)), P[p, 2i+1] = cos(the same)."""
+    p = torch.arange(positions, dtype=torch.float32).unsqueeze(1)
+    angle = p * torch.exp(torch.arange(0, d, 2, dtype=torch.float32) * (-math.log(10000.0) / d))
+    table = torch.zeros(positions, d)
+    table[:, 0::2], table[:, 1::2] = torch.sin(angle), torch.cos(angle)
+    return table
+
+
+class TransformerTranslator(nn.Module):
+    """torch.nn.TransformerEncoder / TransformerDecoder (norm_first, batch_first, a final LayerNorm
+    each), dropout(√E · embedding + positions) on both sides, logits = y · embeddingᵀ."""
+
+    def __init__(self, c):
+        super().__init__()
+        E, L, p = c["hidden_size"], c["num_layers"], c["dropout"]
+        if not (c["tie_embeddings"] and c["norm_first"] and c["positional"] == "sinusoidal"):
+            sys.exit("torch_bench: the Transformer here is pre-norm with tied embeddings and sinusoidal positions")
+        self.embedding = nn.Embedding(c["src_vocab"], E, padding_idx=c["pad_id"])
+        layer = dict(d_model=E, nhead=c["heads"], dim_feedforward=c["ffn_size"] or 4 * E, dropout=p,
+                     batch_first=True, norm_first=True)
+        self.encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(**layer), L, norm=nn.LayerNorm(E),
+                                             enable_nested_tensor=False)
+        self.decoder = nn.TransformerDecoder(nn.TransformerDecoderLayer(**layer), L, norm=nn.LayerNorm(E))
+        self.dropout = nn.Dropout(p)
+        self.register_buffer("positions", sinusoidal_positions(1024, E), persistent=False)
+        self.scale = math.sqrt(E)
+
+    def embed(self, ids):
+        return self.dropout(self.embedding(ids) * self.scale + self.positions[:ids.size(1)])
+
+    def forward(self, src, src_lengths, tgt_in):
+        S, T = src.size(1), tgt_in.size(1)
+        padding = torch.arange(S).unsqueeze(0) >= src_lengths.unsqueeze(1)                   # (B, S), True = <pad>
+        memory = self.encoder(self.embed(src), src_key_padding_mask=padding)
+        causal = torch.triu(torch.ones(T, T, dtype=torch.bool), 1)                           # True = not attended
+        y = self.decoder(self.embed(tgt_in), memory, tgt_mask=causal, memory_key_padding_mask=padding)
+        return F.linear(y, self.embedding.weight)                                             # (B, T, V)
+
+
 class PresetData:
     def __init__(self, data_dir, preset):
         with open(os.path.join(data_dir, preset + ".json")) as f:
@@ -220,7 +263,8 @@ class PresetData:
         self.weights_path = os.path.join(data_dir, preset + ".safetensors")
 
     def make_model(self):
-        model = Seq2Seq(self.model_config)
+        transformer = self.model_config.get("architecture", "gru") == "transformer"
+        model = TransformerTranslator(self.model_config) if transformer else Seq2Seq(self.model_config)
         state = load_safetensors(self.weights_path)
         missing, unexpected = model.load_state_dict(state, strict=True)
         return model
@@ -230,6 +274,11 @@ class Trainer:
     def __init__(self, model, train, amp=None):
         self.model, self.amp = model, amp  # amp torch.bfloat16: forward and loss under CPU autocast
         self.optimizer = torch.optim.Adam(model.parameters(), lr=train["lr"])
+        self.scheduler = None
+        if train.get("lr_schedule") == "inverse_sqrt":  # optim/scheduler.h's InverseSqrtLR, stepped per update
+            w = train["warmup_updates"]
+            self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+                self.optimizer, lambda u: u / w if u < w else math.sqrt(w / u))
         self.label_smoothing, self.clip = train["label_smoothing"], train["clip"]
         model.train()
 
@@ -243,6 +292,8 @@ class Trainer:
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip)
         self.optimizer.step()
+        if self.scheduler is not None:
+            self.scheduler.step()
         return value
 
 
@@ -494,15 +545,15 @@ def bench_sgemm(plan, out):
                {"gflop_per_cpu_s": 2.0 * n ** 3 / stats_of(cpu)["median"] / 1e9}, note=f"{n}x{n}x{n}, torch.mm")
 
 
-WORKLOADS = ["sgemm", "step_seed", "step_d2l", "attention", "attention_projected", "gru", "linear_ce", "op_overhead",
-             "greedy_seed", "beam5_seed", "greedy_d2l", "beam5_d2l", "memory_seed", "memory_d2l",
+WORKLOADS = ["sgemm", "step_seed", "step_d2l", "step_transformer", "attention", "attention_projected", "gru",
+             "linear_ce", "op_overhead", "greedy_seed", "beam5_seed", "greedy_d2l", "beam5_d2l", "memory_seed", "memory_d2l",
              "greedy_seed_int8", "beam5_seed_int8", "step_seed_bf16"]
 
 
 def run_workload(w, plan, out):
     if w == "sgemm":
         return bench_sgemm(plan, out)
-    if w in ("step_seed", "step_d2l"):
+    if w in ("step_seed", "step_d2l", "step_transformer"):
         return bench_step(w[5:], plan, out)
     if w in ("memory_seed", "memory_d2l"):
         return bench_memory(w[7:], plan, out)

@@ -33,6 +33,7 @@
 #include "models/seq2seq/decode.h"
 #include "models/seq2seq/run.h"
 #include "models/seq2seq/trainer.h"
+#include "models/seq2seq/transformer.h"
 #include "tools/args.h"
 #include "tools/commands.h"
 #include "tools/train_flags.h"
@@ -176,7 +177,78 @@ struct PresetData {
 
 constexpr int kBatches = 2;  // a timed cycle runs these batches once each
 
+// ---- the transformer preset on a synthetic batch
+
+// GEMM FLOPs of one Transformer training step (models/seq2seq/transformer.h), counted as
+// seq2seq_gemm_flops counts them (backward = 2x forward): per layer the attentions' input and
+// output projections, their two batched products per head (scores Q·Kᵀ and weights·V, over all
+// B·S·S or B·T·S pairs: the padded ones are computed too) and the feed-forward block; then the
+// (tied) output projection.
+double transformer_gemm_flops(const models::Seq2SeqConfig& c, int64_t B, int64_t S, int64_t T) {
+  const double E = c.hidden_size, F = c.ffn_size > 0 ? c.ffn_size : 4.0 * c.hidden_size, L = c.num_layers;
+  const double V = c.tgt_vocab, src_rows = static_cast<double>(B * S), tgt_rows = static_cast<double>(B * T);
+  const double encoder = 2 * src_rows * E * 4 * E             // q, k, v, out
+                         + 2 * 2.0 * B * S * S * E             // scores, context
+                         + 2 * 2 * src_rows * E * F;           // linear1, linear2
+  const double decoder = 2 * tgt_rows * E * 4 * E + 2 * 2.0 * B * T * T * E  // causal self-attention
+                         + 2 * tgt_rows * E * 2 * E + 2 * src_rows * E * 2 * E  // cross: q, out; memory's k, v
+                         + 2 * 2.0 * B * T * S * E                            // cross: scores, context
+                         + 2 * 2 * tgt_rows * E * F;
+  return 3 * (L * (encoder + decoder) + 2 * tgt_rows * E * V);
+}
+
+// The preset's shapes without its corpus: a ~2,500-token batch (--batch-tokens 2500 counts rows x
+// the longer side) of B = 100 rows and S = T = 25 positions, the rows' lengths spread as in a token
+// batch (which groups sentences of similar length): sources of 18-25 tokens, targets of 17-25
+// (<eos> included; tgt_in starts with <bos>), the rest <pad>; token ids spread over the joint
+// vocabulary of 8000 pieces. `seed` varies the lengths' order and the ids.
+constexpr int64_t kTransformerRows = 100, kTransformerLen = 25, kTransformerVocab = 8000;
+
+models::TensorBatch synthetic_transformer_batch(uint64_t seed) {
+  const int64_t B = kTransformerRows, L = kTransformerLen;
+  std::vector<int64_t> src(B * L, text::Vocab::kPad), tgt_in(B * L, text::Vocab::kPad),
+      tgt_out(B * L, text::Vocab::kPad), src_lengths(B);
+  uint64_t state = 0x9e3779b97f4a7c15ULL * (seed + 1);
+  auto next_id = [&] {  // splitmix64, mapped to the non-special ids
+    uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    return text::Vocab::kNumSpecial + static_cast<int64_t>(z % (kTransformerVocab - text::Vocab::kNumSpecial));
+  };
+  int64_t target_tokens = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t s_len = L - static_cast<int64_t>((b * 7 + seed) % 8);       // 18-25
+    const int64_t t_len = L - static_cast<int64_t>((b * 5 + seed * 3) % 9);   // 17-25, <eos> included
+    src_lengths[b] = s_len;
+    for (int64_t t = 0; t < s_len; ++t) src[b * L + t] = t + 1 == s_len ? text::Vocab::kEos : next_id();
+    tgt_in[b * L] = text::Vocab::kBos;
+    for (int64_t t = 0; t + 1 < t_len; ++t) tgt_out[b * L + t] = tgt_in[b * L + t + 1] = next_id();
+    tgt_out[b * L + t_len - 1] = text::Vocab::kEos;
+    target_tokens += t_len;
+  }
+  const TensorOptions ids{.dtype = DType::i64};
+  return {.src = from_vector(src, {B, L}, ids), .src_lengths = from_vector(src_lengths, {B}, ids),
+          .tgt_in = from_vector(tgt_in, {B, L}, ids), .tgt_out = from_vector(tgt_out, {B, L}, ids),
+          .target_tokens = target_tokens, .index = {}};
+}
+
+PresetData synthetic_transformer() {
+  PresetData d;
+  d.config = models::preset("transformer");
+  std::vector<std::string> tokens = text::Vocab().tokens();
+  for (int64_t i = text::Vocab::kNumSpecial; i < kTransformerVocab; ++i) tokens.push_back(fmt::format("p{}", i));
+  d.src_vocab = d.tgt_vocab = text::Vocab::from_tokens(tokens);  // one joint vocabulary, as the preset's
+  d.config.model.src_vocab = d.config.model.tgt_vocab = kTransformerVocab;
+  for (int i = 0; i < kBatches; ++i) {
+    d.batches.push_back(synthetic_transformer_batch(static_cast<uint64_t>(i)));
+    d.flops.push_back(transformer_gemm_flops(d.config.model, kTransformerRows, kTransformerLen, kTransformerLen));
+  }
+  return d;
+}
+
 PresetData load_preset(const std::string& name, const std::string& data_dir) {
+  if (name == "transformer") return synthetic_transformer();  // no corpus: step_transformer's batches
   PresetData d;
   d.config = models::preset(name);
   d.config.data_dir = data_dir;
@@ -600,7 +672,7 @@ void bench_data_parallel(const std::string& preset, const Plan& plan, const Repo
 
 void export_preset(const std::string& preset, const std::string& data_dir, const std::string& dir) {
   PresetData d = load_preset(preset, data_dir);
-  auto model = make_model(d);
+  auto model = d.config.model.architecture == models::Architecture::gru ? make_model(d) : nullptr;
   nlohmann::json j;
   j["preset"] = preset;
   j["config"] = d.config.to_json();
@@ -618,12 +690,17 @@ void export_preset(const std::string& preset, const std::string& data_dir, const
                             {"gemm_flops", d.flops[i]}});
   }
   std::ofstream(dir + "/" + preset + ".json") << j.dump();
-  save_tensors(dir + "/" + preset + ".safetensors", model->state_dict());
+  if (d.config.model.architecture == models::Architecture::transformer) {  // the weights the Trainer starts from
+    manual_seed(d.config.seed);
+    save_tensors(dir + "/" + preset + ".safetensors", models::make_translation_model(d.config.model)->state_dict());
+  } else {
+    save_tensors(dir + "/" + preset + ".safetensors", model->state_dict());
+  }
   fmt::print("exported {0}/{1}.json and {0}/{1}.safetensors\n", dir, preset);
 }
 
 const std::vector<std::string> kWorkloads = {
-    "sgemm",     "step_seed", "step_d2l",   "attention",   "attention_projected", "gru",         "linear_ce",
+    "sgemm",     "step_seed", "step_d2l",   "step_transformer", "attention",   "attention_projected", "gru",         "linear_ce",
     "op_overhead", "greedy_seed", "beam5_seed", "greedy_d2l", "beam5_d2l",         "memory_seed", "memory_d2l",
     "greedy_seed_int8", "beam5_seed_int8", "step_seed_bf16"};
 
@@ -644,7 +721,7 @@ void run_workload(const std::string& w, const Plan& plan, const Reporter& out) {
       return 0;
     });
   if (w == "sgemm") return bench_sgemm(plan, out);
-  if (w == "step_seed" || w == "step_d2l") return bench_step(w.substr(5), plan, out);
+  if (w == "step_seed" || w == "step_d2l" || w == "step_transformer") return bench_step(w.substr(5), plan, out);
   if (w == "memory_seed" || w == "memory_d2l") return bench_memory(w.substr(7), plan, out);
   if (w == "attention") return bench_attention(false, plan, out);
   if (w == "attention_projected") return bench_attention(true, plan, out);
@@ -669,7 +746,8 @@ void run_workload(const std::string& w, const Plan& plan, const Reporter& out) {
 }  // namespace
 
 int bench_main(int argc, char** argv) {
-  Args args("bench", "Timed workloads: training steps of the seq2seq presets on real batches, attention, GRU,\n"
+  Args args("bench", "Timed workloads: training steps of the seq2seq presets on real batches (the Transformer\n"
+                     "preset's on synthetic ones of its shapes), attention, GRU,\n"
                      "Linear + cross-entropy, per-op overhead, decoding latency, peak memory and the sgemm roof.\n"
                      "Each prints the median and spread (p10, p90) of repeated runs after warm-up.\n"
                      "bench/run.sh runs these and bench/torch_bench.py side by side.");
@@ -707,7 +785,7 @@ int bench_main(int argc, char** argv) {
   SG_CHECK_USAGE(plan.repeats >= 1 && plan.warmup >= 0, "bench: --repeats {} must be >= 1 and --warmup {} >= 0",
                  plan.repeats, plan.warmup);
   if (args.has("export")) {
-    for (const char* preset : {"seed", "d2l"}) export_preset(preset, plan.data_dir, args.get("export"));
+    for (const char* preset : {"seed", "d2l", "transformer"}) export_preset(preset, plan.data_dir, args.get("export"));
     return 0;
   }
   Reporter out{args.has("out-file") ? args.get("out-file") : "", args.flag("json"), get_num_threads()};

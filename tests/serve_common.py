@@ -137,6 +137,7 @@ def hostile_bodies(max_body_bytes):
         (v1, b'{"src": ["Hund"], "length_penalty": 1' + b"0" * 400 + b'}', 400),  # 1e400 overflows too
         (v1, b'{"src": ["Hund"], "src": ["Katze"]}', 400),       # duplicate key
         (v1, b'{"src": ["Hund"], "%s": 1}' % (b"k" * (max_body_bytes // 2)), 422),
+        (v1, b'{"src": ["Hund"], "' + b"\\u0001" * 80 + b'": 1}', 422),  # escapes: 6 characters each when shown
         (v1, b'{"src": ["Hund"], "alignment": "%s"}' % (b"x" * (max_body_bytes // 2)), 422),
         (v1, b'{"src": ["Ein \xc3"]}', 400),                         # a character cut short
         (v1, b'{"src": ["\xf4\x90\x80\x80"]}', 400),                 # above U+10FFFF

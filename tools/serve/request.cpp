@@ -20,7 +20,8 @@ constexpr int64_t kExplainAlternatives = 5;  // the explorer's top-k at each ste
 // A request nests two levels ({"src": [...]}, [{"src": ...}]); a little room beyond that keeps the
 // message about a wrong type ("src[0] must be a string, got array") for values a level deeper.
 constexpr int kMaxRequestDepth = 8;
-constexpr size_t kMaxFieldChars = 40;  // an unknown key is quoted this far in the error
+constexpr size_t kMaxFieldChars = 40;  // an unknown key up to this long is named as it is
+constexpr size_t kMaxShownKey = 64;    // a longer one (or one with control characters) as a bounded preview
 
 // Where `text` stops being UTF-8 (std::string::npos: it is): overlong forms, surrogates and code
 // points above U+10FFFF count as invalid, as RFC 3629 says.
@@ -67,15 +68,26 @@ bool boolean(const nlohmann::json& v, const std::string& field) {
   return v.get<bool>();
 }
 
+// A client's key as an error names it: as is when short and printable, else quoted, escaped and
+// cut to its first characters, at most kMaxShownKey characters in all (an escape such as \u0001
+// takes six, so the cut is found by trying shorter prefixes).
+std::string shown_key(const std::string& key) {
+  const bool printable = std::none_of(key.begin(), key.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20; });
+  if (key.size() <= kMaxFieldChars && printable) return key;
+  std::string shown;
+  for (size_t prefix = kMaxFieldChars; prefix > 0; --prefix)
+    if ((shown = json_preview(key, prefix)).size() <= kMaxShownKey) break;
+  return shown;
+}
+
 void check_known_fields(const nlohmann::json& object, const std::vector<std::string>& known, const std::string& where) {
   for (const auto& [key, value] : object.items()) {
     if (std::find(known.begin(), known.end(), key) != known.end()) continue;
     std::string list;
     for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
-    // a client's key can be as long as the body: quoted and named by its first characters
-    const std::string shown = key.size() <= kMaxFieldChars ? key : json_preview(key, kMaxFieldChars);
+    const std::string shown = shown_key(key);
     refuse(shown, fmt::format("unknown field '{}' in {}{} (known: {})", shown, where,
-                              key.size() <= kMaxFieldChars ? did_you_mean(key, known) : "", list));
+                              shown == key ? did_you_mean(key, known) : "", list));
   }
 }
 

@@ -380,6 +380,113 @@ class CliTable(Base):
         self.assertFalse(os.path.exists("attention"))
 
 
+# ---- the attention demo's Transformer kinds -----------------------------------------------------
+
+class AttentionDemo(Base):
+    """`seqgrad attention demo --attention multihead,causal` against numbers derived here, from the toy
+    input and the parameters the demo states (docs/attention.md, "From additive attention to the
+    Transformer"); and every demo command docs/learn.md and docs/attention.md show runs."""
+
+    QUERIES = [[1.0, 0.0, 0.5], [0.0, 1.0, -0.5]]
+    KEYS = [[1.0, 0.2, 0.4], [-0.1, 0.9, -0.6], [0.8, -0.1, 0.7], [0.0, 0.0, 0.0], [5.0, 5.0, 5.0]]
+    VALUES = [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [-1.0, 0.0], [9.0, 9.0]]
+    VALID = 4  # k4 is padding
+
+    @staticmethod
+    def masked_softmax(row, n):
+        """softmax over row[:n], zero for the rest"""
+        m = max(row[:n])
+        e = [math.exp(x - m) for x in row[:n]]
+        return [x / sum(e) for x in e] + [0.0] * (len(row) - n)
+
+    @staticmethod
+    def block(out, title, rows):
+        """The rows of the table (or vector list) printed under the line containing `title`: each
+        row's numbers, -inf included, without its label."""
+        lines = out.splitlines()
+        at = next(i for i, line in enumerate(lines) if title in line)
+        table = [line for line in lines[at + 1:at + 2 + rows] if re.match(r"  [qx]\d", line)][:rows]  # not the header
+        return [[float(x) for x in re.findall(r"-inf|-?\d+\.\d+", line.split(None, 1)[1])] for line in table]
+
+    def assertRowsEqual(self, printed, expected, what):
+        self.assertEqual(len(printed), len(expected), what)
+        for got, want in zip(printed, expected):
+            self.assertEqual(len(got), len(want), what)
+            for g, w in zip(got, want):
+                if math.isinf(w):
+                    self.assertEqual(g, w, what)
+                else:
+                    self.assertAlmostEqual(g, w, delta=1e-4, msg=f"{what}: {got} != {want}")
+
+    def test_multihead_numbers(self):
+        p = run("attention", "demo", "--attention", "multihead")
+        self.assertOk(p)
+        out = p.stdout
+        # W_q = W_k = I: head h scores q_h k_h (d = 1); W_v: (a, b) -> (a, b, a + b); W_o = I, biases 0
+        head_values = [[v[0], v[1], v[0] + v[1]] for v in self.VALUES]
+        contexts, averaged = [], [[0.0] * 5 for _ in self.QUERIES]
+        for h in range(3):
+            energies = [[q[h] * k[h] for k in self.KEYS] for q in self.QUERIES]
+            masked = [[e if j < self.VALID else -math.inf for j, e in enumerate(row)] for row in energies]
+            weights = [self.masked_softmax(row, self.VALID) for row in energies]
+            context = [[sum(w[j] * head_values[j][h] for j in range(5))] for w in weights]
+            self.assertRowsEqual(self.block(out, f"head {h} energies", 2), energies, f"head {h} energies")
+            self.assertRowsEqual(self.block(out, f"head {h} masked energies", 2), masked, f"head {h} masked")
+            self.assertRowsEqual(self.block(out, f"head {h} weights", 2), weights, f"head {h} weights")
+            self.assertRowsEqual(self.block(out, f"head {h} context", 2), context, f"head {h} context")
+            for i in range(2):
+                self.assertEqual(self.block(out, f"head {h} weights", 2)[i][4], 0.0)  # the padding key
+                for j in range(5):
+                    averaged[i][j] += weights[i][j] / 3
+            contexts.append(context)
+        self.assertRowsEqual(self.block(out, "weights averaged over the heads", 2), averaged, "head average")
+        output = [[contexts[h][i][0] for h in range(3)] for i in range(2)]
+        self.assertRowsEqual(self.block(out, "output = concat", 2), output, "output")
+        # --seed does not touch the hand-set parameters
+        self.assertEqual(run("attention", "demo", "--attention", "multihead", "--seed", "7").stdout, out)
+
+    def test_causal_numbers(self):
+        p = run("attention", "demo", "--attention", "causal")
+        self.assertOk(p)
+        out = p.stdout
+        lengths = [min(t + 1, self.VALID) for t in range(5)]  # [1, 2, 3, 4, 4]
+        self.assertIn("causal_lengths([4], 5) = [1 2 3 4 4]", out)
+        energies = [[sum(a * b for a, b in zip(x, y)) / math.sqrt(3) for y in self.KEYS] for x in self.KEYS]
+        masked = [[e if j < lengths[t] else -math.inf for j, e in enumerate(row)] for t, row in enumerate(energies)]
+        weights = [self.masked_softmax(row, lengths[t]) for t, row in enumerate(energies)]
+        context = [[sum(w[j] * self.VALUES[j][d] for j in range(5)) for d in range(2)] for w in weights]
+        self.assertRowsEqual(self.block(out, "energies e = x_t · x_j", 5), energies, "causal energies")
+        self.assertRowsEqual(self.block(out, "masked energies: the future", 5), masked, "causal masked energies")
+        printed = self.block(out, "weights = masked_softmax(energies)", 5)
+        self.assertRowsEqual(printed, weights, "causal weights")
+        for t, row in enumerate(printed):  # query t sees the keys j <= t, and never the padding key
+            self.assertTrue(all(w == 0.0 for j, w in enumerate(row) if j > t or j >= self.VALID), row)
+        self.assertRowsEqual(self.block(out, "context = weights · values", 5), context, "causal context")
+        # the cache: decoding step t attends to keys 0..t unmasked and gets causal row t
+        steps = re.findall(r"^  step (\d): cache x0\.\.x\d  context \[\s*(-?\d+\.\d+)\s+(-?\d+\.\d+) \]"
+                           r"\s+\|step - causal row\| = (\S+)$", out, re.M)
+        self.assertEqual([int(s[0]) for s in steps], [0, 1, 2, 3], out)
+        for t, a, b, diff in steps:
+            self.assertRowsEqual([[float(a), float(b)]], [context[int(t)]], f"step {t}")
+            self.assertLess(float(diff), 1e-12)
+
+    def test_every_documented_demo_command_runs(self):
+        root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+        commands = set()
+        for doc in ("docs/learn.md", "docs/attention.md"):
+            with open(os.path.join(root, doc)) as f:
+                for m in re.finditer(r"seqgrad attention demo((?: --?[a-z][\w-]*(?: [\w,]+)?)*)", f.read()):
+                    commands.add(m.group(1).strip())
+        self.assertIn("--attention multihead,causal", commands)
+        for args in sorted(commands):
+            argv = args.split()
+            p = run("attention", "demo", *argv)
+            self.assertOk(p)
+            kinds = argv[argv.index("--attention") + 1].split(",") if "--attention" in argv else []
+            if kinds and "all" not in kinds:
+                self.assertEqual(set(re.findall(r"^== (\w+)", p.stdout, re.M)), set(kinds), args)
+
+
 # ---- bad input to train -------------------------------------------------------------------------
 
 class TrainBadInput(Base):

@@ -1,7 +1,8 @@
 // `seqgrad attention demo`: every attention kind on one tiny, fixed toy input, printing the
 // energies (pre-softmax scores), the weights and the contexts, so the formulas in
 // docs/attention.md can be followed number by number. Parameters come from --seed, but for the
-// additive demo's, set by hand (set_additive_parameters).
+// additive and multi-head demos', set by hand (set_additive_parameters, set_multihead_parameters);
+// causal self-attention has none.
 #include <algorithm>
 #include <set>
 #include <cmath>
@@ -14,6 +15,7 @@
 #include "core/rng.h"
 #include "core/threads.h"
 #include "nn/attention.h"
+#include "nn/mask.h"
 #include "tools/args.h"
 #include "tools/commands.h"
 
@@ -58,13 +60,25 @@ void print_vectors(const char* name, const char* prefix, const Tensor& t) {  // 
   fmt::print("\n");
 }
 
+// `rows` x kK numbers (row-major) as a table with keys as columns, rows labelled `row_label`0..,
+// columns `key_label`0..; padding keys are starred. Where `keep` is given, a cell it masks out
+// prints as -inf (the energy the softmax sees there).
+void print_grid(const std::string& title, const std::vector<double>& v, int64_t rows, const char* row_label,
+                const char* key_label, const std::vector<bool>& keep = {}) {
+  fmt::print("{}\n       ", title);
+  for (int64_t j = 0; j < kK; ++j) fmt::print(" {:>8}", fmt::format("{}{}{}", key_label, j, j >= kValid ? "*" : ""));
+  fmt::print("\n");
+  for (int64_t i = 0; i < rows; ++i) {
+    std::string cells;
+    for (int64_t j = 0; j < kK; ++j)
+      cells += keep.empty() || keep[i * kK + j] ? fmt::format(" {:8.4f}", v[i * kK + j]) : fmt::format(" {:>8}", "-inf");
+    fmt::print("  {}{}{}  {}\n", row_label, i, i >= kValid && rows == kK ? "*" : " ", cells);
+  }
+}
+
 // A (1, Q, K) or (Q, K) tensor as a table with keys as columns; padding keys are starred.
 void print_table(const std::string& title, const Tensor& t) {
-  fmt::print("{}\n       ", title);
-  for (int64_t j = 0; j < kK; ++j) fmt::print(" {:>8}", fmt::format("k{}{}", j, j >= kValid ? "*" : ""));
-  fmt::print("\n");
-  std::vector<double> v = t.to_vector<double>();
-  for (int64_t i = 0; i < kQ; ++i) fmt::print("  q{}   {}\n", i, row_of(v, i * kK, kK));
+  print_grid(title, t.to_vector<double>(), kQ, "q", "k");
 }
 
 void print_context(const Tensor& context) {  // (1, Q, D)
@@ -199,15 +213,86 @@ void demo_chunked(const Toy& toy) {
              std::exp(10.0) / (z1 + z2), std::exp(10.0) / z1, 0.5 * std::exp(10.0) / z1);
 }
 
+// The multi-head demo's parameters, set by hand so that every number can be checked by hand: the
+// toy's E = 3 features split into h = 3 heads of d = 1. W_q = W_k = I, so head h compares feature h
+// of a query with feature h of each key; W_v sends a value (a, b) to (a, b, a + b), so head 0
+// returns the values' first feature, head 1 their second and head 2 their sum; W_o = I and the
+// biases are 0, so the output is the three heads' contexts side by side.
+void set_multihead_parameters(nn::MultiHeadAttention& a) {
+  const Tensor identity = tensor({1, 0, 0, 0, 1, 0, 0, 0, 1}, {kD, kD});
+  a.q_proj_weight.copy_(identity);
+  a.k_proj_weight.copy_(identity);
+  a.v_proj_weight.copy_(tensor({1, 0, 0, 1, 1, 1}, {kD, kDv}));
+  a.in_proj_bias.zero_();
+  a.out_proj.weight.copy_(identity);
+  a.out_proj.bias.zero_();
+}
+
 void demo_multihead(const Toy& toy) {
-  fmt::print("== multihead: E = {}, h = 1 head of d = {} (torch.nn.MultiheadAttention layout)\n", kD, kD);
-  nn::MultiHeadAttention a({.embed_dim = kD, .num_heads = 1, .vdim = kDv});
-  Tensor context = a(toy.queries, toy.keys, toy.values, toy.lengths);
-  print_table("energies (q W_q + b_q) · (k W_k + b_k) / √d", a.last_scores());
-  print_table("weights (averaged over heads)", a.last_weights());
+  const int64_t heads = kD;  // d = E / h = 1
+  fmt::print("== multihead: E = {}, h = {} heads of d = E / h = 1 (torch.nn.MultiheadAttention layout)\n", kD, heads);
+  nn::MultiHeadAttention a({.embed_dim = kD, .num_heads = heads, .vdim = kDv});
+  set_multihead_parameters(a);
+  fmt::print("  parameters set by hand (not --seed): W_q = W_k = I, so head h scores q_h · k_h (feature h alone);\n"
+             "  W_v = [1 0; 0 1; 1 1], so v = (a, b) becomes (a, b, a + b) and head h returns feature h of that;\n"
+             "  W_o = I and every bias 0, so the output is the heads' contexts side by side\n");
+  Tensor context = a(toy.queries, toy.keys, toy.values, toy.lengths);  // (1, Q, E)
+  Tensor head_values = linear(toy.values, a.v_proj_weight, a.in_proj_bias.narrow(0, 2 * kD, kD));  // (1, K, E)
+  std::vector<bool> keep(kQ * kK);
+  for (int64_t i = 0; i < kQ * kK; ++i) keep[i] = i % kK < kValid;
+  for (int64_t h = 0; h < heads; ++h) {
+    fmt::print("-- head {}: queries and keys projected to their feature {}, values to (v W_vᵀ)_{}\n", h, h, h);
+    print_vectors("values", "v", head_values.narrow(2, h, 1));
+    std::vector<double> e = a.last_head_scores().select(1, h).to_vector<double>();  // (Q, K)
+    print_grid(fmt::format("head {} energies q·k / √d   (d = 1, so /√d = /1)", h), e, kQ, "q", "k");
+    print_grid(fmt::format("head {} masked energies (the padding key is -inf before the softmax)", h), e, kQ, "q",
+               "k", keep);
+    Tensor w = a.last_head_weights().select(1, h);  // (1, Q, K)
+    print_grid(fmt::format("head {} weights = softmax(masked energies)   (rows sum to 1)", h),
+               w.to_vector<double>(), kQ, "q", "k");
+    std::vector<double> c = matmul(w, head_values.narrow(2, h, 1)).to_vector<double>();  // (1, Q, 1)
+    fmt::print("head {} context = weights · values   (B, Q, d = 1)\n", h);
+    for (int64_t i = 0; i < kQ; ++i) fmt::print("  q{}   [{} ]\n", i, row_of(c, i, 1));
+  }
+  print_table("weights averaged over the heads (last_weights(): what a heatmap of the layer shows)",
+              a.last_weights());
   std::vector<double> c = context.to_vector<double>();
-  fmt::print("output = out_proj(weights · (v W_v + b_v))   (B, Q, E = {})\n", kD);
+  fmt::print("output = concat(head 0, head 1, head 2) W_oᵀ + b_o   (B, Q, E = {}; W_o = I: the heads' contexts)\n", kD);
   for (int64_t i = 0; i < kQ; ++i) fmt::print("  q{}   [{} ]\n", i, row_of(c, i * kD, kD));
+}
+
+void demo_causal(const Toy& toy) {
+  fmt::print("== causal self-attention (the Transformer decoder's): query t sees only the keys j <= t\n");
+  fmt::print("  the {} keys as one sequence x0..x{} (x{} is padding: length {}) attend to themselves:\n"
+             "  queries = keys = x, values = the toy values (no projections: one head of d = {}, scaled dot)\n",
+             kK, kK - 1, kK - 1, kValid, kD);
+  Tensor lengths = nn::causal_lengths(toy.lengths, kK);  // (1, K): query t's valid keys
+  std::vector<int64_t> len = lengths.to_vector<int64_t>();
+  fmt::print("  per-query valid lengths causal_lengths([{}], {}) = [", kValid, kK);
+  for (int64_t t = 0; t < kK; ++t) fmt::print("{}{}", t == 0 ? "" : " ", len[t]);
+  fmt::print("]: length_t = min(t + 1, {}), so key j is kept iff j < length_t\n", kValid);
+  nn::ScaledDotProductAttention a;
+  Tensor context = a(toy.keys, toy.keys, toy.values, lengths);  // (1, K, Dv)
+  std::vector<double> e = a.last_scores().to_vector<double>();  // (K, K)
+  std::vector<bool> keep(kK * kK);
+  for (int64_t i = 0; i < kK * kK; ++i) keep[i] = i % kK < len[i / kK];
+  print_grid("energies e = x_t · x_j / √d   (every pair, before the mask)", e, kK, "x", "x");
+  print_grid("masked energies: the future keys j > t and the padding key are -inf", e, kK, "x", "x", keep);
+  print_grid("weights = masked_softmax(energies)   (zero above the diagonal; rows sum to 1)",
+             a.last_weights().to_vector<double>(), kK, "x", "x");
+  std::vector<double> c = context.to_vector<double>();
+  fmt::print("context = weights · values   (B, T, {})\n", kDv);
+  for (int64_t t = 0; t < kK; ++t) fmt::print("  x{}{}  [{} ]\n", t, t >= kValid ? "*" : " ", row_of(c, t * kDv, kDv));
+  fmt::print("  (x{}* is padding: its row is computed, and the loss ignores it)\n", kK - 1);
+  fmt::print("the key/value cache (TransformerDecoderLayer::step): decoding position t, its query attends to the\n"
+             "cached keys and values 0..t with no mask at all, and gets the causal row t:\n");
+  for (int64_t t = 0; t < kValid; ++t) {
+    Tensor step = a(toy.keys.narrow(1, t, 1), toy.keys.narrow(1, 0, t + 1), toy.values.narrow(1, 0, t + 1));
+    double diff = max(abs(sub(step, context.narrow(1, t, 1)))).item();
+    std::vector<double> s = step.to_vector<double>();
+    fmt::print("  step {}: cache x0..x{}  context [{} ]   |step - causal row| = {:.1e}\n", t, t, row_of(s, 0, kDv),
+               diff);
+  }
 }
 
 }  // namespace
@@ -218,22 +303,23 @@ int attention_demo_main(int argc, char** argv) {
   tools::Args a("attention demo",
                 "Print each attention kind's energies, weights and contexts for a tiny fixed toy input "
                 "(docs/attention.md has the formulas).");
-  a.option("attention", "list", "comma-separated kinds: additive, dot, scaled_dot, hybrid, local, chunked, multihead; "
-           "or all", "all")
+  a.option("attention", "list", "comma-separated kinds: additive, dot, scaled_dot, hybrid, local, chunked, multihead, "
+           "causal; or all", "all")
       .deprecated_alias("kind", "attention")
-      .option("seed", "n", "random seed of the parameters of hybrid, local, chunked and multihead (the input and "
-              "the additive demo's parameters are fixed)", "0")
+      .option("seed", "n", "random seed of the parameters of hybrid, local and chunked (the input and the "
+              "additive and multihead demos' parameters are fixed)", "0")
       .option("threads", "n", "threads (default: all cores)");
   if (!a.parse(argc, argv)) return 0;
   if (a.has("threads")) set_num_threads(a.get_threads());
-  const std::vector<std::string> kinds = {"additive", "dot", "scaled_dot", "hybrid", "local", "chunked", "multihead"};
+  const std::vector<std::string> kinds = {"additive", "dot",     "scaled_dot", "hybrid",
+                                          "local",    "chunked", "multihead",  "causal"};
   std::set<std::string> chosen;  // the demos run in `kinds`' order, each once
   for (size_t start = 0, end = 0; end != std::string::npos; start = end + 1) {
     end = a.get("attention").find(',', start);
     const std::string kind = a.get("attention").substr(start, end == std::string::npos ? end : end - start);
     SG_CHECK_USAGE(kind == "all" || std::find(kinds.begin(), kinds.end(), kind) != kinds.end(),
                    "attention demo: unknown --attention kind '{}'; choose from additive, dot, scaled_dot, hybrid, "
-                   "local, chunked, multihead, all", kind);
+                   "local, chunked, multihead, causal, all", kind);
     if (kind == "all") chosen.insert(kinds.begin(), kinds.end());
     else chosen.insert(kind);
   }
@@ -256,6 +342,7 @@ int attention_demo_main(int argc, char** argv) {
     if (k == "local") tools::demo_local(toy);
     if (k == "chunked") tools::demo_chunked(toy);
     if (k == "multihead") tools::demo_multihead(toy);
+    if (k == "causal") tools::demo_causal(toy);
   }
   return 0;
 }

@@ -279,12 +279,8 @@ namespace {
 struct GruSearchState : TranslationModel::SearchState {
   Tensor state;                        // (L, N, H)
   AttnDecoder::Memory sentences, rows;  // per sentence; per row
-  std::vector<int64_t> sentence_of_row;
+  SentenceRows sentence_of_row{0};
 };
-
-Tensor ids_on(const std::vector<int64_t>& ids, Device device) {
-  return from_vector(ids, {static_cast<int64_t>(ids.size())}, {.dtype = DType::i64, .device = device});
-}
 
 }  // namespace
 
@@ -293,7 +289,7 @@ std::unique_ptr<TranslationModel::SearchState> Seq2Seq::start(const Tensor& src,
   auto s = std::make_unique<GruSearchState>();
   s->state = e.state;
   s->sentences = s->rows = e.memory;
-  for (int64_t b = 0; b < src.size(0); ++b) s->sentence_of_row.push_back(b);
+  s->sentence_of_row = SentenceRows(src.size(0));
   return s;
 }
 
@@ -307,12 +303,25 @@ TranslationModel::StepOutput Seq2Seq::step(SearchState& state, const Tensor& y_p
 void Seq2Seq::reorder(SearchState& state, const std::vector<int64_t>& rows) const {
   auto& s = dynamic_cast<GruSearchState&>(state);
   const Device device = s.state.device();
-  s.state = index_select(s.state, 1, ids_on(rows, device));  // (L, N, H)
+  s.state = index_select(s.state, 1, row_index(rows, device));  // (L, N, H)
+  if (std::vector<int64_t> sentences = s.sentence_of_row.reorder(rows); !sentences.empty())
+    s.rows = s.sentences.select_rows(row_index(sentences, device));
+}
+
+Tensor row_index(const std::vector<int64_t>& rows, Device device) {
+  return from_vector(rows, {static_cast<int64_t>(rows.size())}, {.dtype = DType::i64, .device = device});
+}
+
+SentenceRows::SentenceRows(int64_t sentences) {
+  for (int64_t b = 0; b < sentences; ++b) sentence_of_row_.push_back(b);
+}
+
+std::vector<int64_t> SentenceRows::reorder(const std::vector<int64_t>& rows) {
   std::vector<int64_t> sentences;
-  for (int64_t r : rows) sentences.push_back(s.sentence_of_row.at(r));
-  if (sentences == s.sentence_of_row) return;
-  s.rows = s.sentences.select_rows(ids_on(sentences, device));
-  s.sentence_of_row = std::move(sentences);
+  for (int64_t r : rows) sentences.push_back(sentence_of_row_.at(r));
+  if (sentences == sentence_of_row_) return {};
+  sentence_of_row_ = sentences;
+  return sentences;
 }
 
 void init_xavier(Seq2Seq& model) {

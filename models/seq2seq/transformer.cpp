@@ -21,16 +21,12 @@ nn::Embedding::Options embedding_options(int64_t vocab, const Seq2SeqConfig& c) 
   return {.num_embeddings = vocab, .embedding_dim = c.hidden_size, .padding_idx = c.pad_id};
 }
 
-Tensor ids_on(const std::vector<int64_t>& ids, Device device) {
-  return from_vector(ids, {static_cast<int64_t>(ids.size())}, {.dtype = DType::i64, .device = device});
-}
-
 // A search's decoder rows: the per-layer key/value cache of each row, and each row's sentence
 // memory gathered from the batch's (only when the rows' sentences change).
 struct TransformerSearchState : TranslationModel::SearchState {
   nn::TransformerDecoder::State rows;
   std::vector<nn::AttentionMemory> sentences;  // per layer: the cross-attention's keys and values
-  std::vector<int64_t> sentence_of_row;
+  SentenceRows sentence_of_row{0};
 };
 
 }  // namespace
@@ -108,7 +104,7 @@ std::unique_ptr<TranslationModel::SearchState> TransformerTranslator::start(cons
   auto s = std::make_unique<TransformerSearchState>();
   s->rows = decoder.start(encode(src, src_lengths), src_lengths);
   s->sentences = s->rows.memory;
-  for (int64_t b = 0; b < src.size(0); ++b) s->sentence_of_row.push_back(b);
+  s->sentence_of_row = SentenceRows(src.size(0));
   return s;
 }
 
@@ -126,18 +122,16 @@ TranslationModel::StepOutput TransformerTranslator::step(SearchState& state, con
 void TransformerTranslator::reorder(SearchState& state, const std::vector<int64_t>& rows) const {
   auto& s = dynamic_cast<TransformerSearchState&>(state);
   const Device device = s.sentences.front().keys.device();
-  const Tensor index = ids_on(rows, device);
+  const Tensor index = row_index(rows, device);
   for (size_t i = 0; i < s.rows.keys.size(); ++i) {
     if (!s.rows.keys[i].defined()) continue;  // before the first step
     s.rows.keys[i] = index_select(s.rows.keys[i], 0, index);
     s.rows.values[i] = index_select(s.rows.values[i], 0, index);
   }
-  std::vector<int64_t> sentences;
-  for (int64_t r : rows) sentences.push_back(s.sentence_of_row.at(r));
-  if (sentences == s.sentence_of_row) return;
-  const Tensor sentence_index = ids_on(sentences, device);
+  const std::vector<int64_t> sentences = s.sentence_of_row.reorder(rows);
+  if (sentences.empty()) return;
+  const Tensor sentence_index = row_index(sentences, device);
   for (size_t i = 0; i < s.sentences.size(); ++i) s.rows.memory[i] = s.sentences[i].select_rows(sentence_index);
-  s.sentence_of_row = std::move(sentences);
 }
 
 std::unique_ptr<TranslationModel> build_translation_model(const Seq2SeqConfig& config) {

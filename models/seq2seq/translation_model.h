@@ -52,4 +52,21 @@ class TranslationModel : public nn::Module {
   virtual std::string architecture() const = 0;
 };
 
+// Row numbers as an int64 (N,) tensor on `device`, for index_select and select_rows.
+Tensor row_index(const std::vector<int64_t>& rows, Device device);
+
+// Which source sentence each row of a search translates, for the architectures' search states: a
+// row's source memory (encoder outputs, cross-attention keys and values) is its sentence's, so it
+// is gathered again only when a reorder changes the rows' sentences, not at every step.
+class SentenceRows {
+ public:
+  explicit SentenceRows(int64_t sentences);  // row b translates sentence b
+  // Row r continues row rows[r]: the new rows' sentences when they differ from the last ones (the
+  // memory must then be gathered with them), else an empty vector.
+  std::vector<int64_t> reorder(const std::vector<int64_t>& rows);
+
+ private:
+  std::vector<int64_t> sentence_of_row_;
+};
+
 }  // namespace seqgrad::models

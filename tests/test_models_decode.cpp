@@ -13,9 +13,12 @@
 
 #include "core/rng.h"
 #include "models/seq2seq/decode.h"
+#include "tests/padded_source.h"
 
 using namespace seqgrad;
 using namespace seqgrad::models;
+using seqgrad::testing::Source;
+using seqgrad::testing::source;
 
 namespace {
 
@@ -48,22 +51,6 @@ double log_p(const std::vector<double>& probs, int64_t token) {
   return std::log(probs[token] / sum);
 }
 
-struct Source {
-  Tensor src, lengths;
-};
-Source source(const std::vector<std::vector<int64_t>>& sentences) {
-  int64_t longest = 0;
-  for (const auto& s : sentences) longest = std::max<int64_t>(longest, static_cast<int64_t>(s.size()));
-  std::vector<int64_t> ids, lengths;
-  for (const auto& s : sentences) {
-    ids.insert(ids.end(), s.begin(), s.end());
-    ids.insert(ids.end(), longest - static_cast<int64_t>(s.size()), 0);  // <pad>
-    lengths.push_back(static_cast<int64_t>(s.size()));
-  }
-  auto batch = static_cast<int64_t>(sentences.size());
-  return {from_vector(ids, {batch, longest}, {.dtype = DType::i64}),
-          from_vector(lengths, {batch}, {.dtype = DType::i64})};
-}
 
 }  // namespace
 

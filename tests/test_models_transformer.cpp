@@ -16,10 +16,13 @@
 #include "models/seq2seq/trainer.h"
 #include "models/seq2seq/transformer.h"
 #include "models/seq2seq/translator.h"
+#include "tests/padded_source.h"
 #include "tests/temp_dir.h"
 
 using namespace seqgrad;
 using namespace seqgrad::models;
+using seqgrad::testing::Source;
+using seqgrad::testing::source;
 using seqgrad::testing::temp_path;
 
 namespace {
@@ -33,22 +36,11 @@ Seq2SeqConfig transformer_config(bool tie = false, bool norm_first = true) {
   return c;
 }
 
-struct Source {
-  Tensor src, lengths;
-};
-// Sentences of ids >= 4 padded with 0, as the data pipeline batches them.
-Source source(const std::vector<std::vector<int64_t>>& sentences) {
-  int64_t longest = 0;
-  for (const auto& s : sentences) longest = std::max<int64_t>(longest, static_cast<int64_t>(s.size()));
-  std::vector<int64_t> ids, lengths;
-  for (const auto& s : sentences) {
-    ids.insert(ids.end(), s.begin(), s.end());
-    ids.insert(ids.end(), longest - static_cast<int64_t>(s.size()), 0);
-    lengths.push_back(static_cast<int64_t>(s.size()));
-  }
-  const auto batch = static_cast<int64_t>(sentences.size());
-  return {from_vector(ids, {batch, longest}, {.dtype = DType::i64}),
-          from_vector(lengths, {batch}, {.dtype = DType::i64})};
+// The vocabulary of the tests' checkpoints: the 4 special tokens and 9 words (13 in all).
+text::Vocab toy_vocab(const std::vector<std::string>& words = {"w0", "w1", "w2", "w3", "w4", "w5", "w6", "w7", "w8"}) {
+  std::vector<std::string> tokens = {"<pad>", "<bos>", "<eos>", "<unk>"};
+  tokens.insert(tokens.end(), words.begin(), words.end());
+  return text::Vocab::from_tokens(tokens);
 }
 
 // The teacher-forced log-probabilities of `tokens` (then <eos> when finished) after <bos>, for
@@ -162,9 +154,8 @@ TEST_CASE("transformer: a checkpoint round-trips through the library's Translato
   TrainConfig config;
   config.model = transformer_config(true);
   config.max_tokens = 6;
-  std::vector<std::string> tokens = {"<pad>", "<bos>", "<eos>", "<unk>"};
-  for (const char* w : {"ein", "hund", "eine", "katze", "rennt", "schlaeft", "im", "park", "und"}) tokens.push_back(w);
-  const text::Vocab vocab = text::Vocab::from_tokens(tokens);
+  const std::vector<std::string> words = {"ein", "hund", "eine", "katze", "rennt", "schlaeft", "im", "park", "und"};
+  const text::Vocab vocab = toy_vocab(words);
   auto model = make_translation_model(config.model);
   const std::string path = temp_path("seqgrad_transformer_roundtrip.safetensors");
   save_checkpoint(path, *model, {config, vocab, vocab, nlohmann::json::object()});
@@ -195,9 +186,9 @@ TEST_CASE("transformer: a checkpoint round-trips through the library's Translato
   CHECK(mixed.translate(sentences, {.max_len = 6}).front().error.empty());
 
   // vocabularies that differ: the error names both files
-  std::vector<std::string> other_tokens = tokens;
-  other_tokens.back() = "oder";
-  const text::Vocab other = text::Vocab::from_tokens(other_tokens);
+  std::vector<std::string> other_words = words;
+  other_words.back() = "oder";
+  const text::Vocab other = toy_vocab(other_words);
   const std::string other_path = temp_path("seqgrad_transformer_other_vocab.safetensors");
   save_checkpoint(other_path, *model, {config, other, other, nlohmann::json::object()});
   const std::string differ =
@@ -224,9 +215,7 @@ TEST_CASE("transformer: the architecture's errors name the field") {
 TEST_CASE("transformer: a GRU checkpoint read as a Transformer (or back) is an error naming the file and the field") {
   TrainConfig config;
   config.model = transformer_config();
-  std::vector<std::string> tokens = {"<pad>", "<bos>", "<eos>", "<unk>"};
-  for (int i = 0; i < 9; ++i) tokens.push_back("w" + std::to_string(i));
-  const text::Vocab vocab = text::Vocab::from_tokens(tokens);
+  const text::Vocab vocab = toy_vocab();
   TrainConfig gru_config = config;
   gru_config.model = Seq2SeqConfig{.src_vocab = 13, .tgt_vocab = 13, .embed_size = 16, .hidden_size = 16,
                                    .num_layers = 2, .dropout = 0};
@@ -241,9 +230,7 @@ TEST_CASE("transformer: a GRU checkpoint read as a Transformer (or back) is an e
 }
 
 TEST_CASE("transformer: a run started (init_from) from a checkpoint of the other architecture names the field") {
-  std::vector<std::string> tokens = {"<pad>", "<bos>", "<eos>", "<unk>"};
-  for (int i = 0; i < 9; ++i) tokens.push_back("w" + std::to_string(i));
-  const text::Vocab vocab = text::Vocab::from_tokens(tokens);
+  const text::Vocab vocab = toy_vocab();
   TrainConfig gru_config;
   gru_config.model = Seq2SeqConfig{.embed_size = 8, .hidden_size = 8, .num_layers = 1, .dropout = 0};
   Trainer gru(gru_config, vocab, vocab);
@@ -256,5 +243,37 @@ TEST_CASE("transformer: a run started (init_from) from a checkpoint of the other
                                "but this run trains a transformer";
   CHECK_THROWS_WITH_AS(transformer.init_weights_from(read_checkpoint(path), path), doctest::Contains(expected.c_str()),
                        IOError);
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("transformer: a checkpoint whose config the tensors do not back is refused before anything is built") {
+  // a hostile or damaged config (within the fields' ranges: an FFN of 2^20 per layer, more layers
+  // than the file holds, a wider model) must not size a model: read_checkpoint checks each against
+  // the tensors present and names the field
+  TrainConfig config;
+  config.model = transformer_config();
+  const text::Vocab vocab = toy_vocab();
+  auto model = make_translation_model(config.model);
+  const std::string path = temp_path("seqgrad_transformer_hostile.safetensors");
+  struct Case {
+    void (*edit)(Seq2SeqConfig&);
+    const char* message;
+  };
+  const Case cases[] = {
+      {[](Seq2SeqConfig& m) { m.ffn_size = int64_t{1} << 20; },
+       "config field model.ffn_size = 1048576, but tensor 'model.encoder.layers.0.linear1.weight' has shape "
+       "(24, 16)"},
+      {[](Seq2SeqConfig& m) { m.num_layers = 3; },
+       "config field model.num_layers = 3, but the encoder has 2 layer(s) of weights"},
+      {[](Seq2SeqConfig& m) { m.hidden_size = m.embed_size = 32; },
+       "config field model.hidden_size = 32, but tensor 'model.src_embedding.weight' has shape (13, 16)"},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.message);
+    TrainConfig hostile = config;
+    c.edit(hostile.model);
+    save_checkpoint(path, *model, {hostile, vocab, vocab, nlohmann::json::object()});
+    CHECK_THROWS_WITH_AS(read_checkpoint(path), doctest::Contains(c.message), IOError);
+  }
   std::filesystem::remove(path);
 }

@@ -47,6 +47,18 @@ def float_checkpoint():
     return float_checkpoint.path
 
 
+def transformer_checkpoint():
+    """A tiny Transformer's checkpoint (width 16, one layer each side, 64 pairs, one epoch)."""
+    if not hasattr(transformer_checkpoint, "path"):
+        d = os.path.join(TMP, "transformer")
+        p = run("train", *TINY, "--architecture", "transformer", "--layers", "1", "--heads", "2", "--ffn-size", "16",
+                "--subset", "64", "--epochs", "1", "--data-dir", DATA, "--out", d)
+        if p.returncode != 0:
+            raise AssertionError(f"training failed:\n{p.stdout}\n{p.stderr}")
+        transformer_checkpoint.path = os.path.join(d, "last.safetensors")
+    return transformer_checkpoint.path
+
+
 def quantized_checkpoint(*flags):
     out = os.path.join(TMP, "int8" + "".join(flags) + ".safetensors")
     if not os.path.exists(out):
@@ -110,6 +122,21 @@ class Quantize(unittest.TestCase):
         self.assertLess(loss_f, 0.8 * math.log(tgt_vocab), "the float model learned too little for the bound to mean anything")
         print(f"test loss: int8 {loss_q}, float32 {loss_f}, uniform {math.log(tgt_vocab):.3f}", file=sys.stderr)
         self.assertLessEqual(abs(loss_q - loss_f), 0.005 * loss_f, f"int8 loss {loss_q} vs float32 {loss_f}")
+
+    # int8 and the ONNX export cover the GRU translator: a Transformer checkpoint is refused naming
+    # model.architecture, not quantized into a file without int8 weights or exported half
+    def test_quantize_refuses_a_transformer(self):
+        out = os.path.join(TMP, "transformer.int8.safetensors")
+        p = run("quantize", "--checkpoint", transformer_checkpoint(), "--out-file", out)
+        self.assertFails(p, r"quantize: .* is a Transformer \(config field model\.architecture = transformer\); "
+                            r"int8 quantization covers the GRU translator only")
+        self.assertFalse(os.path.exists(out))
+
+    def test_export_refuses_a_transformer(self):
+        p = run("export", "--checkpoint", transformer_checkpoint(), "--out", os.path.join(TMP, "transformer_onnx"))
+        if "lacks ONNX support" in p.stderr:
+            self.skipTest("this build has no ONNX export: its refusal of a Transformer is not reached")
+        self.assertFails(p, r"export: .* is a Transformer \(config field model\.architecture = transformer\)")
 
     def test_bad_input(self):
         q = quantized_checkpoint()

@@ -4,11 +4,13 @@
 // A mutated file almost never keeps a valid CRC, so each input is loaded twice: as it is (the
 // checksum must catch it) and, when it parses as safetensors, with its checksum recomputed, so that
 // the config, the vocabularies, the train state and the weights behind the checksum get fuzzed too.
+#include <memory>
 #include <string_view>
 
 #include "core/safetensors.h"
 #include "core/serialize.h"
 #include "models/seq2seq/checkpoint.h"
+#include "models/seq2seq/transformer.h"
 #include "nn/checkpoint.h"
 #include "nn/linear.h"
 #include "tests/fuzz/fuzz_common.h"
@@ -19,8 +21,10 @@ using namespace seqgrad;
 
 void load_translator(const std::string& path) {
   models::LoadedCheckpoint ckpt = models::read_checkpoint(path, {.allow_missing_checksum = true});
-  models::Seq2Seq model(ckpt.info.config.model);  // sizes were checked against the file's tensors
-  models::load_weights(model, ckpt, path);
+  // the architecture the config names, as models::load_model builds it; its sizes were checked
+  // against the file's tensors
+  std::unique_ptr<models::TranslationModel> model = models::build_translation_model(ckpt.info.config.model);
+  models::load_weights(*model, ckpt, path);
 }
 
 // The same file with a correct checksum over its (possibly fuzzed) contents. Written plainly:

@@ -82,6 +82,11 @@ def main():
             t_ort = value("onnxruntime", w, "tokens")
             if t_ort is not None and t_ort != t:
                 notes.append(f"onnxruntime: {t_ort:.0f} tokens")
+            for impl, label in (("pytorch", "PyTorch"), ("pytorch-passive", "PyTorch passive")):
+                same, sentences = value(impl, w, "same_tokens"), value(impl, w, "sentences")
+                if same is not None:  # the transformer's batch: checked against seqgrad's tokens and scores
+                    notes.append(f"{label}: seqgrad's tokens in {same:.0f}/{sentences:.0f} sentences, scores within "
+                                 f"{max(r['score_diff'] for r in rows[(impl, w)]):.1e}")
         spread = rows.get(("seqgrad", w))
         if spread:
             r = spread[len(spread) // 2]
@@ -114,6 +119,12 @@ def main():
                g >= 0.8 * roof)
     for w in ("greedy_seed", "greedy_d2l"):
         target(f"{w} >= 5x PyTorch", *ge(w, 5))
+    for w in ("greedy_transformer", "beam5_transformer"):  # the same weights must give the same search
+        checked = [(value(i, w, "same_tokens"), value(i, w, "sentences")) for i in IMPLS[1:]]
+        checked = [(same, n) for same, n in checked if same is not None]
+        if checked:
+            same, n = min(checked)
+            target(f"{w}: PyTorch's tokens = seqgrad's", f"{same:.0f}/{n:.0f} sentences", same == n)
     for w in ("op_record", "op_record_backward"):
         v = value("seqgrad", w)
         if v is not None:

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # seqgrad vs PyTorch, side by side: runs `seqgrad bench` and bench/torch_bench.py alternately, one
 # workload at a time and for several rounds (the order flips every round), then prints the table
-# (bench/compare.py). The decoding workloads (greedy_*, beam5_*) also run in onnxruntime (CPU
-# provider, same threads; bench/ort_bench.py) on the same weights exported by `seqgrad export`, when
-# the build has ONNX support and the Python below has onnxruntime. PyTorch runs twice per workload:
+# (bench/compare.py). The GRU presets' decoding workloads (greedy_*, beam5_*; not *_transformer)
+# also run in onnxruntime (CPU provider, same threads; bench/ort_bench.py) on the same weights
+# exported by `seqgrad export`, when the build has ONNX support and the Python below has
+# onnxruntime. PyTorch runs twice per workload:
 # with its defaults, and with OMP_WAIT_POLICY=passive, which is much faster for it on a loaded
 # machine; ratios are taken against the faster of the two. --quick (the CI smoke: every workload
 # once on every side, no figures kept) runs PyTorch with its defaults only.
@@ -24,7 +25,7 @@ while [ $# -gt 0 ]; do
     --rounds) rounds="$2"; shift ;;
     --threads) threads="$2"; shift ;;
     --repeats) repeats=(--repeats "$2"); shift ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
     -*) echo "run.sh: unknown option $1" >&2; exit 2 ;;
     *) workloads+=("$1") ;;
   esac
@@ -97,7 +98,8 @@ side() {
   if [ -z "$line" ]; then echo "run.sh: $label printed no result for $workload" >&2; exit 1; fi
   printf '%-15s %s\n' "$label" "$line"
 }
-side_ort() { case "$1" in greedy_*|beam5_*) ((have_ort)) && side onnxruntime run_ort "$1" ;; esac; return 0; }
+# onnxruntime decodes the GRU presets (export refuses a Transformer)
+side_ort() { case "$1" in *_transformer) ;; greedy_*|beam5_*) ((have_ort)) && side onnxruntime run_ort "$1" ;; esac; return 0; }
 side_passive() { ((passive)) && side pytorch-passive run_torch_passive "$1"; return 0; }
 
 for ((r = 1; r <= rounds; ++r)); do

@@ -258,8 +258,13 @@ class PresetData:
                 "tgt_in": torch.tensor(b["tgt_in"], dtype=torch.int64).view(*b["tgt_shape"]),
                 "tgt_out": torch.tensor(b["tgt_out"], dtype=torch.int64).view(*b["tgt_shape"]),
                 "target_tokens": b["target_tokens"], "gemm_flops": b["gemm_flops"]})
-        self.decode_src = j["decode_src"]
+        self.decode_src = j.get("decode_src")  # the GRU presets' one sentence
         self.decode_max_len = j["decode_max_len"]
+        if "decode_batch" in j:  # the transformer's batch, and seqgrad's tokens and scores for it
+            db = j["decode_batch"]
+            self.decode_batch = (torch.tensor(db["src"], dtype=torch.int64).view(*db["src_shape"]),
+                                 torch.tensor(db["src_lengths"], dtype=torch.int64))
+            self.decode_tokens, self.decode_scores = j["decode_tokens"], j["decode_scores"]
         self.weights_path = os.path.join(data_dir, preset + ".safetensors")
 
     def make_model(self):
@@ -446,6 +451,192 @@ def bench_decode(preset, beam, plan, out, int8=False):
     out.report(f"{name}_{preset}" + ("_int8" if int8 else ""), "ms/sent", ms, {"tokens": float(produced[0]), "cpu_ms": scaled(cpu, 1e3)["median"]})
 
 
+# ---- decoding the Transformer with a key/value cache, as fairseq decodes incrementally
+class CachedTransformerDecoder:
+    """The search's decoder steps, one target position at a time, on the weights of
+    TransformerTranslator's torch.nn.TransformerDecoder (which has no cache in 1.13): per layer the
+    self-attention's keys and values of the positions so far are cached and the new position's
+    appended (fairseq's incremental state); the cross-attention's keys and values are projected from
+    the encoder's output once, and gathered again only when the rows' sentences change. Pre-norm
+    layers, eval mode (no dropout). A state's rows are hypotheses; reorder() keeps some of them."""
+
+    class State:
+        def __init__(self, memory, mask):
+            self.sentence_memory, self.sentence_mask = memory, mask  # per layer (k, v) (B, h, S, d); (B, 1, 1, S)
+            self.memory, self.mask = memory, mask                    # the same for each row
+            self.row_sentence = list(range(mask.size(0)))
+            self.keys, self.values = [None] * len(memory), [None] * len(memory)  # per layer (N, h, t, d)
+            self.steps = 0
+
+    def __init__(self, model):
+        self.model = model
+        self.layers = model.decoder.layers
+        self.heads = self.layers[0].self_attn.num_heads
+        self.width = self.layers[0].self_attn.embed_dim
+
+    def split_heads(self, x):  # (N, T, E) -> (N, h, T, d)
+        return x.view(x.size(0), x.size(1), self.heads, -1).transpose(1, 2)
+
+    def attend(self, q, keys, values, mask=None):  # q (N, E) over keys, values (N, h, T, d)
+        q = q.view(q.size(0), self.heads, 1, -1)                                              # (N, h, 1, d)
+        scores = torch.matmul(q, keys.transpose(-1, -2)) / math.sqrt(q.size(-1))              # (N, h, 1, T)
+        if mask is not None:
+            scores = scores + mask
+        weights = torch.softmax(scores, -1)
+        return torch.matmul(weights, values).reshape(q.size(0), self.width), weights.squeeze(2)  # (N, E), (N, h, T)
+
+    @torch.no_grad()
+    def start(self, src, lengths):
+        m, E = self.model.eval(), self.width
+        padding = torch.arange(src.size(1)).unsqueeze(0) >= lengths.unsqueeze(1)             # (B, S), True = <pad>
+        encoded = m.encoder(m.embed(src), src_key_padding_mask=padding)                      # (B, S, E)
+        memory = []
+        for layer in self.layers:
+            w, b = layer.multihead_attn.in_proj_weight, layer.multihead_attn.in_proj_bias
+            memory.append((self.split_heads(F.linear(encoded, w[E:2 * E], b[E:2 * E])),
+                           self.split_heads(F.linear(encoded, w[2 * E:], b[2 * E:]))))
+        mask = torch.zeros(padding.shape).masked_fill(padding, float("-inf")).view(src.size(0), 1, 1, -1)
+        return self.State(memory, mask)
+
+    @torch.no_grad()
+    def step(self, state, y_prev):
+        """y_prev (N,) -> logits (N, V), the last layer's cross-attention averaged over heads (N, S)."""
+        m, E = self.model, self.width
+        x = m.embedding(y_prev) * m.scale + m.positions[state.steps]                          # (N, E)
+        for i, layer in enumerate(self.layers):
+            q, k, v = F.linear(layer.norm1(x), layer.self_attn.in_proj_weight, layer.self_attn.in_proj_bias).chunk(3, -1)
+            k, v = self.split_heads(k.unsqueeze(1)), self.split_heads(v.unsqueeze(1))            # (N, h, 1, d)
+            state.keys[i] = k if state.keys[i] is None else torch.cat([state.keys[i], k], 2)
+            state.values[i] = v if state.values[i] is None else torch.cat([state.values[i], v], 2)
+            x = x + layer.self_attn.out_proj(self.attend(q, state.keys[i], state.values[i])[0])
+            w, b = layer.multihead_attn.in_proj_weight, layer.multihead_attn.in_proj_bias
+            context, weights = self.attend(F.linear(layer.norm2(x), w[:E], b[:E]), *state.memory[i], state.mask)
+            x = x + layer.multihead_attn.out_proj(context)
+            x = x + layer.linear2(layer.activation(layer.linear1(layer.norm3(x))))
+        state.steps += 1
+        return F.linear(m.decoder.norm(x), m.embedding.weight), weights.mean(1)
+
+    def reorder(self, state, rows):
+        """Row r of the next step continues row rows[r] of the last one."""
+        index = torch.tensor(rows, dtype=torch.int64)
+        state.keys = [k.index_select(0, index) for k in state.keys]
+        state.values = [v.index_select(0, index) for v in state.values]
+        sentences = [state.row_sentence[r] for r in rows]
+        if sentences != state.row_sentence:
+            s = torch.tensor(sentences, dtype=torch.int64)
+            state.memory = [(k.index_select(0, s), v.index_select(0, s)) for k, v in state.sentence_memory]
+            state.mask = state.sentence_mask.index_select(0, s)
+            state.row_sentence = sentences
+
+
+def final_score(tokens, log_prob, finished, length_penalty=1.0):
+    """decode.cpp's final_score with the power length penalty: log_prob / |Y|^alpha, <eos> counted."""
+    return log_prob / math.pow(max(len(tokens) + (1 if finished else 0), 1), length_penalty)
+
+
+@torch.no_grad()
+def greedy_transformer(decoder, src, lengths, max_len):
+    """Every sentence of the batch steps until all have produced <eos> (decode.cpp's greedy); each
+    hypothesis keeps its attention rows (T, S), as seqgrad's."""
+    state = decoder.start(src, lengths)
+    src_len = lengths.tolist()
+    hyps = [{"tokens": [], "log_prob": 0.0, "finished": False} for _ in src_len]
+    y, steps = torch.full((len(src_len),), BOS, dtype=torch.int64), []
+    for _ in range(max_len):
+        logits, weights = decoder.step(state, y)
+        log_probs = torch.log_softmax(logits, -1)
+        y = log_probs.argmax(-1)
+        ids, lp = y.tolist(), log_probs.gather(1, y.unsqueeze(1)).squeeze(1).tolist()
+        steps.append(weights)
+        for b, h in enumerate(hyps):
+            if h["finished"]:
+                continue
+            h["log_prob"] += lp[b]
+            if ids[b] == EOS:
+                h["finished"], h["steps"] = True, len(steps)
+            else:
+                h["tokens"].append(ids[b])
+        if all(h["finished"] for h in hyps):
+            break
+    attention = torch.stack(steps, 1)                                                       # (B, T, S)
+    for b, h in enumerate(hyps):
+        h["attention"] = attention[b, :h.get("steps", len(steps)), :src_len[b]]
+    return [(h["tokens"], h["log_prob"]) for h in hyps]
+
+
+@torch.no_grad()
+def beam_transformer(decoder, src, lengths, max_len, beam_size):
+    """decode.cpp's beam_search over a batch: the open hypotheses of every sentence are the rows of
+    one decoder step; per sentence the candidates (2 * beam_size per row, ranked by log-probability)
+    fill beam_size open or finished hypotheses; a sentence with beam_size finished is done. Each
+    row's attention rows so far are a tensor reordered with the cache (fairseq's)."""
+    state = decoder.start(src, lengths)
+    src_len = lengths.tolist()
+    open_ = [[([], 0.0, BOS)] for _ in src_len]  # per sentence: (tokens, log_prob, last token)
+    finished = [[] for _ in src_len]             # per sentence: (score, tokens, attention)
+    attention = torch.zeros(len(src_len), 0, src.size(1))  # (N, t, S): each row's attention so far
+    for _ in range(max_len):
+        rows = [h for beams in open_ for h in beams]
+        if not rows:
+            break
+        logits, weights = decoder.step(state, torch.tensor([h[2] for h in rows], dtype=torch.int64))
+        attention = torch.cat([attention, weights.unsqueeze(1)], 1)
+        log_probs = torch.log_softmax(logits, -1).double()
+        top_lp, top_id = log_probs.topk(min(2 * beam_size, log_probs.size(1)), -1)
+        lp, ids = top_lp.tolist(), top_id.tolist()
+        parents, first = [], 0
+        for b, beams in enumerate(open_):
+            cands = sorted(((rows[i][1] + lp[i][j], i, ids[i][j])
+                            for i in range(first, first + len(beams)) for j in range(len(lp[i]))), key=lambda c: -c[0])
+            first += len(beams)
+            nxt = []
+            for log_prob, i, token in cands:
+                if len(nxt) >= beam_size or len(finished[b]) >= beam_size:
+                    break
+                if token == EOS:
+                    finished[b].append((final_score(rows[i][0], log_prob, True), rows[i][0],
+                                        attention[i, :, :src_len[b]]))
+                    continue
+                nxt.append((rows[i][0] + [token], log_prob, token))
+                parents.append(i)
+            if len(finished[b]) >= beam_size:  # done: its open hypotheses never win
+                del parents[len(parents) - len(nxt):]
+                nxt = []
+            open_[b] = nxt
+        if not parents:
+            break
+        decoder.reorder(state, parents)
+        attention = attention.index_select(0, torch.tensor(parents, dtype=torch.int64))
+    best = []
+    for b in range(len(src_len)):  # max_len cut the still open ones: they compete with the finished
+        ranked = finished[b] + [(final_score(t, lp, False), t, None) for t, lp, _ in open_[b]]
+        score, tokens, _ = sorted(ranked, key=lambda f: -f[0])[0]
+        best.append((tokens, score))
+    return best
+
+
+def bench_decode_transformer(beam, plan, out):
+    d = PresetData(plan.data, "transformer")
+    decoder = CachedTransformerDecoder(d.make_model())
+    src, lengths = d.decode_batch
+    result = []
+
+    def run():
+        result[:] = greedy_transformer(decoder, src, lengths, d.decode_max_len) if beam == 1 else \
+            beam_transformer(decoder, src, lengths, d.decode_max_len, beam)
+
+    cpu = []
+    ms = scaled(time_blocks(run, plan, 0.5, cpu), 1e3)
+    name = "greedy_transformer" if beam == 1 else f"beam{beam}_transformer"
+    # the same weights: the same tokens as seqgrad's, the scores to float32 rounding
+    theirs_tokens, theirs_scores = d.decode_tokens[name], d.decode_scores[name]
+    same = sum(tokens == t for (tokens, _), t in zip(result, theirs_tokens))
+    score_diff = max(abs(score - s) for (_, score), s in zip(result, theirs_scores))
+    out.report(name, "ms/batch", ms, {"tokens": float(sum(len(t) for t, _ in result)), "sentences": float(len(result)),
+                                      "sent_s": 1e3 * len(result) / ms["median"], "cpu_ms": scaled(cpu, 1e3)["median"],
+                                      "same_tokens": float(same), "score_diff": score_diff})
+
+
 # ---- kernels at the seed model's shapes
 def lengths_pattern(batch, max_len, min_len):
     return torch.tensor([max_len - (b * 7) % (max_len - min_len + 1) for b in range(batch)], dtype=torch.int64)
@@ -547,7 +738,7 @@ def bench_sgemm(plan, out):
 
 WORKLOADS = ["sgemm", "step_seed", "step_d2l", "step_transformer", "attention", "attention_projected", "gru",
              "linear_ce", "op_overhead", "greedy_seed", "beam5_seed", "greedy_d2l", "beam5_d2l", "memory_seed", "memory_d2l",
-             "greedy_seed_int8", "beam5_seed_int8", "step_seed_bf16"]
+             "greedy_seed_int8", "beam5_seed_int8", "step_seed_bf16", "greedy_transformer", "beam5_transformer"]
 
 
 def run_workload(w, plan, out):
@@ -571,6 +762,8 @@ def run_workload(w, plan, out):
         return bench_decode(w[6:], 5, plan, out)
     if w in ("greedy_seed_int8", "beam5_seed_int8"):
         return bench_decode("seed", 1 if w.startswith("greedy") else 5, plan, out, int8=True)
+    if w in ("greedy_transformer", "beam5_transformer"):
+        return bench_decode_transformer(1 if w.startswith("greedy") else 5, plan, out)
     if w == "step_seed_bf16":
         return bench_step("seed", plan, out, amp=torch.bfloat16)
     sys.exit(f"torch_bench: unknown workload '{w}'; choose from: {' '.join(WORKLOADS)}")

@@ -172,8 +172,12 @@ struct PresetData {
   std::vector<models::TensorBatch> batches;
   std::vector<text::Batch> text_batches;  // the same batches before to_tensors (a rank's shard is cut from them)
   std::vector<double> flops;         // per batch
-  std::vector<int64_t> decode_src;   // one test sentence's source ids (with <eos>)
+  // What the decoding workloads translate: one test sentence's ids with <eos> (seed, d2l), or the
+  // transformer preset's batch of kDecodeSentences synthetic sources.
+  Tensor decode_src, decode_lengths;  // (N, S), (N,)
 };
+
+constexpr int64_t kDecodeMaxLen = 30;  // tokens a decoding workload produces at most per sentence
 
 constexpr int kBatches = 2;  // a timed cycle runs these batches once each
 
@@ -203,6 +207,9 @@ double transformer_gemm_flops(const models::Seq2SeqConfig& c, int64_t B, int64_t
 // (<eos> included; tgt_in starts with <bos>), the rest <pad>; token ids spread over the joint
 // vocabulary of 8000 pieces. `seed` varies the lengths' order and the ids.
 constexpr int64_t kTransformerRows = 100, kTransformerLen = 25, kTransformerVocab = 8000;
+// greedy_transformer and beam5_transformer translate the first rows of batch 0's sources: a batch,
+// as a translator decodes a test set (the GRU rows time one sentence's latency)
+constexpr int64_t kDecodeSentences = 16;
 
 models::TensorBatch synthetic_transformer_batch(uint64_t seed) {
   const int64_t B = kTransformerRows, L = kTransformerLen;
@@ -244,6 +251,8 @@ PresetData synthetic_transformer() {
     d.batches.push_back(synthetic_transformer_batch(static_cast<uint64_t>(i)));
     d.flops.push_back(transformer_gemm_flops(d.config.model, kTransformerRows, kTransformerLen, kTransformerLen));
   }
+  d.decode_src = d.batches[0].src.narrow(0, 0, kDecodeSentences).contiguous();
+  d.decode_lengths = d.batches[0].src_lengths.narrow(0, 0, kDecodeSentences).contiguous();
   return d;
 }
 
@@ -270,15 +279,18 @@ PresetData load_preset(const std::string& name, const std::string& data_dir) {
     d.flops.push_back(seq2seq_gemm_flops(d.config.model, batches[i].batch, batches[i].src_len_max,
                                          batches[i].tgt_len_max));
   }
-  d.decode_src = models::encode_sentence(d.src_vocab, corpora.test.at(0).src, d.config.max_tokens);
+  const std::vector<int64_t> sentence = models::encode_sentence(d.src_vocab, corpora.test.at(0).src, d.config.max_tokens);
+  const int64_t S = static_cast<int64_t>(sentence.size());
+  d.decode_src = from_vector(sentence, {1, S}, {.dtype = DType::i64});
+  d.decode_lengths = from_vector(std::vector<int64_t>{S}, {1}, {.dtype = DType::i64});
   return d;
 }
 
-std::unique_ptr<models::Seq2Seq> make_model(const PresetData& d) {
+// The initial weights of the preset's Trainer (the GRU's Xavier init, the Transformer's embeddings),
+// which --export writes for the other side.
+std::unique_ptr<models::TranslationModel> make_model(const PresetData& d) {
   manual_seed(d.config.seed);
-  auto model = std::make_unique<models::Seq2Seq>(d.config.model);
-  models::init_xavier(*model);
-  return model;
+  return models::make_translation_model(d.config.model);
 }
 
 // amp "bf16": the step under Autocast(bf16), as `train --amp bf16` (native bf16 GEMMs where the CPU
@@ -335,26 +347,34 @@ void bench_memory(const std::string& preset, const Plan& plan, const Reporter& o
               {"step_delta_mb", static_cast<double>(peak - before) / 1024.0}});
 }
 
+// The decoding workloads' name: greedy_seed, beam5_transformer, greedy_seed_int8, ...
+std::string decode_workload(const std::string& preset, int64_t beam, bool int8) {
+  return fmt::format("{}_{}{}", beam == 1 ? "greedy" : fmt::format("beam{}", beam), preset, int8 ? "_int8" : "");
+}
+
+// Translates the preset's decoding input (models::decode: greedy, or beam search keeping the best).
+std::vector<models::Hypothesis> decode_input(models::TranslationModel& model, const PresetData& d, int64_t beam) {
+  return models::decode(model, d.decode_src, d.decode_lengths, {.max_len = kDecodeMaxLen, .beam_size = beam});
+}
+
 // int8: the model after nn::quantize_dynamic (Linear and GRU, per channel), as PyTorch's
-// quantize_dynamic({nn.Linear, nn.GRU}) on the other side
+// quantize_dynamic({nn.Linear, nn.GRU}) on the other side. One sentence is timed in ms/sent, a
+// batch (the transformer's) in ms/batch with its sentences per second.
 void bench_decode(const std::string& preset, int64_t beam, const Plan& plan, const Reporter& out, bool int8 = false) {
   PresetData d = load_preset(preset, plan.data_dir);
   auto model = make_model(d);
   if (int8) nn::quantize_dynamic(*model);
-  const int64_t S = static_cast<int64_t>(d.decode_src.size());
-  Tensor src = from_vector(d.decode_src, {1, S}, {.dtype = DType::i64});
-  Tensor lengths = from_vector(std::vector<int64_t>{S}, {1}, {.dtype = DType::i64});
-  models::DecodeOptions options{.max_len = 30, .beam_size = beam};
   size_t produced = 0;
   auto run = [&] {
-    std::vector<models::Hypothesis> h = models::decode(*model, src, lengths, options);
-    produced = h[0].tokens.size();
+    produced = 0;
+    for (const models::Hypothesis& h : decode_input(*model, d, beam)) produced += h.tokens.size();
   };
   std::vector<double> cpu;
   Stats ms = scaled(time_blocks(run, plan, 0.5, &cpu), 1e3);
-  out.report(fmt::format("{}_{}{}", beam == 1 ? "greedy" : fmt::format("beam{}", beam), preset, int8 ? "_int8" : ""),
-             "ms/sent", ms,
-             {{"tokens", static_cast<double>(produced)}, {"cpu_ms", scaled(cpu, 1e3).median}});
+  const int64_t sentences = d.decode_src.size(0);
+  std::map<std::string, double> extra{{"tokens", static_cast<double>(produced)}, {"cpu_ms", scaled(cpu, 1e3).median}};
+  if (sentences > 1) extra["sentences"] = static_cast<double>(sentences), extra["sent_s"] = 1e3 * sentences / ms.median;
+  out.report(decode_workload(preset, beam, int8), sentences > 1 ? "ms/batch" : "ms/sent", ms, extra);
 }
 
 // ---- kernels at the seed model's shapes
@@ -670,13 +690,35 @@ void bench_data_parallel(const std::string& preset, const Plan& plan, const Repo
 
 // ---- export: the batches, decode sentence and initial weights for bench/torch_bench.py
 
+// The decoding input as --export writes it: the GRU presets' one sentence as "decode_src" (ids);
+// the transformer's batch as "decode_batch", with seqgrad's greedy and beam-5 tokens and scores for
+// it, which torch_bench.py checks its own against (same weights: the same tokens, the scores to
+// float32 rounding). The untrained model tends to repeat one token, so the scores, which every layer
+// and cached position feeds, are the sharper check.
+void export_decode_input(nlohmann::json& j, const PresetData& d) {
+  j["decode_max_len"] = kDecodeMaxLen;
+  if (d.decode_src.size(0) == 1) {
+    j["decode_src"] = d.decode_src.to_vector<int64_t>();
+    return;
+  }
+  j["decode_batch"] = {{"src", d.decode_src.to_vector<int64_t>()},
+                       {"src_shape", {d.decode_src.size(0), d.decode_src.size(1)}},
+                       {"src_lengths", d.decode_lengths.to_vector<int64_t>()}};
+  auto model = make_model(d);
+  for (int64_t beam : {1, 5}) {
+    const std::string workload = decode_workload(d.config.preset, beam, false);
+    nlohmann::json &tokens = j["decode_tokens"][workload], &scores = j["decode_scores"][workload];
+    tokens = scores = nlohmann::json::array();
+    for (const models::Hypothesis& h : decode_input(*model, d, beam)) tokens.push_back(h.tokens), scores.push_back(h.score);
+  }
+}
+
 void export_preset(const std::string& preset, const std::string& data_dir, const std::string& dir) {
   PresetData d = load_preset(preset, data_dir);
   nlohmann::json j;
   j["preset"] = preset;
   j["config"] = d.config.to_json();
-  j["decode_src"] = d.decode_src;
-  j["decode_max_len"] = 30;
+  export_decode_input(j, d);
   for (size_t i = 0; i < d.batches.size(); ++i) {
     const models::TensorBatch& b = d.batches[i];
     j["batches"].push_back({{"src", b.src.to_vector<int64_t>()},
@@ -689,15 +731,15 @@ void export_preset(const std::string& preset, const std::string& data_dir, const
                             {"gemm_flops", d.flops[i]}});
   }
   std::ofstream(dir + "/" + preset + ".json") << j.dump();
-  manual_seed(d.config.seed);  // the initial weights of the preset's Trainer (and of make_model's GRU)
-  save_tensors(dir + "/" + preset + ".safetensors", models::make_translation_model(d.config.model)->state_dict());
+  save_tensors(dir + "/" + preset + ".safetensors", make_model(d)->state_dict());
   fmt::print("exported {0}/{1}.json and {0}/{1}.safetensors\n", dir, preset);
 }
 
 const std::vector<std::string> kWorkloads = {
     "sgemm",       "step_seed",   "step_d2l",   "step_transformer", "attention", "attention_projected", "gru",
     "linear_ce",   "op_overhead", "greedy_seed", "beam5_seed",      "greedy_d2l", "beam5_d2l",          "memory_seed",
-    "memory_d2l",  "greedy_seed_int8", "beam5_seed_int8", "step_seed_bf16"};
+    "memory_d2l",  "greedy_seed_int8", "beam5_seed_int8", "step_seed_bf16", "greedy_transformer",
+    "beam5_transformer"};
 
 // On demand only (minutes at S = 8192), not in the default list: see bench_attention_chunked.
 const char* kAttentionChunked = "attention_chunked";
@@ -726,8 +768,8 @@ void run_workload(const std::string& w, const Plan& plan, const Reporter& out) {
     return bench_linear_ce(d.config.model.tgt_vocab, plan, out);
   }
   if (w == "op_overhead") return bench_overhead(plan, out);
-  if (w == "greedy_seed" || w == "greedy_d2l") return bench_decode(w.substr(7), 1, plan, out);
-  if (w == "beam5_seed" || w == "beam5_d2l") return bench_decode(w.substr(6), 5, plan, out);
+  if (w == "greedy_seed" || w == "greedy_d2l" || w == "greedy_transformer") return bench_decode(w.substr(7), 1, plan, out);
+  if (w == "beam5_seed" || w == "beam5_d2l" || w == "beam5_transformer") return bench_decode(w.substr(6), 5, plan, out);
   if (w == "greedy_seed_int8") return bench_decode("seed", 1, plan, out, true);
   if (w == "beam5_seed_int8") return bench_decode("seed", 5, plan, out, true);
   if (w == "step_seed_bf16") return bench_step("seed", plan, out, "bf16");
@@ -743,7 +785,8 @@ void run_workload(const std::string& w, const Plan& plan, const Reporter& out) {
 int bench_main(int argc, char** argv) {
   Args args("bench", "Timed workloads: training steps of the seq2seq presets on real batches (the Transformer\n"
                      "preset's on synthetic ones of its shapes), attention, GRU,\n"
-                     "Linear + cross-entropy, per-op overhead, decoding latency, peak memory and the sgemm roof.\n"
+                     "Linear + cross-entropy, per-op overhead, decoding (one sentence's latency; the Transformer:\n"
+                     "a batch's throughput), peak memory and the sgemm roof.\n"
                      "Each prints the median and spread (p10, p90) of repeated runs after warm-up.\n"
                      "bench/run.sh runs these and bench/torch_bench.py side by side.");
   args.positional("workload", "workloads to run (default: all)")

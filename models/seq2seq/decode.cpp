@@ -9,7 +9,18 @@
 
 #include <fmt/core.h>
 
+#include "models/seq2seq/search_step.h"
+
 namespace seqgrad::models {
+
+using search::advance_sentence;
+using search::HostAlternatives;
+using search::HostRows;
+using search::HostStep;
+using search::ids_tensor;
+using search::mean_probability_log;
+using search::SentenceBeams;
+using search::Stepper;
 
 LengthPenalty parse_length_penalty(const std::string& name) {
   if (name == "power") return LengthPenalty::power;
@@ -59,18 +70,6 @@ Ensemble::Ensemble(std::vector<TranslationModel*> members) : members_(std::move(
   }
 }
 
-namespace {
-
-// The ensemble's log-probabilities from its members' (each (..., V)): log((1/M) sum_m exp(lp_m)),
-// computed as logsumexp over the members minus log M; one member's come back unchanged.
-Tensor mean_probability_log(const std::vector<Tensor>& member_log_probs) {
-  if (member_log_probs.size() == 1) return member_log_probs.front();
-  const auto m = static_cast<double>(member_log_probs.size());
-  return add(logsumexp(stack(member_log_probs, 0), {0}), -std::log(m));
-}
-
-}  // namespace
-
 Tensor Ensemble::forward(const Tensor& src, const Tensor& src_lengths, const Tensor& tgt_in) const {
   if (members_.size() == 1) return first()(src, src_lengths, tgt_in);
   std::vector<Tensor> log_probs;
@@ -79,104 +78,6 @@ Tensor Ensemble::forward(const Tensor& src, const Tensor& src_lengths, const Ten
 }
 
 namespace {
-
-// A step's (N, S) attention weights or energies, copied to the host once for all N rows.
-class HostRows {
- public:
-  explicit HostRows(const Tensor& rows)
-      : values_(rows.defined() ? rows.to_vector<float>() : std::vector<float>{}),
-        cols_(rows.defined() ? rows.size(1) : 0) {}
-  bool defined() const { return cols_ > 0; }
-  std::vector<float> row(int64_t r, int64_t length) const {  // the first `length` columns of row r
-    auto begin = values_.begin() + r * cols_;
-    return {begin, begin + length};
-  }
-
- private:
-  std::vector<float> values_;
-  int64_t cols_;
-};
-
-// The k most probable tokens of each row of a step's (N, V) log-probabilities, on the host; with
-// k = 0 nothing is computed or copied.
-class HostAlternatives {
- public:
-  HostAlternatives(const Tensor& log_probs, int64_t k) {
-    if (k == 0) return;
-    auto [top_lp, top_id] = topk(log_probs, std::min(k, log_probs.size(1)), -1);
-    k_ = top_lp.size(1);
-    probabilities_ = exp(top_lp).to_vector<float>();
-    tokens_ = top_id.to_vector<int64_t>();
-  }
-  bool defined() const { return k_ > 0; }
-  std::vector<Alternative> row(int64_t r) const {
-    std::vector<Alternative> out;
-    for (int64_t j = r * k_; j < (r + 1) * k_; ++j) out.push_back({tokens_[j], probabilities_[j]});
-    return out;
-  }
-
- private:
-  int64_t k_ = 0;
-  std::vector<float> probabilities_;
-  std::vector<int64_t> tokens_;
-};
-
-// What a decoder step gives each produced token, on the host: its row's attention (and energies)
-// and alternatives.
-struct HostStep {
-  HostRows weights, energies;
-  HostAlternatives alternatives;
-
-  // Appends the token that decoder row r produced with log-probability token_log_prob to h
-  // (everything but the token id, which <eos> does not add).
-  void append(Hypothesis& h, int64_t r, int64_t src_len, double token_log_prob) const {
-    h.attention.push_back(weights.row(r, src_len));
-    if (energies.defined()) h.energies.push_back(energies.row(r, src_len));
-    if (alternatives.defined()) h.alternatives.push_back(alternatives.row(r));
-    h.token_log_probs.push_back(token_log_prob);
-    h.log_prob += token_log_prob;
-  }
-};
-
-// Every member's decoder over the rows of a search (one per sentence, or per open hypothesis),
-// stepped together.
-class Stepper {
- public:
-  Stepper(const Ensemble& models, const Tensor& src, const Tensor& lengths) {
-    for (TranslationModel* m : models.members()) members_.push_back({m, m->start(src, lengths)});
-  }
-  struct Output {
-    Tensor log_probs;          // (N, V): the ensemble's
-    Tensor weights, energies;  // (N, S): the first member's
-  };
-  // Feeds y_prev (N,) to every member and advances its state.
-  Output step(const Tensor& y_prev) {
-    Output out;
-    std::vector<Tensor> log_probs;
-    for (Member& m : members_) {
-      TranslationModel::StepOutput s = m.model->step(*m.state, y_prev);
-      log_probs.push_back(log_softmax(s.logits, -1));
-      if (!out.weights.defined()) out.weights = s.weights, out.energies = s.energies;
-    }
-    out.log_probs = mean_probability_log(log_probs);
-    return out;
-  }
-  // Beam search: row r of the next step continues row rows[r] of the last one.
-  void keep_rows(const std::vector<int64_t>& rows) {
-    for (Member& m : members_) m.model->reorder(*m.state, rows);
-  }
-
- private:
-  struct Member {
-    TranslationModel* model;
-    std::unique_ptr<TranslationModel::SearchState> state;
-  };
-  std::vector<Member> members_;
-};
-
-Tensor ids_tensor(const std::vector<int64_t>& ids, Device device) {
-  return from_vector(ids, {static_cast<int64_t>(ids.size())}, {.dtype = DType::i64, .device = device});
-}
 
 // The step's log-probabilities (N, V) with <eos> forbidden (-inf) while fewer than min_len tokens
 // have been produced; the other tokens keep theirs (not renormalised, as in fairseq and OpenNMT-py).
@@ -247,7 +148,7 @@ std::vector<Hypothesis> decode_one_each(const Ensemble& models, const Tensor& sr
     HostStep rows{HostRows(s.weights), HostRows(s.energies), HostAlternatives(s.log_probs, options.top_alternatives)};
     for (int64_t b = 0; b < batch; ++b) {
       if (out[b].finished) continue;
-      rows.append(out[b], b, src_len[b], lp[b]);
+      rows.append(out[b], b, src_len[b], lp[b], options);
       if (ids[b] == options.eos_id) out[b].finished = true;
       else out[b].tokens.push_back(ids[b]);
     }
@@ -255,73 +156,6 @@ std::vector<Hypothesis> decode_one_each(const Ensemble& models, const Tensor& sr
   }
   for (Hypothesis& h : out) h.score = h.log_prob;
   return out;
-}
-
-// One sentence's search: its open hypotheses (each the head of one decoder row) and finished ones.
-struct SentenceBeams {
-  struct Open {
-    Hypothesis hyp;
-    int64_t last;       // the token the next step is fed
-    int64_t node = -1;  // its node in the sentence's BeamTree, when one is recorded
-  };
-  std::vector<Open> open;
-  std::vector<Hypothesis> finished;
-};
-
-struct Candidate {
-  double log_prob;        // the hypothesis's, with this token
-  double token_log_prob;  // this token's
-  int64_t row, token;
-};
-
-// Adds a node for candidate `c` of step `step` to `tree` (when recording one); returns its index.
-int64_t record_node(BeamTree* tree, const Candidate& c, const SentenceBeams::Open& parent, int64_t step,
-                    BeamNode::Fate fate, double score) {
-  if (tree == nullptr) return -1;
-  tree->nodes.push_back({.parent = parent.node, .step = step, .token = c.token, .token_log_prob = c.token_log_prob,
-                         .log_prob = c.log_prob, .score = score, .fate = fate});
-  return static_cast<int64_t>(tree->nodes.size()) - 1;
-}
-
-// Extends sentence `beams` by one step from its candidates (best first): a candidate ending with
-// <eos> is finished, another becomes an open hypothesis, until beam_size of either kind exist.
-// Returns the decoder rows the new open hypotheses continue (their parents). With `tree`, records
-// them and the next beam_size candidates, pruned.
-std::vector<int64_t> advance_sentence(SentenceBeams& beams, const std::vector<Candidate>& candidates,
-                                      const std::vector<const SentenceBeams::Open*>& row_owner, const HostStep& rows,
-                                      int64_t src_len, int64_t step, const DecodeOptions& options, BeamTree* tree) {
-  std::vector<SentenceBeams::Open> next;
-  std::vector<int64_t> parents;
-  auto full = [&](size_t n) { return static_cast<int64_t>(n) >= options.beam_size; };
-  int64_t pruned = 0;
-  for (const Candidate& c : candidates) {
-    if (std::isinf(c.log_prob)) break;  // a forbidden <eos> (min_len), and all after it
-    if (full(next.size()) || full(beams.finished.size())) {
-      if (tree == nullptr || pruned++ == options.beam_size) break;
-      record_node(tree, c, *row_owner[c.row], step, BeamNode::Fate::pruned, c.log_prob);
-      continue;
-    }
-    Hypothesis h = row_owner[c.row]->hyp;
-    rows.append(h, c.row, src_len, c.token_log_prob);
-    if (c.token == options.eos_id) {
-      h.finished = true;
-      h.score = final_score(h, options);
-      record_node(tree, c, *row_owner[c.row], step, BeamNode::Fate::finished, h.score);
-      beams.finished.push_back(std::move(h));
-      continue;
-    }
-    h.tokens.push_back(c.token);
-    const int64_t node = record_node(tree, c, *row_owner[c.row], step, BeamNode::Fate::kept, c.log_prob);
-    next.push_back({std::move(h), c.token, node});
-    parents.push_back(c.row);
-  }
-  if (full(beams.finished.size())) {  // done: unfinished ones never win
-    if (tree != nullptr)
-      for (const SentenceBeams::Open& o : next) tree->nodes[o.node].fate = BeamNode::Fate::pruned;
-    next.clear(), parents.clear();
-  }
-  beams.open = std::move(next);
-  return parents;
 }
 
 // A source position that no step attended to would make log(0) = -inf: its coverage is floored
@@ -411,11 +245,7 @@ std::vector<std::vector<Hypothesis>> beam_search(const Ensemble& models, const T
     std::vector<int64_t> parents;
     for (int64_t b = 0, r = 0; b < batch; ++b) {
       int64_t n_rows = static_cast<int64_t>(sentences[b].open.size());
-      std::vector<Candidate> candidates;
-      for (int64_t i = r; i < r + n_rows; ++i)
-        for (int64_t j = 0; j < k; ++j) candidates.push_back({row_hyp[i]->hyp.log_prob + lp[i * k + j], lp[i * k + j], i, ids[i * k + j]});
-      std::stable_sort(candidates.begin(), candidates.end(),
-                       [](const Candidate& x, const Candidate& y) { return x.log_prob > y.log_prob; });
+      std::vector<search::Candidate> candidates = search::ranked_candidates(row_hyp, lp, ids, k, k, r, n_rows);
       r += n_rows;
       SentenceBeams updated{{}, std::move(sentences[b].finished)};
       if (n_rows > 0) {
@@ -431,16 +261,7 @@ std::vector<std::vector<Hypothesis>> beam_search(const Ensemble& models, const T
     stepper.keep_rows(parents);
   }
   std::vector<std::vector<Hypothesis>> out(batch);
-  for (int64_t b = 0; b < batch; ++b) {
-    std::vector<Hypothesis>& ranked = sentences[b].finished;
-    for (SentenceBeams::Open& o : sentences[b].open) {  // still open: max_len cut them, so they compete
-      o.hyp.score = final_score(o.hyp, options);
-      ranked.push_back(std::move(o.hyp));
-    }
-    std::stable_sort(ranked.begin(), ranked.end(), [](const Hypothesis& x, const Hypothesis& y) { return x.score > y.score; });
-    ranked.resize(std::min<size_t>(ranked.size(), options.nbest));
-    out[b] = std::move(ranked);
-  }
+  for (int64_t b = 0; b < batch; ++b) out[b] = search::ranked_hypotheses(sentences[b], options);
   return out;
 }
 
@@ -486,7 +307,7 @@ std::vector<Hypothesis> score_targets(const Ensemble& models, const Tensor& src,
     HostStep rows{HostRows(s.weights), HostRows(s.energies), HostAlternatives(s.log_probs, options.top_alternatives)};
     for (int64_t b = 0; b < batch; ++b) {
       if (t > targets[b].size()) continue;  // scored to its <eos> already
-      rows.append(out[b], b, src_len[b], lp[b]);
+      rows.append(out[b], b, src_len[b], lp[b], options);
       if (t < targets[b].size()) out[b].tokens.push_back(next[b]);
     }
   }

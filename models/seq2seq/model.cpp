@@ -308,6 +308,65 @@ void Seq2Seq::reorder(SearchState& state, const std::vector<int64_t>& rows) cons
     s.rows = s.sentences.select_rows(row_index(sentences, device));
 }
 
+bool Seq2Seq::can_merge(const SearchState&, const SearchState&) const {
+  return true;  // a row's state is its own (L, 1, H) slice, whatever the others have decoded
+}
+
+void Seq2Seq::merge(SearchState& into, SearchState&& from) const {
+  auto& a = dynamic_cast<GruSearchState&>(into);
+  auto& b = dynamic_cast<GruSearchState&>(from);
+  a.state = cat({a.state, b.state}, 1);  // (L, N_a + N_b, H)
+  // The rows' memories become the sentences' (one per row): what reorder gathers from from now on
+  // is no larger than the live rows, however many sentences have come and gone.
+  a.rows = a.sentences = concat_memories(a.rows, b.rows, 1);  // additive's projected keys: (B, K, A)
+  a.sentence_of_row = SentenceRows(a.state.size(1));
+}
+
+namespace {
+
+// t with its `axis` padded to `width` positions with zeros (false for a keep mask).
+Tensor pad_axis(const Tensor& t, int64_t axis, int64_t width) {
+  if (axis < 0) axis += t.ndim();
+  if (t.size(axis) == width) return t;
+  Shape padding = t.shape();
+  padding[axis] = width - t.size(axis);
+  return cat({t, zeros(padding, {.dtype = t.dtype(), .device = t.device()})}, axis);
+}
+
+// Whether x and y are one tensor's handles (the GRU attends with keys = values).
+bool same_tensor(const Tensor& x, const Tensor& y) {
+  return x.raw_data() == y.raw_data() && x.shape() == y.shape() && x.strides() == y.strides();
+}
+
+// A memory's keep mask, (B, 1, K) of true where it has none (every key attended).
+Tensor keep_or_all(const nn::AttentionMemory& m) {
+  if (m.key_keep.defined()) return m.key_keep;
+  return ones({m.keys.size(0), 1, m.keys.size(1)}, {.dtype = DType::b8, .device = m.keys.device()});
+}
+
+}  // namespace
+
+nn::AttentionMemory concat_memories(const nn::AttentionMemory& a, const nn::AttentionMemory& b,
+                                    int64_t projected_key_axis) {
+  SG_CHECK(a.projected.size() == b.projected.size() && a.parts.size() == b.parts.size(),
+           "concat_memories: the memories were prepared by different attention kinds ({} and {} projections)",
+           a.projected.size(), b.projected.size());
+  const int64_t width = std::max(a.keys.size(1), b.keys.size(1));
+  auto join = [width](const Tensor& x, const Tensor& y, int64_t axis) {
+    return cat({pad_axis(x, axis, width), pad_axis(y, axis, width)}, 0);
+  };
+  nn::AttentionMemory m{join(a.keys, b.keys, 1), {}, {}, {}, {}};
+  // keys that are the values stay one tensor: half the copying, as prepare() made them
+  const bool keys_are_values = same_tensor(a.keys, a.values) && same_tensor(b.keys, b.values);
+  m.values = keys_are_values ? m.keys : join(a.values, b.values, 1);
+  if (a.key_keep.defined() || b.key_keep.defined() || a.keys.size(1) != b.keys.size(1))
+    m.key_keep = join(keep_or_all(a), keep_or_all(b), -1);
+  for (size_t i = 0; i < a.projected.size(); ++i)
+    m.projected.push_back(join(a.projected[i], b.projected[i], projected_key_axis));
+  for (size_t i = 0; i < a.parts.size(); ++i) m.parts.push_back(concat_memories(a.parts[i], b.parts[i], projected_key_axis));
+  return m;
+}
+
 Tensor row_index(const std::vector<int64_t>& rows, Device device) {
   return from_vector(rows, {static_cast<int64_t>(rows.size())}, {.dtype = DType::i64, .device = device});
 }

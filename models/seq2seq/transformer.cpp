@@ -134,6 +134,30 @@ void TransformerTranslator::reorder(SearchState& state, const std::vector<int64_
   for (size_t i = 0; i < s.sentences.size(); ++i) s.rows.memory[i] = s.sentences[i].select_rows(sentence_index);
 }
 
+bool TransformerTranslator::can_merge(const SearchState& into, const SearchState& from) const {
+  return dynamic_cast<const TransformerSearchState&>(into).rows.steps ==
+         dynamic_cast<const TransformerSearchState&>(from).rows.steps;
+}
+
+void TransformerTranslator::merge(SearchState& into, SearchState&& from) const {
+  auto& a = dynamic_cast<TransformerSearchState&>(into);
+  auto& b = dynamic_cast<TransformerSearchState&>(from);
+  // Every row's query attends to all its cached positions, unmasked, and the positions are
+  // encoded from one offset: rows at different positions cannot share the cache.
+  SG_CHECK(a.rows.steps == b.rows.steps, "transformer: rows that decoded {} positions cannot join rows that decoded "
+           "{} (one key/value cache length for all rows)", b.rows.steps, a.rows.steps);
+  for (size_t i = 0; i < a.rows.memory.size(); ++i) {
+    a.rows.memory[i] = concat_memories(a.rows.memory[i], b.rows.memory[i], 2);  // projected heads (B, h, K, d)
+    if (a.rows.keys[i].defined()) {
+      a.rows.keys[i] = cat({a.rows.keys[i], b.rows.keys[i]}, 0);  // (N, h, steps, d)
+      a.rows.values[i] = cat({a.rows.values[i], b.rows.values[i]}, 0);
+    }
+  }
+  // The rows' memories become the sentences' (one per row), as the GRU's merge does.
+  a.sentences = a.rows.memory;
+  a.sentence_of_row = SentenceRows(a.rows.memory.front().keys.size(0));
+}
+
 std::unique_ptr<TranslationModel> build_translation_model(const Seq2SeqConfig& config) {
   if (config.architecture == Architecture::transformer) return std::make_unique<TransformerTranslator>(config);
   return std::make_unique<Seq2Seq>(config);

@@ -32,6 +32,8 @@ class TransformerTranslator : public TranslationModel {
   std::unique_ptr<SearchState> start(const Tensor& src, const Tensor& src_lengths) const override;
   StepOutput step(SearchState& state, const Tensor& y_prev) const override;
   void reorder(SearchState& state, const std::vector<int64_t>& rows) const override;
+  void merge(SearchState& into, SearchState&& from) const override;
+  bool can_merge(const SearchState& into, const SearchState& from) const override;
   int64_t target_vocab() const override { return config_.tgt_vocab; }
   std::string architecture() const override { return "transformer"; }
   const Seq2SeqConfig& config() const { return config_; }

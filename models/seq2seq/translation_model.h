@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "nn/attention_base.h"
 #include "nn/module.h"
 
 namespace seqgrad::models {
@@ -46,6 +47,14 @@ class TranslationModel : public nn::Module {
   // Row r of the next step continues row rows[r] of the last one (beam search keeps some hypotheses
   // and drops others; rows may repeat and be more or fewer than before).
   virtual void reorder(SearchState& state, const std::vector<int64_t>& rows) const = 0;
+  // Continuous batching: the rows of `from` (another search of this model) join those of `into`,
+  // after them, and are stepped with them from the next step on; sources of different lengths are
+  // padded to the longer one and masked (the keep mask), so no row sees another's. Throws when
+  // can_merge is false.
+  virtual void merge(SearchState& into, SearchState&& from) const = 0;
+  // Whether merge can join the two now: the GRU's rows always; the Transformer's when both have
+  // decoded the same number of positions (its self-attention cache has one length for all rows).
+  virtual bool can_merge(const SearchState& into, const SearchState& from) const = 0;
 
   virtual int64_t target_vocab() const = 0;
   // "gru" or "transformer", as the config's model.architecture names it.
@@ -54,6 +63,13 @@ class TranslationModel : public nn::Module {
 
 // Row numbers as an int64 (N,) tensor on `device`, for index_select and select_rows.
 Tensor row_index(const std::vector<int64_t>& rows, Device device);
+
+// Two searches' attention memories as one batch, a's rows then b's: every tensor's key axis (axis
+// 1 of keys, values and the kinds' projections (B, K, ...); the last axis of the keep mask) padded
+// to the longer source, the padding masked. `projected_key_axis` is the key axis of the kind's
+// projected tensors (additive (B, K, A): 1; multi-head (B, h, K, d): 2).
+nn::AttentionMemory concat_memories(const nn::AttentionMemory& a, const nn::AttentionMemory& b,
+                                    int64_t projected_key_axis);
 
 // Which source sentence each row of a search translates, for the architectures' search states: a
 // row's source memory (encoder outputs, cross-attention keys and values) is its sentence's, so it

@@ -1,0 +1,73 @@
+// Continuous (iteration-level) batching, as Orca (Yu et al., OSDI 2022) schedules a server's
+// decoding: sentences join a running search at a step boundary and leave it at the step they
+// finish, so none waits for a batch to end, and each step decodes every live sentence's rows as one
+// batch. Each sentence keeps its own DecodeOptions: greedy and beam sentences coexist, as do
+// different lengths, penalties and n-best.
+//
+//   ContinuousSearch search(model);
+//   search.add({ids_a, ids_b}, greedy);        // ids 0 and 1
+//   search.step();                             // ...
+//   search.add({ids_c}, beam4);                // id 2 joins at the next step
+//   while (!search.empty())
+//     for (ContinuousSearch::Finished& f : search.step()) use(f.id, f.hyps);
+//
+// A sentence gets the hypotheses that decoding it alone gives (greedy_decode, or beam_search with
+// options.nbest): its rows attend to its own source only (shorter sources are padded and masked),
+// and a row's products do not depend on the other rows (int8 bit for bit; float32 the same tokens,
+// scores within float rounding, as in translate's batches: docs/serving.md#batches-and-answers).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "models/seq2seq/decode.h"
+#include "models/seq2seq/search_step.h"
+
+namespace seqgrad::models {
+
+class ContinuousSearch {
+ public:
+  // The models (an ensemble's members, or one) must outlive the search.
+  explicit ContinuousSearch(const Ensemble& models);
+
+  // Encodes the sentences (source ids each, not empty) and returns their ids, in order; they are
+  // decoded from the next step() on. options are validated here (ValueError naming the field);
+  // sampling is not offered (a sampled sentence's draws depend on its place in a batch).
+  std::vector<int64_t> add(const std::vector<std::vector<int64_t>>& sentences, const DecodeOptions& options);
+
+  struct Finished {
+    int64_t id;                    // as add() returned it
+    std::vector<Hypothesis> hyps;  // best first: greedy's one, or beam search's options.nbest
+  };
+  // One decoder step of every live sentence; returns those that finished with it (ended with
+  // <eos>, beam_size finished hypotheses, or max_len reached).
+  std::vector<Finished> step();
+
+  int64_t sentences() const;  // live: added and not finished
+  int64_t rows() const;       // their decoder rows (a beam sentence has up to beam_size)
+  bool empty() const { return cohorts_.empty(); }
+
+ private:
+  struct Sentence {
+    int64_t id;
+    DecodeOptions options;
+    int64_t src_len;
+    int64_t produced = 0;         // tokens decoded so far (the step number)
+    search::SentenceBeams beams;  // greedy: one open hypothesis until it ends
+  };
+  // Rows stepped as one batch, in their sentences' order. The GRU's rows always form one; the
+  // Transformer's join only rows at the same position (TranslationModel::can_merge), so each group
+  // that joined at another step is a cohort of its own.
+  struct Cohort {
+    search::Stepper stepper;
+    std::vector<Sentence> sentences;
+  };
+  // Steps the cohort once; appends its finished sentences to `done`; false when none is left.
+  bool step(Cohort& cohort, std::vector<Finished>& done);
+
+  Ensemble models_;
+  EvalScope eval_;
+  std::vector<Cohort> cohorts_;
+  int64_t next_id_ = 0;
+};
+
+}  // namespace seqgrad::models

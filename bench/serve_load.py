@@ -6,12 +6,11 @@ clients send real test2016 sentences, one per request, and the run reports sente
 p99 latency and the server's peak RSS; beside it `seqgrad translate` is run one sentence at a time
 (one process per sentence, as a script would call it). Every answer is checked against its request:
 its "src" must be the sentence sent and its translation the one `seqgrad translate` gives for it
-(a lost, duplicated or crossed answer fails the run, exit 1). float32 translations do not depend on
-the batch a sentence is decoded in, so they must equal `seqgrad translate`'s for all the sentences
-at once. int8 ones do: dynamic quantization scales each activation matrix by its range over the
-whole batch (PyTorch's quantize_dynamic, per tensor), so an int8 answer must equal the sentence's
-translation alone (checked against `seqgrad translate` one sentence per call), and the answers that
-batching changed are counted ("batch-changed"), not failed.
+(a lost, duplicated or crossed answer fails the run, exit 1). float32 translations must equal
+`seqgrad translate`'s for all the sentences at once. int8 ones are compared with the sentence's translation alone (asked of the
+server one sentence at a time, and checked against `seqgrad translate` one sentence per call); those
+that differ are counted ("batch-changed"), not failed: before int8 products scaled each activation
+row by its own range, a batch's range changed some (docs/results.md#serve-load).
 
 With --soak N, it instead sends N requests from --soak-clients clients to the float32 server, one in
 ten of them malformed (bad JSON, invalid UTF-8, wrong types, unknown fields, values out of range,
@@ -22,7 +21,14 @@ running, and its resident memory (VmRSS) after the last request is compared with
 the first tenth (the warm-up); growth above 5% fails the run.
 
     bench/serve_load.py --seqgrad build/tools/seqgrad --checkpoint runs/default/best.safetensors \\
-        [--int8 FILE] [--clients 1,8,32] [--requests 20] [--threads 2] [--data-dir data] [--json]
+        [--baseline OLD/seqgrad] [--int8 FILE] [--clients 1,8,32] [--requests 20] [--threads 2] \\
+        [--data-dir data] [--json]
+
+With --baseline, another seqgrad program (a build from before a change) serves the same checkpoints
+to the same clients in the same run, each load right after the other's, so that both are measured
+on the same cores under the same conditions; the rows name their program, and for each program and
+model the summary gives sentences/s at the most clients over one client and p99 over p50 latency at
+the most clients.
     bench/serve_load.py --checkpoint runs/default/best.safetensors --soak 11000 [--soak-clients 8]
 
 --requests is per client. Figures go into docs/results.md with the command, commit and machine.
@@ -170,6 +176,7 @@ def alone(server, sentences):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seqgrad", default="build/tools/seqgrad")
+    ap.add_argument("--baseline", help="another seqgrad program measured beside --seqgrad in the same run")
     ap.add_argument("--checkpoint", required=True)
     ap.add_argument("--int8", help="the int8 checkpoint (default: made with seqgrad quantize in a temporary folder)")
     ap.add_argument("--clients", default="1,8,32")
@@ -192,32 +199,21 @@ def main():
     sentences = test_sentences(a.data_dir, max(clients) * a.requests)[:200]
     failed = False
     rows = []
+    programs = {"baseline": a.baseline, "seqgrad": a.seqgrad} if a.baseline else {"seqgrad": a.seqgrad}
     for kind, ckpt in checkpoints.items():
         int8 = kind == "int8"
-        server = Server(a.seqgrad, "--checkpoint", ckpt, "--threads", str(a.threads), "--max-wait-ms", "5",
-                        "--http-threads", str(max(64, max(clients))))
-        try:
-            if int8:
-                expected = alone(server, sentences)
-                checked = sentences[:a.translate_sentences]
-                one_by_one = [translate_cli(a.seqgrad, ckpt, [s], "--threads", str(a.threads))[0] for s in checked]
-                if one_by_one != [expected[s] for s in checked]:
-                    print("serve_load.py: int8 answers for sentences alone differ from seqgrad translate's",
-                          file=sys.stderr)
-                    failed = True
-            else:
-                expected = dict(zip(sentences, translate_cli(a.seqgrad, ckpt, sentences, "--threads", str(a.threads))))
-            for c in clients:
-                row = load(server, c, a.requests, sentences, expected, batch_dependent=int8)
-                row.update(kind=kind, peak_rss_mb=peak_rss_mb(server.proc.pid))
+        if int8:
+            expected = None  # the sentences alone, from the server (below)
+        else:
+            expected = dict(zip(sentences, translate_cli(a.seqgrad, ckpt, sentences, "--threads", str(a.threads))))
+        for c in clients:
+            for program_name, program in programs.items():
+                row, expected, ok = serve_rows(a, program, ckpt, kind, c, sentences, expected)
+                row.update(program=program_name)
                 rows.append(row)
-        finally:
-            status, _, err = server.stop()
-            if status != 0:
-                print(f"serve_load.py: the {kind} server exited with {status}:\n{err}", file=sys.stderr)
-                failed = True
+                failed = failed or not ok
         row = one_at_a_time(a.seqgrad, ckpt, sentences[:a.translate_sentences], a.threads)
-        row.update(kind=kind, peak_rss_mb=float("nan"))
+        row.update(kind=kind, peak_rss_mb=float("nan"), program="seqgrad")
         rows.append(row)
     for row in rows:
         if row["failures"]:
@@ -228,12 +224,56 @@ def main():
         if a.json:
             print(json.dumps(row))
     if not a.json:
-        print("| model | clients | sentences | sentences/s | p50 ms | p99 ms | peak RSS MB | batch-changed |\n"
-              "|---|---|---|---|---|---|---|---|")
+        print("| program | model | clients | sentences | sentences/s | p50 ms | p99 ms | peak RSS MB | batch-changed |\n"
+              "|---|---|---|---|---|---|---|---|---|")
         for r in rows:
-            print(f"| {r['kind']} | {r['clients']} | {r['sentences']} | {r['sentences_per_s']:.1f} | "
+            print(f"| {r['program']} | {r['kind']} | {r['clients']} | {r['sentences']} | {r['sentences_per_s']:.1f} | "
                   f"{r['p50_ms']:.1f} | {r['p99_ms']:.1f} | {r['peak_rss_mb']:.0f} | {r['batch_changed']} |")
+    for summary in scaling(rows, min(clients), max(clients)):
+        print(json.dumps(summary) if a.json else summary["line"])
     sys.exit(1 if failed else 0)
+
+
+def serve_rows(a, program, ckpt, kind, clients, sentences, expected):
+    """One load of `clients` clients on a fresh server of `program`: (its row, the expected answers,
+    whether the server behaved). int8's expected answers are the sentences alone, asked of the first
+    server (and checked against `seqgrad translate` one sentence per call)."""
+    ok = True
+    server = Server(program, "--checkpoint", ckpt, "--threads", str(a.threads), "--max-wait-ms", "5",
+                    "--http-threads", str(max(64, clients)))
+    try:
+        if expected is None:
+            expected = alone(server, sentences)
+            checked = sentences[:a.translate_sentences]
+            one_by_one = [translate_cli(a.seqgrad, ckpt, [s], "--threads", str(a.threads))[0] for s in checked]
+            if one_by_one != [expected[s] for s in checked]:
+                print("serve_load.py: int8 answers for sentences alone differ from seqgrad translate's", file=sys.stderr)
+                ok = False
+        row = load(server, clients, a.requests, sentences, expected, batch_dependent=kind == "int8")
+        row.update(kind=kind, peak_rss_mb=peak_rss_mb(server.proc.pid))
+    finally:
+        status, _, err = server.stop()
+        if status != 0:
+            print(f"serve_load.py: the {kind} server of {program} exited with {status}:\n{err}", file=sys.stderr)
+            ok = False
+    return row, expected, ok
+
+
+def scaling(rows, fewest, most):
+    """Per program and model: sentences/s with the most clients over the fewest, and p99 over p50
+    latency with the most."""
+    out = []
+    for program in dict.fromkeys(r["program"] for r in rows):
+        for kind in dict.fromkeys(r["kind"] for r in rows):
+            by_clients = {r["clients"]: r for r in rows if r["program"] == program and r["kind"] == kind}
+            if fewest not in by_clients or most not in by_clients:
+                continue
+            speedup = by_clients[most]["sentences_per_s"] / by_clients[fewest]["sentences_per_s"]
+            tail = by_clients[most]["p99_ms"] / by_clients[most]["p50_ms"]
+            out.append({"program": program, "kind": kind, "speedup": speedup, "p99_over_p50": tail,
+                        "line": f"{program} {kind}: {most} clients {speedup:.2f}x the sentences/s of {fewest}; "
+                                f"p99/p50 latency at {most} clients {tail:.2f}"})
+    return out
 
 
 def run_soak(a):

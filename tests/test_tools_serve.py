@@ -219,9 +219,11 @@ class Translations(ServeBase):
         self.assertEqual(status, 200)
         self.assertIn("text/plain", headers["Content-Type"])
         self.assertRegex(text, r'seqgrad_requests_total\{route="/v1/translate",status="200"\} [1-9]')
-        for name in ["seqgrad_sentences_total", "seqgrad_queue_sentences", 'seqgrad_batch_sentences_bucket{le="+Inf"}',
+        for name in ["seqgrad_sentences_total", "seqgrad_queue_sentences", "seqgrad_decoding_sentences",
+                     'seqgrad_step_sentences_bucket{le="+Inf"}', "seqgrad_queue_seconds_count",
                      "seqgrad_request_seconds_count"]:
             self.assertRegex(text, re.escape(name) + r" \d")
+        self.assertIn("seqgrad_batch_capacity_sentences 32\n", text)  # --max-batch-sentences' default
 
 
 class Concurrency(ServeBase):
@@ -245,8 +247,39 @@ class Concurrency(ServeBase):
             self.assertEqual(body["translations"][0]["src"], sentences[i])
             self.assertEqual(body["translations"][0]["translation"], expected[sentences[i]])
         metrics = self.server.request("/metrics")[2]
-        batches = int(re.search(r"seqgrad_batch_sentences_count (\d+)", metrics).group(1))
-        self.assertLess(batches, len(sentences), metrics)  # some batch held several requests' sentences
+        steps = int(re.search(r"seqgrad_step_sentences_count (\d+)", metrics).group(1))
+        alone = int(re.search(r'seqgrad_step_sentences_bucket\{le="1"\} (\d+)', metrics).group(1))
+        self.assertLess(alone, steps, metrics)  # some decoder step held several requests' sentences
+
+    def test_a_request_joins_a_running_decode_and_leaves_before_it(self):
+        """Continuous batching: a short request sent while a long one decodes is answered first (it
+        joins the running search at a step boundary instead of waiting for the long one to end),
+        and both answers are `seqgrad translate`'s for the same sentences and options."""
+        long_src = test_sentences(DATA, 16, start=60)
+        long_options = {"beam": 16, "min_len": 100, "max_len": 100}  # 256 rows for 100 steps
+        short_src = test_sentences(DATA, 1, start=80)
+        finished = {}
+
+        def send(name, body):
+            finished[name] = (self.post(body), time.monotonic())
+
+        first = threading.Thread(target=send, args=("long", {"src": long_src} | long_options))
+        first.start()
+        deadline = time.monotonic() + 20
+        while "seqgrad_decoding_sentences 16\n" not in self.server.request("/metrics")[2]:
+            self.assertLess(time.monotonic(), deadline, "the long request never started decoding")
+            time.sleep(0.002)
+        send("short", {"src": short_src})
+        first.join()
+        (long_status, _, long_body), long_done = finished["long"]
+        (short_status, _, short_body), short_done = finished["short"]
+        self.assertEqual((long_status, short_status), (200, 200), (long_body, short_body))
+        self.assertLess(short_done, long_done)
+        self.assertEqual([t["translation"] for t in short_body["translations"]],
+                         translate_cli(SEQGRAD, checkpoint(), short_src))
+        self.assertEqual([t["translation"] for t in long_body["translations"]],
+                         translate_cli(SEQGRAD, checkpoint(), long_src, "--beam", "16", "--min-len", "100",
+                                       "--max-len", "100"))
 
 
 class BadInput(ServeBase):

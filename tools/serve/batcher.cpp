@@ -1,26 +1,21 @@
-// Dynamic batching of the requests' sentences (tools/serve/batcher.h).
+// Continuous batching of the requests' sentences (tools/serve/batcher.h).
 #include "tools/serve/batcher.h"
 
 #include <fmt/core.h>
 
+#include "models/seq2seq/data.h"
+
 namespace seqgrad::tools::serve {
-namespace {
 
-// Jobs that may share a batch: the decoding runs once with one DecodeOptions for all its rows.
-// (Every field of DecodeOptions; a request never samples, so `sampling` is unset in both.)
-bool same_decoding(const Job& a, const Job& b) {
-  const models::DecodeOptions &x = a.options, &y = b.options;
-  return a.model == b.model && a.explain == b.explain && x.max_len == y.max_len && x.beam_size == y.beam_size &&
-         x.length_penalty == y.length_penalty && x.length_penalty_kind == y.length_penalty_kind &&
-         x.coverage_penalty == y.coverage_penalty && x.min_len == y.min_len && x.nbest == y.nbest &&
-         x.sampling.has_value() == y.sampling.has_value() && !x.sampling && x.top_alternatives == y.top_alternatives &&
-         x.bos_id == y.bos_id && x.eos_id == y.eos_id;
+using Clock = std::chrono::steady_clock;
+
+Batcher::Batcher(std::vector<BatchModel> models, const BatchLimits& limits, Metrics& metrics)
+    : models_(std::move(models)), limits_(limits), metrics_(metrics), running_(models_.size()) {
+  metrics_.set_batch_capacity(limits_.max_sentences);
+  for (size_t m = 0; m < models_.size(); ++m)
+    running_[m].search = std::make_unique<models::ContinuousSearch>(*models_[m].model);
+  thread_ = std::thread([this] { run(); });
 }
-
-}  // namespace
-
-Batcher::Batcher(DecodeBatch decode, const BatchLimits& limits, Metrics& metrics)
-    : decode_batch_(std::move(decode)), limits_(limits), metrics_(metrics), thread_([this] { run(); }) {}
 
 Batcher::~Batcher() { stop(); }
 
@@ -29,7 +24,7 @@ bool Batcher::submit(const std::shared_ptr<Job>& job) {
   {
     std::lock_guard lock(mutex_);
     if (stopping_ || queued_sentences_ + sentences > limits_.queue_sentences) return false;
-    job->queued = std::chrono::steady_clock::now();
+    job->queued = Clock::now();
     queue_.push_back(job);
     queued_sentences_ += sentences;
     metrics_.set_queue_length(queued_sentences_);
@@ -47,68 +42,139 @@ void Batcher::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
+bool Batcher::decoding() const { return live_sentences_ > 0; }
+
+// Between two steps: the queued jobs that join (an idle decoder first waits for company, see
+// BatchLimits::max_wait), then one step of every model's search.
 void Batcher::run() {
   std::unique_lock lock(mutex_);
   for (;;) {
-    changed_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
-    if (queue_.empty()) return;  // stopping, and everything queued is decoded
-    std::vector<std::shared_ptr<Job>> batch = next_batch(lock);
+    if (!decoding()) {
+      changed_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and everything is decoded
+    }
+    std::vector<std::shared_ptr<Job>> joining = take_jobs(lock);
     lock.unlock();
-    decode(batch);
+    for (const std::shared_ptr<Job>& job : joining) job->explain ? explain(job) : start(job);
+    metrics_.set_decoding(live_sentences_);
+    for (size_t m = 0; m < running_.size(); ++m)
+      if (!running_[m].search->empty()) step(m);
+    metrics_.set_decoding(live_sentences_);
     lock.lock();
   }
 }
 
-// The oldest job and the queued jobs that may join it, within the limits. While there is room it
-// waits for more until the oldest job has waited max_wait (not when stopping: finish quickly).
-std::vector<std::shared_ptr<Job>> Batcher::next_batch(std::unique_lock<std::mutex>& lock) {
-  const std::shared_ptr<Job> head = queue_.front();
-  const auto deadline = head->queued + limits_.max_wait;
+// The queued jobs, oldest first, that fit beside the sentences decoding (within max_sentences and
+// max_tokens; a job alone always fits). A later job never passes one that does not fit, so a long
+// request is not starved by short ones. An idle decoder waits until the oldest job has waited
+// max_wait or the jobs fill the limits (not when stopping: finish quickly).
+std::vector<std::shared_ptr<Job>> Batcher::take_jobs(std::unique_lock<std::mutex>& lock) {
+  const bool idle = !decoding();
   for (;;) {
-    std::vector<std::shared_ptr<Job>> batch;
-    int64_t sentences = 0, tokens = 0;
+    std::vector<std::shared_ptr<Job>> taken;
+    int64_t sentences = live_sentences_, tokens = live_tokens_;
     bool full = false;
     for (const std::shared_ptr<Job>& job : queue_) {
-      if (!same_decoding(*head, *job)) continue;
       const auto n = static_cast<int64_t>(job->src.size());
-      const int64_t t = job->tokens;
-      if (!batch.empty() && (sentences + n > limits_.max_sentences || tokens + t > limits_.max_tokens)) {
+      const bool nothing_yet = sentences == 0;
+      if (!nothing_yet && (sentences + n > limits_.max_sentences || tokens + job->tokens > limits_.max_tokens)) {
         full = true;
         break;
       }
-      batch.push_back(job);
+      taken.push_back(job);
       sentences += n;
-      tokens += t;
+      tokens += job->tokens;
     }
     full = full || sentences >= limits_.max_sentences || tokens >= limits_.max_tokens;
-    if (full || stopping_ || std::chrono::steady_clock::now() >= deadline) {
-      for (const std::shared_ptr<Job>& job : batch) std::erase(queue_, job);
-      queued_sentences_ -= sentences;
+    if (queue_.empty() || !idle || full || stopping_ || Clock::now() >= queue_.front()->queued + limits_.max_wait) {
+      const auto now = Clock::now();
+      for (const std::shared_ptr<Job>& job : taken) {
+        queue_.pop_front();  // taken is the queue's front, in order
+        queued_sentences_ -= static_cast<int64_t>(job->src.size());
+        metrics_.job_started(std::chrono::duration<double>(now - job->queued).count());
+      }
       metrics_.set_queue_length(queued_sentences_);
-      return batch;
+      return taken;
     }
-    changed_.wait_until(lock, deadline);
+    changed_.wait_until(lock, queue_.front()->queued + limits_.max_wait);
   }
 }
 
-// The batch's sentences decoded together, each job's translations handed back in its order.
-void Batcher::decode(const std::vector<std::shared_ptr<Job>>& batch) {
-  std::vector<std::string> src;
-  for (const std::shared_ptr<Job>& job : batch) src.insert(src.end(), job->src.begin(), job->src.end());
-  std::vector<Translation> done;
+// The job's sentences join its model's search (its decoding options validated there); a job the
+// search refuses is answered with the search's error.
+void Batcher::start(const std::shared_ptr<Job>& job) {
+  Running& running = running_[job->model];
+  const models::CheckpointInfo& info = *models_[job->model].info;
+  std::vector<std::vector<int64_t>> ids;
+  for (const std::vector<std::string>& tokens : job->src_tokens) ids.push_back(models::encode_sentence(info.src_vocab, tokens, 0));
+  std::vector<int64_t> added;
   try {
-    done = decode_batch_(batch.front()->model, src, batch.front()->options, batch.front()->explain);
+    added = running.search->add(ids, job->options);
   } catch (...) {
-    for (const std::shared_ptr<Job>& job : batch) job->done.set_exception(std::current_exception());
+    job->done.set_exception(std::current_exception());
     return;
   }
-  metrics_.batch_decoded(static_cast<int64_t>(src.size()));
-  auto next = done.begin();
-  for (const std::shared_ptr<Job>& job : batch) {
-    job->translations.assign(std::make_move_iterator(next), std::make_move_iterator(next + job->src.size()));
-    next += static_cast<std::ptrdiff_t>(job->src.size());
-    job->done.set_value();
+  job->translations.resize(job->src.size());
+  for (size_t i = 0; i < added.size(); ++i) {
+    running.places[added[i]] = {job, i};
+    job->translations[i].src_tokens = job->src_tokens[i];
   }
+  running.remaining[job] = added.size();
+  live_sentences_ += static_cast<int64_t>(added.size());
+  live_tokens_ += job->tokens;
+}
+
+// An explained job is decoded by itself: the beam tree and the attention internals come from the
+// batch search (translate_batch), which the continuous search does not record.
+void Batcher::explain(const std::shared_ptr<Job>& job) {
+  const BatchModel& m = models_[job->model];
+  try {
+    job->translations = translate_batch(*m.model, *m.info, job->src, job->options, 0, nullptr, true);
+  } catch (...) {
+    job->done.set_exception(std::current_exception());
+    return;
+  }
+  metrics_.sentences_done(static_cast<int64_t>(job->src.size()));
+  job->done.set_value();
+}
+
+// One step of the model's search; each finished sentence goes to its job, and a job whose
+// sentences have all finished is answered.
+void Batcher::step(size_t model) {
+  Running& running = running_[model];
+  metrics_.step_decoded(running.search->sentences());
+  std::vector<models::ContinuousSearch::Finished> finished;
+  try {
+    finished = running.search->step();
+  } catch (...) {
+    fail(model, std::current_exception());
+    return;
+  }
+  const text::Vocab& tgt_vocab = models_[model].info->tgt_vocab;
+  for (models::ContinuousSearch::Finished& f : finished) {
+    const Place place = running.places.extract(f.id).mapped();
+    Translation& t = place.job->translations[place.index];
+    t.hyps = std::move(f.hyps);
+    for (const models::Hypothesis& h : t.hyps) t.out_tokens.push_back(tgt_vocab.decode(h.tokens));
+    --live_sentences_;
+    live_tokens_ -= static_cast<int64_t>(t.src_tokens.size());
+    metrics_.sentences_done(1);
+    if (--running.remaining[place.job] > 0) continue;
+    running.remaining.erase(place.job);
+    place.job->done.set_value();
+  }
+}
+
+// The search failed (an internal error): its jobs get the error, and it starts afresh.
+void Batcher::fail(size_t model, std::exception_ptr error) {
+  Running& running = running_[model];
+  for (const auto& [job, remaining] : running.remaining) {
+    job->done.set_exception(error);
+    live_sentences_ -= static_cast<int64_t>(remaining);
+  }
+  for (const auto& [id, place] : running.places)
+    live_tokens_ -= static_cast<int64_t>(place.job->src_tokens[place.index].size());
+  running = Running{std::make_unique<models::ContinuousSearch>(*models_[model].model), {}, {}};
 }
 
 }  // namespace seqgrad::tools::serve

@@ -1,64 +1,91 @@
-// Dynamic batching: HTTP threads submit jobs (one request's sentences) and wait on a future; one
-// decode thread takes the queued jobs that share a model and decoding options and decodes their
-// sentences as one batch, so concurrent requests cost about one decode instead of several.
+// Continuous batching: HTTP threads submit jobs (one request's sentences) and wait on a future; one
+// decode thread keeps a models::ContinuousSearch per served model, adds the queued jobs' sentences
+// to it at every step boundary and hands each sentence back as soon as it finishes, so concurrent
+// requests share every decoder step and none waits for another's longer sentences.
 #pragma once
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
-#include <functional>
 #include <future>
-#include <string>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include "models/seq2seq/continuous_search.h"
 #include "tools/serve/metrics.h"
 #include "tools/translator.h"
 
 namespace seqgrad::tools::serve {
 
 struct BatchLimits {
-  int64_t max_sentences = 32;  // sentences per batch
-  int64_t max_tokens = 2048;   // source tokens per batch
-  std::chrono::milliseconds max_wait{5};  // how long a job waits for others to join its batch
-  int64_t queue_sentences = 256;          // sentences waiting at most; more are refused (503)
+  int64_t max_sentences = 32;  // sentences decoded together at most
+  int64_t max_tokens = 2048;   // their source tokens at most
+  // An idle decoder waits this long after a job arrives for others to start with it; a busy one
+  // adds arriving jobs at its next step.
+  std::chrono::milliseconds max_wait{5};
+  int64_t queue_sentences = 256;  // sentences waiting at most; more are refused (503)
 };
 
 // One request's sentences for one model, checked (they tokenize, within the length limit).
 struct Job {
   size_t model = 0;  // index into the served models
   models::DecodeOptions options;
-  bool explain = false;  // translations with their beam trees and attention internals (translate_batch)
+  // translations with their beam trees and attention internals: decoded by themselves, as one batch
+  // (translate_batch), between two steps of the others
+  bool explain = false;
   std::vector<std::string> src;
-  int64_t tokens = 0;                      // their source tokens, for --max-batch-tokens
-  std::vector<Translation> translations;   // one per src, once done
+  std::vector<std::vector<std::string>> src_tokens;  // per sentence, as the source vocabulary tokenizes it
+  int64_t tokens = 0;                                // their source tokens, for --max-batch-tokens
+  std::vector<Translation> translations;             // one per src, once done
   std::promise<void> done;  // set once translations are there, or with the decoding's exception
   std::chrono::steady_clock::time_point queued;
 };
 
-// Translates sentences with one served model (tools::translate_batch), as one batch.
-using DecodeBatch = std::function<std::vector<Translation>(size_t model, const std::vector<std::string>& src,
-                                                           const models::DecodeOptions& options, bool explain)>;
+// What the batcher decodes with: a served model and its checkpoint's vocabularies and settings.
+struct BatchModel {
+  models::TranslationModel* model;
+  const models::CheckpointInfo* info;
+};
 
 class Batcher {
  public:
-  Batcher(DecodeBatch decode, const BatchLimits& limits, Metrics& metrics);
+  Batcher(std::vector<BatchModel> models, const BatchLimits& limits, Metrics& metrics);
   ~Batcher();  // stop()
   // Queues the job; false (and nothing queued) when the queue has no room for its sentences.
   bool submit(const std::shared_ptr<Job>& job);
-  // Decodes what is queued, then ends the decode thread.
+  // Decodes what is queued and running, then ends the decode thread.
   void stop();
 
  private:
-  void run();
-  std::vector<std::shared_ptr<Job>> next_batch(std::unique_lock<std::mutex>& lock);
-  void decode(const std::vector<std::shared_ptr<Job>>& batch);
+  // A sentence in a search: its job and its place there.
+  struct Place {
+    std::shared_ptr<Job> job;
+    size_t index;
+  };
+  struct Running {
+    std::unique_ptr<models::ContinuousSearch> search;
+    std::map<int64_t, Place> places;                     // by the search's sentence id
+    std::map<std::shared_ptr<Job>, size_t> remaining;  // sentences of each job still decoding
+  };
 
-  DecodeBatch decode_batch_;
+  void run();
+  bool decoding() const;  // any search has live sentences
+  std::vector<std::shared_ptr<Job>> take_jobs(std::unique_lock<std::mutex>& lock);
+  void start(const std::shared_ptr<Job>& job);
+  void explain(const std::shared_ptr<Job>& job);
+  void step(size_t model);
+  void fail(size_t model, std::exception_ptr error);
+
+  std::vector<BatchModel> models_;
   const BatchLimits limits_;
   Metrics& metrics_;
+  std::vector<Running> running_;  // per model; touched by the decode thread only
+  int64_t live_sentences_ = 0, live_tokens_ = 0;  // in the searches (read under mutex_)
   std::mutex mutex_;
   std::condition_variable changed_;
   std::deque<std::shared_ptr<Job>> queue_;

@@ -32,10 +32,29 @@ void Metrics::request_done(const std::string& route, int status, double seconds)
   latency_.observe(seconds);
 }
 
-void Metrics::batch_decoded(int64_t sentences) {
+void Metrics::job_started(double queue_seconds) {
+  std::lock_guard lock(mutex_);
+  queue_time_.observe(queue_seconds);
+}
+
+void Metrics::step_decoded(int64_t sentences) {
+  std::lock_guard lock(mutex_);
+  step_sentences_.observe(static_cast<double>(sentences));
+}
+
+void Metrics::sentences_done(int64_t sentences) {
   std::lock_guard lock(mutex_);
   sentences_ += static_cast<uint64_t>(sentences);
-  batch_sizes_.observe(static_cast<double>(sentences));
+}
+
+void Metrics::set_decoding(int64_t sentences) {
+  std::lock_guard lock(mutex_);
+  decoding_ = sentences;
+}
+
+void Metrics::set_batch_capacity(int64_t sentences) {
+  std::lock_guard lock(mutex_);
+  batch_capacity_ = sentences;
 }
 
 void Metrics::set_queue_length(int64_t sentences) {
@@ -53,8 +72,17 @@ std::string Metrics::exposition() const {
                      "seqgrad_sentences_total {}\n", sentences_);
   out += fmt::format("# HELP seqgrad_queue_sentences Sentences waiting to be decoded.\n"
                      "# TYPE seqgrad_queue_sentences gauge\nseqgrad_queue_sentences {}\n", queue_length_);
-  out += "# HELP seqgrad_batch_sentences Sentences per decoded batch.\n# TYPE seqgrad_batch_sentences histogram\n";
-  out += batch_sizes_.exposition("seqgrad_batch_sentences");
+  out += fmt::format("# HELP seqgrad_decoding_sentences Sentences in the decoder now.\n"
+                     "# TYPE seqgrad_decoding_sentences gauge\nseqgrad_decoding_sentences {}\n", decoding_);
+  out += "# HELP seqgrad_queue_seconds Time from a request's arrival in the queue to its sentences joining the "
+         "decoder.\n# TYPE seqgrad_queue_seconds histogram\n";
+  out += queue_time_.exposition("seqgrad_queue_seconds");
+  out += "# HELP seqgrad_step_sentences Sentences decoded together at each decoder step (the batch's occupancy).\n"
+         "# TYPE seqgrad_step_sentences histogram\n";
+  out += step_sentences_.exposition("seqgrad_step_sentences");
+  out += fmt::format("# HELP seqgrad_batch_capacity_sentences Sentences a decoder step takes at most "
+                     "(--max-batch-sentences).\n# TYPE seqgrad_batch_capacity_sentences gauge\n"
+                     "seqgrad_batch_capacity_sentences {}\n", batch_capacity_);
   out += "# HELP seqgrad_request_seconds Time from a request's arrival to its answer.\n"
          "# TYPE seqgrad_request_seconds histogram\n";
   out += latency_.exposition("seqgrad_request_seconds");

@@ -1,5 +1,6 @@
 // The server's counters for GET /metrics, in Prometheus's text exposition format: requests by
-// route and status, sentences, the queue's length, batch sizes and request latencies.
+// route and status, sentences, the queue's length and time, the sentences of each decoder step
+// (the batch's occupancy, beside its capacity) and request latencies.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -30,17 +31,22 @@ class Histogram {
 class Metrics {
  public:
   void request_done(const std::string& route, int status, double seconds);
-  void batch_decoded(int64_t sentences);
   void set_queue_length(int64_t sentences);
+  void job_started(double queue_seconds);  // a request's sentences left the queue for the decoder
+  void step_decoded(int64_t sentences);    // a decoder step of this many sentences
+  void sentences_done(int64_t sentences);
+  void set_batch_capacity(int64_t sentences);  // --max-batch-sentences
+  void set_decoding(int64_t sentences);        // in the decoder now
   std::string exposition() const;
 
  private:
   mutable std::mutex mutex_;
   std::map<std::pair<std::string, int>, uint64_t> requests_;  // (route, status) -> count
   uint64_t sentences_ = 0;
-  int64_t queue_length_ = 0;
+  int64_t queue_length_ = 0, batch_capacity_ = 0, decoding_ = 0;
   Histogram latency_{{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}};  // seconds
-  Histogram batch_sizes_{{1, 2, 4, 8, 16, 32, 64, 128}};                          // sentences
+  Histogram queue_time_{{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}};  // seconds
+  Histogram step_sentences_{{1, 2, 4, 8, 16, 32, 64, 128}};
 };
 
 }  // namespace seqgrad::tools::serve

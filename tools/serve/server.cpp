@@ -68,7 +68,7 @@ class HttpServer : public httplib::Server {
 class Server {
  public:
   Server(std::vector<ServedModel>& models, const ServerOptions& options)
-      : models_(models), options_(options), batcher_(decoder(models), options.batching, metrics_) {
+      : models_(models), options_(options), batcher_(batch_models(models), options.batching, metrics_) {
     for (const ServedModel& m : models) {
       defaults_.push_back(m.defaults);
       vocab_sizes_.push_back(static_cast<int64_t>(m.checkpoint.info.tgt_vocab.size()));
@@ -98,14 +98,10 @@ class Server {
   }
 
  private:
-  // The batcher's decoding: `seqgrad translate`'s path (tools::translate_batch), so that a sentence
-  // gets the same translation from both. Sentences come checked: nothing is truncated.
-  static DecodeBatch decoder(std::vector<ServedModel>& models) {
-    return [&models](size_t model, const std::vector<std::string>& src, const models::DecodeOptions& options,
-                     bool explain) {
-      const ServedModel& m = models[model];
-      return translate_batch(*m.model, m.checkpoint.info, src, options, 0, nullptr, explain);
-    };
+  static std::vector<BatchModel> batch_models(std::vector<ServedModel>& models) {
+    std::vector<BatchModel> out;
+    for (ServedModel& m : models) out.push_back({m.model.get(), &m.checkpoint.info});
+    return out;
   }
 
   void stop_on_signal(const std::atomic<bool>& finished) {
@@ -210,7 +206,10 @@ class Server {
     job->options = r.decoding;
     job->explain = r.response.explain;
     job->src = r.src;
-    for (size_t i = 0; i < r.src.size(); ++i) job->tokens += checked_length(m, r.src[i], fmt::format("src[{}]", i));
+    for (size_t i = 0; i < r.src.size(); ++i) {
+      job->src_tokens.push_back(checked_tokens(m, r.src[i], fmt::format("src[{}]", i)));
+      job->tokens += static_cast<int64_t>(job->src_tokens.back().size());
+    }
     std::future<void> done = job->done.get_future();
     if (!batcher_.submit(job))
       throw RequestError(503, "", fmt::format("the server is busy ({} sentences queued at most): retry in {} s",
@@ -219,9 +218,10 @@ class Server {
     return std::move(job->translations);
   }
 
-  // The sentence's source token count; a sentence that does not tokenize (invalid text), has no
-  // tokens or more than the limit is refused (422) before it is queued.
-  static int64_t checked_length(const ServedModel& m, const std::string& sentence, const std::string& field) {
+  // The sentence's source tokens; a sentence that does not tokenize (invalid text), has no tokens
+  // or more than the limit is refused (422) before it is queued.
+  static std::vector<std::string> checked_tokens(const ServedModel& m, const std::string& sentence,
+                                                 const std::string& field) {
     std::vector<std::string> tokens;
     try {
       tokens = m.checkpoint.info.src_vocab.tokenize(sentence);
@@ -232,7 +232,7 @@ class Server {
     if (static_cast<int64_t>(tokens.size()) > m.max_src_tokens)
       throw RequestError(422, field, fmt::format("{} has {} tokens, more than the server's limit of {} "
                                                  "(--max-src-tokens)", field, tokens.size(), m.max_src_tokens));
-    return static_cast<int64_t>(tokens.size());
+    return tokens;
   }
 
   nlohmann::json models_json() const {

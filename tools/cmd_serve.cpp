@@ -1,4 +1,4 @@
-// `seqgrad serve`: translations over HTTP with dynamic batching, and the attention explorer page
+// `seqgrad serve`: translations over HTTP with continuous batching, and the attention explorer page
 // (tools/serve/, docs/serving.md).
 #include <algorithm>
 #include <string_view>
@@ -26,7 +26,7 @@ void declare_options(Args& a) {
       .option("http-threads", "n", "connections served at once", "64")
       .option("max-batch-sentences", "n", "sentences decoded together at most", "32")
       .option("max-batch-tokens", "n", "source tokens decoded together at most", "2048")
-      .option("max-wait-ms", "ms", "how long a request waits for others to share its batch", "5")
+      .option("max-wait-ms", "ms", "how long an idle decoder waits for others to start with a request", "5")
       .option("queue-size", "n", "sentences waiting at most; a request that does not fit is answered 503", "256")
       .option("max-sentences", "n", "sentences in one request at most", "64")
       .option("max-src-tokens", "n", "source tokens of one sentence at most (default: twice the checkpoint's "
@@ -59,9 +59,9 @@ serve::ServerOptions server_options(const Args& a) {
 
 int serve_main(int argc, char** argv) {
   Args a("serve", "Serve translations over HTTP (JSON; OpenNMT-py's /translator/translate too) and the attention\n"
-                  "explorer page at /. Concurrent requests are decoded together (dynamic batching). Listens on\n"
-                  "127.0.0.1 unless --host says otherwise; SIGTERM or Ctrl-C stops it after answering the requests\n"
-                  "in flight. The API: docs/serving.md.");
+                  "explorer page at /. Concurrent requests share every decoder step (continuous batching). Listens\n"
+                  "on 127.0.0.1 unless --host says otherwise; SIGTERM or Ctrl-C stops it after answering the\n"
+                  "requests in flight. The API: docs/serving.md.");
   declare_options(a);
   if (!a.parse(argc, argv)) return 0;
   check_decode_flags(a);

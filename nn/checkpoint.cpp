@@ -12,6 +12,7 @@
 
 #include "core/json.h"
 #include "core/serialize.h"
+#include "core/state_dict.h"
 
 namespace seqgrad::nn {
 namespace {
@@ -19,8 +20,10 @@ namespace {
 using nlohmann::json;
 
 constexpr const char* kFormatKey = "seqgrad.format";
-constexpr const char* kFormat = "seqgrad-checkpoint-1";
+constexpr const char* kFormat = "seqgrad-checkpoint-2";
+constexpr const char* kFormatBeforeStateDict = "seqgrad-checkpoint-1";  // the caller's metadata as strings
 constexpr const char* kExtraKey = "seqgrad.extra_tensors";
+constexpr const char* kValuesKey = "seqgrad.values";  // the extra StateDict's values, one JSON object
 constexpr std::string_view kReservedPrefix = "seqgrad.";
 
 // CRC-32 (IEEE 802.3, the zlib/PNG polynomial), one byte at a time.
@@ -99,8 +102,7 @@ void check_finite_tensors(const std::map<std::string, Tensor>& tensors, const st
   }
 }
 
-void save_checkpoint(const std::string& path, const Module& module, const std::map<std::string, Tensor>& extra,
-                     const std::map<std::string, std::string>& metadata) {
+void save_checkpoint(const std::string& path, const Module& module, const StateDict& extra) {
   std::map<std::string, Tensor> tensors = module.state_dict();
   json extra_names = json::array();
   for (const auto& [name, t] : extra) {
@@ -110,17 +112,33 @@ void save_checkpoint(const std::string& path, const Module& module, const std::m
     tensors[name] = t.detach();
     extra_names.push_back(name);
   }
-  std::map<std::string, std::string> meta;
-  for (const auto& [key, value] : metadata) {
-    SG_CHECK_VALUE(key.rfind(kReservedPrefix, 0) != 0, "save_checkpoint: metadata key '{}' is reserved (keys starting "
-                   "with \"seqgrad.\" belong to the checkpoint format)", key);
-    meta[key] = value;
-  }
-  meta[kFormatKey] = kFormat;
-  meta[kExtraKey] = extra_names.dump();
+  check_state_object(extra.values, "save_checkpoint: extra");
+  std::map<std::string, std::string> meta{
+      {kFormatKey, kFormat}, {kExtraKey, extra_names.dump()}, {kValuesKey, extra.values.dump()}};
   meta[kChecksumKey] = checkpoint_checksum(tensors, meta);
   save_tensors(path, tensors, meta);
 }
+
+namespace {
+
+// The values of a checkpoint's extra StateDict: format 2's JSON object, or the metadata strings
+// of format 1 or of a plain safetensors file (the keys not reserved) as string values.
+json checkpoint_values(const TensorFile& file, bool before_state_dict, const std::string& path) {
+  json values = json::object();
+  if (before_state_dict) {
+    for (const auto& [key, value] : file.metadata)
+      if (key.rfind(kReservedPrefix, 0) != 0) values[key] = value;
+    return values;
+  }
+  auto stored = file.metadata.find(kValuesKey);
+  SG_CHECK_IO(stored != file.metadata.end(), "load_checkpoint: {} is corrupted: '{}' is missing", path, kValuesKey);
+  values = parse_json(stored->second, fmt::format("load_checkpoint: {} is corrupted: '{}'", path, kValuesKey));
+  SG_CHECK_IO(values.is_object(), "load_checkpoint: {} is corrupted: '{}' must be a JSON object, got {}", path,
+              kValuesKey, json_preview(values));
+  return values;
+}
+
+}  // namespace
 
 Checkpoint load_checkpoint(const std::string& path, Module& module, bool strict) {
   TensorFile file = load_tensors(path);  // IOError for a missing, truncated or malformed file
@@ -129,11 +147,13 @@ Checkpoint load_checkpoint(const std::string& path, Module& module, bool strict)
   // A seqgrad checkpoint has all three reserved keys; any one of them alone means a damaged file.
   bool ours = false;
   for (const char* key : {kFormatKey, kExtraKey, kChecksumKey}) ours = ours || file.metadata.count(key);
+  bool before_state_dict = false;
   if (ours) {
     auto format = file.metadata.find(kFormatKey);
     SG_CHECK_IO(format != file.metadata.end(), "load_checkpoint: {} is corrupted: '{}' is missing", path, kFormatKey);
-    SG_CHECK_IO(format->second == kFormat, "load_checkpoint: {} has format '{}'; this build reads '{}'", path,
-                format->second, kFormat);
+    before_state_dict = format->second == kFormatBeforeStateDict;
+    SG_CHECK_IO(format->second == kFormat || before_state_dict, "load_checkpoint: {} has format '{}'; this build "
+                "reads '{}' and '{}'", path, format->second, kFormat, kFormatBeforeStateDict);
     auto stored = file.metadata.find(kChecksumKey);
     SG_CHECK_IO(stored != file.metadata.end(), "load_checkpoint: {} is corrupted: its checksum entry is missing",
                 path);
@@ -152,8 +172,9 @@ Checkpoint load_checkpoint(const std::string& path, Module& module, bool strict)
                                 kExtraKey, e.what()));
     }
   }
+  out.extra.values = checkpoint_values(file, !ours || before_state_dict, path);  // a plain file's metadata: strings
   check_finite_tensors(file.tensors, path);
-  std::map<std::string, Tensor> state;
+  StateDict state;
   for (auto& [name, t] : file.tensors) {
     if (extra_names.count(name)) out.extra[name] = t;
     else state[name] = t;
@@ -161,26 +182,11 @@ Checkpoint load_checkpoint(const std::string& path, Module& module, bool strict)
   for (const auto& name : extra_names)
     SG_CHECK_IO(out.extra.count(name), "load_checkpoint: {} is corrupted: extra tensor '{}' is listed but missing",
                 path, name);
-  for (auto& [key, value] : file.metadata)
-    if (key.rfind(kReservedPrefix, 0) != 0) out.metadata[key] = value;
   try {
     out.report = module.load_state_dict(state, strict);
   } catch (const ValueError& e) {
     throw ValueError(fmt::format("load_checkpoint: {} does not fit the model: {}", path, e.what()));
   }
-  return out;
-}
-
-std::map<std::string, Tensor> add_prefix(const std::map<std::string, Tensor>& tensors, const std::string& prefix) {
-  std::map<std::string, Tensor> out;
-  for (const auto& [name, t] : tensors) out[prefix + name] = t;
-  return out;
-}
-
-std::map<std::string, Tensor> take_prefix(const std::map<std::string, Tensor>& tensors, const std::string& prefix) {
-  std::map<std::string, Tensor> out;
-  for (const auto& [name, t] : tensors)
-    if (name.rfind(prefix, 0) == 0) out[name.substr(prefix.size())] = t;
   return out;
 }
 

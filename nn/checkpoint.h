@@ -1,16 +1,20 @@
-// Checkpoints: a module's parameters and buffers, extra tensors (optimizer state, ...) and string
-// metadata in one safetensors file, written atomically and guarded by a checksum.
+// Checkpoints: a module's parameters and buffers plus an extra StateDict (optimizer, scheduler,
+// epoch, ...) in one safetensors file, written atomically and guarded by a checksum.
 //
-//   auto os = opt.state_dict();
-//   save_checkpoint("ckpt.safetensors", model, add_prefix(os.tensors, "optim."),
-//                   {{"optim", os.metadata}, {"sched", sched.state_dict()}, {"epoch", "7"}});
+//   StateDict extra;
+//   extra.nest("optimizer", opt.state_dict());
+//   extra.nest("scheduler", sched.state_dict());
+//   extra.values["epoch"] = 7;
+//   save_checkpoint("ckpt.safetensors", model, extra);
 //   auto ckpt = load_checkpoint("ckpt.safetensors", model);
-//   opt.load_state_dict({take_prefix(ckpt.extra, "optim."), ckpt.metadata.at("optim")});
+//   opt.load_state_dict(ckpt.extra.nested("optimizer"));
 //
 // File layout: module tensors under their state_dict names (a plain safetensors reader, e.g.
 // safetensors.torch.load_file, sees the model's weights), extra tensors under their own names,
-// and metadata keys "seqgrad.*" reserved for: the format version, the names of the extra tensors
-// (JSON list) and a CRC-32 over every name, dtype, shape, value and metadata entry.
+// and metadata keys "seqgrad.*": the format version, the names of the extra tensors (JSON list),
+// the extra values (one JSON object) and a CRC-32 over every name, dtype, shape, value and
+// metadata entry. Files of format 1 (before StateDict: the caller's metadata as strings) load too,
+// each metadata string becoming a string value of `extra`.
 #pragma once
 #include <functional>
 #include <map>
@@ -21,17 +25,13 @@
 namespace seqgrad::nn {
 
 struct Checkpoint {
-  LoadReport report;                            // what did not fit the module (non-strict loads)
-  std::map<std::string, Tensor> extra;          // the extra tensors, by the names they were saved as
-  std::map<std::string, std::string> metadata;  // the caller's metadata (without "seqgrad.*")
+  LoadReport report;  // what did not fit the module (non-strict loads)
+  StateDict extra;    // save_checkpoint's `extra`: its tensors by the names they were saved as, its values
 };
 
-// Writes module.state_dict() plus `extra` and `metadata` to `path`, replacing it atomically.
-// Throws ValueError for an extra tensor named like a module tensor and for metadata keys starting
-// with "seqgrad.".
-void save_checkpoint(const std::string& path, const Module& module,
-                     const std::map<std::string, Tensor>& extra = {},
-                     const std::map<std::string, std::string>& metadata = {});
+// Writes module.state_dict() plus `extra` to `path`, replacing it atomically. Throws ValueError
+// for an extra tensor that is undefined or named like a module tensor.
+void save_checkpoint(const std::string& path, const Module& module, const StateDict& extra = {});
 
 // Loads a checkpoint into `module` (values are converted to the module's dtypes). A missing,
 // truncated or corrupted file throws IOError naming the path; with strict, missing, unexpected or
@@ -62,9 +62,5 @@ std::string checkpoint_checksum(const std::map<std::string, ChecksumSource>& ten
 // how many there are, if a floating tensor holds NaN or infinity. Loaders call it: a NaN weight
 // otherwise loads silently and only shows as empty translations or a "loss nan".
 void check_finite_tensors(const std::map<std::string, Tensor>& tensors, const std::string& path);
-
-// {"a": t} -> {"<prefix>a": t}, and the entries whose names start with prefix, with it removed.
-std::map<std::string, Tensor> add_prefix(const std::map<std::string, Tensor>& tensors, const std::string& prefix);
-std::map<std::string, Tensor> take_prefix(const std::map<std::string, Tensor>& tensors, const std::string& prefix);
 
 }  // namespace seqgrad::nn

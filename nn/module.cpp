@@ -296,16 +296,16 @@ Module& Module::to(Device device) {
   return *this;
 }
 
-std::map<std::string, Tensor> Module::state_dict() const {
-  std::map<std::string, Tensor> out;
+StateDict Module::state_dict() const {
+  StateDict out;
   for (auto& [name, t] : named_parameters()) out[name] = t.detach();
   for (auto& [name, t] : named_buffers()) out[name] = t.detach();
   return out;
 }
 
-LoadReport Module::load_state_dict(const std::map<std::string, Tensor>& state, bool strict) {
+LoadReport Module::load_state_dict(const StateDict& state, bool strict) {
   LoadReport report;
-  std::map<std::string, Tensor> mine = state_dict();
+  StateDict mine = state_dict();
   for (const auto& [name, t] : mine) {
     auto it = state.find(name);
     if (it == state.end()) {

@@ -27,6 +27,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/state_dict.h"
 #include "ops/ops.h"
 
 namespace seqgrad::nn {
@@ -69,11 +70,13 @@ class Module {
   // Moves every parameter (with its gradient) and buffer to `device`, in place like to(dtype).
   Module& to(Device device);
 
-  // Parameters and buffers by their nested names, sharing storage with the module.
-  std::map<std::string, Tensor> state_dict() const;
-  // Copies values in; with strict, any missing, unexpected or mis-shaped key throws (listing all
-  // of them); otherwise the matching keys are loaded and the report says what was skipped.
-  LoadReport load_state_dict(const std::map<std::string, Tensor>& state, bool strict = true);
+  // Parameters and buffers by their nested names, sharing storage with the module: a StateDict
+  // of tensors only (it reads as the std::map<std::string, Tensor> it is).
+  StateDict state_dict() const;
+  // Copies the tensors in (a module has no values: state.values are ignored); with strict, any
+  // missing, unexpected or mis-shaped key throws (listing all of them); otherwise the matching
+  // keys are loaded and the report says what was skipped.
+  LoadReport load_state_dict(const StateDict& state, bool strict = true);
 
   // One line per module and parameter with shapes and counts, e.g. for `seqgrad train`.
   std::string summary() const;

@@ -105,30 +105,29 @@ void GradScaler::update(double new_scale) {
   per_optimizer_.clear();
 }
 
-std::map<std::string, double> GradScaler::state_dict() const {
+StateDict GradScaler::state_dict() const {
   if (!options_.enabled) return {};
-  return {{"scale", static_cast<double>(scale_)}, {"growth_factor", options_.growth_factor},
-          {"backoff_factor", options_.backoff_factor},
-          {"growth_interval", static_cast<double>(options_.growth_interval)},
-          {"_growth_tracker", static_cast<double>(growth_tracker_)}};
+  return StateDict({}, {{"scale", static_cast<double>(scale_)}, {"growth_factor", options_.growth_factor},
+                        {"backoff_factor", options_.backoff_factor}, {"growth_interval", options_.growth_interval},
+                        {"_growth_tracker", growth_tracker_}});
 }
 
-void GradScaler::load_state_dict(const std::map<std::string, double>& state) {
-  SG_CHECK_VALUE(options_.enabled, "GradScaler.load_state_dict: the scaler is disabled");
-  SG_CHECK_VALUE(!state.empty(), "GradScaler.load_state_dict: the state is empty (saved from a disabled scaler?)");
-  auto get = [&](const char* key) {
-    auto it = state.find(key);
-    SG_CHECK_VALUE(it != state.end(), "GradScaler.load_state_dict: missing key '{}'", key);
-    return it->second;
-  };
+void GradScaler::load_state_dict(const StateDict& state) {
+  const std::string op = "GradScaler.load_state_dict";
+  SG_CHECK_VALUE(options_.enabled, "{}: the scaler is disabled", op);
+  SG_CHECK_VALUE(!state.values.empty(), "{}: the state is empty (saved from a disabled scaler?)", op);
   Options o = options_;
-  o.init_scale = get("scale");
-  o.growth_factor = get("growth_factor");
-  o.backoff_factor = get("backoff_factor");
-  o.growth_interval = static_cast<int64_t>(get("growth_interval"));
-  options_ = validate(o);
+  o.init_scale = state_number(state.values, "scale", op);
+  o.growth_factor = state_number(state.values, "growth_factor", op);
+  o.backoff_factor = state_number(state.values, "backoff_factor", op);
+  o.growth_interval = state_integer(state.values, "growth_interval", op);
+  o = validate(o);
+  const int64_t tracker = state_integer(state.values, "_growth_tracker", op);
+  SG_CHECK_VALUE(tracker >= 0 && tracker < o.growth_interval, "{}: _growth_tracker = {} must be in [0, "
+                 "growth_interval = {})", op, tracker, o.growth_interval);
+  options_ = o;
   scale_ = static_cast<float>(o.init_scale);
-  growth_tracker_ = static_cast<int64_t>(get("_growth_tracker"));
+  growth_tracker_ = tracker;
 }
 
 }  // namespace seqgrad::optim

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <map>
 
+#include "core/state_dict.h"
 #include "core/tensor.h"
 #include "optim/optimizer.h"
 
@@ -59,9 +60,10 @@ class GradScaler {
   bool is_enabled() const { return options_.enabled; }
   const Options& options() const { return options_; }
 
-  // PyTorch's state_dict keys: scale, growth_factor, backoff_factor, growth_interval, _growth_tracker.
-  std::map<std::string, double> state_dict() const;
-  void load_state_dict(const std::map<std::string, double>& state);
+  // Values only, with PyTorch's state_dict keys: scale, growth_factor, backoff_factor,
+  // growth_interval, _growth_tracker (the last two integers); empty when disabled.
+  StateDict state_dict() const;
+  void load_state_dict(const StateDict& state);
 
  private:
   enum class Stage : uint8_t { ready, unscaled, stepped };

@@ -13,7 +13,6 @@
 
 #include "core/autograd.h"
 #include "core/backend.h"
-#include "core/json.h"
 #include "ops/ops.h"
 
 namespace seqgrad::optim {
@@ -148,8 +147,8 @@ Optimizer::ParamState& Optimizer::state_for_step(size_t group, size_t index) {
   return st;
 }
 
-OptimizerState Optimizer::state_dict() const {
-  OptimizerState out;
+StateDict Optimizer::state_dict() const {
+  StateDict out;
   json groups = json::array();
   size_t index = 0;
   for (size_t g = 0; g < params_.size(); ++g) {
@@ -158,19 +157,20 @@ OptimizerState Optimizer::state_dict() const {
       const ParamState& st = state_[g][i];
       params.push_back({{"shape", params_[g][i].shape().vec()}, {"step", st.step}});
       for (const auto& [name, buffer] : st.buffers)
-        out.tensors[fmt::format("state.{}.{}", index, name)] = storage_copy(buffer, buffer);
+        out[fmt::format("state.{}.{}", index, name)] = storage_copy(buffer, buffer);
     }
     json group = {{"hyper_params", hyper_params(g)}, {"params", params}};
     group["initial_lr"] = std::isnan(initial_lr_[g]) ? json(nullptr) : json(initial_lr_[g]);
     groups.push_back(group);
   }
-  out.metadata = json{{"type", type_name_}, {"groups", groups}}.dump();
+  out.values = json{{"type", type_name_}, {"groups", groups}};
   return out;
 }
 
-void Optimizer::load_state_dict(const OptimizerState& state) {
+void Optimizer::load_state_dict(const StateDict& state) {
   const std::string op = type_name_ + ".load_state_dict";
-  const json meta = parse_json(state.metadata, op + ": metadata");  // the state may come from a hostile file
+  const json& meta = state.values;  // the state may come from a hostile file: every field is checked
+  check_state_object(meta, op);
   // 1. Validate everything before changing anything.
   std::vector<HyperParams> hyper(params_.size());
   std::vector<double> initial(params_.size());
@@ -197,14 +197,14 @@ void Optimizer::load_state_dict(const OptimizerState& state) {
       initial[g] = init.is_null() ? std::numeric_limits<double>::quiet_NaN() : init.get<double>();
     }
   } catch (const json::exception& e) {
-    throw ValueError(fmt::format("{}: malformed metadata ({})", op, e.what()));
+    throw ValueError(fmt::format("{}: malformed state ({})", op, e.what()));
   }
   // Tensor names: "state.<index>.<buffer>" for an existing parameter index, shaped like it.
   std::vector<std::pair<size_t, size_t>> where_is;  // global index -> (group, index)
   for (size_t g = 0; g < params_.size(); ++g)
     for (size_t i = 0; i < params_[g].size(); ++i) where_is.emplace_back(g, i);
   std::vector<std::map<std::string, Tensor>> buffers(where_is.size());
-  for (const auto& [key, t] : state.tensors) {
+  for (const auto& [key, t] : state) {
     size_t index = 0;
     const size_t dot = key.rfind("state.", 0) == 0 ? key.find('.', 6) : std::string::npos;
     bool parsed = dot != std::string::npos && dot + 1 < key.size();

@@ -17,18 +17,10 @@
 #include <vector>
 
 #include "core/backend_ops.h"
+#include "core/state_dict.h"
 #include "core/tensor.h"
 
 namespace seqgrad::optim {
-
-// An optimizer's state in a form safetensors can hold: tensors named "state.<i>.<buffer>" (i counts
-// parameters across groups in order, as PyTorch numbers them; e.g. "state.3.exp_avg") and JSON
-// metadata with the optimizer type, every group's hyper-parameters, parameter counts and shapes,
-// and each parameter's step count.
-struct OptimizerState {
-  std::map<std::string, Tensor> tensors;
-  std::string metadata;
-};
 
 // Hyper-parameters by name ("lr", "momentum", "beta1", ...); booleans are 0 or 1.
 using HyperParams = std::map<std::string, double>;
@@ -62,11 +54,13 @@ class Optimizer {
   // A group's hyper-parameters by name, e.g. {"lr": 0.001, "beta1": 0.9, ...}.
   virtual HyperParams hyper_params(size_t group) const = 0;
 
-  // Copies of the state (moments, momentum buffers, steps, hyper-parameters).
-  OptimizerState state_dict() const;
+  // Copies of the state: tensors "state.<i>.<buffer>" (i counts parameters across groups in
+  // order, as PyTorch numbers them; e.g. "state.3.exp_avg") and values {"type": "Adam", "groups":
+  // [{"hyper_params": {"lr": ...}, "initial_lr": ..., "params": [{"shape": [...], "step": 7}, ...]}]}.
+  StateDict state_dict() const;
   // Restores state saved by an optimizer of the same type over parameters of the same shapes,
   // hyper-parameters included (as PyTorch does). Every mismatch throws naming the key or group.
-  void load_state_dict(const OptimizerState& state);
+  void load_state_dict(const StateDict& state);
 
  protected:
   // Per-parameter state: the step count and named buffers ("exp_avg", "momentum_buffer", ...).

@@ -45,8 +45,6 @@ std::vector<double> numbers_from(const json& j) {
   return out;
 }
 
-json parse_state(const std::string& state, const std::string& op) { return parse_json(state, op + ": state"); }
-
 // Learning rates read from a state: a NaN or infinite rate would poison the next step's update.
 void check_finite_lrs(const std::vector<double>& lrs, const std::string& op, const char* field) {
   for (size_t g = 0; g < lrs.size(); ++g)
@@ -86,20 +84,20 @@ void LRScheduler::set_epoch(int64_t epoch) {
   }
 }
 
-std::string LRScheduler::state_dict() const {
+StateDict LRScheduler::state_dict() const {
   json options = json::object();
   save_options(options);
-  return json{{"type", type_name_},
-              {"last_epoch", last_epoch_},
-              {"base_lrs", numbers(base_lrs_)},
-              {"last_lr", numbers(last_lr_)},
-              {"options", options}}
-      .dump();
+  return StateDict({}, json{{"type", type_name_},
+                            {"last_epoch", last_epoch_},
+                            {"base_lrs", numbers(base_lrs_)},
+                            {"last_lr", numbers(last_lr_)},
+                            {"options", options}});
 }
 
-void LRScheduler::load_state_dict(const std::string& state) {
+void LRScheduler::load_state_dict(const StateDict& state) {
   const std::string op = type_name_ + ".load_state_dict";
-  json j = parse_state(state, op);
+  const json& j = state.values;
+  check_state_object(j, op);
   int64_t epoch = 0;
   std::vector<double> base, last;
   try {
@@ -344,7 +342,7 @@ void SequentialLR::sync_active() {
 
 void SequentialLR::save_options(json& out) const {
   json states = json::array();
-  for (const auto& s : schedulers_) states.push_back(json::parse(s->state_dict()));
+  for (const auto& s : schedulers_) states.push_back(s->state_dict().values);
   out = {{"milestones", milestones_}, {"schedulers", states}};
 }
 
@@ -354,7 +352,7 @@ void SequentialLR::load_options(const json& in) {
   SG_CHECK_VALUE(milestones == milestones_ && states.size() == schedulers_.size(),
                  "SequentialLR.load_state_dict: the state has {} schedulers and milestones {}, this one {} and {}",
                  states.size(), json(milestones).dump(), schedulers_.size(), json(milestones_).dump());
-  for (size_t k = 0; k < schedulers_.size(); ++k) schedulers_[k]->load_state_dict(states[k].dump());
+  for (size_t k = 0; k < schedulers_.size(); ++k) schedulers_[k]->load_state_dict(StateDict({}, states[k]));
 }
 
 // ---- ReduceLROnPlateau
@@ -414,7 +412,7 @@ void ReduceLROnPlateau::step(double metric) {
   for (size_t g = 0; g < optimizer_.num_groups(); ++g) last_lr_.push_back(optimizer_.lr(g));
 }
 
-std::string ReduceLROnPlateau::state_dict() const {
+StateDict ReduceLROnPlateau::state_dict() const {
   const Options& o = options_;
   json options = {{"mode", o.mode == PlateauMode::min ? "min" : "max"},
                   {"factor", o.factor},
@@ -424,19 +422,19 @@ std::string ReduceLROnPlateau::state_dict() const {
                   {"cooldown", o.cooldown},
                   {"min_lrs", numbers(o.min_lrs)},
                   {"eps", o.eps}};
-  return json{{"type", "ReduceLROnPlateau"},
-              {"last_epoch", last_epoch_},
-              {"best", number(best_)},
-              {"num_bad_epochs", num_bad_epochs_},
-              {"cooldown_counter", cooldown_counter_},
-              {"last_lr", numbers(last_lr_)},
-              {"options", options}}
-      .dump();
+  return StateDict({}, json{{"type", "ReduceLROnPlateau"},
+                            {"last_epoch", last_epoch_},
+                            {"best", number(best_)},
+                            {"num_bad_epochs", num_bad_epochs_},
+                            {"cooldown_counter", cooldown_counter_},
+                            {"last_lr", numbers(last_lr_)},
+                            {"options", options}});
 }
 
-void ReduceLROnPlateau::load_state_dict(const std::string& state) {
+void ReduceLROnPlateau::load_state_dict(const StateDict& state) {
   const std::string op = "ReduceLROnPlateau.load_state_dict";
-  json j = parse_state(state, op);
+  const json& j = state.values;
+  check_state_object(j, op);
   try {
     SG_CHECK_VALUE(j.at("type") == "ReduceLROnPlateau", "{}: the state was saved by {}", op,
                    json_preview(j.at("type")));

@@ -41,11 +41,11 @@ class LRScheduler {
   const std::vector<double>& last_lr() const { return last_lr_; }  // PyTorch's get_last_lr()
   const std::vector<double>& base_lrs() const { return base_lrs_; }
 
-  // JSON with the type, last_epoch, base and last rates and the options. Loading restores them
+  // Values only: the type, last_epoch, base and last rates and the options. Loading restores them
   // (options included, as PyTorch does) and sets the optimizer's rates to the restored last
   // rates. LambdaLR's functions are code and are not saved.
-  std::string state_dict() const;
-  void load_state_dict(const std::string& state);
+  StateDict state_dict() const;
+  void load_state_dict(const StateDict& state);
 
  protected:
   // Base rates are the groups' initial_lr, which is set to the current lr where it is unset.
@@ -266,8 +266,9 @@ class ReduceLROnPlateau {
   int64_t num_bad_epochs() const { return num_bad_epochs_; }
   int64_t cooldown_counter() const { return cooldown_counter_; }
 
-  std::string state_dict() const;
-  void load_state_dict(const std::string& state);
+  // Values only: the options, best, bad epochs, cooldown, last_epoch and last rates.
+  StateDict state_dict() const;
+  void load_state_dict(const StateDict& state);
 
  private:
   bool is_better(double a, double best) const;

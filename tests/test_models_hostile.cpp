@@ -37,7 +37,7 @@ const std::string& tiny_checkpoint() {
     info.tgt_vocab = text::Vocab::build(std::vector<std::vector<std::string>>{{"w", "x", "y", "z"}});
     info.config.model = {.src_vocab = info.src_vocab.size(), .tgt_vocab = info.tgt_vocab.size(), .embed_size = 3,
                          .hidden_size = 4, .num_layers = 2};
-    info.train_state = {{"epoch", 1}, {"batch", 0}, {"step", 5}};
+    info.train_state.values = {{"epoch", 1}, {"batch", 0}, {"step", 5}};
     models::Seq2Seq model(info.config.model);
     std::string p = temp_path("tiny.safetensors");
     models::save_checkpoint(p, model, info);
@@ -169,6 +169,13 @@ TEST_CASE("hostile checkpoint: a missing checksum needs the explicit option; a r
   }, false);
   CHECK_THROWS_WITH_AS(load_translator(old), doctest::Contains("written before seqgrad stored one"), IOError);
   CHECK_NOTHROW(load_translator(old, {.allow_missing_checksum = true}));
+  // a format version that is not a number, or newer than this build's, is named
+  std::string garbled = edited("version_x", [](TensorFile& f) { f.metadata["format_version"] = "x"; });
+  CHECK_THROWS_WITH_AS(load_translator(garbled), doctest::Contains("format_version 'x' is not a version number"),
+                       IOError);
+  std::string newer = edited("version_9", [](TensorFile& f) { f.metadata["format_version"] = "9"; });
+  CHECK_THROWS_WITH_AS(load_translator(newer), doctest::Contains("format version 9 was written by a newer seqgrad; "
+                                                                 "this build reads versions up to 3"), IOError);
 }
 
 TEST_CASE("hostile checkpoint: non-finite weights are refused, naming the tensor") {

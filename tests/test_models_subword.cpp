@@ -165,7 +165,7 @@ TEST_CASE("subword: a word-level checkpoint written before --vocab still loads a
   config.model.src_vocab = v.src.size(), config.model.tgt_vocab = v.tgt.size();
   models::Seq2Seq model(config.model);
   // The metadata of a checkpoint from before subword vocabularies: no "vocab" or "joint_vocab".
-  std::map<std::string, std::string> metadata = models::checkpoint_metadata({config, v.src, v.tgt, {{"epoch", 0}}});
+  std::map<std::string, std::string> metadata = models::checkpoint_metadata({config, v.src, v.tgt, StateDict({}, {{"epoch", 0}})});
   nlohmann::json old_config = nlohmann::json::parse(metadata["config"]);
   old_config.erase("vocab");
   old_config.erase("joint_vocab");

@@ -7,10 +7,13 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/rng.h"
+#include "core/serialize.h"
+#include "models/seq2seq/run.h"
 #include "models/seq2seq/trainer.h"
 #include "ops/bf16_gemm.h"
 #include "temp_dir.h"
@@ -188,13 +191,15 @@ TEST_CASE("trainer: a diverged step throws before the update and leaves the stat
 
 TEST_CASE("trainer: a checkpoint's train state is checked field by field") {
   models::TrainState s;
-  s.epoch = 2, s.batch = 3, s.step = 40, s.best_bleu = 12.5, s.epoch_loss_sum = 7.25;
+  s.epoch = 2, s.batch = 3, s.step = 40, s.epoch_loss_sum = 7.25;
   s.epoch_tokens = 100, s.epoch_skipped = 1, s.rng_offset = 99;
+  s.early_stopping = optim::EarlyStopping({.metric = "sacrebleu", .patience = 4});
+  s.early_stopping.update(12.5);
   models::TrainState back = models::train_state_from_json(models::train_state_to_json(s), "ck.safetensors");
   CHECK(back.epoch == 2);
   CHECK(back.batch == 3);
   CHECK(back.step == 40);
-  CHECK(back.best_bleu == 12.5);
+  CHECK(back.early_stopping.best() == 12.5);
   CHECK(back.epoch_loss_sum == 7.25);
   CHECK(back.epoch_tokens == 100);
   CHECK(back.epoch_skipped == 1);
@@ -203,6 +208,11 @@ TEST_CASE("trainer: a checkpoint's train state is checked field by field") {
     nlohmann::json j = models::train_state_to_json(s);
     if (value.is_null()) j.erase(field);
     else j[field] = value;
+    return j;
+  };
+  auto stopping = [&](const char* field, nlohmann::json value) {
+    nlohmann::json j = models::train_state_to_json(s);
+    j["early_stopping"][field] = value;
     return j;
   };
   auto check_error = [](const nlohmann::json& j, const char* message) {
@@ -214,44 +224,42 @@ TEST_CASE("trainer: a checkpoint's train state is checked field by field") {
   check_error(bad("step", nullptr), "train_state has no 'step'");
   check_error(bad("epoch_loss_sum", -1.0), "train_state.epoch_loss_sum = -1 must be a finite number >= 0");
   check_error(bad("rng_offset", -1), "train_state.rng_offset must be an integer >= 0, got -1");
-  check_error(bad("best_bleu", 101), "train_state.best_bleu = 101 must be in [-1, 100]");
-  check_error(bad("best_metric", "bleu"), "train_state.best_metric must be one of sacrebleu, chrf, loss, got \"bleu\"");
-  check_error(bad("best_score", 101), "train_state.best_score = 101 must be in [0, 100] (sacrebleu)");
-  check_error(bad("validations_since_best", -1), "train_state.validations_since_best = -1 must be >= 0");
-  check_error(bad("stopped_early", 1), "train_state.stopped_early must be true or false, got 1");
+  check_error(bad("early_stopping", nullptr), "checkpoint ck.safetensors: train_state has no 'early_stopping'");
+  check_error(bad("early_stopping", "{}"), "train_state.early_stopping: EarlyStopping.load_state_dict: the state's "
+              "values must be a JSON object, got \"{}\"");
+  check_error(stopping("metric", "bleu"), "train_state.early_stopping.metric must be one of sacrebleu, chrf, loss, got "
+              "\"bleu\"");
+  check_error(stopping("best", 101), "train_state.early_stopping.best = 101 must be in [0, 100] (sacrebleu)");
+  check_error(stopping("validations_since_best", -1), "train_state.early_stopping: EarlyStopping.load_state_dict: "
+              "validations_since_best = -1 must be >= 0");
+  check_error(stopping("patience", "3"), "EarlyStopping.load_state_dict: the state's 'patience' must be an integer, "
+              "got \"3\"");
   check_error(bad("kept_checkpoints", 1), "train_state.kept_checkpoints must be an array of {\"step\", \"score\"} "
               "objects, got 1");
   check_error(bad("kept_checkpoints", nlohmann::json::array({{{"step", 41}, {"score", 1.0}}})),
               "train_state.kept_checkpoints holds step 41 score 1: expected a step in [1, 40] and a finite score");
   check_error(bad("kept_checkpoints", nlohmann::json::array({{{"step", 8}}})), "train_state has no 'score'");
   check_error(nlohmann::json::array(), "train_state must be a JSON object");
-  // Old checkpoints lack the later fields: defaults, not errors.
-  back = models::train_state_from_json({{"epoch", 1}, {"batch", 0}, {"step", 8}}, "old.safetensors");
-  CHECK(back.best_bleu == -1);
-  CHECK(back.epoch_skipped == 0);
-  CHECK_FALSE(back.best_score.has_value());
-  CHECK_FALSE(back.stopped_early);
-  // written before early stopping: best_metric "sacrebleu" and best_bleu, which is the best score
-  back = models::train_state_from_json({{"epoch", 1}, {"batch", 0}, {"step", 8}, {"best_bleu", 3.5},
-                                        {"best_metric", "sacrebleu"}}, "v2.safetensors");
-  CHECK(back.best_score == 3.5);
-  CHECK(back.validations_since_best == 0);
 }
 
 TEST_CASE("trainer: the early-stopping state round-trips through a checkpoint's train state") {
-  models::TrainState s{.epoch = 3, .batch = 2, .step = 30, .best_bleu = 9.5, .best_metric = "loss",
-                       .best_score = 2.25, .validations_since_best = 2, .stopped_early = true};
+  models::TrainState s{.epoch = 3, .batch = 2, .step = 30};
+  s.early_stopping = optim::EarlyStopping({.metric = "loss", .mode = optim::PlateauMode::min, .patience = 2});
+  s.early_stopping.update(2.25), s.early_stopping.update(2.5), s.early_stopping.update(2.3);
+  REQUIRE(s.early_stopping.should_stop());
   models::TrainState back = models::train_state_from_json(models::train_state_to_json(s), "ck.safetensors");
-  CHECK(back.best_metric == "loss");
-  CHECK(back.best_score == 2.25);
-  CHECK(back.validations_since_best == 2);
-  CHECK(back.stopped_early);
+  CHECK(back.early_stopping.options().metric == "loss");
+  CHECK(back.early_stopping.options().mode == optim::PlateauMode::min);
+  CHECK(back.early_stopping.best() == 2.25);
+  CHECK(back.early_stopping.validations_since_best() == 2);
+  CHECK(back.early_stopping.should_stop());
   CHECK(back.kept_checkpoints.empty());
   s.kept_checkpoints = {{10, 2.5}, {30, 2.25}};  // keep-best checkpoints: step -> score
   CHECK(models::train_state_from_json(models::train_state_to_json(s), "ck.safetensors").kept_checkpoints ==
         std::map<int64_t, double>{{10, 2.5}, {30, 2.25}});
-  s.best_score.reset();  // before the first validation: null, read back as none
-  CHECK_FALSE(models::train_state_from_json(models::train_state_to_json(s), "ck.safetensors").best_score);
+  s.early_stopping = optim::EarlyStopping({.metric = "loss", .mode = optim::PlateauMode::min});
+  // before the first validation: null, read back as none
+  CHECK_FALSE(models::train_state_from_json(models::train_state_to_json(s), "ck.safetensors").early_stopping.best());
 }
 
 // Gradient accumulation: K batches weighted by their target tokens give the gradient of their
@@ -367,7 +375,7 @@ TEST_CASE("trainer: lr_schedule inverse_sqrt sets the rate per optimizer update,
   CHECK(first.state().step == 3);
   first.save(path);
   models::LoadedCheckpoint checkpoint = models::read_checkpoint(path);
-  CHECK(checkpoint.info.train_state["scheduler"].get<std::string>().find("\"InverseSqrtLR\"") != std::string::npos);
+  CHECK(checkpoint.info.train_state.values["scheduler"]["type"] == "InverseSqrtLR");  // JSON, not a JSON string
   default_generator().set_offset(12345);
   Trainer second(toy.config, toy.src_vocab, toy.tgt_vocab);
   second.restore(checkpoint, path);
@@ -402,7 +410,7 @@ TEST_CASE("trainer: a restored state's batches fit its steps x accum_steps, and 
   const std::string path = (dir.path / "ck.safetensors").string();
   trainer.save(path);
   models::LoadedCheckpoint checkpoint = models::read_checkpoint(path);
-  checkpoint.info.train_state["step"] = 2, checkpoint.info.train_state["batch"] = 5;
+  checkpoint.info.train_state.values["step"] = 2, checkpoint.info.train_state.values["batch"] = 5;
   Trainer resumed(toy.config, toy.src_vocab, toy.tgt_vocab);
   CHECK_THROWS_WITH_AS(resumed.restore(checkpoint, path),
                        doctest::Contains("train_state.batch = 5 exceeds step = 2 x accum_steps = 2"), IOError);
@@ -471,4 +479,123 @@ TEST_CASE("trainer: --amp bf16 trains with bf16 products only where the backend 
   Trainer trainer(toy.config, toy.src_vocab, toy.tgt_vocab);
   CHECK(trainer.precision() == models::training_precision(GemmPrecision::bf16, Device::cpu()));
   CHECK(trainer.config().amp == GemmPrecision::bf16);  // what was asked is kept (checkpoints, resume)
+}
+
+namespace {
+
+// A checkpoint file kept in the source tree (tests/fixtures), found from the build folder (meson
+// runs the suites there) or from the source root.
+std::string fixture(const std::string& name) {
+  std::vector<std::filesystem::path> roots = {std::filesystem::path(__FILE__).parent_path(), "tests"};
+  if (const char* data = std::getenv("SEQGRAD_DATA")) roots.push_back(std::filesystem::path(data).parent_path() / "tests");
+  for (const auto& root : roots)
+    if (std::filesystem::exists(root / "fixtures" / name)) return (root / "fixtures" / name).string();
+  FAIL("no fixture " << name);
+  return "";
+}
+
+}  // namespace
+
+// Checkpoints of format version 2, as `seqgrad train` wrote them before StateDict (the optimizer's
+// and scheduler's states as JSON strings inside train_state, the optimizer's tensors "optim.*",
+// early stopping as loose fields beside best_bleu): read, upgraded, resumed, and saved again in
+// the current layout. The GRU one predates early stopping (its best_bleu was the tokenised BLEU),
+// the Transformer one has best_metric and best_score.
+TEST_CASE("trainer: checkpoints of format version 2 resume, upgraded on read") {
+  struct Case {
+    const char* file;
+    std::optional<double> best;
+    int64_t step;
+  };
+  for (const Case& c : {Case{"checkpoint_format2_gru.safetensors", std::nullopt, 2},
+                        Case{"checkpoint_format2_transformer.safetensors", 0.012124272849803774, 1}}) {
+    CAPTURE(c.file);
+    const std::string path = fixture(c.file);
+    models::LoadedCheckpoint old = models::read_checkpoint(path);
+    const StateDict& state = old.info.train_state;
+    CHECK(state.values["optimizer"]["type"] == "Adam");  // a JSON value now, not a JSON string
+    CHECK(state.values["scheduler"]["type"] == "StepLR");
+    CHECK_FALSE(state.values.contains("best_bleu"));
+    CHECK(state.count("optimizer.state.0.exp_avg") == 1);
+    for (const auto& [name, t] : old.tensors) CHECK_FALSE(name.starts_with("optim."));
+    CHECK(state.values["early_stopping"]["metric"] == "sacrebleu");
+    CHECK(state.values["early_stopping"]["validations_since_best"] == 0);
+
+    Trainer resumed(old.info.config, old.info.src_vocab, old.info.tgt_vocab);
+    resumed.restore(old, path);
+    CHECK(resumed.state().step == c.step);
+    CHECK(resumed.state().early_stopping.best() == c.best);
+    CHECK(resumed.optimizer().state_dict().values["groups"][0]["params"][0]["step"] == c.step);
+    CHECK(resumed.optimizer().state_dict().at("state.0.exp_avg").to_vector<float>() ==
+          state.at("optimizer.state.0.exp_avg").to_vector<float>());
+
+    // saved again: version 3, read back as saved
+    testing::TempDir dir;
+    const std::string again = (dir.path / "again.safetensors").string();
+    resumed.save(again);
+    CHECK(load_tensors(again).metadata.at("format_version") == "3");
+    models::LoadedCheckpoint now = models::read_checkpoint(again);
+    CHECK(now.info.train_state.values["optimizer"] == state.values["optimizer"]);
+    CHECK(now.info.train_state.values["early_stopping"]["best"] == state.values["early_stopping"]["best"]);
+    CHECK(now.info.train_state.at("optimizer.state.3.exp_avg_sq").to_vector<float>() ==
+          state.at("optimizer.state.3.exp_avg_sq").to_vector<float>());
+  }
+}
+
+// Early stopping is one object the run feeds and every checkpoint saves: a run stopped after two
+// validations and resumed from last.safetensors stops after one more, as the run without the
+// interruption did. With lr 1e-30 (Adam's steps of about lr are below float32's resolution of
+// the weights) and no dropout every validation scores the same, so only the first is a best:
+// patience 2 ends the run after 3 validations.
+TEST_CASE("fit: early stopping resumed mid-patience goes on counting where it was") {
+  Toy toy;
+  toy.config.lr = 1e-30, toy.config.model.dropout = 0, toy.config.epochs = 10, toy.config.patience = 2;
+  toy.config.early_stopping_metric = "loss";
+  models::ValidationSet valid{toy.corpus, toy.pairs, {}};
+  for (const text::TokenizedPair& p : toy.pairs) {
+    std::string sentence;
+    for (const std::string& w : p.tgt) sentence += (sentence.empty() ? "" : " ") + w;
+    valid.raw_references.push_back(sentence);
+  }
+  text::MemoryBatches batches(toy.corpus.pairs, {.batch_size = 8});
+
+  Trainer straight(toy.config, toy.src_vocab, toy.tgt_vocab);
+  models::RunResult all = models::fit(straight, batches, valid);
+  CHECK(all.completed);
+  CHECK(all.stopped_early);
+  REQUIRE(all.epochs.size() == 3);
+  CHECK(all.epochs[0].best);
+  CHECK_FALSE(all.epochs[1].best);
+  CHECK(straight.state().epoch == 3);
+
+  testing::TempDir dir;
+  Trainer first(toy.config, toy.src_vocab, toy.tgt_vocab);
+  int validations = 0;
+  models::RunOptions stop_after_two{.out_dir = dir.path.string()};
+  stop_after_two.callbacks.after_epoch = [&](const models::EpochMetrics&, const models::Evaluation&) {
+    return ++validations < 2;
+  };
+  models::RunResult part = models::fit(first, batches, valid, stop_after_two);
+  CHECK_FALSE(part.completed);
+  CHECK(first.state().early_stopping.validations_since_best() == 1);
+
+  const std::string last = (dir.path / "last.safetensors").string();
+  Trainer second(toy.config, toy.src_vocab, toy.tgt_vocab);
+  second.restore(models::read_checkpoint(last), last);
+  CHECK(second.state().early_stopping.validations_since_best() == 1);
+  CHECK(second.state().early_stopping.best() == all.epochs[0].valid_loss);
+  models::RunResult rest = models::fit(second, batches, valid, {.out_dir = dir.path.string()});
+  CHECK(rest.completed);
+  CHECK(rest.stopped_early);
+  CHECK(rest.epochs.size() == 1);  // a fresh count would have taken two more
+  CHECK(second.state().epoch == 3);
+
+  // a resumed run with more patience goes on (patience is resumable): the count stays, the limit moves
+  models::TrainConfig patient = toy.config;
+  patient.patience = 4;
+  Trainer third(patient, toy.src_vocab, toy.tgt_vocab);
+  third.restore(models::read_checkpoint(last), last);
+  CHECK_FALSE(third.state().early_stopping.should_stop());
+  CHECK(third.state().early_stopping.validations_since_best() == 2);
+  CHECK(third.state().early_stopping.options().patience == 4);
 }

@@ -158,7 +158,7 @@ TEST_CASE("transformer: a checkpoint round-trips through the library's Translato
   const text::Vocab vocab = toy_vocab(words);
   auto model = make_translation_model(config.model);
   const std::string path = temp_path("seqgrad_transformer_roundtrip.safetensors");
-  save_checkpoint(path, *model, {config, vocab, vocab, nlohmann::json::object()});
+  save_checkpoint(path, *model, {config, vocab, vocab, {}});
 
   const std::vector<std::string> sentences = {"ein hund rennt", "eine katze schlaeft im park"};
   Translator translator({path});
@@ -180,7 +180,7 @@ TEST_CASE("transformer: a checkpoint round-trips through the library's Translato
                                    .num_layers = 1, .dropout = 0};
   auto gru = make_translation_model(gru_config.model);
   const std::string gru_path = temp_path("seqgrad_gru_for_ensemble.safetensors");
-  save_checkpoint(gru_path, *gru, {gru_config, vocab, vocab, nlohmann::json::object()});
+  save_checkpoint(gru_path, *gru, {gru_config, vocab, vocab, {}});
   Translator mixed({path, gru_path});
   CHECK(mixed.size() == 2);
   CHECK(mixed.translate(sentences, {.max_len = 6}).front().error.empty());
@@ -190,7 +190,7 @@ TEST_CASE("transformer: a checkpoint round-trips through the library's Translato
   other_words.back() = "oder";
   const text::Vocab other = toy_vocab(other_words);
   const std::string other_path = temp_path("seqgrad_transformer_other_vocab.safetensors");
-  save_checkpoint(other_path, *model, {config, other, other, nlohmann::json::object()});
+  save_checkpoint(other_path, *model, {config, other, other, {}});
   const std::string differ =
       "an ensemble needs the same vocabularies, but the source vocabularies of " + path + " and " + other_path + " differ";
   CHECK_THROWS_WITH_AS(Translator({path, other_path}), doctest::Contains(differ.c_str()), IOError);
@@ -222,7 +222,7 @@ TEST_CASE("transformer: a GRU checkpoint read as a Transformer (or back) is an e
   auto gru = make_translation_model(gru_config.model);
   const std::string path = temp_path("seqgrad_gru_as_transformer.safetensors");
   // the GRU's weights under a config that says transformer: the sizes check names the tensor it misses
-  save_checkpoint(path, *gru, {config, vocab, vocab, nlohmann::json::object()});
+  save_checkpoint(path, *gru, {config, vocab, vocab, {}});
   const std::string missing = "checkpoint " + path + ": config field model.src_vocab cannot be checked: tensor "
                               "'model.src_embedding.weight' is missing";
   CHECK_THROWS_WITH_AS(read_checkpoint(path), doctest::Contains(missing.c_str()), IOError);
@@ -272,7 +272,7 @@ TEST_CASE("transformer: a checkpoint whose config the tensors do not back is ref
     CAPTURE(c.message);
     TrainConfig hostile = config;
     c.edit(hostile.model);
-    save_checkpoint(path, *model, {hostile, vocab, vocab, nlohmann::json::object()});
+    save_checkpoint(path, *model, {hostile, vocab, vocab, {}});
     CHECK_THROWS_WITH_AS(read_checkpoint(path), doctest::Contains(c.message), IOError);
   }
   std::filesystem::remove(path);

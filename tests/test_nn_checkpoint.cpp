@@ -10,6 +10,7 @@
 #include "core/fileio.h"
 #include "core/rng.h"
 #include "core/serialize.h"
+#include "core/state_dict.h"
 #include "nn/checkpoint.h"
 #include "nn/linear.h"
 #include "nn/loss.h"
@@ -47,7 +48,7 @@ std::vector<double> flat(const nn::Module& m) {
 
 }  // namespace
 
-TEST_CASE("checkpoint: round trip of parameters, extra tensors and metadata") {
+TEST_CASE("checkpoint: round trip of parameters, extra tensors and values") {
   manual_seed(1);
   TwoLayer a;
   manual_seed(2);
@@ -55,24 +56,35 @@ TEST_CASE("checkpoint: round trip of parameters, extra tensors and metadata") {
   REQUIRE(flat(a) != flat(b));
   const std::string path = temp_path("roundtrip.safetensors");
   Tensor step = tensor({7}, {}, {.dtype = DType::i64});
-  nn::save_checkpoint(path, a, {{"train.step", step}}, {{"epoch", "3"}, {"note", "ünïcode ok"}});
+  StateDict train({{"step", step}}, {{"epoch", 3}, {"note", "ünïcode ok"}, {"lrs", {0.5, 0.25}}});
+  StateDict extra;
+  extra.nest("train", train);
+  extra.values["seed"] = 11;
+  nn::save_checkpoint(path, a, extra);
   nn::Checkpoint ckpt = nn::load_checkpoint(path, b);
   CHECK(flat(a) == flat(b));
   CHECK(ckpt.report.ok());
   REQUIRE(ckpt.extra.count("train.step") == 1);
   CHECK(ckpt.extra.at("train.step").item() == 7);
-  CHECK(ckpt.metadata == std::map<std::string, std::string>{{"epoch", "3"}, {"note", "ünïcode ok"}});
+  CHECK(ckpt.extra.values["seed"] == 11);
+  const StateDict back = ckpt.extra.nested("train");
+  CHECK(back.size() == 1);
+  CHECK(back.at("step").item() == 7);
+  CHECK(back.values == nlohmann::json{{"epoch", 3}, {"note", "ünïcode ok"}, {"lrs", {0.5, 0.25}}});
 
-  // A plain reader sees the model's weights under their state_dict names.
+  // A plain reader sees the model's weights under their state_dict names, and the values once, as
+  // one JSON object (not JSON strings inside JSON).
   TensorFile plain = load_tensors(path);
   CHECK(plain.tensors.count("hidden.weight") == 1);
   CHECK(plain.tensors.count("out.bias") == 1);
+  CHECK(nlohmann::json::parse(plain.metadata.at("seqgrad.values"))["train"]["lrs"][1] == 0.25);
   std::filesystem::remove(path);
 
   CHECK_THROWS_WITH_AS(nn::save_checkpoint(path, a, {{"out.bias", step}}),
                        "save_checkpoint: extra tensor 'out.bias' has the name of a TwoLayer tensor", ValueError);
-  CHECK_THROWS_WITH_AS(nn::save_checkpoint(path, a, {}, {{"seqgrad.crc32", "x"}}),
-                       doctest::Contains("metadata key 'seqgrad.crc32' is reserved"), ValueError);
+  CHECK_THROWS_WITH_AS(extra.nest("train", train), "StateDict.nest: 'train' is taken already", ValueError);
+  CHECK_THROWS_WITH_AS(extra.nest("a.b", train), doctest::Contains("name 'a.b' must be non-empty and contain no '.'"),
+                       ValueError);
   CHECK_THROWS_WITH_AS(nn::load_checkpoint(temp_path("does_not_exist"), b), doctest::Contains("does_not_exist"),
                        IOError);
 
@@ -81,6 +93,35 @@ TEST_CASE("checkpoint: round trip of parameters, extra tensors and metadata") {
   TwoLayer c;
   CHECK(nn::load_checkpoint(path, c).report.ok());
   CHECK(flat(c) == flat(a));
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("checkpoint: a file of format 1 (before StateDict) loads, its metadata strings as string values") {
+  manual_seed(4);
+  TwoLayer a;
+  TwoLayer b;
+  const std::string path = temp_path("format1.safetensors");
+  // what save_checkpoint wrote before StateDict: extra tensors listed, the caller's metadata as strings
+  std::map<std::string, Tensor> tensors = a.state_dict();
+  tensors["optim.step"] = tensor({3}, {}, {.dtype = DType::i64});
+  std::map<std::string, std::string> meta{{"seqgrad.format", "seqgrad-checkpoint-1"},
+                                          {"seqgrad.extra_tensors", "[\"optim.step\"]"},
+                                          {"epoch", "3"},
+                                          {"optim", "{\"type\": \"Adam\"}"}};
+  meta[nn::kChecksumKey] = nn::checkpoint_checksum(tensors, meta);
+  save_tensors(path, tensors, meta);
+  nn::Checkpoint ckpt = nn::load_checkpoint(path, b);
+  CHECK(flat(b) == flat(a));
+  CHECK(ckpt.extra.size() == 1);
+  CHECK(ckpt.extra.at("optim.step").item() == 3);
+  CHECK(ckpt.extra.values == nlohmann::json{{"epoch", "3"}, {"optim", "{\"type\": \"Adam\"}"}});
+  // a format this build does not know is refused by name
+  meta["seqgrad.format"] = "seqgrad-checkpoint-9";
+  meta[nn::kChecksumKey] = nn::checkpoint_checksum(tensors, meta);
+  save_tensors(path, tensors, meta);
+  CHECK_THROWS_WITH_AS(nn::load_checkpoint(path, b), doctest::Contains("has format 'seqgrad-checkpoint-9'; this build "
+                                                                       "reads 'seqgrad-checkpoint-2' and "
+                                                                       "'seqgrad-checkpoint-1'"), IOError);
   std::filesystem::remove(path);
 }
 
@@ -103,9 +144,10 @@ TEST_CASE("checkpoint: model + Adam + StepLR resume continues bit-identically") 
   train(ref, ref_opt, ref_sched, 3);
 
   const std::string path = temp_path("resume.safetensors");
-  optim::OptimizerState os = ref_opt.state_dict();
-  nn::save_checkpoint(path, ref, nn::add_prefix(os.tensors, "optim."),
-                      {{"optim", os.metadata}, {"sched", ref_sched.state_dict()}});
+  StateDict extra;
+  extra.nest("optimizer", ref_opt.state_dict());
+  extra.nest("scheduler", ref_sched.state_dict());
+  nn::save_checkpoint(path, ref, extra);
   train(ref, ref_opt, ref_sched, 4);
 
   manual_seed(123);  // a different init, overwritten by the checkpoint
@@ -113,8 +155,8 @@ TEST_CASE("checkpoint: model + Adam + StepLR resume continues bit-identically") 
   optim::Adam opt(resumed.parameters(), {.lr = 0.05, .amsgrad = true});
   optim::StepLR sched(opt, {.step_size = 2, .gamma = 0.5});
   nn::Checkpoint ckpt = nn::load_checkpoint(path, resumed);
-  opt.load_state_dict({nn::take_prefix(ckpt.extra, "optim."), ckpt.metadata.at("optim")});
-  sched.load_state_dict(ckpt.metadata.at("sched"));
+  opt.load_state_dict(ckpt.extra.nested("optimizer"));
+  sched.load_state_dict(ckpt.extra.nested("scheduler"));
   train(resumed, opt, sched, 4);
   CHECK(flat(resumed) == flat(ref));
   CHECK(opt.lr() == ref_opt.lr());
@@ -154,7 +196,7 @@ TEST_CASE("checkpoint: every flipped byte and every truncation is a clear error,
   TwoLayer model;
   const std::string path = temp_path("corrupt_source.safetensors");
   const std::string bad = temp_path("corrupt.safetensors");
-  nn::save_checkpoint(path, model, {{"extra", tensor({1, 2}, {2})}}, {{"epoch", "1"}});
+  nn::save_checkpoint(path, model, StateDict({{"extra", tensor({1, 2}, {2})}}, {{"epoch", 1}}));
   const std::string bytes = read_file(path);
   const std::vector<double> original = flat(model);
 

@@ -146,7 +146,7 @@ TEST_CASE("Module::to(dtype) between Adam steps: gradients convert and the momen
   CHECK(fc.weight.grad().to_vector<double>() == std::vector<double>{2, -4});
   opt.step();
   CHECK(fc.weight.dtype() == DType::f64);
-  const auto state = opt.state_dict().tensors;
+  const StateDict state = opt.state_dict();
   CHECK(state.at("state.0.exp_avg").dtype() == DType::f64);
   CHECK(state.at("state.0.exp_avg_sq").dtype() == DType::f64);
   // m = 0.9 · m1 + 0.1 · g with m1 = 0.1 · [1, -2], g = [2, -4]: [0.29, -0.58]
@@ -163,7 +163,7 @@ TEST_CASE("Module::to(dtype) between SGD steps: the momentum buffer follows the 
   opt.step();  // b = g = [1, -2] (float32)
   fc.to(DType::f64);
   opt.step();  // the same gradient again, now float64: b = 0.9 · b + g = [1.9, -3.8]
-  const Tensor b = opt.state_dict().tensors.at("state.0.momentum_buffer");
+  const Tensor b = opt.state_dict().at("state.0.momentum_buffer");
   CHECK(b.dtype() == DType::f64);
   CHECK(b.to_vector<double>() == std::vector<double>{1.9, -3.8});
 }

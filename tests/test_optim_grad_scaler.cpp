@@ -3,6 +3,8 @@
 // autocast training loop that recovers from an overflowing initial scale.
 #include <doctest/doctest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <cmath>
 #include <limits>
 
@@ -36,6 +38,7 @@ TEST_CASE("GradScaler: scale multiplies the loss; a disabled scaler is the ident
   CHECK(off.get_scale() == 1.0);
   CHECK(off.scale(loss).impl() == loss.impl());
   CHECK(off.state_dict().empty());
+  CHECK(off.state_dict().values.empty());
   // the scale is a float32 number, as PyTorch's scale tensor
   CHECK(GradScaler({.init_scale = 0.1}).get_scale() == static_cast<double>(0.1f));
 }
@@ -130,12 +133,10 @@ TEST_CASE("GradScaler: update(new_scale), and state_dict round trip with PyTorch
   set_grad(p, {1.0});
   scaler.step(opt);
   scaler.update();
-  auto state = scaler.state_dict();
-  CHECK(state.at("scale") == 16.0);
-  CHECK(state.at("_growth_tracker") == 1.0);
-  CHECK(state.at("growth_interval") == 5.0);
-  CHECK(state.at("growth_factor") == 2.0);
-  CHECK(state.at("backoff_factor") == 0.5);
+  StateDict state = scaler.state_dict();
+  CHECK(state.empty());  // values only
+  CHECK(state.values == nlohmann::json{{"scale", 16.0}, {"_growth_tracker", 1}, {"growth_interval", 5},
+                                       {"growth_factor", 2.0}, {"backoff_factor", 0.5}});
   GradScaler restored;
   restored.load_state_dict(state);
   CHECK(restored.get_scale() == 16.0);
@@ -143,8 +144,19 @@ TEST_CASE("GradScaler: update(new_scale), and state_dict round trip with PyTorch
   CHECK(restored.options().growth_interval == 5);
   restored.update(2.0);
   CHECK(restored.get_scale() == 2.0);
-  state.erase("scale");
-  CHECK_THROWS_WITH_AS(restored.load_state_dict(state), doctest::Contains("missing key 'scale'"), ValueError);
+  // a state written as doubles (before StateDict) loads: its integers are integral numbers
+  state.values["growth_interval"] = 5.0, state.values["_growth_tracker"] = 3.0;
+  restored.load_state_dict(state);
+  CHECK(restored.growth_tracker() == 3);
+  state.values["_growth_tracker"] = 1.5;
+  CHECK_THROWS_WITH_AS(restored.load_state_dict(state), "GradScaler.load_state_dict: the state's '_growth_tracker' "
+                       "must be an integer, got 1.5", ValueError);
+  state.values["_growth_tracker"] = 5;
+  CHECK_THROWS_WITH_AS(restored.load_state_dict(state), "GradScaler.load_state_dict: _growth_tracker = 5 must be in "
+                       "[0, growth_interval = 5)", ValueError);
+  state.values.erase("scale");
+  CHECK_THROWS_WITH_AS(restored.load_state_dict(state), "GradScaler.load_state_dict: the state has no 'scale'",
+                       ValueError);
 }
 
 TEST_CASE("GradScaler: float16 autocast training recovers from an overflowing initial scale") {

@@ -75,7 +75,8 @@ int inspect_main(int argc, char** argv) {
   models::LoadedCheckpoint c = models::read_checkpoint(path);
   const models::TrainConfig& t = c.info.config;
   const models::Seq2SeqConfig& m = t.model;
-  const models::TrainState state = models::train_state_from_json(c.info.train_state, path);
+  models::TrainState state = models::train_state_from_json(c.info.train_state.values, path);
+  state.early_stopping.set_patience(t.patience);  // as a resumed run counts it (a file before format 3 lacks it)
   int64_t parameters = 0;
   std::string dtypes = weight_dtypes(c, parameters);
   if (a.flag("json")) {
@@ -107,11 +108,12 @@ int inspect_main(int argc, char** argv) {
   fmt::print("trained on: {}, {} training pairs, at most {} tokens per sentence, shuffle buffer {} pairs\n",
              t.corpus == "files" ? models::describe_corpus(t) : fmt::format("{} (data folder {})", t.corpus, t.data_dir),
              or_all(t.train_subset), t.max_tokens, t.shuffle_buffer);
+  const optim::EarlyStopping& stopping = state.early_stopping;
   fmt::print("training: epoch {} of {}, step {}, best valid {} {}{}\n", state.epoch, t.epochs, state.step,
-             state.best_metric, state.best_score ? fmt::format("{:.4g}", *state.best_score) : "none yet",
-             state.stopped_early ? fmt::format(", stopped early ({} validations without improvement)",
-                                               state.validations_since_best)
-                                 : "");
+             stopping.options().metric, stopping.best() ? fmt::format("{:.4g}", *stopping.best()) : "none yet",
+             stopping.should_stop() ? fmt::format(", stopped early ({} validations without improvement)",
+                                                  stopping.validations_since_best())
+                                    : "");
   fmt::print("config (every field; `seqgrad train --print-config` writes the same as JSON):\n");
   for (const models::ConfigField& f : models::config_fields())
     if (!f.key.starts_with("files.") || t.corpus == "files") fmt::print("  {} = {}\n", f.key, f.get(t).dump());

@@ -357,10 +357,10 @@ int train(int argc, char** argv) {
   SG_CHECK_USAGE(state.epoch <= config.epochs, "cannot resume: {} is past its last epoch: its state is at epoch {} "
                  "of {} (give --epochs N with N > {} to extend the run)", last_path, state.epoch, config.epochs,
                  state.epoch);
-  if (state.stopped_early)
+  if (state.early_stopping.should_stop())
     fmt::print("note: {} stopped early after step {} (epoch {}): {} validation(s) without a better {}; not training, "
                "reporting its test\n", last_path, state.step, state.epoch + (state.batch > 0 ? 1 : 0),
-               state.validations_since_best, metric_name(config.early_stopping_metric));
+               state.early_stopping.validations_since_best(), metric_name(config.early_stopping_metric));
   else if (state.epoch == config.epochs && state.step > 0)
     fmt::print("note: {} has finished its {} epoch(s); reporting its test (give --epochs N to extend the run)\n",
                last_path, config.epochs);
@@ -419,9 +419,9 @@ int train(int argc, char** argv) {
   }
   if (run.stopped_early && !run.epochs.empty())
     fmt::print("early stopping: {} validation(s) without a better {} (patience {}); stopped after step {}; the best "
-               "{} is {:.2f} ({})\n", state.validations_since_best, metric_name(config.early_stopping_metric),
-               config.patience, state.step, metric_name(config.early_stopping_metric), state.best_score.value_or(0),
-               best_path);
+               "{} is {:.2f} ({})\n", state.early_stopping.validations_since_best(),
+               metric_name(config.early_stopping_metric), config.patience, state.step,
+               metric_name(config.early_stopping_metric), state.early_stopping.best().value_or(0), best_path);
   if (!writer) return 0;
 
   // ---- test BLEU with the best checkpoint, a few translations and their heatmaps

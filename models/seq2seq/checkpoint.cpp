@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <algorithm>
 #include <filesystem>
+#include <optional>
 #include <tuple>
 #include <set>
 
@@ -15,9 +16,10 @@ namespace seqgrad::models {
 
 namespace {
 
-// Metadata of translator checkpoints. kFormatVersion 2: always written with a checksum, so a
-// version-2 file without one has been altered.
-constexpr const char* kFormatVersion = "2";
+// Metadata of translator checkpoints. Since version 2 always written with a checksum, so a file
+// of version 2 or later without one has been altered. Version 3: train_state is a StateDict's
+// values (no JSON strings inside), the optimizer's tensors "optimizer.*" (upgrade_train_state).
+constexpr const char* kFormatVersion = "3";
 const std::set<std::string> kMetadataKeys = {"format", "format_version", "config", "src_vocab", "tgt_vocab",
                                              "train_state", "quantized", nn::kChecksumKey};
 
@@ -30,14 +32,16 @@ std::map<std::string, std::string> checkpoint_metadata(const CheckpointInfo& inf
       {"config", info.config.to_json().dump()},
       {"src_vocab", info.src_vocab.to_json().dump()},
       {"tgt_vocab", info.tgt_vocab.to_json().dump()},
-      {"train_state", info.train_state.dump()},
+      {"train_state", info.train_state.values.dump()},
   };
 }
 
-void save_checkpoint(const std::string& path, const TranslationModel& model, const CheckpointInfo& info,
-                     const std::map<std::string, Tensor>& extra) {
-  std::map<std::string, Tensor> tensors = extra;
-  tensors.merge(nn::add_prefix(model.state_dict(), "model."));
+void save_checkpoint(const std::string& path, const TranslationModel& model, const CheckpointInfo& info) {
+  StateDict tensors = info.train_state;
+  SG_CHECK_VALUE(!tensors.has_nested("model"), "save_checkpoint: train_state holds \"model\" (its tensors or "
+                 "values), the name of the weights");
+  tensors.values = nlohmann::json::object();
+  tensors.nest("model", model.state_dict());
   std::map<std::string, std::string> metadata = checkpoint_metadata(info);
   metadata[nn::kChecksumKey] = nn::checkpoint_checksum(tensors, metadata);  // read_checkpoint verifies it
   std::filesystem::path dir = std::filesystem::path(path).parent_path();
@@ -170,6 +174,77 @@ void check_config_sizes(const LoadedCheckpoint& ckpt, const std::string& path) {
               m.tgt_vocab);
 }
 
+// ---- reading checkpoints written before StateDict (format version 2 and older), upgraded on read
+
+// A train_state entry that version 2 wrote as a JSON string holding JSON: parsed in place.
+void parse_json_string(nlohmann::json& state, const char* key, const std::string& path) {
+  if (!state.contains(key) || !state[key].is_string()) return;  // absent, or malformed: its loader says so
+  state[key] = parse_json(state[key].get<std::string>(), fmt::format("checkpoint {}: train_state.{}", path, key));
+}
+
+// Version 2's early-stopping fields as the nested state optim::EarlyStopping reads. Patience was
+// never saved: the resumed run's config sets it (Trainer::restore). A file written before early
+// stopping (no best_metric) kept the tokenised lower-cased BLEU in best_bleu, another scale: its
+// search for the best sacreBLEU starts afresh. best_bleu itself is dropped.
+void upgrade_early_stopping(nlohmann::json& state, const std::string& path) {
+  if (state.contains("early_stopping")) return;  // a newer file that lost its format_version: as it is
+  nlohmann::json stopping{{"metric", "sacrebleu"}, {"mode", "max"}, {"patience", 0}, {"min_delta", 0.0},
+                          {"best", nullptr}, {"validations_since_best", 0}};
+  auto number = [&](const char* key) -> std::optional<double> {
+    if (!state.contains(key) || state[key].is_null()) return std::nullopt;
+    SG_CHECK_IO(state[key].is_number(), "checkpoint {}: train_state.{} must be a number, got {}", path, key,
+                json_preview(state[key]));
+    return state[key].get<double>();
+  };
+  if (state.contains("best_metric")) {
+    const nlohmann::json& metric = state["best_metric"];
+    SG_CHECK_IO(metric == "sacrebleu" || metric == "chrf" || metric == "loss", "checkpoint {}: train_state.best_metric "
+                "must be one of sacrebleu, chrf, loss, got {}", path, json_preview(metric));
+    stopping["metric"] = metric;
+    stopping["mode"] = metric == "loss" ? "min" : "max";
+    // before best_score, best_bleu was the best sacreBLEU (early stopping's only metric then)
+    std::optional<double> best = state.contains("best_score") ? number("best_score") : number("best_bleu");
+    if (best && *best >= 0) stopping["best"] = *best;
+    if (std::optional<double> since = number("validations_since_best")) stopping["validations_since_best"] = *since;
+  }
+  for (const char* old : {"best_bleu", "best_metric", "best_score", "validations_since_best", "stopped_early"})
+    state.erase(old);
+  state["early_stopping"] = std::move(stopping);
+}
+
+// The train_state and tensors of a checkpoint before version 3 in the current layout.
+void upgrade_train_state(nlohmann::json& state, std::map<std::string, Tensor>& tensors, const std::string& path) {
+  if (!state.is_object()) return;  // train_state_from_json names the problem
+  parse_json_string(state, "optimizer", path);
+  parse_json_string(state, "scheduler", path);
+  upgrade_early_stopping(state, path);
+  std::map<std::string, Tensor> renamed;
+  for (auto& [name, t] : tensors)
+    renamed.emplace(name.starts_with("optim.") ? "optimizer." + name.substr(6) : name, std::move(t));
+  tensors = std::move(renamed);
+}
+
+// The format version: 1 for a file without one (written before checksums); an IOError for one
+// that is not a number or is newer than this build's.
+int format_version(const TensorFile& file, const std::string& path) {
+  auto version = file.metadata.find("format_version");
+  if (version == file.metadata.end()) return 1;
+  const std::string& v = version->second;
+  const bool digits = !v.empty() && v.size() <= 3 && std::all_of(v.begin(), v.end(), ::isdigit);
+  SG_CHECK_IO(digits, "checkpoint {}: format_version '{}' is not a version number", path, v);
+  SG_CHECK_IO(std::stoi(v) <= std::stoi(kFormatVersion), "checkpoint {}: format version {} was written by a newer "
+              "seqgrad; this build reads versions up to {}", path, v, kFormatVersion);
+  return std::stoi(v);
+}
+
+// The run's state of a checkpoint: train_state's values and the tensors that are not weights.
+StateDict train_state_of(nlohmann::json values, const std::map<std::string, Tensor>& tensors) {
+  StateDict state({}, std::move(values));
+  for (const auto& [name, t] : tensors)
+    if (!name.starts_with("model.")) state.emplace(name, t);
+  return state;
+}
+
 }  // namespace
 
 LoadedCheckpoint read_checkpoint(const std::string& path, const ReadCheckpointOptions& options) {
@@ -185,13 +260,16 @@ LoadedCheckpoint read_checkpoint(const std::string& path, const ReadCheckpointOp
   SG_CHECK_IO(meta("format") == "seqgrad.seq2seq", "checkpoint {}: format '{}' is not seqgrad.seq2seq", path,
               meta("format"));
   verify_checksum(checkpoint, path, options);
+  const int version = format_version(file, path);
   LoadedCheckpoint out;
   try {
     auto parsed = [&](const char* key) { return parse_json(meta(key), fmt::format("metadata '{}'", key)); };
     out.info.config = TrainConfig::from_json(parsed("config"));  // every field's type and range checked
     out.info.src_vocab = text::Vocab::from_json(parsed("src_vocab"));
     out.info.tgt_vocab = text::Vocab::from_json(parsed("tgt_vocab"));
-    out.info.train_state = parsed("train_state");
+    nlohmann::json train_state = parsed("train_state");
+    if (version < 3) upgrade_train_state(train_state, file.tensors, path);
+    out.info.train_state = train_state_of(std::move(train_state), file.tensors);
   } catch (const nlohmann::json::exception& e) {
     throw IOError(fmt::format("checkpoint {}: bad metadata: {}", path, e.what()));
   } catch (const Error& e) {  // the config's or a vocabulary's own checks: name the file they came from
@@ -281,10 +359,10 @@ LoadedCheckpoint average_checkpoints(const std::vector<std::string>& paths) {
   }
   const double n = static_cast<double>(paths.size());
   for (const auto& [name, sum] : sums) out.tensors.emplace(name, (sum * (1.0 / n)).to(dtypes.at(name)));
-  nlohmann::json state = out.info.train_state;
+  nlohmann::json state = out.info.train_state.values;
   for (const char* key : {"optimizer", "scheduler", "grad_scaler"}) state.erase(key);
   state["averaged_from"] = paths;
-  out.info.train_state = std::move(state);
+  out.info.train_state = StateDict({}, std::move(state));  // no optimizer tensors: not resumable
   return out;
 }
 

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/state_dict.h"
 #include "models/seq2seq/config.h"
 #include "models/seq2seq/model.h"
 #include "models/text/vocab.h"
@@ -19,11 +20,17 @@ namespace seqgrad::models {
 struct CheckpointInfo {
   TrainConfig config;
   text::Vocab src_vocab, tgt_vocab;
-  nlohmann::json train_state;  // epoch, step, best BLEU, RNG, scheduler, ...
+  // The run's state (Trainer::state_dict): its values (epoch, step, RNG position, and the
+  // optimizer's, scheduler's, GradScaler's and early stopping's states nested by name) and its
+  // tensors (the optimizer's, "optimizer.state.0.exp_avg", ...). Empty for a checkpoint that
+  // only carries weights.
+  StateDict train_state;
 };
-void save_checkpoint(const std::string& path, const TranslationModel& model, const CheckpointInfo& info,
-                     const std::map<std::string, Tensor>& extra_tensors = {});
-// The metadata every translator checkpoint carries (format, config, vocabularies, train_state).
+// Writes the model's weights as "model.<name>", the train_state's tensors under their names and
+// its values as the JSON of metadata "train_state", with the config, the vocabularies and a
+// checksum (format version 3). ValueError for a train_state tensor named "model.*".
+void save_checkpoint(const std::string& path, const TranslationModel& model, const CheckpointInfo& info);
+// The metadata every translator checkpoint carries (format, config, vocabularies, train_state's values).
 std::map<std::string, std::string> checkpoint_metadata(const CheckpointInfo& info);
 struct LoadedCheckpoint {
   CheckpointInfo info;
@@ -43,6 +50,10 @@ struct ReadCheckpointOptions {
 // checksum, its metadata (config, vocabularies, train state) and that every size in the config
 // (vocabularies, embed, hidden, attention, layers, max_tokens) matches the tensors present, so
 // that a hostile config cannot make the model allocate more than the file holds.
+// A checkpoint of format version 2 or older (written before StateDict) is upgraded as it is read:
+// its train_state's JSON strings (the optimizer's and scheduler's states) become JSON values, its
+// optimizer tensors "optim.*" become "optimizer.*", and its early-stopping fields (best_metric,
+// best_score, validations_since_best, best_bleu) become the nested "early_stopping" state.
 LoadedCheckpoint read_checkpoint(const std::string& path, const ReadCheckpointOptions& options = {});
 // Loads the "model." weights into a model built from the checkpoint's config; a missing,
 // unexpected or mis-shaped tensor, or a non-finite value, is an error naming it.
@@ -51,8 +62,9 @@ void load_weights(TranslationModel& model, const LoadedCheckpoint& checkpoint, c
 // Parameter averaging (fairseq's average_checkpoints.py; Junczys-Dowmunt et al. 2016): the
 // element-wise mean of the "model." weights of float checkpoints of one architecture and
 // vocabulary (a run's best validations' ckpt-STEP.safetensors). The result holds only those
-// weights, the first checkpoint's config and vocabularies, and its train_state without the
-// optimizer's (so --resume refuses it) plus "averaged_from": the paths. IOError naming the two
+// weights, the first checkpoint's config and vocabularies, and its train_state's values without
+// the optimizer's, scheduler's and GradScaler's states and with no tensors (so --resume refuses
+// it), plus "averaged_from": the paths. IOError naming the two
 // files and what differs (a config field model.*, a vocabulary), or a quantized checkpoint.
 LoadedCheckpoint average_checkpoints(const std::vector<std::string>& paths);
 

@@ -142,33 +142,32 @@ void prune_step_checkpoints(const std::string& dir, const TrainState& state) {
     if (step > state.step || !state.kept_checkpoints.count(step)) std::filesystem::remove(file);
 }
 
-// A validation's score improves on the best so far: loss is lower-is-better, the others higher.
-bool improves(const std::string& metric, double score, const std::optional<double>& best) {
-  if (!best) return true;
-  return metric == "loss" ? score < *best : score > *best;
-}
+// Whether score a ranks above score b under the early-stopping mode.
+bool better(optim::PlateauMode mode, double a, double b) { return mode == optim::PlateauMode::min ? a < b : a > b; }
 
 // The kept checkpoint with the worst score (of equal ones, the latest: the earlier stays).
-std::map<int64_t, double>::iterator worst_kept(std::map<int64_t, double>& kept, const std::string& metric) {
+std::map<int64_t, double>::iterator worst_kept(std::map<int64_t, double>& kept, optim::PlateauMode mode) {
   auto worst = kept.begin();
   for (auto it = kept.begin(); it != kept.end(); ++it)
-    if (!improves(metric, it->second, worst->second)) worst = it;
+    if (!better(mode, it->second, worst->second)) worst = it;
   return worst;
 }
 
-// Keep-best checkpoints: whether this validation's checkpoint joins the best `keep` kept so far by
-// `metric` (state.kept_checkpoints), displacing the worst when they are full. A tie keeps the earlier.
-bool keeps_checkpoint(TrainState& state, const std::string& metric, double score, int64_t keep) {
+// Keep-best checkpoints: whether this validation's checkpoint joins the best `keep` kept so far
+// (state.kept_checkpoints), ranked by the early-stopping metric's mode, displacing the worst when
+// they are full. A tie keeps the earlier.
+bool keeps_checkpoint(TrainState& state, double score, int64_t keep) {
+  const optim::PlateauMode mode = state.early_stopping.options().mode;
   if (keep <= 0) {
     state.kept_checkpoints.clear();
     return false;
   }
   auto& kept = state.kept_checkpoints;
   kept.erase(kept.upper_bound(state.step - 1), kept.end());  // a resumed run's redone steps
-  while (static_cast<int64_t>(kept.size()) > keep) kept.erase(worst_kept(kept, metric));  // keep lowered on resume
+  while (static_cast<int64_t>(kept.size()) > keep) kept.erase(worst_kept(kept, mode));  // keep lowered on resume
   if (static_cast<int64_t>(kept.size()) == keep) {
-    auto worst = worst_kept(kept, metric);
-    if (!improves(metric, score, worst->second)) return false;
+    auto worst = worst_kept(kept, mode);
+    if (!better(mode, score, worst->second)) return false;
     kept.erase(worst);
   }
   kept[state.step] = score;
@@ -205,14 +204,10 @@ class Run {
     m.train_loss = trained.loss, m.valid_loss = val.loss, m.valid_sacrebleu = val.sacrebleu, m.valid_chrf = val.chrf;
     m.valid_bleu_tokenized = val.bleu_tokenized, m.seconds = trained.seconds, m.lr = trainer_.optimizer().lr();
     if (trainer_.scaler().is_enabled()) m.skipped_steps = trained.skipped, m.loss_scale = trainer_.scaler().get_scale();
-    state.best_bleu = std::max(state.best_bleu, val.sacrebleu);
-    state.best_metric = config.early_stopping_metric;
-    m.best = improves(state.best_metric, m.score(state.best_metric), state.best_score);
-    if (m.best) state.best_score = m.score(state.best_metric), state.validations_since_best = 0;
-    else ++state.validations_since_best;
-    state.stopped_early = config.patience > 0 && state.validations_since_best >= config.patience;
+    const double score = m.score(config.early_stopping_metric);
+    m.best = state.early_stopping.update(score).improved;
     if (writes_) append_line(path("metrics.jsonl"), m.to_json().dump());
-    const bool kept = keeps_checkpoint(state, state.best_metric, m.score(state.best_metric), config.keep_checkpoints);
+    const bool kept = keeps_checkpoint(state, score, config.keep_checkpoints);
     if (saves()) {
       if (m.best) {
         trainer_.save(path("best.safetensors"));
@@ -223,7 +218,7 @@ class Run {
       if (writes_) prune_step_checkpoints(options_.out_dir, state);
     }
     result.epochs.push_back(m);
-    result.stopped_early = state.stopped_early;
+    result.stopped_early = state.early_stopping.should_stop();
     return !on.after_epoch || on.after_epoch(m, val);
   }
 
@@ -284,7 +279,7 @@ RunResult fit(Trainer& trainer, text::BatchSource& train, const ValidationSet& v
   RunResult result;
   if (run.writes() && std::filesystem::exists(run.path("best.safetensors")))
     result.best_checkpoint = run.path("best.safetensors");
-  if (state.stopped_early) {  // a resumed run that early stopping ended: nothing to train
+  if (state.early_stopping.should_stop()) {  // a resumed run that early stopping ended: nothing to train
     result.completed = result.stopped_early = true;
     return result;
   }
@@ -299,7 +294,7 @@ RunResult fit(Trainer& trainer, text::BatchSource& train, const ValidationSet& v
       if (config.valid_every > 0 && state.step % config.valid_every == 0 && state.batch < batches) {
         const EpochResult so_far{.loss = state.epoch_loss(), .skipped = state.epoch_skipped,
                                  .seconds = std::chrono::duration<double>(Clock::now() - start).count()};
-        stopped_by_validation = !run.validate(so_far, state.batch, result) || state.stopped_early;
+        stopped_by_validation = !run.validate(so_far, state.batch, result) || state.early_stopping.should_stop();
         if (stopped_by_validation) return false;
       }
       return !on.after_step || on.after_step(r);
@@ -318,7 +313,7 @@ RunResult fit(Trainer& trainer, text::BatchSource& train, const ValidationSet& v
     if (!epoch.completed) {
       // a validation stopped it (early stopping, or its callback): last.safetensors is saved
       if (stopped_by_validation) {
-        result.completed = state.stopped_early;
+        result.completed = state.early_stopping.should_stop();
         return result;
       }
       if (run.saves()) trainer.save(run.path("last.safetensors"));
@@ -330,7 +325,7 @@ RunResult fit(Trainer& trainer, text::BatchSource& train, const ValidationSet& v
       continue;
     }
     if (!run.validate(epoch, std::nullopt, result)) return result;
-    if (state.stopped_early) {
+    if (state.early_stopping.should_stop()) {
       result.completed = true;
       return result;
     }

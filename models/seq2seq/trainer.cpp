@@ -84,11 +84,7 @@ nlohmann::json train_state_to_json(const TrainState& s) {
   return {{"epoch", s.epoch},
           {"batch", s.batch},
           {"step", s.step},
-          {"best_bleu", s.best_bleu},
-          {"best_metric", s.best_metric},
-          {"best_score", s.best_score ? nlohmann::json(*s.best_score) : nlohmann::json(nullptr)},
-          {"validations_since_best", s.validations_since_best},
-          {"stopped_early", s.stopped_early},
+          {"early_stopping", s.early_stopping.state_dict().values},
           {"kept_checkpoints", kept_checkpoints_json(s)},
           {"epoch_loss_sum", s.epoch_loss_sum},
           {"epoch_tokens", s.epoch_tokens},
@@ -96,34 +92,40 @@ nlohmann::json train_state_to_json(const TrainState& s) {
           {"rng_offset", s.rng_offset}};
 }
 
+optim::EarlyStopping early_stopping_for(const TrainConfig& config) {
+  const std::string& metric = config.early_stopping_metric;
+  return optim::EarlyStopping({.metric = metric,
+                               .mode = metric == "loss" ? optim::PlateauMode::min : optim::PlateauMode::max,
+                               .patience = config.patience});
+}
+
 namespace {
 
-// The early-stopping fields; a checkpoint written before early stopping has only best_bleu (and
-// best_metric "sacrebleu"): its best score is that sacreBLEU, nothing counted since.
-void early_stopping_from_json(TrainState& s, const nlohmann::json& j, const std::string& path) {
-  if (!j.contains("best_metric")) return;
-  const nlohmann::json& metric = j["best_metric"];
-  SG_CHECK_IO(metric == "sacrebleu" || metric == "chrf" || metric == "loss", "checkpoint {}: train_state.best_metric "
-              "must be one of sacrebleu, chrf, loss, got {}", path, json_preview(metric));
-  s.best_metric = metric.get<std::string>();
-  if (!j.contains("best_score")) {
-    if (s.best_bleu >= 0) s.best_score = s.best_bleu;
-    return;
+// The early-stopping state: its own checks (optim::EarlyStopping), and what a run's metric
+// allows: a known metric, and a best sacreBLEU or chrF in [0, 100].
+optim::EarlyStopping early_stopping_from_json(const nlohmann::json& j, const std::string& path) {
+  SG_CHECK_IO(j.contains("early_stopping"), "checkpoint {}: train_state has no 'early_stopping'", path);
+  optim::EarlyStopping stopping;
+  try {
+    stopping.load_state_dict(StateDict({}, j["early_stopping"]));
+  } catch (const ValueError& e) {
+    throw IOError(fmt::format("checkpoint {}: train_state.early_stopping: {}", path, e.what()));
   }
-  if (!j["best_score"].is_null()) s.best_score = field<double>(j, "best_score", path);
-  const bool percent = s.best_metric != "loss";
-  SG_CHECK_IO(!s.best_score || (std::isfinite(*s.best_score) && *s.best_score >= 0 && (!percent || *s.best_score <= 100)),
-              "checkpoint {}: train_state.best_score = {} must be {} ({})", path, *s.best_score,
-              percent ? "in [0, 100]" : "a finite number >= 0", s.best_metric);
-  s.validations_since_best = field<int64_t>(j, "validations_since_best", path, 0);
-  SG_CHECK_IO(s.validations_since_best >= 0, "checkpoint {}: train_state.validations_since_best = {} must be >= 0",
-              path, s.validations_since_best);
-  if (j.contains("stopped_early")) {
-    SG_CHECK_IO(j["stopped_early"].is_boolean(), "checkpoint {}: train_state.stopped_early must be true or false, "
-                "got {}", path, json_preview(j["stopped_early"]));
-    s.stopped_early = j["stopped_early"].get<bool>();
-  }
-  if (!j.contains("kept_checkpoints")) return;  // written before keep-best checkpoints: none tracked
+  const std::string& metric = stopping.options().metric;
+  SG_CHECK_IO(metric == "sacrebleu" || metric == "chrf" || metric == "loss", "checkpoint {}: train_state."
+              "early_stopping.metric must be one of sacrebleu, chrf, loss, got \"{}\"", path, metric);
+  const std::optional<double> best = stopping.best();
+  const bool percent = metric != "loss";
+  SG_CHECK_IO(!best || (*best >= 0 && (!percent || *best <= 100)), "checkpoint {}: train_state.early_stopping.best "
+              "= {} must be {} ({})", path, *best, percent ? "in [0, 100]" : "a finite number >= 0", metric);
+  return stopping;
+}
+
+// kept_checkpoints: [{"step": S, "score": X}, ...], steps in [1, step]; absent before keep-best checkpoints.
+std::map<int64_t, double> kept_checkpoints_from_json(const nlohmann::json& j, int64_t last_step,
+                                                     const std::string& path) {
+  std::map<int64_t, double> out;
+  if (!j.contains("kept_checkpoints")) return out;
   const nlohmann::json& kept = j["kept_checkpoints"];
   SG_CHECK_IO(kept.is_array(), "checkpoint {}: train_state.kept_checkpoints must be an array of {{\"step\", "
               "\"score\"}} objects, got {}", path, json_preview(kept));
@@ -132,10 +134,11 @@ void early_stopping_from_json(TrainState& s, const nlohmann::json& j, const std:
                 "\"score\"}} object", path, json_preview(k));
     const int64_t step = field<int64_t>(k, "step", path);
     const double score = field<double>(k, "score", path);
-    SG_CHECK_IO(step >= 1 && step <= s.step && std::isfinite(score), "checkpoint {}: train_state.kept_checkpoints "
-                "holds step {} score {}: expected a step in [1, {}] and a finite score", path, step, score, s.step);
-    s.kept_checkpoints[step] = score;
+    SG_CHECK_IO(step >= 1 && step <= last_step && std::isfinite(score), "checkpoint {}: train_state.kept_checkpoints "
+                "holds step {} score {}: expected a step in [1, {}] and a finite score", path, step, score, last_step);
+    out[step] = score;
   }
+  return out;
 }
 
 }  // namespace
@@ -146,7 +149,6 @@ TrainState train_state_from_json(const nlohmann::json& j, const std::string& pat
   s.epoch = field<int64_t>(j, "epoch", path);
   s.batch = field<int64_t>(j, "batch", path);
   s.step = field<int64_t>(j, "step", path);
-  s.best_bleu = field<double>(j, "best_bleu", path, -1.0);
   s.epoch_loss_sum = field<double>(j, "epoch_loss_sum", path, 0.0);
   s.epoch_tokens = field<int64_t>(j, "epoch_tokens", path, 0);
   s.epoch_skipped = field<int64_t>(j, "epoch_skipped", path, 0);
@@ -156,12 +158,8 @@ TrainState train_state_from_json(const nlohmann::json& j, const std::string& pat
     SG_CHECK_IO(value >= 0, "checkpoint {}: train_state.{} = {} must be >= 0", path, name, value);
   SG_CHECK_IO(std::isfinite(s.epoch_loss_sum) && s.epoch_loss_sum >= 0,
               "checkpoint {}: train_state.epoch_loss_sum = {} must be a finite number >= 0", path, s.epoch_loss_sum);
-  SG_CHECK_IO(std::isfinite(s.best_bleu) && s.best_bleu >= -1 && s.best_bleu <= 100,
-              "checkpoint {}: train_state.best_bleu = {} must be in [-1, 100]", path, s.best_bleu);
-  // Before sacreBLEU picked the best checkpoint, best_bleu was the tokenised lower-cased BLEU (a
-  // different scale): a resumed run starts its search for the best sacreBLEU afresh.
-  if (!j.contains("best_metric")) s.best_bleu = -1.0;
-  early_stopping_from_json(s, j, path);
+  s.early_stopping = early_stopping_from_json(j, path);
+  s.kept_checkpoints = kept_checkpoints_from_json(j, s.step, path);
   return s;
 }
 
@@ -252,6 +250,7 @@ Trainer::Trainer(TrainConfig config, text::Vocab src_vocab, text::Vocab tgt_voca
       scaler_({.init_scale = options.init_loss_scale, .enabled = precision_ == GemmPrecision::f16}),
       loss_options_{.label_smoothing = config_.label_smoothing, .ignore_index = text::Vocab::kPad} {
   model_->train();
+  state_.early_stopping = early_stopping_for(config_);
   if (options.communicator && options.communicator->world_size() > 1) {
     ddp_ = std::make_unique<nn::DistributedDataParallel>(*model_, options.communicator, options.data_parallel);
     default_generator().manual_seed(rank_seed(config_.seed, rank()));  // the dropout stream
@@ -406,44 +405,41 @@ Evaluation Trainer::evaluate(const text::EncodedCorpus& corpus, const std::vecto
   return models::evaluate(*model_, corpus, tgt_vocab_, references, raw_references, options);
 }
 
-// Optimizer tensors go into the checkpoint as "optim.<name>"; the optimizer's metadata and the
-// scheduler's and GradScaler's state as JSON inside train_state.
+StateDict Trainer::state_dict() {
+  state_.rng_offset = default_generator().offset();
+  StateDict out({}, train_state_to_json(state_));
+  out.nest("optimizer", optimizer_.state_dict());
+  out.nest("scheduler", scheduler_->state_dict());
+  if (scaler_.is_enabled()) out.nest("grad_scaler", scaler_.state_dict());
+  return out;
+}
+
 void Trainer::save(const std::string& path) {
   if (rank() != 0) return;  // data-parallel: the replicas are equal; rank 0 writes
-  state_.rng_offset = default_generator().offset();
-  nlohmann::json train_state = train_state_to_json(state_);
-  train_state["optimizer"] = optimizer_.state_dict().metadata;
-  train_state["scheduler"] = scheduler_->state_dict();
-  if (scaler_.is_enabled()) train_state["grad_scaler"] = scaler_.state_dict();
-  save_checkpoint(path, *model_, {config_, src_vocab_, tgt_vocab_, train_state},
-                  nn::add_prefix(optimizer_.state_dict().tensors, "optim."));
+  save_checkpoint(path, *model_, {config_, src_vocab_, tgt_vocab_, state_dict()});
 }
 
 void Trainer::restore(const LoadedCheckpoint& checkpoint, const std::string& path) {
-  const nlohmann::json& j = checkpoint.info.train_state;
-  TrainState state = train_state_from_json(j, path);
-  // patience may differ from the checkpoint's (a resumable field): whether it ran out is decided anew
-  state.stopped_early = config_.patience > 0 && state.validations_since_best >= config_.patience;
+  const StateDict& saved = checkpoint.info.train_state;
+  TrainState state = train_state_from_json(saved.values, path);
+  SG_CHECK_IO(state.early_stopping.options().metric == config_.early_stopping_metric, "checkpoint {}: train_state."
+              "early_stopping.metric is {}, but the run's config field early_stopping_metric is {}", path,
+              state.early_stopping.options().metric, config_.early_stopping_metric);
+  // patience is resumable: the run's own decides whether it ran out
+  state.early_stopping.set_patience(config_.patience);
   load_weights(*model_, checkpoint, path);  // CPU tensors copied onto the model's device
   // The optimizer's, scheduler's and scaler's own checks, with the checkpoint and the field named.
-  auto restoring = [&](const char* field, const auto& load) {
-    SG_CHECK_IO(j.contains(field), "checkpoint {}: train_state has no {} state to resume from", path, field);
+  auto restoring = [&](const char* name, const auto& load) {
+    SG_CHECK_IO(saved.has_nested(name), "checkpoint {}: train_state has no {} state to resume from", path, name);
     try {
-      load(j[field]);
-    } catch (const nlohmann::json::exception& e) {
-      throw IOError(fmt::format("checkpoint {}: train_state.{}: {}", path, field, e.what()));
+      load(saved.nested(name));
     } catch (const Error& e) {
-      throw IOError(fmt::format("checkpoint {}: train_state.{}: {}", path, field, e.what()));
+      throw IOError(fmt::format("checkpoint {}: train_state.{}: {}", path, name, e.what()));
     }
   };
-  restoring("optimizer", [&](const nlohmann::json& metadata) {
-    optimizer_.load_state_dict({nn::take_prefix(checkpoint.tensors, "optim."), metadata.get<std::string>()});
-  });
-  restoring("scheduler", [&](const nlohmann::json& s) { scheduler_->load_state_dict(s.get<std::string>()); });
-  if (scaler_.is_enabled())  // --amp fp16
-    restoring("grad_scaler", [&](const nlohmann::json& s) {
-      scaler_.load_state_dict(s.get<std::map<std::string, double>>());
-    });
+  restoring("optimizer", [&](const StateDict& s) { optimizer_.load_state_dict(s); });
+  restoring("scheduler", [&](const StateDict& s) { scheduler_->load_state_dict(s); });
+  if (scaler_.is_enabled()) restoring("grad_scaler", [&](const StateDict& s) { scaler_.load_state_dict(s); });  // --amp fp16
   // a run saves at step boundaries only: accum_steps batches per step (fewer only at an epoch's end)
   SG_CHECK_IO(state.batch <= state.step * config_.accum_steps, "checkpoint {}: train_state.batch = {} exceeds step = "
               "{} x accum_steps = {}", path, state.batch, state.step, config_.accum_steps);

@@ -33,16 +33,12 @@ struct TrainState {
   int64_t epoch = 0;          // epochs completed
   int64_t batch = 0;          // batches of the current epoch done
   int64_t step = 0;           // optimizer steps taken (fp16 steps skipped by the GradScaler included)
-  double best_bleu = -1;      // best validation sacreBLEU so far (fit() keeps it); -1 before the first
-  // Early stopping (fit() keeps these): the best value of `best_metric` (config field
-  // early_stopping_metric; its checkpoint is best.safetensors), the validations since it, and
-  // whether `patience` of them ran out, so that a resumed run stops where the run would have.
-  std::string best_metric = "sacrebleu";
-  std::optional<double> best_score;  // none before the first validation
-  int64_t validations_since_best = 0;
-  bool stopped_early = false;
+  // Early stopping on config field early_stopping_metric with config field patience: fit() feeds
+  // it every validation (its best is best.safetensors) and stops when it says so; saved here, a
+  // resumed run goes on counting where it was.
+  optim::EarlyStopping early_stopping;
   // The validation checkpoints kept (config field keep_checkpoints; fit() keeps them): the best N
-  // by `best_metric`, step -> score, saved as <out>/ckpt-STEP.safetensors.
+  // by the early-stopping metric, step -> score, saved as <out>/ckpt-STEP.safetensors.
   std::map<int64_t, double> kept_checkpoints;
   double epoch_loss_sum = 0;  // the current epoch's sum of loss x target tokens ...
   int64_t epoch_tokens = 0;   // ... and its target tokens, so a resumed epoch reports the same loss
@@ -176,7 +172,11 @@ class Trainer {
   Evaluation evaluate(const text::EncodedCorpus& corpus, const std::vector<text::TokenizedPair>& references,
                       const std::vector<std::string>& raw_references, const DecodeOptions& options);
 
-  // Writes the model, optimizer, scheduler, GradScaler, RNG position and state (atomically).
+  // The run's state as one StateDict: the TrainState's values (train_state_to_json), with the
+  // optimizer's, scheduler's and (fp16) GradScaler's states nested as "optimizer", "scheduler"
+  // and "grad_scaler"; the RNG position as of now.
+  StateDict state_dict();
+  // Writes the model, its config and vocabularies and state_dict() (atomically).
   void save(const std::string& path);
   // Continues the run saved in `checkpoint` (read from `path`): weights, optimizer, scheduler,
   // GradScaler, RNG position and a validated state. The config must be the checkpoint's (a resumed
@@ -221,8 +221,13 @@ class Trainer {
   std::string resumed_from_ = "train";  // names the checkpoint in errors about the restored state
 };
 
-// The TrainState of a checkpoint's train_state, every field checked (type and range); errors name
-// the checkpoint (`path`) and the field.
+// The early stopping a run's config asks for: its early_stopping_metric (loss: lower is better;
+// sacrebleu and chrf: higher) and patience.
+optim::EarlyStopping early_stopping_for(const TrainConfig& config);
+
+// The TrainState of a checkpoint's train_state values (read_checkpoint has upgraded older
+// layouts), every field checked (type and range); errors name the checkpoint (`path`) and the
+// field. The early stopping is the saved one (its patience too: Trainer::restore applies the run's).
 TrainState train_state_from_json(const nlohmann::json& j, const std::string& path);
 nlohmann::json train_state_to_json(const TrainState& state);
 

@@ -105,10 +105,11 @@ std::vector<std::shared_ptr<Job>> Batcher::take_jobs(std::unique_lock<std::mutex
 void Batcher::start(const std::shared_ptr<Job>& job) {
   Running& running = running_[job->model];
   const models::CheckpointInfo& info = *models_[job->model].info;
-  std::vector<std::vector<int64_t>> ids;
-  for (const std::vector<std::string>& tokens : job->src_tokens) ids.push_back(models::encode_sentence(info.src_vocab, tokens, 0));
   std::vector<int64_t> added;
   try {
+    std::vector<std::vector<int64_t>> ids;
+    for (const std::vector<std::string>& tokens : job->src_tokens)
+      ids.push_back(models::encode_sentence(info.src_vocab, tokens, 0));
     added = running.search->add(ids, job->options);
   } catch (...) {
     job->done.set_exception(std::current_exception());

@@ -91,11 +91,11 @@ int64_t ContinuousSearch::rows() const {
 std::vector<ContinuousSearch::Finished> ContinuousSearch::step() {
   NoGradGuard no_grad;
   std::vector<Finished> done;
-  std::erase_if(cohorts_, [&](Cohort& cohort) { return !step(cohort, done); });
+  std::erase_if(cohorts_, [&](Cohort& cohort) { return !step_cohort(cohort, done); });
   return done;
 }
 
-bool ContinuousSearch::step(Cohort& cohort, std::vector<Finished>& done) {
+bool ContinuousSearch::step_cohort(Cohort& cohort, std::vector<Finished>& done) {
   // the rows: each sentence's open hypotheses, in order
   std::vector<const search::SentenceBeams::Open*> row_owner;
   std::vector<const DecodeOptions*> row_options;

@@ -14,7 +14,7 @@
 // A sentence gets the hypotheses that decoding it alone gives (greedy_decode, or beam_search with
 // options.nbest): its rows attend to its own source only (shorter sources are padded and masked),
 // and a row's products do not depend on the other rows (int8 bit for bit; float32 the same tokens,
-// scores within float rounding, as in translate's batches: docs/serving.md#batches-and-answers).
+// scores within float rounding, as in translate's batches: docs/serving.md#continuous-batching).
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -62,7 +62,7 @@ class ContinuousSearch {
     std::vector<Sentence> sentences;
   };
   // Steps the cohort once; appends its finished sentences to `done`; false when none is left.
-  bool step(Cohort& cohort, std::vector<Finished>& done);
+  bool step_cohort(Cohort& cohort, std::vector<Finished>& done);
 
   Ensemble models_;
   EvalScope eval_;

@@ -65,7 +65,7 @@ void MultiHeadAttention::reset_parameters() {
     init::xavier_uniform_(v_proj_weight);
   }
   if (in_proj_bias.defined()) init::zeros_(in_proj_bias);
-  out_proj.reset_parameters();
+  out_proj->reset_parameters();
   if (out_proj.bias.defined()) init::zeros_(out_proj.bias);
 }
 

@@ -14,6 +14,7 @@
 #include "nn/attention_base.h"
 #include "nn/dropout.h"
 #include "nn/linear.h"
+#include "nn/quantized.h"
 
 namespace seqgrad::nn {
 
@@ -50,7 +51,7 @@ class MultiHeadAttention : public Attention {
   Tensor k_proj_weight;   // (E, kdim) otherwise
   Tensor v_proj_weight;   // (E, vdim) otherwise
   Tensor in_proj_bias;    // (3E,) when bias
-  Linear out_proj;        // weight (E, E), bias (E,)
+  Quantizable<Linear> out_proj;  // weight (E, E), bias (E,); int8 after nn::quantize_dynamic
   Dropout dropout;
 
  private:

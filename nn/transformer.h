@@ -32,6 +32,7 @@
 #include "nn/dropout.h"
 #include "nn/layer_norm.h"
 #include "nn/linear.h"
+#include "nn/quantized.h"
 
 namespace seqgrad::nn {
 
@@ -58,9 +59,10 @@ class TransformerLayerBase : public Module {
   using Options = TransformerLayerOptions;
   const Options& options() const { return options_; }
 
-  Linear linear1;  // (dim_feedforward, E)
+  // int8 after nn::quantize_dynamic, as torch's quantize_dynamic swaps a Transformer's linear1/linear2
+  Quantizable<Linear> linear1;  // (dim_feedforward, E)
   Dropout dropout;
-  Linear linear2;  // (E, dim_feedforward)
+  Quantizable<Linear> linear2;  // (E, dim_feedforward)
 
  protected:
   TransformerLayerBase(std::string type_name, const Options& options);

@@ -4,6 +4,7 @@
 // architecture's errors name the field and the file.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <memory>
@@ -13,6 +14,7 @@
 #include "core/rng.h"
 #include "models/seq2seq/checkpoint.h"
 #include "models/seq2seq/decode.h"
+#include "models/seq2seq/quantized_checkpoint.h"
 #include "models/seq2seq/trainer.h"
 #include "models/seq2seq/transformer.h"
 #include "models/seq2seq/translator.h"
@@ -195,6 +197,75 @@ TEST_CASE("transformer: a checkpoint round-trips through the library's Translato
       "an ensemble needs the same vocabularies, but the source vocabularies of " + path + " and " + other_path + " differ";
   CHECK_THROWS_WITH_AS(Translator({path, other_path}), doctest::Contains(differ.c_str()), IOError);
   for (const std::string& p : {path, gru_path, other_path}) std::filesystem::remove(p);
+}
+
+// nn::quantize_dynamic on the translator: every Linear becomes int8 (the attentions' out_proj, the
+// feed-forward blocks, an untied output layer); the embeddings, and with them a tied output
+// projection, stay float32. The int8 model stays close to the float one, its cached decoding still
+// gives its teacher-forced scores, and its quantized checkpoint translates as the model in memory.
+TEST_CASE("transformer: int8 (quantize_dynamic) swaps its Linear layers and keeps the search's numbers") {
+  for (bool tie : {false, true}) {
+    CAPTURE(tie);
+    manual_seed(5);
+    TrainConfig config;
+    config.model = transformer_config(tie);
+    auto model = make_translation_model(config.model);
+    model->eval();
+    const Source s = source({{4, 7, 9, 5, 11}, {6, 8, 12}});
+    const Tensor tgt_in = from_vector<int64_t>({1, 5, 9, 4, 1, 6, 7, 8}, {2, 4});
+    NoGradGuard no_grad;
+    const Tensor float_lp = log_softmax((*model)(s.src, s.lengths, tgt_in), -1);
+
+    const std::vector<std::string> names = nn::quantize_dynamic(*model, {.kinds = {nn::QuantKind::Linear}});
+    std::vector<std::string> expected;
+    for (int64_t l = 0; l < 2; ++l) {
+      for (std::string sub : {"self_attn.out_proj", "linear1", "linear2"})
+        expected.push_back("encoder.layers." + std::to_string(l) + "." + sub + ".weight");
+      for (std::string sub : {"self_attn.out_proj", "multihead_attn.out_proj", "linear1", "linear2"})
+        expected.push_back("decoder.layers." + std::to_string(l) + "." + sub + ".weight");
+    }
+    if (!tie) expected.push_back("out.weight");
+    std::sort(expected.begin(), expected.end());
+    std::vector<std::string> got = names;
+    std::sort(got.begin(), got.end());
+    CHECK(got == expected);
+    // the Embedding kind too: a Transformer's embeddings are plain members, refused by name
+    CHECK_THROWS_WITH_AS(nn::quantize_dynamic(*model, {.kinds = {nn::QuantKind::Embedding}}),
+                         doctest::Contains(tie ? "embedding" : "src_embedding"), ValueError);
+
+    // int8 weights and per-row int8 activations: log-probabilities within a few hundredths
+    const Tensor int8_lp = log_softmax((*model)(s.src, s.lengths, tgt_in), -1);
+    const double diff = max(abs(sub(int8_lp, float_lp))).item();
+    MESSAGE("int8 against float32 log-probabilities, largest difference: ", diff);
+    CHECK(diff > 0);  // the products did change
+    CHECK(diff < 0.05);
+
+    // the cache and the per-row activation scales: the search's scores are the teacher-forced ones
+    const DecodeOptions options{.max_len = 8, .beam_size = 3, .nbest = 3};
+    const Source first = source({{4, 7, 9, 5, 11}});
+    const std::vector<std::vector<Hypothesis>> beams = beam_search(*model, s.src, s.lengths, options);
+    for (const Hypothesis& h : beams.front()) {
+      const std::vector<double> forced = forced_log_probs(*model, first, h);
+      REQUIRE(forced.size() == h.token_log_probs.size());
+      for (size_t t = 0; t < forced.size(); ++t) CHECK(h.token_log_probs[t] == doctest::Approx(forced[t]).epsilon(1e-5));
+    }
+
+    // the quantized checkpoint: the Translator loads it and translates as the model in memory
+    const text::Vocab vocab = toy_vocab();
+    const std::string path = temp_path("seqgrad_transformer_int8.safetensors");
+    const CheckpointInfo info{config, vocab, vocab, {}};
+    save_quantized_checkpoint(path, *model, info, {.kinds = {nn::QuantKind::Linear}});
+    Translator translator({path});
+    const std::vector<std::string> sentences = {"w0 w3 w5", "w1 w2 w8 w4"};
+    const Ensemble direct(*model);
+    const std::vector<Translation> loaded = translator.translate(sentences, options);
+    const std::vector<Translation> in_memory = translate_batch(direct, info, sentences, options, 12);
+    for (size_t i = 0; i < sentences.size(); ++i) {
+      CHECK(loaded[i].hyps.front().tokens == in_memory[i].hyps.front().tokens);
+      CHECK(loaded[i].hyps.front().score == in_memory[i].hyps.front().score);
+    }
+    std::filesystem::remove(path);
+  }
 }
 
 TEST_CASE("transformer: the architecture's errors name the field") {

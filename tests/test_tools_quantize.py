@@ -9,6 +9,7 @@ A tiny model (E = H = 16, 256 pairs, four epochs, one thread; its last checkpoin
     tokens, a smooth function of the logits) is within 0.5% of the float model's (measured: under
     0.02%), on a model that learned: its loss is below 0.8 log V, a uniform guess's being log V
     (BLEU, near 0 for both at this size, could not tell a broken int8 path from a working one);
+  * a Transformer checkpoint quantizes its Linear layers (its embeddings stay float32) and loads;
   * bad input is a clean error naming the problem: quantizing a quantized checkpoint, an int8
     weight without its scales, scales of the wrong shape, --out equal to the input.
 Usage: test_tools_quantize.py PATH/TO/seqgrad DATA_DIR
@@ -123,14 +124,29 @@ class Quantize(unittest.TestCase):
         print(f"test loss: int8 {loss_q}, float32 {loss_f}, uniform {math.log(tgt_vocab):.3f}", file=sys.stderr)
         self.assertLessEqual(abs(loss_q - loss_f), 0.005 * loss_f, f"int8 loss {loss_q} vs float32 {loss_f}")
 
-    # int8 and the ONNX export cover the GRU translator: a Transformer checkpoint is refused naming
-    # model.architecture, not quantized into a file without int8 weights or exported half
-    def test_quantize_refuses_a_transformer(self):
+    # a Transformer's Linear layers become int8 (attention outputs, feed-forward blocks, the untied
+    # output layer); its embeddings stay float32; translate and eval load the file
+    def test_quantize_a_transformer(self):
         out = os.path.join(TMP, "transformer.int8.safetensors")
         p = run("quantize", "--checkpoint", transformer_checkpoint(), "--out-file", out)
-        self.assertFails(p, r"quantize: .* is a Transformer \(config field model\.architecture = transformer\); "
-                            r"int8 quantization covers the GRU translator only")
-        self.assertFalse(os.path.exists(out))
+        self.assertEqual(p.returncode, 0, p.stderr)
+        header, _ = read_safetensors(out)
+        header.pop("__metadata__")
+        int8 = sorted(k for k, v in header.items() if v["dtype"] == "I8")
+        self.assertEqual(int8, sorted(["model.out.weight",
+                                       "model.encoder.layers.0.self_attn.out_proj.weight",
+                                       "model.encoder.layers.0.linear1.weight", "model.encoder.layers.0.linear2.weight",
+                                       "model.decoder.layers.0.self_attn.out_proj.weight",
+                                       "model.decoder.layers.0.multihead_attn.out_proj.weight",
+                                       "model.decoder.layers.0.linear1.weight", "model.decoder.layers.0.linear2.weight"]))
+        for name in ["model.src_embedding.weight", "model.tgt_embedding.weight",
+                     "model.encoder.layers.0.self_attn.in_proj_weight"]:
+            self.assertEqual(header[name]["dtype"], "F32", name)
+        for command in (["translate", "--checkpoint", out, "ein mann fährt fahrrad ."],
+                        ["eval", "--checkpoint", out, "--data-dir", DATA, "--threads", "1"]):
+            p = run(*command)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertTrue(p.stdout.strip())
 
     def test_export_refuses_a_transformer(self):
         p = run("export", "--checkpoint", transformer_checkpoint(), "--out", os.path.join(TMP, "transformer_onnx"))

@@ -8,6 +8,7 @@
 
 #include "core/threads.h"
 #include "models/seq2seq/quantized_checkpoint.h"
+#include "models/seq2seq/transformer.h"
 #include "tools/args.h"
 #include "tools/commands.h"
 
@@ -15,14 +16,16 @@ namespace seqgrad::tools {
 
 int quantize_main(int argc, char** argv) {
   Args a("quantize", "Dynamic int8 quantization of a translator checkpoint, as PyTorch's quantize_dynamic: every\n"
-                     "Linear and GRU weight (and by default the embeddings) becomes int8 with float32 scales;\n"
-                     "activations are quantized per call at inference. The output loads wherever a checkpoint does.");
+                     "Linear and GRU weight (and by default a GRU translator's embeddings) becomes int8 with\n"
+                     "float32 scales; activations are quantized per row at inference. A Transformer's Linear\n"
+                     "layers (attention outputs, feed-forward blocks, an untied output layer) become int8, its\n"
+                     "embeddings stay float32. The output loads wherever a checkpoint does.");
   a.option("checkpoint", "file", "the float32 checkpoint to quantize", "runs/default/best.safetensors")
       .option("out-file", "file", "where to write the quantized checkpoint (safetensors, I8 weights + F32 scales)")
       .required()
       .deprecated_alias("out", "out-file")
       .option("per-tensor", "", "one scale per weight tensor instead of one per output channel")
-      .option("float-embeddings", "", "keep the embedding tables float32 (a larger file)")
+      .option("float-embeddings", "", "keep the embedding tables float32 (a larger file; a Transformer's always are)")
       .option("threads", "n", "threads (default: all cores)")
       .quiet_option();  // the summary line
   if (!a.parse(argc, argv)) return 0;
@@ -36,21 +39,20 @@ int quantize_main(int argc, char** argv) {
                  "quantize: {} is already quantized; quantize the float32 checkpoint (quantizing twice would round "
                  "the weights twice)",
                  in);
-  // int8 covers the GRU translator's Linear, GRU and embedding modules; the Transformer's layers are
-  // float32 only, so its checkpoint is refused here rather than written unquantized
-  SG_CHECK_VALUE(checkpoint.info.config.model.architecture == models::Architecture::gru,
-                 "quantize: {} is a Transformer (config field model.architecture = transformer); int8 quantization "
-                 "covers the GRU translator only (translate and serve the Transformer in float32)", in);
-  std::unique_ptr<models::Seq2Seq> built;
+  const bool transformer = checkpoint.info.config.model.architecture == models::Architecture::transformer;
+  std::unique_ptr<models::TranslationModel> built;
   {
     nn::init::SkipInitGuard loaded_next;  // every value comes from the checkpoint
-    built = std::make_unique<models::Seq2Seq>(checkpoint.info.config.model);
+    built = models::build_translation_model(checkpoint.info.config.model);
   }
-  models::Seq2Seq& model = *built;
+  models::TranslationModel& model = *built;
   models::load_weights(model, checkpoint, in);
-  nn::QuantizeOptions options{.kinds = {nn::QuantKind::Linear, nn::QuantKind::GRU},
+  nn::QuantizeOptions options{.kinds = {nn::QuantKind::Linear},
                               .scheme = a.flag("per-tensor") ? QScheme::per_tensor : QScheme::per_channel};
-  if (!a.flag("float-embeddings")) options.kinds.push_back(nn::QuantKind::Embedding);
+  if (!transformer) options.kinds.push_back(nn::QuantKind::GRU);
+  // A Transformer's embeddings stay float32: its tied matrix is the output projection too (a
+  // product, as in fairseq, not a Linear that quantize_dynamic could swap)
+  if (!transformer && !a.flag("float-embeddings")) options.kinds.push_back(nn::QuantKind::Embedding);
   const std::vector<std::string> names = nn::quantize_dynamic(model, options);
   models::CheckpointInfo info = checkpoint.info;
   models::save_quantized_checkpoint(out, model, info, options);

@@ -54,7 +54,7 @@ QuantizedWeight parse_int8(const std::string& path, const std::string& name, con
 
 }  // namespace
 
-void save_quantized_checkpoint(const std::string& path, const Seq2Seq& model, const CheckpointInfo& info,
+void save_quantized_checkpoint(const std::string& path, const TranslationModel& model, const CheckpointInfo& info,
                                const nn::QuantizeOptions& options) {
   const auto quantized = nn::quantized_weights(model);
   SG_CHECK_VALUE(!quantized.empty(), "save_quantized_checkpoint: the model has no quantized weights; run "

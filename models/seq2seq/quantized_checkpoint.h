@@ -20,7 +20,7 @@ inline constexpr const char* kQuantizedKey = "quantized";
 inline constexpr const char* kScaleSuffix = "_scale";
 
 // Writes `model` (quantized with nn::quantize_dynamic under `options`) as a quantized checkpoint.
-void save_quantized_checkpoint(const std::string& path, const Seq2Seq& model, const CheckpointInfo& info,
+void save_quantized_checkpoint(const std::string& path, const TranslationModel& model, const CheckpointInfo& info,
                                const nn::QuantizeOptions& options);
 
 // A checkpoint file with its int8 weights taken apart: `file` holds every other tensor and the

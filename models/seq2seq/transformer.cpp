@@ -57,8 +57,9 @@ TransformerTranslator::TransformerTranslator(const Seq2SeqConfig& c)
   register_module("encoder", encoder);
   register_module("decoder", decoder);
   if (!c.tie_embeddings) {
-    out_ = std::make_unique<nn::Linear>(nn::Linear::Options{.in_features = c.hidden_size, .out_features = c.tgt_vocab,
-                                                            .bias = false});
+    out_ = std::make_unique<nn::Quantizable<nn::Linear>>(nn::Linear::Options{.in_features = c.hidden_size,
+                                                                              .out_features = c.tgt_vocab,
+                                                                              .bias = false});
     register_module("out", *out_);
   }
 }
@@ -96,7 +97,11 @@ Tensor TransformerTranslator::operator()(const Tensor& src, const Tensor& src_le
                                                                                      .device = tgt_in.device()}),
                                            steps, "transformer");
   const Tensor y = decoder(embed(*tgt_embedding_, tgt_in), memory, causal, src_lengths);  // (B, T, E)
-  return linear(y, output_weight());
+  return project_out(y);
+}
+
+Tensor TransformerTranslator::project_out(const Tensor& y) const {
+  return out_ ? (*out_)(y) : linear(y, tgt_embedding_->weight);
 }
 
 std::unique_ptr<TranslationModel::SearchState> TransformerTranslator::start(const Tensor& src,
@@ -114,7 +119,7 @@ TranslationModel::StepOutput TransformerTranslator::step(SearchState& state, con
   const Tensor y = decoder.step(x, s.rows);                                                 // (N, E)
   // what the heatmaps show: the last layer's cross-attention, averaged over its heads
   const nn::MultiHeadAttention& cross = decoder.layer(config_.num_layers - 1).multihead_attn;
-  return {.logits = linear(y, output_weight()),
+  return {.logits = project_out(y),
           .weights = cross.last_weights().squeeze(1),
           .energies = cross.last_scores().squeeze(1)};
 }

@@ -42,10 +42,10 @@ class TransformerTranslator : public TranslationModel {
   void init_embeddings();
 
   // The source embedding (the shared matrix when tied), the target embedding and the output
-  // projection's weight (V_tgt, E).
+  // projection's weight (V_tgt, E) in float32 (s·q of the int8 one once `out` is quantized).
   const nn::Embedding& src_embedding() const { return *src_embedding_; }
   const nn::Embedding& tgt_embedding() const { return *tgt_embedding_; }
-  const Tensor& output_weight() const { return out_ ? out_->weight : tgt_embedding_->weight; }
+  Tensor output_weight() const { return out_ ? nn::linear_weight(*out_) : tgt_embedding_->weight; }
 
   nn::PositionalEncoding positions;
   nn::TransformerEncoder encoder;
@@ -56,11 +56,15 @@ class TransformerTranslator : public TranslationModel {
   Tensor embed(const nn::Embedding& table, const Tensor& ids, int64_t offset = 0) const;
   // The encoder's output (B, S, E) for src (B, S) and its lengths (B,).
   Tensor encode(const Tensor& src, const Tensor& src_lengths) const;
+  // The decoder's output (..., E) projected to the target vocabulary (..., V_tgt): by `out` (float
+  // or int8), or by the tied embedding matrix (float32: nn::quantize_dynamic swaps modules, and
+  // the tied output is a product with the embedding's weight, as in fairseq and PyTorch).
+  Tensor project_out(const Tensor& y) const;
 
   Seq2SeqConfig config_;
   std::unique_ptr<nn::Embedding> src_embedding_, tgt_embedding_own_;
   nn::Embedding* tgt_embedding_;  // src_embedding_ when tied
-  std::unique_ptr<nn::Linear> out_;  // none when tied
+  std::unique_ptr<nn::Quantizable<nn::Linear>> out_;  // none when tied
 };
 
 // The model a config describes, by its architecture, as its modules construct it (a checkpoint

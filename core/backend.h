@@ -52,15 +52,15 @@ class Backend {
   // All tensors contiguous; the math and the op using each kernel are in the file named.
   virtual bool supports(FusedOp) const { return false; }
   // GRU step (ops/gru.cpp): xp, hp (B, 3H) the step's input and recurrent projections [r | z | n]
-  // (hp includes b_hh), h (B, H), valid (B,) bool or undefined (every row valid) -> h_next (B, H),
-  // the new state or h where !valid; gates (B, 4H) = [r | z | n | hp_n] for the backward.
-  virtual void gru_cell(const Tensor& xp, const Tensor& /*hp*/, const Tensor& /*h*/, const Tensor& /*valid*/,
+  // (hp includes b_hh), h (B, H), keep (B,) bool or undefined (every row kept) -> h_next (B, H),
+  // the new state or h where !keep; gates (B, 4H) = [r | z | n | hp_n] for the backward.
+  virtual void gru_cell(const Tensor& xp, const Tensor& /*hp*/, const Tensor& /*h*/, const Tensor& /*keep*/,
                         const Tensor& /*h_next*/, const Tensor& /*gates*/) {
     unsupported(FusedOp::gru_cell, xp);
   }
   // Its backward for g = dy + dcarry, the gradient of h_next (dy may be undefined: zero) -> dxp,
   // dhp (B, 3H) and dh (B, H), the part of h's gradient that does not go through W_hh.
-  virtual void gru_cell_backward(const Tensor& gates, const Tensor& /*h*/, const Tensor& /*valid*/,
+  virtual void gru_cell_backward(const Tensor& gates, const Tensor& /*h*/, const Tensor& /*keep*/,
                                  const Tensor& /*dy*/, const Tensor& /*dcarry*/, const Tensor& /*dxp*/,
                                  const Tensor& /*dhp*/, const Tensor& /*dh*/) {
     unsupported(FusedOp::gru_cell, gates);

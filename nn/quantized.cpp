@@ -129,9 +129,9 @@ class Int8GRUProducts final : public GRUProducts {
                    "quantized whole); pass the whole input");
     return quantized_linear(input, layers_[index].weight_ih, layers_[index].bias_ih);
   }
-  Tensor recur(int64_t index, const Tensor& xp, const Tensor& h0, const Tensor& keep,
+  Tensor recur(int64_t index, const Tensor& xp, const Tensor& h0, const StepKeep& keep,
                Direction direction) const override {
-    return gru_layer_quantized(xp, h0, layers_[index].weight_hh, layers_[index].bias_hh, keep, direction);
+    return gru_layer_quantized(xp, h0, layers_[index].weight_hh, layers_[index].bias_hh, keep.keep, direction);
   }
 
  private:

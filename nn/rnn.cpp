@@ -53,7 +53,7 @@ struct StepMask {
 
 // keep (B, T) (or lengths (B,), turned into it) -> the step mask. The extents all_real and
 // any_real need the mask on the host; only the step-by-step runner (LSTM) asks for them, the
-// GRU's fused layer finds its padding steps itself (ops/gru.cpp).
+// GRU reads its padding steps once per call into a StepKeep (ops.h) for its fused layers.
 enum class Extents : bool { skip, compute };
 StepMask make_step_mask(const char* op, const Tensor& lengths, const Tensor& keep_or_undefined, const Tensor& x,
                         Extents extents) {
@@ -155,7 +155,7 @@ class FloatGRUProducts final : public GRUProducts {
     const Tensor& w = weights_[index].weight_ih;
     return linear(input, first == 0 ? w : w.narrow(1, first, w.size(1) - first), weights_[index].bias_ih);
   }
-  Tensor recur(int64_t index, const Tensor& xp, const Tensor& h0, const Tensor& keep,
+  Tensor recur(int64_t index, const Tensor& xp, const Tensor& h0, const StepKeep& keep,
                Direction direction) const override {
     return gru_layer(xp, h0, weights_[index].weight_hh, weights_[index].bias_hh, keep, direction);
   }
@@ -340,7 +340,8 @@ GRUOutput gru_forward(const char* op, const RNNOptions& options, DType dtype, bo
   Tensor h0 = state_or_zeros(op, "h0", args.h0, {n, B, H}, x);  // (L·dirs, B, H)
   std::vector<Tensor> states;
   for (int64_t k = 0; k < n; ++k) states.push_back(h0.select(0, k));
-  Tensor keep = mask.keep.defined() ? mask.keep.squeeze(2) : Tensor();  // (T, B)
+  // (T, B), its all-padding steps read on the host once for every layer and direction
+  const StepKeep keep(mask.keep.defined() ? mask.keep.squeeze(2) : Tensor());
   auto run = [&](int64_t k, const Tensor& xp, const Tensor& state, Direction direction, int64_t stack_dim) {
     // the whole direction is one gru_layer node: (T, B, H) states
     return gru_direction_outputs(products.recur(k, xp, state, keep, direction), mask, direction, stack_dim);

@@ -190,9 +190,10 @@ class GRUProducts {
   // W_ih[:, first:] x + b_ih for every step: input (T, B, F - first) -> (T, B, 3H); first > 0 only
   // for layer 0 given a leading projection (GRUArgs::leading_projection).
   virtual Tensor project(int64_t index, const Tensor& input, int64_t first) const = 0;
-  // The layer's states (T, B, H) from xp (T, B, 3H) and h0 (B, H), as ops' gru_layer; keep (T, B)
-  // bool, true at real steps, or undefined (every step real).
-  virtual Tensor recur(int64_t index, const Tensor& xp, const Tensor& h0, const Tensor& keep,
+  // The layer's states (T, B, H) from xp (T, B, 3H) and h0 (B, H), as ops' gru_layer; keep.keep
+  // (T, B) bool, true at real steps, or undefined (every step real), read on the host once per
+  // GRU call for all its layers and directions.
+  virtual Tensor recur(int64_t index, const Tensor& xp, const Tensor& h0, const StepKeep& keep,
                        Direction direction) const = 0;
 };
 

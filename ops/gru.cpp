@@ -10,7 +10,7 @@ namespace seqgrad {
 namespace {
 
 void check_gru_layer(const Tensor& xp, const Tensor& h0, const Tensor& w_hh, const Tensor& b_hh,
-                     const Tensor& valid) {
+                     const Tensor& keep) {
   detail::check_defined("gru_layer", xp, "xp");
   detail::check_defined("gru_layer", h0, "h0");
   detail::check_defined("gru_layer", w_hh, "w_hh");
@@ -21,24 +21,13 @@ void check_gru_layer(const Tensor& xp, const Tensor& h0, const Tensor& w_hh, con
   const int64_t T = xp.size(0), B = xp.size(1), H = h0.size(1);
   SG_CHECK_SHAPE(!b_hh.defined() || b_hh.shape() == Shape{3 * H}, "gru_layer: b_hh {} must be (3H,) = ({},)",
                  b_hh.shape(), 3 * H);
-  SG_CHECK_SHAPE(!valid.defined() || (valid.dtype() == DType::b8 && valid.shape() == Shape{T, B}),
-                 "gru_layer: valid must be bool (T, B) = ({}, {}), got {}", T, B, valid.shape());
-}
-
-// Steps where every sequence is padding (the batch's longest is shorter than T): the fused
-// forward copies the state there, and the backward passes its gradient straight through.
-std::vector<bool> padding_steps(const Tensor& valid, int64_t T, int64_t B) {
-  std::vector<bool> skip(T, false);
-  if (!valid.defined()) return skip;
-  std::vector<bool> v = valid.to_vector<bool>();
-  for (int64_t t = 0; t < T; ++t)
-    skip[t] = std::none_of(v.begin() + t * B, v.begin() + (t + 1) * B, [](bool b) { return b; });
-  return skip;
+  SG_CHECK_SHAPE(!keep.defined() || (keep.dtype() == DType::b8 && keep.shape() == Shape{T, B}),
+                 "gru_layer: keep must be bool (T, B) = ({}, {}), got {}", T, B, keep.shape());
 }
 
 // What the fused backward needs from the forward besides the inputs and the output.
 struct GruLayerSaved {
-  Tensor valid;  // (T, B) bool, contiguous, or undefined
+  Tensor keep;  // (T, B) bool, contiguous, or undefined
   Tensor gates;  // (T, B, 4H) [r | z | n | hp_n] per step
   std::vector<bool> skip;
   Direction direction;
@@ -72,7 +61,7 @@ void gru_layer_backward(const GruLayerSaved& s, const std::vector<Tensor>& in, c
       be.fill(dhp.select(0, t), 0.0);
       continue;
     }
-    be.gru_cell_backward(s.gates.select(0, t), y_prev, s.valid.defined() ? s.valid.select(0, t) : Tensor(),
+    be.gru_cell_backward(s.gates.select(0, t), y_prev, s.keep.defined() ? s.keep.select(0, t) : Tensor(),
                          dy.select(0, t), carry, dxp.select(0, t), dhp.select(0, t), direct);
     std::swap(carry, direct);
     addmm_(carry, dhp.select(0, t), wv.detach());  // (B, 3H) · (3H, H)
@@ -122,7 +111,7 @@ Tensor gru_step(const Tensor& xp, const Tensor& h, const Tensor& w_hh_t, const T
   return gru_gates(xp, hp, h);
 }
 
-Tensor gru_layer_steps(const Tensor& xp, const Tensor& h0, const Tensor& valid, Direction direction,
+Tensor gru_layer_steps(const Tensor& xp, const Tensor& h0, const Tensor& keep, Direction direction,
                        const GruStepFn& step) {
   const int64_t T = xp.size(0);
   std::vector<Tensor> states(T);
@@ -131,30 +120,46 @@ Tensor gru_layer_steps(const Tensor& xp, const Tensor& h0, const Tensor& valid, 
   for (int64_t i = 0; i < T; ++i) {
     const int64_t t = direction == Direction::forward ? i : T - 1 - i;
     Tensor next = step(xp_steps[t], h);
-    h = valid.defined() ? where(valid.select(0, t).unsqueeze(1), next, h) : next;  // padding keeps the state
+    h = keep.defined() ? where(keep.select(0, t).unsqueeze(1), next, h) : next;  // padding keeps the state
     states[t] = h;
   }
   return stack(states, 0);  // (T, B, H)
 }
 
 Tensor gru_layer_composed(const Tensor& xp, const Tensor& h0, const Tensor& w_hh, const Tensor& b_hh,
-                          const Tensor& valid, Direction direction) {
-  check_gru_layer(xp, h0, w_hh, b_hh, valid);
+                          const Tensor& keep, Direction direction) {
+  check_gru_layer(xp, h0, w_hh, b_hh, keep);
   const Tensor w_hh_t = w_hh.t();  // (H, 3H)
-  return gru_layer_steps(xp, h0, valid, direction,
+  return gru_layer_steps(xp, h0, keep, direction,
                          [&](const Tensor& xp_t, const Tensor& h) { return gru_step(xp_t, h, w_hh_t, b_hh); });
 }
 
-Tensor gru_layer(const Tensor& xp, const Tensor& h0, const Tensor& w_hh, const Tensor& b_hh, const Tensor& valid,
+// Steps where every sequence is padding (the batch's longest is shorter than T): the fused
+// forward copies the state there, and the backward passes its gradient straight through.
+StepKeep::StepKeep(Tensor keep_mask) : keep(std::move(keep_mask)) {
+  if (!keep.defined()) return;
+  SG_CHECK_SHAPE(keep.ndim() == 2 && keep.dtype() == DType::b8, "gru_layer: keep must be bool (T, B), got {} {}",
+                 keep.dtype(), keep.shape());
+  const int64_t T = keep.size(0), B = keep.size(1);
+  const std::vector<bool> v = keep.to_vector<bool>();  // the one device-to-host copy
+  padding.resize(T);
+  for (int64_t t = 0; t < T; ++t)
+    padding[t] = std::none_of(v.begin() + t * B, v.begin() + (t + 1) * B, [](bool b) { return b; });
+}
+
+Tensor gru_layer(const Tensor& xp, const Tensor& h0, const Tensor& w_hh, const Tensor& b_hh, const StepKeep& steps,
                  Direction direction) {
-  check_gru_layer(xp, h0, w_hh, b_hh, valid);
+  const Tensor& keep = steps.keep;
+  check_gru_layer(xp, h0, w_hh, b_hh, keep);
   const int64_t T = xp.size(0), B = xp.size(1), H = h0.size(1);
   Backend& backend = backend_for(xp);
-  if (!backend.supports(FusedOp::gru_cell)) return gru_layer_composed(xp, h0, w_hh, b_hh, valid, direction);
+  if (!backend.supports(FusedOp::gru_cell)) return gru_layer_composed(xp, h0, w_hh, b_hh, keep, direction);
   const TensorOptions like{.dtype = xp.dtype(), .device = xp.device()};
   Tensor x = xp.detach().contiguous(), h_init = h0.detach().contiguous(), w = w_hh.detach();
-  Tensor ok = valid.defined() ? valid.contiguous() : Tensor();
-  const std::vector<bool> skip = padding_steps(ok, T, B);
+  Tensor ok = keep.defined() ? keep.contiguous() : Tensor();
+  const std::vector<bool> skip = keep.defined() ? steps.padding : std::vector<bool>(T, false);
+  SG_CHECK(skip.size() == static_cast<size_t>(T), "gru_layer: the StepKeep's padding has {} steps, keep {} has {}",
+           skip.size(), keep.shape(), T);
   Tensor y = empty({T, B, H}, like);          // (T, B, H) the state after each step
   Tensor gates = empty({T, B, 4 * H}, like);  // (T, B, 4H) [r | z | n | hp_n] per step, for backward
   Tensor hp = empty({1, B, 3 * H}, like);     // (1, B, 3H) W_hh h + b_hh of the current step
@@ -174,8 +179,8 @@ Tensor gru_layer(const Tensor& xp, const Tensor& h0, const Tensor& w_hh, const T
     }
     prev = y_t;
   }
-  auto composed = [valid = ok, direction](const std::vector<Tensor>& in) {
-    return gru_layer_composed(in[0], in[1], in[2], in.size() > 3 ? in[3] : Tensor(), valid, direction);
+  auto composed = [keep = ok, direction](const std::vector<Tensor>& in) {
+    return gru_layer_composed(in[0], in[1], in[2], in.size() > 3 ? in[3] : Tensor(), keep, direction);
   };
   auto backward = [saved = GruLayerSaved{ok, gates, skip, direction}](
                       const std::vector<Tensor>& in, const Tensor& dy, Grads& g) { gru_layer_backward(saved, in, dy, g); };

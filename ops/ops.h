@@ -230,20 +230,31 @@ enum class Direction { forward, reverse };
 // A GRU layer written with ops over any step(xp_t (B, 3H), h (B, H)) -> h' (B, H): the loop of
 // gru_layer_composed (padding keeps the state), shared with the int8 GRU.
 using GruStepFn = std::function<Tensor(const Tensor& xp_t, const Tensor& h)>;
-Tensor gru_layer_steps(const Tensor& xp, const Tensor& h0, const Tensor& valid, Direction direction,
+Tensor gru_layer_steps(const Tensor& xp, const Tensor& h0, const Tensor& keep, Direction direction,
                        const GruStepFn& step);
+// A GRU layer's keep mask with what the fused layer reads of it on the host: keep (T, B) bool,
+// true at real steps (undefined: every step real), and padding[t], whether no row keeps step t
+// (there the layer copies the state and skips the GEMM). Reading padding is a device-to-host
+// copy (a sync on CUDA), so a GRU makes one StepKeep per call and passes it to every layer and
+// direction; a Tensor converts to one, read on the spot.
+struct StepKeep {
+  StepKeep() = default;
+  StepKeep(Tensor keep);  // implicit: a mask converts, its padding read here
+  Tensor keep;
+  std::vector<bool> padding;  // (T,); empty when keep is undefined
+};
 // gru_layer: one layer in one direction
 //   xp (T, B, 3H): every step's input projection W_ih x_t + b_ih (one GEMM, time-major);
-//   h0 (B, H); w_hh (3H, H); b_hh (3H,) or undefined; valid (T, B) bool or undefined (all valid)
+//   h0 (B, H); w_hh (3H, H); b_hh (3H,) or undefined; keep (T, B) bool or undefined (every step real)
 //   -> y (T, B, H): y[t] the state after step t (h_{t-1} again where the step is padding).
 // Forward: per step one GEMM (W_hh h + b_hh) and one fused gate kernel; backward: per step the
 // fused gate backward and one GEMM for the carried dh, then dW_hh as two GEMMs over all steps and
 // db_hh as one sum; dxp comes back for every step at once, so the input projection's backward is
 // one GEMM too. gru_layer_composed: gru_step over the steps, with where() for padding.
-Tensor gru_layer(const Tensor& xp, const Tensor& h0, const Tensor& w_hh, const Tensor& b_hh, const Tensor& valid,
+Tensor gru_layer(const Tensor& xp, const Tensor& h0, const Tensor& w_hh, const Tensor& b_hh, const StepKeep& keep,
                  Direction direction);
 Tensor gru_layer_composed(const Tensor& xp, const Tensor& h0, const Tensor& w_hh, const Tensor& b_hh,
-                          const Tensor& valid, Direction direction);
+                          const Tensor& keep, Direction direction);
 
 // Additive attention energies (ops/additive_scores.cpp; derivation in docs/attention.md):
 //   s_bqk = w_v · tanh(qp_bq + kp_bk)

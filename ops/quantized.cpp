@@ -254,8 +254,8 @@ Tensor quantized_embedding(const Tensor& ids, const QuantizedWeight& w) {
 
 // As PyTorch's dynamic quantized GRU; quantized_linear's backward throws, naming the module.
 Tensor gru_layer_quantized(const Tensor& xp, const Tensor& h0, const QuantizedWeight& w_hh, const Tensor& b_hh,
-                           const Tensor& valid, Direction direction) {
-  return gru_layer_steps(xp, h0, valid, direction, [&](const Tensor& xp_t, const Tensor& h) {
+                           const Tensor& keep, Direction direction) {
+  return gru_layer_steps(xp, h0, keep, direction, [&](const Tensor& xp_t, const Tensor& h) {
     return gru_gates(xp_t, quantized_linear(h, w_hh, b_hh), h);
   });
 }

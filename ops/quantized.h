@@ -112,6 +112,6 @@ Tensor quantized_embedding(const Tensor& ids, const QuantizedWeight& w);
 // A GRU layer (ops.h's gru_layer) with W_hh h + b_hh as an int8 product at each step (a GRU after
 // nn::quantize_dynamic, nn/quantized.h), gates in float32; inference only.
 Tensor gru_layer_quantized(const Tensor& xp, const Tensor& h0, const QuantizedWeight& w_hh, const Tensor& b_hh,
-                           const Tensor& valid, Direction direction);
+                           const Tensor& keep, Direction direction);
 
 }  // namespace seqgrad

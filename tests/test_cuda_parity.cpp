@@ -638,7 +638,7 @@ TEST_CASE("cuda fused kernels: bad operands are errors naming the kernel, the sh
                        "gru_cell: hp (2, 9) is on cpu, not on a CUDA device", DeviceError);
   CHECK_THROWS_WITH_AS(be.gru_cell(xp, xp, h, ones({3}, {.dtype = DType::b8, .device = kCuda}),
                                    zeros({2, 3}, {.device = kCuda}), zeros({2, 12}, {.device = kCuda})),
-                       doctest::Contains("gru_cell: valid must be a dense bool (B,) = (2,), got bool (3,) on cuda:0"),
+                       doctest::Contains("gru_cell: keep must be a dense bool (B,) = (2,), got bool (3,) on cuda:0"),
                        ShapeError);
   Tensor qp = zeros({2, 3, 4}, {.device = kCuda}), kp = zeros({2, 5, 4}, {.device = kCuda});
   CHECK_THROWS_WITH_AS(be.additive_scores(qp, kp, zeros({4}, {.dtype = DType::f64, .device = kCuda}),

@@ -573,6 +573,12 @@ std::vector<ErrorCase> build_error_cases() {
       {"gru_layer", "hidden_mismatch",
        [] { gru_layer(zeros({3, 2, 6}), zeros({2, 3}), zeros({6, 2}), {}, {}, nn::Direction::forward); },
        "gru_layer", K::shape},
+      {"gru_layer", "keep_mask_transposed",  // the mask is (T, B), time-major as xp
+       [] {
+         gru_layer(zeros({3, 2, 6}), zeros({2, 2}), zeros({6, 2}), {}, zeros({2, 3}, {.dtype = DType::b8}),
+                   nn::Direction::forward);
+       },
+       "gru_layer: keep must be bool (T, B) = (3, 2), got (2, 3)", K::shape},
   };
 }
 

@@ -43,9 +43,9 @@ class CpuBackend final : public Backend {
 
   // fused.cpp, adam.cpp and layer_norm.cpp: every fused kernel.
   bool supports(FusedOp) const override { return true; }
-  void gru_cell(const Tensor& xp, const Tensor& hp, const Tensor& h, const Tensor& valid, const Tensor& h_next,
+  void gru_cell(const Tensor& xp, const Tensor& hp, const Tensor& h, const Tensor& keep, const Tensor& h_next,
                 const Tensor& gates) override;
-  void gru_cell_backward(const Tensor& gates, const Tensor& h, const Tensor& valid, const Tensor& dy,
+  void gru_cell_backward(const Tensor& gates, const Tensor& h, const Tensor& keep, const Tensor& dy,
                          const Tensor& dcarry, const Tensor& dxp, const Tensor& dhp, const Tensor& dh) override;
   void additive_scores(const Tensor& qp, const Tensor& kp, const Tensor& w, const Tensor& scores) override;
   void additive_scores_backward(const Tensor& qp, const Tensor& kp, const Tensor& w, const Tensor& dscores,

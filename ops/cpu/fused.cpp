@@ -11,10 +11,10 @@ namespace seqgrad::cpu::SG_CPU_ISA {
 
 // ---- fused GRU step (the math and its derivation: nn/rnn.h; the op: gru_layer in ops/gru.cpp)
 
-void CpuBackend::gru_cell(const Tensor& xp, const Tensor& hp, const Tensor& h, const Tensor& valid,
+void CpuBackend::gru_cell(const Tensor& xp, const Tensor& hp, const Tensor& h, const Tensor& keep,
                           const Tensor& h_next, const Tensor& gates) {
   const int64_t B = h.size(0), H = h.size(1);
-  const bool* ok = valid.defined() ? valid.data<bool>() : nullptr;
+  const bool* ok = keep.defined() ? keep.data<bool>() : nullptr;
   dispatch_floating(h.dtype(), "gru_cell", [&]<class T>() {
     const T* px = xp.data<T>();
     const T* pp = hp.data<T>();
@@ -46,10 +46,10 @@ void CpuBackend::gru_cell(const Tensor& xp, const Tensor& hp, const Tensor& h, c
   });
 }
 
-void CpuBackend::gru_cell_backward(const Tensor& gates, const Tensor& h, const Tensor& valid, const Tensor& dy,
+void CpuBackend::gru_cell_backward(const Tensor& gates, const Tensor& h, const Tensor& keep, const Tensor& dy,
                                    const Tensor& dcarry, const Tensor& dxp, const Tensor& dhp, const Tensor& dh) {
   const int64_t B = h.size(0), H = h.size(1);
-  const bool* ok = valid.defined() ? valid.data<bool>() : nullptr;
+  const bool* ok = keep.defined() ? keep.data<bool>() : nullptr;
   dispatch_floating(h.dtype(), "gru_cell_backward", [&]<class T>() {
     const T* pg = gates.data<T>();
     const T* ph = h.data<T>();

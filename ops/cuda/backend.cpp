@@ -269,7 +269,7 @@ class CudaBackend final : public Backend {
     return op != FusedOp::additive_attention_chunk && op != FusedOp::int8_gemm;
   }
 
-  void gru_cell(const Tensor& xp, const Tensor& hp, const Tensor& h, const Tensor& valid, const Tensor& h_next,
+  void gru_cell(const Tensor& xp, const Tensor& hp, const Tensor& h, const Tensor& keep, const Tensor& h_next,
                 const Tensor& gates) override {
     const char* op = "gru_cell";
     check_operands(op, {{"h", &h}, {"xp", &xp}, {"hp", &hp}, {"h_next", &h_next}, {"gates", &gates}});
@@ -280,13 +280,13 @@ class CudaBackend final : public Backend {
                    "{}: expected xp, hp (B, 3H), h_next (B, H) and gates (B, 4H) for h (B, H) = {}; got xp {}, hp {}, "
                    "h_next {}, gates {} on {}", op, h.shape(), xp.shape(), hp.shape(), h_next.shape(), gates.shape(),
                    h.device());
-    const bool* ok = valid_rows(op, valid, h);
+    const bool* ok = keep_rows(op, keep, h);
     DeviceGuard guard(h.device().index);
     cuda::gru_cell(elem(h.dtype()), xp.raw_data(), hp.raw_data(), h.raw_data(), ok, h_next.raw_data(),
                    gates.raw_data(), B, H);
   }
 
-  void gru_cell_backward(const Tensor& gates, const Tensor& h, const Tensor& valid, const Tensor& dy,
+  void gru_cell_backward(const Tensor& gates, const Tensor& h, const Tensor& keep, const Tensor& dy,
                          const Tensor& dcarry, const Tensor& dxp, const Tensor& dhp, const Tensor& dh) override {
     const char* op = "gru_cell_backward";
     check_operands(op, {{"h", &h}, {"gates", &gates}, {"dcarry", &dcarry}, {"dxp", &dxp}, {"dhp", &dhp}, {"dh", &dh}});
@@ -300,7 +300,7 @@ class CudaBackend final : public Backend {
                    "gates {}, dy {}, dcarry {}, dxp {}, dhp {}, dh {} on {}", op, h.shape(), gates.shape(),
                    dy.defined() ? fmt::format("{}", dy.shape()) : "undefined", dcarry.shape(), dxp.shape(),
                    dhp.shape(), dh.shape(), h.device());
-    const bool* ok = valid_rows(op, valid, h);
+    const bool* ok = keep_rows(op, keep, h);
     DeviceGuard guard(h.device().index);
     cuda::gru_cell_backward(elem(h.dtype()), gates.raw_data(), h.raw_data(), ok,
                             dy.defined() ? dy.raw_data() : nullptr, dcarry.raw_data(), dxp.raw_data(), dhp.raw_data(),
@@ -470,15 +470,15 @@ class CudaBackend final : public Backend {
     }
   }
 
-  // The GRU's per-row valid flags: undefined (every row) or bool (B,) next to h.
-  static const bool* valid_rows(const char* op, const Tensor& valid, const Tensor& h) {
-    if (!valid.defined()) return nullptr;
-    SG_CHECK_DEVICE(valid.device() == h.device(), "{}: valid {} is on {} but h {} is on {}", op, valid.shape(),
-                    valid.device(), h.shape(), h.device());
-    SG_CHECK_SHAPE(valid.dtype() == DType::b8 && valid.shape() == Shape{h.size(0)} && valid.is_contiguous(),
-                   "{}: valid must be a dense bool (B,) = ({},), got {} {} on {}", op, h.size(0), valid.dtype(),
-                   valid.shape(), valid.device());
-    return static_cast<const bool*>(valid.raw_data());
+  // The GRU's per-row keep flags: undefined (every row) or bool (B,) next to h.
+  static const bool* keep_rows(const char* op, const Tensor& keep, const Tensor& h) {
+    if (!keep.defined()) return nullptr;
+    SG_CHECK_DEVICE(keep.device() == h.device(), "{}: keep {} is on {} but h {} is on {}", op, keep.shape(),
+                    keep.device(), h.shape(), h.device());
+    SG_CHECK_SHAPE(keep.dtype() == DType::b8 && keep.shape() == Shape{h.size(0)} && keep.is_contiguous(),
+                   "{}: keep must be a dense bool (B,) = ({},), got {} {} on {}", op, h.size(0), keep.dtype(),
+                   keep.shape(), keep.device());
+    return static_cast<const bool*>(keep.raw_data());
   }
 
   // (B, Q, K, A) of qp (B, Q, A), kp (B, K, A), w (A,)

@@ -23,11 +23,11 @@ unsigned feature_threads(int64_t A) {
 // ---- GRU step: element i = b·H + j of the state
 
 template <class T>
-__global__ void gru_cell_kernel(const T* xp, const T* hp, const T* h, const bool* valid, T* h_next, T* gates,
+__global__ void gru_cell_kernel(const T* xp, const T* hp, const T* h, const bool* keep, T* h_next, T* gates,
                                 int64_t B, int64_t H) {
   SG_GRID_STRIDE_LOOP(i, B * H) {
     const int64_t b = i / H, j = i - b * H;
-    if (valid != nullptr && !valid[b]) {  // padding: the state passes through
+    if (keep != nullptr && !keep[b]) {  // padding: the state passes through
       h_next[i] = h[i];
       continue;
     }
@@ -41,14 +41,14 @@ __global__ void gru_cell_kernel(const T* xp, const T* hp, const T* h, const bool
 }
 
 template <class T>
-__global__ void gru_cell_backward_kernel(const T* gates, const T* h, const bool* valid, const T* dy, const T* dcarry,
+__global__ void gru_cell_backward_kernel(const T* gates, const T* h, const bool* keep, const T* dy, const T* dcarry,
                                          T* dxp, T* dhp, T* dh, int64_t B, int64_t H) {
   SG_GRID_STRIDE_LOOP(i, B * H) {
     const int64_t b = i / H, j = i - b * H;
     const T g = (dy != nullptr ? dy[i] : T(0)) + dcarry[i];  // dh'
     T* dx = dxp + b * 3 * H;
     T* dp = dhp + b * 3 * H;
-    if (valid != nullptr && !valid[b]) {  // padding: h_next = h, so h gets all of h_next's gradient
+    if (keep != nullptr && !keep[b]) {  // padding: h_next = h, so h gets all of h_next's gradient
       dh[i] = g;
       dx[j] = dx[H + j] = dx[2 * H + j] = T(0);
       dp[j] = dp[H + j] = dp[2 * H + j] = T(0);
@@ -202,23 +202,23 @@ void launch_adam(bool amsgrad, T* p, const T* g, T* m, T* v, T* vmax, int64_t n,
 
 }  // namespace
 
-void gru_cell(ElemType type, const void* xp, const void* hp, const void* h, const bool* valid, void* h_next,
+void gru_cell(ElemType type, const void* xp, const void* hp, const void* h, const bool* keep, void* h_next,
               void* gates, int64_t B, int64_t H) {
   if (B * H == 0) return;
   dispatch_floating(type, [&]<class T>() {
     gru_cell_kernel<T><<<blocks_for(B * H), kThreads>>>(static_cast<const T*>(xp), static_cast<const T*>(hp),
-                                                        static_cast<const T*>(h), valid, static_cast<T*>(h_next),
+                                                        static_cast<const T*>(h), keep, static_cast<T*>(h_next),
                                                         static_cast<T*>(gates), B, H);
   });
   SG_CUDA_CHECK_LAUNCH();
 }
 
-void gru_cell_backward(ElemType type, const void* gates, const void* h, const bool* valid, const void* dy,
+void gru_cell_backward(ElemType type, const void* gates, const void* h, const bool* keep, const void* dy,
                        const void* dcarry, void* dxp, void* dhp, void* dh, int64_t B, int64_t H) {
   if (B * H == 0) return;
   dispatch_floating(type, [&]<class T>() {
     gru_cell_backward_kernel<T><<<blocks_for(B * H), kThreads>>>(
-        static_cast<const T*>(gates), static_cast<const T*>(h), valid, static_cast<const T*>(dy),
+        static_cast<const T*>(gates), static_cast<const T*>(h), keep, static_cast<const T*>(dy),
         static_cast<const T*>(dcarry), static_cast<T*>(dxp), static_cast<T*>(dhp), static_cast<T*>(dh), B, H);
   });
   SG_CUDA_CHECK_LAUNCH();

@@ -84,11 +84,11 @@ void round_to_16bit(GemmPrecision precision, const float* x, const Strided<2>& g
 
 // ---- fused kernels (fused.cu; contracts in core/backend.h, arithmetic in core/fused_math.h), on
 // dense row-major buffers of floating `type`.
-// GRU step over (B, H): xp, hp (B, 3H), h (B, H), valid (B,) or null -> h_next (B, H), gates (B, 4H)
-void gru_cell(ElemType type, const void* xp, const void* hp, const void* h, const bool* valid, void* h_next,
+// GRU step over (B, H): xp, hp (B, 3H), h (B, H), keep (B,) or null -> h_next (B, H), gates (B, 4H)
+void gru_cell(ElemType type, const void* xp, const void* hp, const void* h, const bool* keep, void* h_next,
               void* gates, int64_t B, int64_t H);
 // dy may be null (zero); -> dxp, dhp (B, 3H), dh (B, H)
-void gru_cell_backward(ElemType type, const void* gates, const void* h, const bool* valid, const void* dy,
+void gru_cell_backward(ElemType type, const void* gates, const void* h, const bool* keep, const void* dy,
                        const void* dcarry, void* dxp, void* dhp, void* dh, int64_t B, int64_t H);
 // qp (B, Q, A), kp (B, K, A), w (A,) -> scores (B, Q, K)
 void additive_scores(ElemType type, const void* qp, const void* kp, const void* w, void* scores, int64_t B, int64_t Q,

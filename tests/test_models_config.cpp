@@ -1,6 +1,7 @@
-// The translator's config table (models/seq2seq/config.h): every field round-trips through JSON,
-// every range is enforced by validate() with the field named, config files take any subset of the
-// fields, and unknown keys, wrong types and hostile nesting are clear errors.
+// The translator's config tables: the run's (models/seq2seq/config.h), the model's (model_config.h)
+// and the decode options' (decode_options.h). Every field round-trips through JSON, every range is
+// enforced by validate() with the field named, config files take any subset of the fields, and
+// unknown keys, wrong types and hostile nesting are clear errors.
 #include <doctest/doctest.h>
 
 #include <fstream>
@@ -9,6 +10,7 @@
 
 #include "core/json.h"
 #include "models/seq2seq/config.h"
+#include "models/seq2seq/decode_options.h"
 #include "models/text/subword.h"
 #include "temp_dir.h"
 
@@ -228,4 +230,188 @@ TEST_CASE("config: json_preview never recurses into a value and bounds strings")
   CHECK(json_preview(nlohmann::json::object({{"a", 1}, {"b", 2}})) == "an object of 2 keys");
   CHECK(json_preview(std::string(100, 'x'), 5) == "\"xxxxx\"... (100 bytes)");
   CHECK(json_preview(3) == "3");
+}
+
+// ---- the model's table (models/seq2seq/model_config.h)
+
+TEST_CASE("model config: its table is the run's model.* rows, and its JSON the run's \"model\" object") {
+  size_t model_rows = 0;
+  for (const models::ConfigField& f : models::config_fields()) model_rows += f.key.starts_with("model.");
+  CHECK(model_rows == models::model_fields().size());
+  TrainConfig run = models::preset("transformer");
+  run.model.src_vocab = run.model.tgt_vocab = 100;
+  for (const models::ModelField& m : models::model_fields()) {
+    CAPTURE(m.key);
+    const models::ConfigField* f = models::find_config_field(m.key);
+    REQUIRE(f != nullptr);
+    CHECK(f->flag == m.flag);
+    CHECK(f->get(run) == m.get(run.model));
+    // the run's help says which architecture reads a field only one of them has
+    if (m.architectures.size() == 1)
+      CHECK(f->help == models::architecture_name(m.architectures[0]) + std::string(": ") + m.help);
+    else
+      CHECK(f->help == m.help);
+  }
+  CHECK(models::find_config_field("model.heads")->help.starts_with("transformer: attention heads"));
+  CHECK(models::find_config_field("model.attention")->help.starts_with("gru: attention: additive"));
+  CHECK(run.model.to_json() == run.to_json()["model"]);
+  CHECK(models::Seq2SeqConfig::from_json(run.model.to_json()).to_json() == run.model.to_json());
+}
+
+TEST_CASE("model config: the JSON checkpoints hold reads back, and one written before the Transformer is a GRU's") {
+  // the "model" object as checkpoints have held it since the Transformer (the hand-written to_json
+  // this table replaced wrote these keys and values)
+  const nlohmann::json today = nlohmann::json::parse(R"({"src_vocab": 50, "tgt_vocab": 60, "embed_size": 32,
+      "hidden_size": 48, "num_layers": 2, "attention_size": 0, "dropout": 0.1, "attention": "scaled_dot",
+      "deep_output": false, "pad_id": 0, "architecture": "gru", "heads": 4, "ffn_size": 0, "norm_first": true,
+      "tie_embeddings": false, "positional": "sinusoidal"})");
+  const models::Seq2SeqConfig c = models::Seq2SeqConfig::from_json(today);
+  CHECK(c.hidden_size == 48);
+  CHECK(c.attention == models::AttentionKind::scaled_dot);
+  CHECK_FALSE(c.deep_output);
+  CHECK(c.to_json() == today);
+  // before the Transformer: no architecture and none of its fields
+  nlohmann::json before = today;
+  for (const char* key : {"architecture", "heads", "ffn_size", "norm_first", "tie_embeddings", "positional"})
+    before.erase(key);
+  const models::Seq2SeqConfig old = models::Seq2SeqConfig::from_json(before);
+  CHECK(old.architecture == models::Architecture::gru);
+  CHECK(old.heads == 4);
+  CHECK(old.to_json() == today);
+  // a field every version wrote may not be missing; unknown keys and wrong types name the field
+  nlohmann::json j = today;
+  j.erase("hidden_size");
+  CHECK(error_of([&] { models::Seq2SeqConfig::from_json(j); }) ==
+        "config field model.hidden_size is missing (every config seqgrad writes has it)");
+  j = today;
+  j["hiden_size"] = 8;
+  CHECK(error_of([&] { models::Seq2SeqConfig::from_json(j); }) ==
+        "config field model.hiden_size is not a field of the model's config (did you mean hidden_size?)");
+  j = today;
+  j["heads"] = "four";
+  CHECK(error_of([&] { models::Seq2SeqConfig::from_json(j); }) == "config field model.heads = \"four\" must be an integer");
+  j = today;
+  j["architecture"] = "lstm";
+  CHECK(error_of([&] { models::Seq2SeqConfig::from_json(j); }) ==
+        "config field model.architecture = \"lstm\" must be one of: gru, transformer");
+  CHECK(error_of([&] { models::Seq2SeqConfig::from_json(nlohmann::json::array()); }) ==
+        "config field model = an array of 0 items must be an object");
+}
+
+TEST_CASE("model config: validate() names the field: its range, and the fields against each other") {
+  struct Bad {
+    void (*edit)(models::Seq2SeqConfig&);
+    const char* message;
+  };
+  for (const Bad& bad : std::vector<Bad>{
+           {[](models::Seq2SeqConfig& c) { c.heads = 0; }, "config field model.heads = 0 must be in [1, 1024]"},
+           {[](models::Seq2SeqConfig& c) { c.dropout = 1; }, "config field model.dropout = 1.0 must be in [0, 1)"},
+           {[](models::Seq2SeqConfig& c) { c.tgt_vocab = 4; },
+            "config field model.tgt_vocab = 4 must be > 4 (a vocabulary holds the 4 special tokens, and words)"},
+           {[](models::Seq2SeqConfig& c) { c.architecture = models::Architecture::transformer, c.heads = 5; },
+            "config field model.heads = 5 must divide model.hidden_size = 16 (the width each head gets)"},
+           {[](models::Seq2SeqConfig& c) { c.architecture = models::Architecture::transformer, c.embed_size = 8; },
+            "config field model.embed_size = 8 must equal model.hidden_size = 16 (the embeddings are the "
+            "Transformer's width)"},
+           {[](models::Seq2SeqConfig& c) {
+              c.architecture = models::Architecture::transformer, c.embed_size = c.hidden_size = 15, c.heads = 5;
+            },
+            "config field model.hidden_size = 15 must be even for sinusoidal positions (sine and cosine pairs)"},
+       }) {
+    models::Seq2SeqConfig c{.src_vocab = 20, .tgt_vocab = 20, .embed_size = 16, .hidden_size = 16, .num_layers = 1};
+    CHECK_NOTHROW(c.validate());
+    bad.edit(c);
+    CHECK(error_of([&] { c.validate(); }) == bad.message);
+    CHECK_THROWS_AS(c.validate(), ConfigError);
+  }
+  // a GRU reads none of the Transformer's consistency rules: heads that do not divide are its default's business
+  models::Seq2SeqConfig gru{.src_vocab = 20, .tgt_vocab = 20, .embed_size = 8, .hidden_size = 18, .num_layers = 1};
+  gru.heads = 4;
+  CHECK_NOTHROW(gru.validate());
+}
+
+// ---- the decode options' table (models/seq2seq/decode_options.h)
+
+TEST_CASE("decode options: one row per option, each name once, the defaults --help shows the struct's") {
+  std::set<std::string> keys, flags, members;
+  for (const models::DecodeField& f : models::decode_fields()) {
+    CAPTURE(f.key);
+    CHECK(keys.insert(f.key).second);
+    CHECK(flags.insert(f.flag).second);
+    CHECK(members.insert(f.member).second);
+    CHECK(&models::decode_field(f.key) == &f);
+    // every search option works for both architectures (the Transformer's steps return attention rows)
+    CHECK(f.supports(models::Architecture::gru));
+    CHECK(f.supports(models::Architecture::transformer));
+    CHECK(f.in_requests() == (f.scope != models::DecodeScope::sampling));
+    if (f.default_text.empty()) continue;
+    models::DecodeOptions defaults;
+    defaults.sampling = models::SamplingOptions{};  // so that the sampling options have their value
+    const nlohmann::json v = f.get(defaults);
+    if (f.type == models::FieldType::text) CHECK(v == f.default_text);
+    else CHECK(v.get<double>() == std::stod(f.default_text));
+  }
+  CHECK(models::decode_field("beam").member == "beam_size");
+  CHECK(models::decode_field("length_penalty_type").flag == "length-penalty-type");
+  CHECK(error_of([] { models::decode_field("beem"); }) == "decode_field: no decoding option has the key 'beem'");
+}
+
+TEST_CASE("decode options: one range per option, checked by the rows and by validate()") {
+  const models::DecodeField& penalty = models::decode_field("length_penalty");
+  CHECK(penalty.check(10.0) == "");
+  CHECK(penalty.check(10.5) == "must be in [0, 10]");
+  CHECK(penalty.check(-1) == "must be in [0, 10]");
+  CHECK(penalty.check("1") == "must be a number");
+  CHECK(models::decode_field("coverage_penalty").check(-0.5) == "must be in [0, 10]");
+  CHECK(models::decode_field("beam").check(0) == "must be >= 1");
+  CHECK(models::decode_field("beam").check(2.5) == "must be an integer");
+  CHECK(models::decode_field("length_penalty_type").check("wu") == "must be one of: power, gnmt");
+  CHECK(models::decode_field("temperature").check(0.0) == "must be > 0");
+  const models::DecodeField& sample = models::decode_field("sample");
+  for (const char* bad : {"topk:0", "topk:1.5", "topp:0", "topp:1.5", "nucleus", "topk:"})
+    CHECK(sample.check(bad) == "expects topk:K (K >= 1) or topp:P (0 < P <= 1)");
+  models::DecodeOptions o;
+  sample.set(o, "topp:0.9");
+  REQUIRE(o.sampling);
+  CHECK(o.sampling->top_p == 0.9);
+  CHECK(o.sampling->top_k == 0);
+  // the library refuses what the front ends refuse, naming the member
+  struct Bad {
+    void (*edit)(models::DecodeOptions&);
+    const char* message;
+  };
+  for (const Bad& bad : std::vector<Bad>{
+           {[](models::DecodeOptions& d) { d.length_penalty = 10.5; }, "DecodeOptions: length_penalty 10.5 must be in [0, 10]"},
+           {[](models::DecodeOptions& d) { d.coverage_penalty = -1; },
+            "DecodeOptions: coverage_penalty -1.0 must be in [0, 10]"},
+           {[](models::DecodeOptions& d) { d.beam_size = 0; }, "DecodeOptions: beam_size 0 must be >= 1"},
+           {[](models::DecodeOptions& d) { d.min_len = 60; }, "DecodeOptions: min_len 60 must be in [0, max_len 50]"},
+           {[](models::DecodeOptions& d) { d.sampling = models::SamplingOptions{.temperature = 0}; },
+            "DecodeOptions: sampling.temperature 0.0 must be > 0"},
+           {[](models::DecodeOptions& d) { d.sampling = models::SamplingOptions{.top_p = 1.5}; },
+            "DecodeOptions: sampling.top_p 1.5 must be in (0, 1]"},
+       }) {
+    models::DecodeOptions d;
+    CHECK_NOTHROW(d.validate());
+    bad.edit(d);
+    CHECK(error_of([&] { d.validate(); }) == bad.message);
+  }
+}
+
+TEST_CASE("decode options: their JSON is every option that applies, keyed as requests key them") {
+  models::DecodeOptions o{.max_len = 30, .beam_size = 4, .length_penalty = 0.6,
+                          .length_penalty_kind = models::LengthPenalty::gnmt, .coverage_penalty = 0.2, .nbest = 2};
+  CHECK(models::decode_options_json(o) == nlohmann::json{{"beam", 4}, {"nbest", 2}, {"max_len", 30}, {"min_len", 0},
+                                                         {"length_penalty", 0.6}, {"length_penalty_type", "gnmt"},
+                                                         {"coverage_penalty", 0.2}});
+  models::DecodeOptions sampled{.sampling = models::SamplingOptions{.top_k = 5, .temperature = 0.7, .seed = 3}};
+  const nlohmann::json j = models::decode_options_json(sampled);
+  CHECK(j["sample"] == "topk:5");
+  CHECK(j["temperature"] == 0.7);
+  CHECK(j["seed"] == 3);
+  // each value sets back through its row
+  models::DecodeOptions back;
+  for (const models::DecodeField& f : models::decode_fields())
+    if (j.contains(f.key)) f.set(back, j[f.key]);
+  CHECK(models::decode_options_json(back) == j);
 }

@@ -747,8 +747,10 @@ class SearchOptions(Base):
 
     def test_bad_search_flags(self):
         for args, pattern in [
-                (["--length-penalty-type", "wu"], r"--length-penalty-type: length penalty 'wu' is not one of: power, gnmt"),
-                (["--coverage-penalty", "-0.5"], r"--coverage-penalty must be >= 0 \(0 = off\), got -0.5"),
+                (["--length-penalty-type", "wu"], r"--length-penalty-type must be one of: power, gnmt, got 'wu'"),
+                # one range per option, the server's too (tests/test_tools_serve.py)
+                (["--coverage-penalty", "-0.5"], r"--coverage-penalty must be in \[0, 10\], got -0.5"),
+                (["--length-penalty", "10.5"], r"--length-penalty must be in \[0, 10\], got 10.5"),
                 (["--coverage-penalty", "x"], r"--coverage-penalty expects a finite number, got 'x'"),
                 (["--min-len", "-1"], r"--min-len must be >= 0, got -1"),
                 (["--min-len", "20", "--max-len", "10"], r"--min-len 20 must be <= the longest output, --max-len 10"),
@@ -1429,7 +1431,8 @@ class Inspect(Base):
         p = run("inspect", "--checkpoint", ckpt)
         self.assertOk(p)
         for pattern in [r"preset: default", r"languages: de -> en \(multi30k corpus\)",
-                        r"vocabularies: \d+ source tokens, \d+ target tokens", r"additive attention, embed 16, hidden 16",
+                        r"vocabularies: \d+ source tokens, \d+ target tokens",
+                        r"model: gru \(embed 16, hidden 16, layers 1, attention size 0, dropout [\d.]+, attention additive",
                         r"; \d+ parameters", r"weights: float32 \(\d+ tensors", r"256 training pairs",
                         r"training: epoch \d of 2", r"epochs \(.*metrics.jsonl\)", r"\n +2 +[\d.]+ +[\d.]+"]:
             self.assertRegex(p.stdout, pattern)
@@ -1441,6 +1444,20 @@ class Inspect(Base):
         self.assertEqual(old.stdout, p.stdout)
         self.assertIn("warning: giving the checkpoint without --checkpoint is deprecated", old.stderr)
         self.assertFails(run("inspect", "--checkpoint", ckpt, ckpt), r"--checkpoint given twice", status=2)
+
+    def test_inspect_shows_the_fields_of_the_checkpoints_architecture(self):
+        # the model table says which architecture reads a field: a Transformer's checkpoint has no GRU attention
+        out = self.out("inspect_transformer")
+        p = run("train", *TINY, "--architecture", "transformer", "--heads", "2", "--layers", "1", "--ffn-size", "24",
+                "--subset", "64", "--epochs", "1", "--data-dir", DATA, "--out", out)
+        self.assertOk(p)
+        p = run("inspect", "--checkpoint", os.path.join(out, "best.safetensors"))
+        self.assertOk(p)
+        self.assertRegex(p.stdout, r"model: transformer \(embed 16, hidden 16, layers 1, dropout [\d.]+, heads 2, "
+                                   r"ffn size 24, norm first yes, tie embeddings no, positional sinusoidal\); \d+ parameters")
+        listed = set(re.findall(r"^  (model\.\w+) = ", p.stdout, re.M))
+        self.assertTrue({"model.heads", "model.ffn_size", "model.hidden_size"} <= listed, listed)
+        self.assertFalse({"model.attention", "model.attention_size", "model.deep_output"} & listed, listed)
 
     def test_eval_from_another_folder_reads_only_the_test_split(self):
         # a checkpoint whose data folder is relative and absent here: the error names --data-dir; a

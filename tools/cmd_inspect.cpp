@@ -1,4 +1,5 @@
 // `seqgrad inspect CHECKPOINT`: what a translator checkpoint holds, read without building the model.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -59,6 +60,21 @@ void print_metrics(const std::filesystem::path& run_dir) {
   }
 }
 
+// The sizes and kinds of the model's architecture, from the model's table: "embed 16, hidden 16,
+// layers 1, ..., deep output yes" (the fields set by a flag, named as it; the architecture's only).
+std::string model_sizes(const models::Seq2SeqConfig& m) {
+  std::string out;
+  for (const models::ModelField& f : models::model_fields()) {
+    if (f.flag.empty() || f.key == "model.architecture" || !f.applies_to(m.architecture)) continue;
+    const nlohmann::json v = f.get(m);
+    std::string name = f.flag;
+    std::replace(name.begin(), name.end(), '-', ' ');
+    const std::string value = v.is_boolean() ? (v.get<bool>() ? "yes" : "no") : v.is_string() ? v.get<std::string>() : v.dump();
+    out += fmt::format("{}{} {}", out.empty() ? "" : ", ", name, value);
+  }
+  return out;
+}
+
 }  // namespace
 
 int inspect_main(int argc, char** argv) {
@@ -101,9 +117,7 @@ int inspect_main(int argc, char** argv) {
     fmt::print("vocabularies: SentencePiece {} ({}): {} source pieces, {} target pieces ({} special tokens included), "
                "cased\n", t.vocab, t.joint_vocab ? "one model for both languages" : "one model per language",
                c.info.src_vocab.size(), c.info.tgt_vocab.size(), text::Vocab::kNumSpecial);
-  fmt::print("model: {} attention, embed {}, hidden {}, layers {}, attention size {}, dropout {}, deep output {}; "
-             "{} parameters\n", models::attention_kind_name(m.attention), m.embed_size, m.hidden_size, m.num_layers,
-             m.attention_size ? m.attention_size : m.hidden_size, m.dropout, m.deep_output ? "yes" : "no", parameters);
+  fmt::print("model: {} ({}); {} parameters\n", models::architecture_name(m.architecture), model_sizes(m), parameters);
   fmt::print("weights: {}\n", dtypes);
   fmt::print("trained on: {}, {} training pairs, at most {} tokens per sentence, shuffle buffer {} pairs\n",
              t.corpus == "files" ? models::describe_corpus(t) : fmt::format("{} (data folder {})", t.corpus, t.data_dir),
@@ -114,9 +128,14 @@ int inspect_main(int argc, char** argv) {
              stopping.should_stop() ? fmt::format(", stopped early ({} validations without improvement)",
                                                   stopping.validations_since_best())
                                     : "");
-  fmt::print("config (every field; `seqgrad train --print-config` writes the same as JSON):\n");
-  for (const models::ConfigField& f : models::config_fields())
-    if (!f.key.starts_with("files.") || t.corpus == "files") fmt::print("  {} = {}\n", f.key, f.get(t).dump());
+  fmt::print("config (every field of a {} translator; `seqgrad train --print-config` writes them as JSON):\n",
+             models::architecture_name(m.architecture));
+  for (const models::ConfigField& f : models::config_fields()) {
+    const models::ModelField* model_field = models::find_model_field(f.key);
+    if (f.key.starts_with("files.") && t.corpus != "files") continue;
+    if (model_field && !model_field->applies_to(m.architecture)) continue;  // the other architecture's
+    fmt::print("  {} = {}\n", f.key, f.get(t).dump());
+  }
   print_metrics(std::filesystem::path(path).parent_path());
   return 0;
 }

@@ -157,7 +157,9 @@ models::TrainConfig apply_flags(models::TrainConfig c, const Args& a) {
 }  // namespace
 
 void add_config_flags(Args& a, const std::set<std::string>& except) {
-  a.option("preset", "name", "hyper-parameter preset: default | seed | d2l | tiny", "default")
+  std::string presets;
+  for (const std::string& name : models::preset_names()) presets += (presets.empty() ? "" : " | ") + name;
+  a.option("preset", "name", "hyper-parameter preset: " + presets, "default")
       .option("config", "file", "a JSON config (any subset of --print-config's fields; its \"preset\" first, then "
               "its fields, then the flags)")
       .option("print-config", "", "print the resolved config as JSON (valid --config input) and exit");

@@ -95,14 +95,55 @@ nlohmann::json hypothesis_json(const Translation& t, size_t n, const text::Vocab
           {"token_log_probs", h.token_log_probs}};
 }
 
+// The diagnostics' fields (docs/outputs.md#attention-diagnostics), into an attention's object.
+void add_diagnostics(nlohmann::json& j, const models::AttentionDiagnostics& d) {
+  j["entropy"] = d.entropy;
+  j["mean_entropy"] = d.mean_entropy;
+  j["coverage"] = d.coverage;
+  j["diagonal_distance"] = d.diagonal_distance ? nlohmann::json(*d.diagonal_distance) : nullptr;
+}
+
+// A cross-attention map (T, S) over the translation's axes (tokens).
+models::AttentionMatrix head_matrix(const models::AttentionMatrix& axes, const Tensor& map) {
+  models::AttentionMatrix m = axes;
+  m.weights = map.contiguous().to_vector<float>();
+  return m;
+}
+
+// A Transformer's every layer and head (models::TransformerInternals): the cross-attention maps
+// with their diagnostics and their agreement with the layer's head average, and the encoder's and
+// the decoder's self-attention maps. In tokens, whatever the attention object's level.
+nlohmann::json heads_json(const Translation& t) {
+  const models::TransformerInternals& in = *t.heads;
+  const models::AttentionMatrix axes = models::attention_matrix(t.src_tokens, t.out_tokens[0], t.hyps[0]);
+  nlohmann::json cross = nlohmann::json::array(), encoder = nlohmann::json::array(),
+                 decoder = nlohmann::json::array();
+  for (const models::TransformerInternals::Layer& layer : in.layers) {
+    const models::AttentionMatrix average = head_matrix(axes, mean(layer.cross_weights, {0}));
+    nlohmann::json heads = nlohmann::json::array();
+    const nlohmann::json rows = head_rows_json(layer.cross_weights);
+    for (int64_t h = 0; h < in.heads; ++h) {
+      const models::AttentionMatrix m = head_matrix(axes, layer.cross_weights.select(0, h));
+      const std::optional<double> agreement = models::alignment_agreement(m, average);
+      nlohmann::json head{{"weights", rows[h]}, {"agreement", agreement ? nlohmann::json(*agreement) : nullptr}};
+      add_diagnostics(head, models::attention_diagnostics(m));
+      heads.push_back(std::move(head));
+    }
+    cross.push_back(std::move(heads));
+    encoder.push_back(head_rows_json(layer.encoder_weights));
+    decoder.push_back(head_rows_json(layer.decoder_weights, true));
+  }
+  return {{"layers", in.layers.size()}, {"heads", in.heads}, {"head_dim", in.head_dim}, {"src", axes.src},
+          {"tgt", axes.tgt}, {"cross", std::move(cross)}, {"encoder_self", std::move(encoder)},
+          {"decoder_self", std::move(decoder)}};
+}
+
 // The best hypothesis's attention: its axes and diagnostics, and what the options add.
 nlohmann::json attention_json(const Translation& t, const TranslationJsonOptions& options) {
   const models::AttentionMatrix m = attention_of(t, 0, options.labels);
-  const models::AttentionDiagnostics d = models::attention_diagnostics(m);
   nlohmann::json j{{"level", options.labels == HeatmapLabels::words ? "words" : "tokens"},
-                   {"src", m.src}, {"tgt", m.tgt},
-                   {"entropy", d.entropy}, {"mean_entropy", d.mean_entropy}, {"coverage", d.coverage},
-                   {"diagonal_distance", d.diagonal_distance ? nlohmann::json(*d.diagonal_distance) : nullptr}};
+                   {"src", m.src}, {"tgt", m.tgt}};
+  add_diagnostics(j, models::attention_diagnostics(m));
   if (options.hard_alignment) {
     nlohmann::json pairs = nlohmann::json::array();
     for (const models::AlignmentPoint& p : models::hard_alignment(m)) pairs.push_back({p.src, p.tgt});
@@ -114,10 +155,26 @@ nlohmann::json attention_json(const Translation& t, const TranslationJsonOptions
       rows.push_back(std::vector<float>(m.weights.begin() + r * m.src.size(), m.weights.begin() + (r + 1) * m.src.size()));
     j["weights"] = std::move(rows);
   }
+  if (options.heads && t.heads) j["heads"] = heads_json(t);
   return j;
 }
 
 }  // namespace
+
+nlohmann::json head_rows_json(const Tensor& maps, bool causal) {
+  const int64_t heads = maps.size(0), rows = maps.size(1), cols = maps.size(2);
+  const std::vector<float> values = maps.contiguous().to_vector<float>();
+  nlohmann::json out = nlohmann::json::array();
+  for (int64_t h = 0; h < heads; ++h) {
+    nlohmann::json head = nlohmann::json::array();
+    for (int64_t r = 0; r < rows; ++r) {
+      auto begin = values.begin() + (h * rows + r) * cols;
+      head.push_back(std::vector<float>(begin, begin + (causal ? std::min(r + 1, cols) : cols)));
+    }
+    out.push_back(std::move(head));
+  }
+  return out;
+}
 
 std::string alignment_text(const Translation& t, size_t n, AlignmentOutput kind, HeatmapLabels labels) {
   const models::AttentionMatrix m = attention_of(t, n, labels);
@@ -172,24 +229,11 @@ std::string search_name(const models::DecodeOptions& decoding) {
   return decoding.beam_size > 1 ? fmt::format("beam {}", decoding.beam_size) : "greedy";
 }
 
-// --sample topk:K or topp:P.
-models::SamplingOptions parse_sample_flag(const std::string& value) {
-  const std::string usage = fmt::format("--sample expects topk:K (K >= 1) or topp:P (0 < P <= 1), got '{}'", value);
-  const size_t colon = value.find(':');
-  SG_CHECK_USAGE(colon != std::string::npos, "{}", usage);
-  const std::string kind = value.substr(0, colon), number = value.substr(colon + 1);
-  char* end = nullptr;
-  const double x = std::strtod(number.c_str(), &end);
-  SG_CHECK_USAGE(!number.empty() && end == number.c_str() + number.size() && std::isfinite(x), "{}", usage);
-  models::SamplingOptions s;
-  if (kind == "topk") {
-    SG_CHECK_USAGE(x >= 1 && x == std::floor(x) && x <= 1e9, "{}", usage);
-    s.top_k = static_cast<int64_t>(x);
-  } else {
-    SG_CHECK_USAGE(kind == "topp" && x > 0 && x <= 1, "{}", usage);
-    s.top_p = x;
-  }
-  return s;
+// The search's name and every option (models::decode_options_json), as reports write them.
+nlohmann::json decoding_json(const models::DecodeOptions& decoding) {
+  nlohmann::json j = models::decode_options_json(decoding);
+  j["search"] = search_name(decoding);
+  return j;
 }
 
 }  // namespace
@@ -222,64 +266,60 @@ nlohmann::json test_report_json(const Evaluation& ev, const models::DecodeOption
           {"chrf", ev.chrf},
           {"bleu_tokenized", ev.bleu_tokenized},
           {"signatures", {{"sacrebleu", text::bleu_signature()}, {"chrf", text::chrf_signature()}}},
-          {"decoding", {{"search", search_name(decoding)}, {"beam", decoding.beam_size},
-                        {"max_len", decoding.max_len}, {"min_len", decoding.min_len},
-                        {"length_penalty", decoding.length_penalty},
-                        {"length_penalty_type", models::length_penalty_name(decoding.length_penalty_kind)},
-                        {"coverage_penalty", decoding.coverage_penalty}}},
+          {"decoding", decoding_json(decoding)},
           {"outputs", ev.outputs}};
 }
 
 void check_decode_flags(const Args& a) { decode_options(a, models::TrainConfig{}); }
 
-void add_decode_options(Args& a) {
-  a.option("beam", "n", "beam size (1 = greedy)", "1")
-      .option("length-penalty", "alpha", "beam score = log p / length^alpha (the power penalty; see --length-penalty-type)",
-              "1.0")
-      .option("length-penalty-type", "kind", "power: log p / length^alpha | gnmt: log p / ((5 + length) / 6)^alpha "
-              "(Wu et al. 2016)", "power")
-      .option("coverage-penalty", "beta", "beam score + beta x sum over source words of log(min(attention received, 1)) "
-              "(GNMT's; 0 = off)", "0")
-      .option("min-len", "n", "no <eos> before n output tokens", "0")
-      .option("max-len", "n", "longest output in tokens (default: 2 x the checkpoint's truncation + 10, as validation)");
+namespace {
+
+// The options of one scope as flags, as the table declares them.
+void add_decode_flags(Args& a, models::DecodeScope scope) {
+  for (const models::DecodeField& f : models::decode_fields())
+    if (f.scope == scope) a.option(f.flag, f.value_name, f.help, f.default_text);
 }
 
-void add_sampling_options(Args& a) {
-  a.option("sample", "topk:K|topp:P", "random sampling instead of the search: from the K most probable tokens, or from "
-           "the nucleus of probability P (one output per sentence; --seed makes it reproducible)")
-      .option("temperature", "t", "with --sample: sample from the distribution at temperature t (> 0)", "1.0")
-      .option("seed", "n", "with --sample: the seed of the draws", "0");
+// A given flag's value as the JSON its row reads, checked against the row's type and range: a
+// UsageError naming the flag, the range and the value otherwise.
+nlohmann::json flag_value(const Args& a, const models::DecodeField& f) {
+  nlohmann::json v;
+  switch (f.type) {
+    case models::FieldType::integer:  // get_int's own message names the range
+      return a.get_int(f.flag, f.range.whole().min, f.range.whole().max);
+    case models::FieldType::number: v = a.get_double(f.flag); break;
+    case models::FieldType::boolean: v = a.flag(f.flag); break;
+    case models::FieldType::text: v = a.get(f.flag); break;
+  }
+  const std::string problem = f.check(v);
+  SG_CHECK_USAGE(problem.empty(), "--{} {}, got {}", f.flag, problem,
+                 f.type == models::FieldType::text ? fmt::format("'{}'", a.get(f.flag)) : a.get(f.flag));
+  return v;
 }
+
+}  // namespace
+
+void add_decode_options(Args& a) { add_decode_flags(a, models::DecodeScope::search); }
+void add_nbest_option(Args& a) { add_decode_flags(a, models::DecodeScope::nbest); }
+void add_sampling_options(Args& a) { add_decode_flags(a, models::DecodeScope::sampling); }
 
 models::DecodeOptions decode_options(const Args& a, const models::TrainConfig& config) {
-  models::DecodeOptions o = models::decode_options(config, a.get_int("beam", 1));
-  if (a.has("max-len")) o.max_len = a.get_int("max-len", 1);
-  o.length_penalty = a.get_double("length-penalty");
-  try {
-    o.length_penalty_kind = models::parse_length_penalty(a.get("length-penalty-type"));
-  } catch (const ValueError& e) {
-    throw UsageError(fmt::format("--length-penalty-type: {}", e.what()));
-  }
-  o.coverage_penalty = a.get_double("coverage-penalty");
-  SG_CHECK_USAGE(o.coverage_penalty >= 0, "--coverage-penalty must be >= 0 (0 = off), got {}", a.get("coverage-penalty"));
-  o.min_len = a.get_int("min-len", 0);
+  models::DecodeOptions o = models::decode_options(config);
+  for (const models::DecodeField& f : models::decode_fields())
+    if (a.is_declared(f.flag) && a.has(f.flag) && f.scope != models::DecodeScope::sampling)
+      f.set(o, flag_value(a, f));
   SG_CHECK_USAGE(o.min_len <= o.max_len, "--min-len {} must be <= the longest output, --max-len {}", o.min_len,
                  o.max_len);
-  if (a.is_declared("nbest") && a.has("nbest")) {
-    o.nbest = a.get_int("nbest", 1);
-    SG_CHECK_USAGE(o.nbest <= o.beam_size, "--nbest {} needs a beam at least as wide (--beam {}): give --beam {}",
-                   o.nbest, o.beam_size, o.nbest);
-  }
+  SG_CHECK_USAGE(o.nbest <= o.beam_size, "--nbest {} needs a beam at least as wide (--beam {}): give --beam {}",
+                 o.nbest, o.beam_size, o.nbest);
   if (!a.is_declared("sample")) return o;
   for (const char* flag : {"temperature", "seed"})
     SG_CHECK_USAGE(!a.has(flag) || a.has("sample"), "--{} applies to sampling: give --sample topk:K or topp:P too", flag);
   if (!a.has("sample")) return o;
   SG_CHECK_USAGE(o.beam_size == 1, "--sample draws one output per sentence: it does not combine with --beam {}",
                  o.beam_size);
-  o.sampling = parse_sample_flag(a.get("sample"));
-  o.sampling->temperature = a.get_double("temperature");
-  SG_CHECK_USAGE(o.sampling->temperature > 0, "--temperature must be > 0, got {}", a.get("temperature"));
-  o.sampling->seed = static_cast<uint64_t>(a.get_int("seed", 0));
+  for (const models::DecodeField& f : models::decode_fields())  // --sample first: it starts the sampling
+    if (f.scope == models::DecodeScope::sampling && a.has(f.flag)) f.set(o, flag_value(a, f));
   return o;
 }
 
@@ -294,6 +334,11 @@ std::pair<models::LoadedCheckpoint, std::unique_ptr<models::TranslationModel>> l
   const int64_t vocab = loaded.checkpoint.info.tgt_vocab.size();
   SG_CHECK_USAGE(a.get_int("beam", 1) <= vocab, "--beam {} is wider than the target vocabulary of {} ({} tokens): "
                  "give --beam {} or less", a.get_int("beam", 1), path, vocab, vocab);
+  const models::Architecture architecture = loaded.checkpoint.info.config.model.architecture;
+  for (const models::DecodeField& f : models::decode_fields())
+    SG_CHECK_USAGE(f.supports(architecture) || !a.is_declared(f.flag) || !a.has(f.flag), "--{} is not an option of "
+                   "{}'s architecture ({}, config field model.architecture)", f.flag, path,
+                   models::architecture_name(architecture));
   return {std::move(loaded.checkpoint), std::move(loaded.model)};
 }
 

@@ -57,8 +57,9 @@ void write_attention_heatmap(const std::string& path_stem, const std::vector<std
                              const std::string& title, HeatmapLabels labels = HeatmapLabels::tokens);
 
 // A --checkpoint file and the model its weights build (float32 or int8), in eval mode; reads
-// --allow-missing-checksum, and refuses a --beam wider than the target vocabulary (a UsageError,
-// before the model allocates anything). Shared by translate, eval, attention and serve.
+// --allow-missing-checksum, and refuses a --beam wider than the target vocabulary and a decoding
+// flag the checkpoint's architecture does not support (UsageErrors naming the file, before the
+// model allocates anything). Shared by translate, eval, attention and serve.
 std::pair<models::LoadedCheckpoint, std::unique_ptr<models::TranslationModel>> load_checkpoint_model(
     const std::string& path, const Args& a);
 
@@ -80,21 +81,27 @@ struct TranslationJsonOptions {
   HeatmapLabels labels = HeatmapLabels::tokens;  // the attention's units: tokens, or words (pieces merged)
   bool hard_alignment = false;                   // attention.alignment: [src, tgt] pairs
   bool weights = false;                          // attention.weights: the matrix, one row per output unit
+  bool heads = false;  // attention.heads: a Transformer's every layer and head (Translation::heads, from explain)
 };
 // The JSON object of one translated sentence, the one shape `translate --json` prints (adding
 // "line") and `serve` answers with; docs/outputs.md lists every field. An input that could not be
 // translated gives {"src", "error"}.
 nlohmann::json translation_json(const Translation& t, const std::string& source, const text::Vocab& tgt_vocab,
                                 const TranslationJsonOptions& options = {});
+// Per-head maps (h, R, C) as h arrays of R rows of C numbers; `causal`: row r keeps its first r + 1
+// numbers (a causal self-attention's, whose later positions are not attended).
+nlohmann::json head_rows_json(const Tensor& maps, bool causal = false);
 
-// --beam, --length-penalty, --length-penalty-type, --coverage-penalty, --min-len and --max-len,
-// for every command that decodes (train's test report, translate, eval, attention), and the
-// DecodeOptions they give over the checkpoint's defaults (models::decode_options: at most 2 x its
-// max_tokens + 10 tokens, as validation decodes), with --nbest and the sampling flags where the
-// command declares them.
-void add_decode_options(Args& args);
+// The decoding flags, from the decode options' table (models/seq2seq/decode_options.h): its search
+// options (--beam, --max-len, --min-len, the penalties) for every command that decodes (train's
+// test report, translate, eval, serve, attention), --nbest (translate), and the sampling options
 // --sample, --temperature and --seed (translate, eval, attention; train's --seed seeds the run).
+void add_decode_options(Args& args);
+void add_nbest_option(Args& args);
 void add_sampling_options(Args& args);
+// The DecodeOptions the given flags make over the checkpoint's defaults (models::decode_options: at
+// most 2 x its max_tokens + 10 tokens, as validation decodes); each value is checked against its
+// row's range, and the flags against each other, as UsageErrors naming the flag.
 models::DecodeOptions decode_options(const Args& args, const models::TrainConfig& config);
 // Their usage errors, before anything loads (a command's flags are checked before its checkpoint).
 void check_decode_flags(const Args& args);

@@ -16,13 +16,6 @@
 
 namespace seqgrad::models {
 
-ConfigError::ConfigError(std::string field, std::string value, std::string problem)
-    : ValueError(value.empty() ? fmt::format("config field {} {}", field, problem)
-                               : fmt::format("config field {} = {} {}", field, value, problem)),
-      field_(std::move(field)),
-      value_(std::move(value)),
-      problem_(std::move(problem)) {}
-
 const char* amp_name(GemmPrecision amp) {
   switch (amp) {
     case GemmPrecision::full: return "off";
@@ -50,125 +43,13 @@ LRSchedule parse_lr_schedule(const std::string& name) {
 
 namespace {
 
-// ---- the table's row builders: one per type, each with its JSON type check and its range
+// ---- the table's rows: the builders of config_table.h, and the user's corpus files
 
+using Rows = FieldRows<TrainConfig>;
 template <class T>
-using Access = T& (*)(TrainConfig&);
-
-template <class T>
-T& field_of(Access<T> at, const TrainConfig& c) {
-  return at(const_cast<TrainConfig&>(c));  // the accessors name a member; reading it does not modify
-}
-
-ConfigField row(std::string key, std::string flag, std::string value_name, std::string help, FieldType type) {
-  ConfigField f;
-  f.key = std::move(key), f.flag = std::move(flag), f.value_name = std::move(value_name), f.help = std::move(help);
-  f.type = type;
-  return f;
-}
-
+using Access = Rows::Access<T>;
 [[noreturn]] void wrong_type(const std::string& key, const nlohmann::json& v, const char* expected) {
-  throw ConfigError(key, json_preview(v), fmt::format("must be {}", expected));
-}
-
-struct IntRange {
-  int64_t min = 0, max = std::numeric_limits<int64_t>::max();
-};
-
-// An int64_t or uint64_t field (the seed).
-template <class T>
-ConfigField integer_field(std::string key, std::string flag, std::string help, Access<T> at, IntRange range) {
-  ConfigField f = row(key, std::move(flag), "n", std::move(help), FieldType::integer);
-  f.get = [at](const TrainConfig& c) { return nlohmann::json(field_of(at, c)); };
-  // nlohmann converts 1e300 to an integer with undefined behaviour: only JSON integers that fit are read
-  f.set = [at, key](TrainConfig& c, const nlohmann::json& v) {
-    const bool fits = std::is_signed_v<T> ? v.is_number_integer() &&
-                                                (!v.is_number_unsigned() || v.get<uint64_t>() <= uint64_t(INT64_MAX))
-                                          : v.is_number_unsigned();
-    if (!fits) wrong_type(key, v, std::is_signed_v<T> ? "an integer" : "an integer >= 0");
-    at(c) = v.get<T>();
-  };
-  f.check = [at, range](const TrainConfig& c) -> std::string {
-    T v = field_of(at, c);
-    if (std::is_unsigned_v<T> || (static_cast<int64_t>(v) >= range.min && static_cast<int64_t>(v) <= range.max))
-      return "";
-    if (range.max == std::numeric_limits<int64_t>::max()) return fmt::format("must be >= {}", range.min);
-    return fmt::format("must be in [{}, {}]", range.min, range.max);
-  };
-  return f;
-}
-
-ConfigField integer(std::string key, std::string flag, std::string help, Access<int64_t> at, IntRange range) {
-  return integer_field<int64_t>(std::move(key), std::move(flag), std::move(help), at, range);
-}
-ConfigField integer(std::string key, std::string flag, std::string help, Access<uint64_t> at, IntRange range) {
-  return integer_field<uint64_t>(std::move(key), std::move(flag), std::move(help), at, range);
-}
-
-// A real range: [min, max] with either end open; max infinite when absent.
-struct RealRange {
-  double min = 0, max = std::numeric_limits<double>::infinity();
-  bool min_open = false, max_open = false;
-  std::string text() const {
-    if (std::isinf(max)) return fmt::format("must be {} {}", min_open ? ">" : ">=", min);
-    return fmt::format("must be in {}{}, {}{}", min_open ? "(" : "[", min, max, max_open ? ")" : "]");
-  }
-  bool holds(double v) const {
-    return std::isfinite(v) && (min_open ? v > min : v >= min) && (max_open ? v < max : v <= max);
-  }
-};
-
-ConfigField number(std::string key, std::string flag, std::string help, Access<double> at, RealRange range) {
-  ConfigField f = row(key, std::move(flag), "x", std::move(help), FieldType::number);
-  f.get = [at](const TrainConfig& c) { return nlohmann::json(field_of(at, c)); };
-  f.set = [at, key](TrainConfig& c, const nlohmann::json& v) {
-    if (!v.is_number()) wrong_type(key, v, "a number");
-    at(c) = v.get<double>();
-  };
-  f.check = [at, range](const TrainConfig& c) { return range.holds(field_of(at, c)) ? "" : range.text(); };
-  return f;
-}
-
-ConfigField boolean(std::string key, std::string flag, std::string help, Access<bool> at) {
-  ConfigField f = row(key, std::move(flag), "", std::move(help), FieldType::boolean);
-  f.get = [at](const TrainConfig& c) { return nlohmann::json(field_of(at, c)); };
-  f.set = [at, key](TrainConfig& c, const nlohmann::json& v) {
-    if (!v.is_boolean()) wrong_type(key, v, "true or false");
-    at(c) = v.get<bool>();
-  };
-  f.check = [](const TrainConfig&) { return std::string(); };
-  return f;
-}
-
-// A string; `check` returns "" or the problem.
-ConfigField text(std::string key, std::string flag, std::string value_name, std::string help, Access<std::string> at,
-                 std::function<std::string(const std::string&)> check) {
-  ConfigField f = row(key, std::move(flag), std::move(value_name), std::move(help), FieldType::text);
-  f.get = [at](const TrainConfig& c) { return nlohmann::json(field_of(at, c)); };
-  f.set = [at, key](TrainConfig& c, const nlohmann::json& v) {
-    if (!v.is_string()) wrong_type(key, v, "a string");
-    at(c) = v.get<std::string>();
-  };
-  f.check = [at, check](const TrainConfig& c) { return check(field_of(at, c)); };
-  return f;
-}
-
-// One of a few names, held as an enum (`name` and `parse` convert; parse throws ValueError).
-template <class E>
-ConfigField choice(std::string key, std::string flag, std::string value_name, std::string help, Access<E> at,
-                   const char* (*name)(E), E (*parse)(const std::string&), std::string choices) {
-  ConfigField f = row(key, std::move(flag), std::move(value_name), std::move(help), FieldType::text);
-  f.get = [at, name](const TrainConfig& c) { return nlohmann::json(name(field_of(at, c))); };
-  f.set = [at, key, parse, choices](TrainConfig& c, const nlohmann::json& v) {
-    if (!v.is_string()) wrong_type(key, v, "a string");
-    try {
-      at(c) = parse(v.get<std::string>());
-    } catch (const ValueError&) {
-      throw ConfigError(key, json_preview(v), "must be one of: " + choices);
-    }
-  };
-  f.check = [](const TrainConfig&) { return std::string(); };  // parse admitted only valid names
-  return f;
+  Rows::wrong_type(key, v, expected);
 }
 
 std::string non_empty(const std::string& s) { return s.empty() ? "must not be empty" : ""; }
@@ -243,23 +124,41 @@ text::CorpusFiles files_from_json(const nlohmann::json& j, const std::string& ke
 }
 
 // A split's files of the user's corpus ("files.train"): set by the data flags (--train SRC TGT ...).
-ConfigField files(std::string split, std::string help, Access<text::CorpusFiles> at) {
+Field<TrainConfig> files(std::string split, std::string help, Access<text::CorpusFiles> at) {
   std::string key = "files." + split;
-  ConfigField f = row(key, "", "", std::move(help), FieldType::text);
-  f.get = [at](const TrainConfig& c) { return files_to_json(field_of(at, c)); };
+  Field<TrainConfig> f = Rows::row(key, "", "", std::move(help), FieldType::text);
+  f.get = [at](const TrainConfig& c) { return files_to_json(Rows::field_of(at, c)); };
   f.set = [at, key](TrainConfig& c, const nlohmann::json& v) { at(c) = files_from_json(v, key); };
   f.check = [](const TrainConfig&) { return std::string(); };
   return f;
 }
 
-std::vector<ConfigField> make_table() {
+// The model's field as a row of the run's table: the same key, flag and checks, on config.model;
+// its help says which architecture reads it when only one does.
+ConfigField model_row(const ModelField& m) {
+  ConfigField f;
+  f.key = m.key, f.flag = m.flag, f.value_name = m.value_name, f.type = m.type;
+  f.help = m.architectures.size() == 1 ? fmt::format("{}: {}", architecture_name(m.architectures[0]), m.help) : m.help;
+  f.get = [&m](const TrainConfig& c) { return m.get(c.model); };  // m: a row of the static model table
+  f.set = [&m](TrainConfig& c, const nlohmann::json& v) { m.set(c.model, v); };
+  f.check = [&m](const TrainConfig& c) { return m.check(c.model); };
+  return f;
+}
+
+// Inside the builder's scope the rows read as the table they are: integer(...), number(...), ...
+struct TrainTable : FieldRows<TrainConfig> {
+  static std::vector<ConfigField> make();
+};
+
+std::vector<ConfigField> TrainTable::make() {
   const int64_t kMaxSize = int64_t{1} << 20;  // a dimension, a count of tokens: far above any translator's
-  std::vector<ConfigField> t = {
+  std::vector<Field<TrainConfig>> rows = {
       text("preset", "", "", "the preset the other fields started from", [](TrainConfig& c) -> auto& { return c.preset; },
            [](const std::string& s) {
              std::vector<std::string> names = preset_names();
-             return std::find(names.begin(), names.end(), s) != names.end() ? ""
-                                                                            : "must be one of: default, seed, d2l, tiny";
+             std::string list;
+             for (const std::string& name : names) list += (list.empty() ? "" : ", ") + name;
+             return std::find(names.begin(), names.end(), s) != names.end() ? "" : "must be one of: " + list;
            }),
       // the data
       text("corpus", "", "", "multi30k | fra-eng (bundled, under data_dir) | files (the user's: files.*)",
@@ -341,49 +240,16 @@ std::vector<ConfigField> make_table() {
       text("init_from", "init-from", "ckpt",
            "start from this checkpoint's weights and vocabularies (a fresh optimizer; \"\" = none)",
            [](TrainConfig& c) -> auto& { return c.init_from; }, [](const std::string&) { return std::string(); }),
-      // the model (models/seq2seq/model.h); the vocabulary sizes and pad id are set from the vocabularies
-      integer("model.src_vocab", "", "source vocabulary size (from the vocabulary)",
-              [](TrainConfig& c) -> auto& { return c.model.src_vocab; }, {.min = 0}),
-      integer("model.tgt_vocab", "", "target vocabulary size (from the vocabulary)",
-              [](TrainConfig& c) -> auto& { return c.model.tgt_vocab; }, {.min = 0}),
-      integer("model.embed_size", "embed", "embedding size E",
-              [](TrainConfig& c) -> auto& { return c.model.embed_size; }, {.min = 1, .max = kMaxSize}),
-      integer("model.hidden_size", "hidden", "GRU hidden size H",
-              [](TrainConfig& c) -> auto& { return c.model.hidden_size; }, {.min = 1, .max = kMaxSize}),
-      integer("model.num_layers", "layers", "GRU layers L",
-              [](TrainConfig& c) -> auto& { return c.model.num_layers; }, {.min = 1, .max = 64}),
-      integer("model.attention_size", "attention-size", "additive attention's size A (0 = the hidden size)",
-              [](TrainConfig& c) -> auto& { return c.model.attention_size; }, {.min = 0, .max = kMaxSize}),
-      number("model.dropout", "dropout", "dropout probability",
-             [](TrainConfig& c) -> auto& { return c.model.dropout; }, {.min = 0, .max = 1, .max_open = true}),
-      choice<AttentionKind>("model.attention", "attention", "kind", "attention: additive | scaled_dot | hybrid",
-                            [](TrainConfig& c) -> auto& { return c.model.attention; }, attention_kind_name,
-                            parse_attention_kind, "additive, scaled_dot, hybrid"),
-      boolean("model.deep_output", "deep-output", "logits from [state; context; embedding], as in the paper",
-              [](TrainConfig& c) -> auto& { return c.model.deep_output; }),
-      integer("model.pad_id", "", "the padding token's id (the vocabulary's)",
-              [](TrainConfig& c) -> auto& { return c.model.pad_id; }, {.min = 0}),
-      choice<Architecture>("model.architecture", "architecture", "kind",
-                           "gru | transformer: the GRU encoder-decoder with attention, or the Transformer (width "
-                           "--hidden, --layers in the encoder and the decoder each)",
-                           [](TrainConfig& c) -> auto& { return c.model.architecture; }, architecture_name,
-                           parse_architecture, "gru, transformer"),
-      integer("model.heads", "heads", "transformer: attention heads (must divide --hidden)",
-              [](TrainConfig& c) -> auto& { return c.model.heads; }, {.min = 1, .max = 1024}),
-      integer("model.ffn_size", "ffn-size", "transformer: the feed-forward block's inner size (0 = 4 x --hidden)",
-              [](TrainConfig& c) -> auto& { return c.model.ffn_size; }, {.min = 0, .max = kMaxSize}),
-      boolean("model.norm_first", "norm-first", "transformer: pre-norm layers (else the paper's post-norm)",
-              [](TrainConfig& c) -> auto& { return c.model.norm_first; }),
-      boolean("model.tie_embeddings", "tie-embeddings",
-              "transformer: one matrix for the source and target embeddings and the output projection (needs "
-              "--joint-vocab)", [](TrainConfig& c) -> auto& { return c.model.tie_embeddings; }),
-      choice<PositionalKind>("model.positional", "positional", "kind",
-                             "transformer: sinusoidal | learned position encodings",
-                             [](TrainConfig& c) -> auto& { return c.model.positional; }, positional_kind_name,
-                             parse_positional_kind, "sinusoidal, learned"),
   };
-  // --epochs extends a run and --patience lets one that early stopping ended go on (or stops one sooner)
-  for (ConfigField& f : t) f.resumable = f.key == "epochs" || f.key == "data_dir" || f.key == "patience";
+  std::vector<ConfigField> t;
+  for (Field<TrainConfig>& row : rows) {
+    ConfigField f;
+    static_cast<Field<TrainConfig>&>(f) = std::move(row);
+    // --epochs extends a run and --patience lets one that early stopping ended go on (or stops one sooner)
+    f.resumable = f.key == "epochs" || f.key == "data_dir" || f.key == "patience";
+    t.push_back(std::move(f));
+  }
+  for (const ModelField& m : model_fields()) t.push_back(model_row(m));
   return t;
 }
 
@@ -392,10 +258,9 @@ bool added_later(const std::string& key) {
   static const std::set<std::string> later = {"amp", "shuffle_buffer", "vocab", "joint_vocab", "accum_steps",
                                               "valid_every", "patience", "early_stopping_metric",
                                               "keep_checkpoints", "init_from", "batch_tokens", "lr_schedule",
-                                              "warmup_updates", "model.architecture", "model.heads",
-                                              "model.ffn_size", "model.norm_first", "model.tie_embeddings",
-                                              "model.positional"};
-  return later.count(key) > 0 || key.starts_with("files.");
+                                              "warmup_updates"};
+  const ModelField* model = find_model_field(key);
+  return later.count(key) > 0 || key.starts_with("files.") || (model && model->added_later);
 }
 
 // The JSON value at a dotted key ("model.hidden_size"), or nullptr.
@@ -442,7 +307,7 @@ void check_known_keys(const nlohmann::json& j, const std::string& prefix) {
 }  // namespace
 
 const std::vector<ConfigField>& config_fields() {
-  static const std::vector<ConfigField> table = make_table();
+  static const std::vector<ConfigField> table = TrainTable::make();
   return table;
 }
 

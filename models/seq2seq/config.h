@@ -1,5 +1,6 @@
 // The translator's run settings. One table (config_fields()) declares every field once: its JSON
-// key, its command-line flag, its type, its valid range and its help line. From it come the JSON
+// key, its command-line flag, its type, its valid range and its help line (the model's fields
+// come from the model's table, model_config.h). From it come the JSON
 // of checkpoints and of `seqgrad train --config FILE` / `--print-config`, validate(), the flags of
 // `train` and `compare`, the resume check and `inspect`. Presets give every field its default.
 //
@@ -16,7 +17,8 @@
 
 #include "core/backend_ops.h"
 #include "core/error.h"
-#include "models/seq2seq/model.h"
+#include "models/seq2seq/config_table.h"
+#include "models/seq2seq/model_config.h"
 #include "models/text/corpus.h"
 
 namespace seqgrad::models {
@@ -78,33 +80,10 @@ struct TrainConfig {
   void validate() const;
 };
 
-// A setting of the wrong type or out of its range. what(): "config field lr = -1: must be > 0".
-class ConfigError : public ValueError {
- public:
-  ConfigError(std::string field, std::string value, std::string problem);
-  const std::string& field() const { return field_; }      // the JSON key: "lr", "model.dropout"
-  const std::string& value() const { return value_; }      // as given (bounded: core/json.h's json_preview)
-  const std::string& problem() const { return problem_; }  // "must be > 0"
-
- private:
-  std::string field_, value_, problem_;
-};
-
-enum class FieldType { integer, number, boolean, text };
-
-// One row of the table.
-struct ConfigField {
-  std::string key;         // JSON key; "model.hidden_size" for the model's fields
-  std::string flag;        // command-line flag without "--"; "" when no flag sets it (derived or data fields)
-  std::string value_name;  // in --help ("n", "x", "kind"); "" for a boolean (--flag / --no-flag)
-  std::string help;
-  FieldType type = FieldType::text;
+// One row of the table (config_table.h's Field); the model.* rows are the model's table's
+// (model_config.h), read and written through TrainConfig::model.
+struct ConfigField : Field<TrainConfig> {
   bool resumable = false;  // a resumed run may change it (--epochs extends the run)
-  std::function<nlohmann::json(const TrainConfig&)> get;
-  // Sets the field from JSON: a ConfigError when the type is wrong or the value is not one of the choices.
-  std::function<void(TrainConfig&, const nlohmann::json&)> set;
-  // "" when the value is in range, else what is wrong ("must be in [0, 1)").
-  std::function<std::string(const TrainConfig&)> check;
 };
 const std::vector<ConfigField>& config_fields();
 // The row with this JSON key, or nullptr.

@@ -22,35 +22,6 @@ using search::mean_probability_log;
 using search::SentenceBeams;
 using search::Stepper;
 
-LengthPenalty parse_length_penalty(const std::string& name) {
-  if (name == "power") return LengthPenalty::power;
-  if (name == "gnmt") return LengthPenalty::gnmt;
-  throw ValueError(fmt::format("length penalty '{}' is not one of: power, gnmt", name));
-}
-
-const char* length_penalty_name(LengthPenalty kind) { return kind == LengthPenalty::gnmt ? "gnmt" : "power"; }
-
-void DecodeOptions::validate() const {
-  SG_CHECK_VALUE(max_len >= 1, "DecodeOptions: max_len {} must be >= 1", max_len);
-  SG_CHECK_VALUE(beam_size >= 1, "DecodeOptions: beam_size {} must be >= 1", beam_size);
-  SG_CHECK_VALUE(nbest >= 1 && nbest <= beam_size, "DecodeOptions: nbest {} must be in [1, beam_size {}]", nbest,
-                 beam_size);
-  SG_CHECK_VALUE(std::isfinite(length_penalty), "DecodeOptions: length_penalty {} must be finite", length_penalty);
-  SG_CHECK_VALUE(std::isfinite(coverage_penalty) && coverage_penalty >= 0,
-                 "DecodeOptions: coverage_penalty {} must be >= 0 (0: off)", coverage_penalty);
-  SG_CHECK_VALUE(min_len >= 0 && min_len <= max_len, "DecodeOptions: min_len {} must be in [0, max_len {}]", min_len,
-                 max_len);
-  SG_CHECK_VALUE(top_alternatives >= 0, "DecodeOptions: top_alternatives {} must be >= 0 (0: off)", top_alternatives);
-  if (!sampling) return;
-  SG_CHECK_VALUE(beam_size == 1, "DecodeOptions: sampling draws one hypothesis per sentence, so beam_size {} must be 1",
-                 beam_size);
-  SG_CHECK_VALUE(sampling->top_k >= 0, "DecodeOptions: sampling.top_k {} must be >= 0 (0: no cut)", sampling->top_k);
-  SG_CHECK_VALUE(sampling->top_p > 0 && sampling->top_p <= 1, "DecodeOptions: sampling.top_p {} must be in (0, 1]",
-                 sampling->top_p);
-  SG_CHECK_VALUE(std::isfinite(sampling->temperature) && sampling->temperature > 0,
-                 "DecodeOptions: sampling.temperature {} must be > 0", sampling->temperature);
-}
-
 EvalScope::EvalScope(const Ensemble& models) {
   for (TranslationModel* m : models.members()) was_training_.emplace_back(m, m->is_training()), m->eval();
 }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "models/seq2seq/decode_options.h"
 #include "models/seq2seq/model.h"
 #include "models/seq2seq/translation_model.h"
 
@@ -31,41 +32,6 @@ struct Hypothesis {
   double log_prob = 0;                         // their sum
   double score = 0;                            // final_score(): beam search and forced decoding; greedy: log_prob
   bool finished = true;                        // ended with <eos>; false when cut at max_len
-};
-
-// How beam search normalises a finished hypothesis's log-probability by its length |Y| (<eos> counted).
-enum class LengthPenalty {
-  power,  // log_prob / |Y|^alpha (Marian's --normalize, fairseq's --lenpen; alpha 0: none, 1: the mean)
-  gnmt,   // log_prob / ((5 + |Y|) / 6)^alpha (Wu et al. 2016; OpenNMT-py's -length_penalty wu)
-};
-LengthPenalty parse_length_penalty(const std::string& name);  // "power" | "gnmt"; ValueError otherwise
-const char* length_penalty_name(LengthPenalty kind);
-
-// Random sampling: one hypothesis per sentence, each token drawn from the model's distribution at
-// `temperature` (log-probabilities / temperature, renormalised), cut to the top_k most probable
-// tokens and then to the nucleus: the fewest most probable tokens whose probability reaches top_p.
-struct SamplingOptions {
-  int64_t top_k = 0;         // 0: no top-k cut; 1: greedy
-  double top_p = 1.0;        // in (0, 1]; 1: no nucleus cut
-  double temperature = 1.0;  // > 0
-  uint64_t seed = 0;         // of the Generator decode() makes when not given one
-};
-
-struct DecodeOptions {
-  int64_t max_len = 50;            // tokens produced at most (then the hypothesis is cut)
-  int64_t beam_size = 1;           // 1 = greedy
-  double length_penalty = 1.0;     // alpha of length_penalty_kind
-  LengthPenalty length_penalty_kind = LengthPenalty::power;
-  // beta of the GNMT coverage penalty beta * sum_i log(min(sum_j a_ij, 1)), added to a finished
-  // hypothesis's score (a_ij: the attention of target step j on source position i); 0: off
-  double coverage_penalty = 0.0;
-  int64_t min_len = 0;             // <eos> is not allowed before this many tokens (greedy, sampling, beam)
-  int64_t nbest = 1;               // hypotheses beam_search returns per sentence (<= beam_size)
-  std::optional<SamplingOptions> sampling = std::nullopt;  // set: decode() samples (beam_size must be 1)
-  int64_t top_alternatives = 0;    // > 0: each produced token also carries its step's K most probable tokens
-  int64_t bos_id = 1, eos_id = 2;
-
-  void validate() const;  // throws ValueError naming the field, its value and the valid range
 };
 
 // The models a search decodes with: one model, or an ensemble whose members' next-token

@@ -14,48 +14,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "models/seq2seq/model_config.h"
 #include "models/seq2seq/translation_model.h"
 #include "nn/nn.h"
 
 namespace seqgrad::models {
-
-enum class AttentionKind { additive, scaled_dot, hybrid };
-AttentionKind parse_attention_kind(const std::string& name);  // throws ValueError listing the kinds
-const char* attention_kind_name(AttentionKind kind);
-
-// The translator's architecture: the GRU encoder-decoder with attention (this file), or the
-// Transformer (models/seq2seq/transformer.h).
-enum class Architecture { gru, transformer };
-Architecture parse_architecture(const std::string& name);  // throws ValueError listing them
-const char* architecture_name(Architecture architecture);
-enum class PositionalKind { sinusoidal, learned };
-PositionalKind parse_positional_kind(const std::string& name);
-const char* positional_kind_name(PositionalKind kind);
-
-struct Seq2SeqConfig {
-  Architecture architecture = Architecture::gru;
-  int64_t src_vocab = 0, tgt_vocab = 0;
-  // the GRU: embeddings E, hidden size H, L layers. The Transformer: the model width is hidden_size
-  // (d_model), the embeddings' size too (embed_size must equal it), and num_layers layers in the
-  // encoder and in the decoder each.
-  int64_t embed_size = 256, hidden_size = 512, num_layers = 2;
-  int64_t attention_size = 0;  // A for additive attention; 0 means hidden_size
-  double dropout = 0.1;
-  AttentionKind attention = AttentionKind::additive;
-  bool deep_output = true;  // logits from [state; context; embedding], as in the paper
-  int64_t pad_id = 0;
-  // the Transformer's own
-  int64_t heads = 4;          // attention heads; must divide hidden_size
-  int64_t ffn_size = 0;       // the feed-forward block's inner size (0 = 4 x hidden_size, as the paper)
-  bool norm_first = true;     // pre-norm layers (and a final norm), else the paper's post-norm
-  bool tie_embeddings = false;  // source and target embeddings and the output projection share one
-                                // matrix (fairseq's share_all_embeddings: needs one joint vocabulary)
-  PositionalKind positional = PositionalKind::sinusoidal;
-
-  void validate() const;  // throws ValueError naming the bad field
-  nlohmann::json to_json() const;
-  static Seq2SeqConfig from_json(const nlohmann::json& j);
-};
 
 class Encoder : public nn::Module {
  public:

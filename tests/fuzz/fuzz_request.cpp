@@ -19,9 +19,13 @@ void check_accepted(const tools::serve::TranslateRequest& r, const tools::serve:
   const auto& d = r.decoding;
   if (r.src.empty() || static_cast<int64_t>(r.src.size()) > limits.max_sentences || r.model >= limits.models ||
       d.beam_size < 1 || d.beam_size > std::min(limits.max_beam, vocab) || d.nbest < 1 || d.nbest > d.beam_size ||
-      d.min_len > d.max_len || d.max_len > limits.max_len || !(d.length_penalty >= 0 && d.length_penalty <= 10) ||
-      !(d.coverage_penalty >= 0 && d.coverage_penalty <= 10))
+      d.min_len > d.max_len || d.max_len > limits.max_len)
     __builtin_trap();
+  try {
+    d.validate();  // every option within its range in the decode options' table
+  } catch (const ValueError&) {
+    __builtin_trap();
+  }
 }
 
 }  // namespace

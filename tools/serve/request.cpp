@@ -14,8 +14,6 @@
 namespace seqgrad::tools::serve {
 namespace {
 
-constexpr double kMaxLengthPenalty = 10;  // log p / length^10 already ranks by length alone
-constexpr double kMaxCoveragePenalty = 10;
 constexpr int64_t kExplainAlternatives = 5;  // the explorer's top-k at each step
 // A request nests two levels ({"src": [...]}, [{"src": ...}]); a little room beyond that keeps the
 // message about a wrong type ("src[0] must be a string, got array") for values a level deeper.
@@ -57,15 +55,54 @@ int64_t integer_in(const nlohmann::json& v, const std::string& field, int64_t mi
   return n;
 }
 
-double number_in(const nlohmann::json& v, const std::string& field, double min, double max) {
-  if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < min || v.get<double>() > max)
-    refuse(field, fmt::format("{} must be a number in [{}, {}], got {}", field, min, max, json_preview(v)));
+double number_in(const nlohmann::json& v, const std::string& field, const models::RealRange& range) {
+  if (!v.is_number() || !range.holds(v.get<double>()))
+    refuse(field, fmt::format("{} must be a number {}, got {}", field, range.interval(), json_preview(v)));
   return v.get<double>();
 }
 
 bool boolean(const nlohmann::json& v, const std::string& field) {
   if (!v.is_boolean()) refuse(field, fmt::format("{} must be true or false, got {} {}", field, type_name(v), json_preview(v)));
   return v.get<bool>();
+}
+
+// "\"power\" or \"gnmt\"", "\"a\", \"b\" or \"c\"".
+std::string quoted_choices(const std::vector<std::string>& choices) {
+  std::string out;
+  for (size_t i = 0; i < choices.size(); ++i)
+    out += fmt::format("{}\"{}\"", i == 0 ? "" : i + 1 == choices.size() ? " or " : ", ", choices[i]);
+  return out;
+}
+
+// The largest value the server takes for a decoding option, within the option's own range: the
+// beam by the served model (RequestLimits::max_beam and its target vocabulary), nbest by the beam,
+// max_len by RequestLimits::max_len, min_len by max_len; the others as the table says.
+double server_cap(const models::DecodeField& f, const models::DecodeOptions& d, int64_t max_beam,
+                  const RequestLimits& limits) {
+  if (f.key == "beam") return static_cast<double>(max_beam);
+  if (f.key == "nbest") return static_cast<double>(d.beam_size);
+  if (f.key == "max_len") return static_cast<double>(limits.max_len);
+  if (f.key == "min_len") return static_cast<double>(d.max_len);
+  return f.range.max;
+}
+
+// The request's value of decoding option `f`, checked against its range (capped by the server),
+// set on `d`.
+void read_decode_option(const nlohmann::json& v, const models::DecodeField& f, double cap, models::DecodeOptions& d) {
+  models::RealRange range = f.range;
+  range.max = std::min(range.max, cap);
+  switch (f.type) {
+    case models::FieldType::integer:
+      f.set(d, integer_in(v, f.key, range.whole().min, range.whole().max));
+      return;
+    case models::FieldType::number: f.set(d, number_in(v, f.key, range)); return;
+    case models::FieldType::boolean: f.set(d, boolean(v, f.key)); return;
+    case models::FieldType::text:
+      if (!f.check(v).empty())
+        refuse(f.key, fmt::format("{} must be {}, got {}", f.key, quoted_choices(f.choices), json_preview(v)));
+      f.set(d, v);
+      return;
+  }
 }
 
 // A client's key as an error names it: as is when short and printable, else quoted, escaped and
@@ -117,9 +154,11 @@ TranslateRequest read_translate_request(const nlohmann::json& body, const std::v
   if (!body.is_object())
     throw RequestError(400, "", fmt::format("the request must be a JSON object {{\"src\": [...], ...}}, got {}",
                                             type_name(body)));
-  check_known_fields(body, {"src", "model", "beam", "nbest", "max_len", "min_len", "length_penalty",
-                            "length_penalty_type", "coverage_penalty", "alignment", "attention", "explain"},
-                     "the request");
+  std::vector<std::string> known = {"src", "model"};
+  for (const models::DecodeField& f : models::decode_fields())
+    if (f.in_requests()) known.push_back(f.key);
+  known.insert(known.end(), {"alignment", "attention", "explain"});
+  check_known_fields(body, known, "the request");
   TranslateRequest r;
   if (body.contains("model")) r.model = model_index(body["model"], "model", limits.models);
   r.decoding = defaults[r.model];
@@ -130,26 +169,14 @@ TranslateRequest read_translate_request(const nlohmann::json& body, const std::v
     refuse("src", fmt::format("src has {} sentences: give 1 to {}", src.size(), limits.max_sentences));
   for (size_t i = 0; i < src.size(); ++i) r.src.push_back(sentence(src[i], fmt::format("src[{}]", i)));
   const int64_t max_beam = std::min(limits.max_beam, vocab_size[r.model]);
-  if (body.contains("beam")) r.decoding.beam_size = integer_in(body["beam"], "beam", 1, max_beam);
-  r.decoding.nbest = 1;
-  if (body.contains("nbest")) r.decoding.nbest = integer_in(body["nbest"], "nbest", 1, r.decoding.beam_size);
-  if (body.contains("max_len")) r.decoding.max_len = integer_in(body["max_len"], "max_len", 1, limits.max_len);
-  if (body.contains("min_len"))
-    r.decoding.min_len = integer_in(body["min_len"], "min_len", 0, r.decoding.max_len);
-  if (r.decoding.min_len > r.decoding.max_len)  // the server's --min-len
-    refuse("max_len", fmt::format("max_len = {} is below min_len {} (give a smaller min_len)", r.decoding.max_len,
-                                  r.decoding.min_len));
-  if (body.contains("length_penalty"))
-    r.decoding.length_penalty = number_in(body["length_penalty"], "length_penalty", 0, kMaxLengthPenalty);
-  if (body.contains("length_penalty_type")) {
-    const nlohmann::json& v = body["length_penalty_type"];
-    if (v == "power") r.decoding.length_penalty_kind = models::LengthPenalty::power;
-    else if (v == "gnmt") r.decoding.length_penalty_kind = models::LengthPenalty::gnmt;
-    else refuse("length_penalty_type", fmt::format("length_penalty_type must be \"power\" or \"gnmt\", got {}",
-                                                   json_preview(v)));
+  r.decoding.nbest = 1;  // the command line's --nbest is translate's, not the server's
+  for (const models::DecodeField& f : models::decode_fields()) {  // in the table's order: beam before nbest, ...
+    if (!f.in_requests()) continue;
+    if (body.contains(f.key)) read_decode_option(body[f.key], f, server_cap(f, r.decoding, max_beam, limits), r.decoding);
+    if (f.key == "min_len" && r.decoding.min_len > r.decoding.max_len)  // the server's --min-len
+      refuse("max_len", fmt::format("max_len = {} is below min_len {} (give a smaller min_len)", r.decoding.max_len,
+                                    r.decoding.min_len));
   }
-  if (body.contains("coverage_penalty"))
-    r.decoding.coverage_penalty = number_in(body["coverage_penalty"], "coverage_penalty", 0, kMaxCoveragePenalty);
   if (body.contains("alignment") && !body["alignment"].is_null()) {
     const nlohmann::json& v = body["alignment"];
     if (v == "hard") r.response.alignment = Alignment::hard;

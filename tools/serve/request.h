@@ -51,10 +51,11 @@ struct TranslateRequest {
 // can be (8 levels) or has a key twice in one object. Never recursive, so no body up to the size
 // limit can exhaust the stack, and every message is bounded.
 nlohmann::json parse_body(const std::string& body);
-// POST /v1/translate: {"src": [...], "model", "beam", "nbest", "max_len", "min_len", "length_penalty",
-// "length_penalty_type", "coverage_penalty", "alignment", "attention", "explain"}; what is left out
-// comes from `defaults` (the command line).
-// `vocab_size` (the target vocabulary of each model) caps the beam.
+// POST /v1/translate: {"src": [...], "model", the decoding options the table offers to requests
+// (models/seq2seq/decode_options.h: "beam", "nbest", "max_len", "min_len", "length_penalty",
+// "length_penalty_type", "coverage_penalty"), "alignment", "attention", "explain"}; each decoding
+// option within its range there, capped by `limits` (and the beam by `vocab_size`, the target
+// vocabulary of each model); what is left out comes from `defaults` (the command line).
 TranslateRequest read_translate_request(const nlohmann::json& body, const std::vector<models::DecodeOptions>& defaults,
                                         const std::vector<int64_t>& vocab_size, const RequestLimits& limits);
 // POST /translator/translate (OpenNMT-py's REST server): [{"src": "...", "id": N}, ...]; every item

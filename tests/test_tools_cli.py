@@ -1118,6 +1118,15 @@ class Compare(Base):
                               (["--subsets", "lots"], r"got 'lots'"),
                               (["--epochs", "0"], r"--epochs must be >= 1"),
                               (["--timing-steps", "-1"], r"--timing-steps must be >= 0"),
+                              (["--test-pairs", "-1"], r"--test-pairs must be >= 0"),
+                              (["--architecture", "lstm"], r"architecture 'lstm' is not one of: gru, transformer"),
+                              (["--architecture", ","], r"--architecture is empty"),
+                              # the Transformer's config is checked before the GRU trains
+                              (["--architecture", "gru,transformer", "--hidden", "32"],
+                               r"the Transformer \(--architecture transformer\): .*model.embed_size = 128 must equal "
+                               r"model.hidden_size = 32"),
+                              (["--architecture", "transformer", "--tie-embeddings"],
+                               r"--tie-embeddings: compare's word vocabularies are one per language"),
                               (["--preset", "huge"], r"unknown preset 'huge'"),
                               (["--data-dir", self.out("no_such_dir")], r"data folder .* does not exist")]:
             status = 1 if args[0] == "--data-dir" else 2  # a missing folder is not a usage error

@@ -1,8 +1,11 @@
-// `seqgrad compare`: the seeds' additive-vs-dot experiment done properly. Every attention kind is
-// trained on the same data (the first N training pairs, for each requested N) with the same seed,
-// batches and hyper-parameters; per epoch we record the training loss, the validation loss and
-// BLEU, the time per step and how sharp the attention is (mean entropy of the teacher-forced
-// attention weights on the validation set). Writes an HTML report with plots and a JSON file.
+// `seqgrad compare`: the seeds' additive-vs-dot experiment done properly, and the road's two ends
+// side by side. Every model (the GRU with each attention kind; the Transformer) is trained on the
+// same data (the first N training pairs, for each requested N) with the same seed; the GRUs with the
+// same batches and hyper-parameters, the Transformer with its preset's recipe. Per epoch we record
+// the training loss, the validation loss and BLEU and how sharp the attention is (mean entropy of
+// the teacher-forced attention weights on the validation set); per run the training time and
+// tokens/s, the test BLEU greedy and with beam 5 and the decoding speed; apart, the time per step.
+// Writes an HTML report with plots and a JSON file.
 #include <algorithm>
 #include <charconv>
 #include <chrono>
@@ -28,28 +31,36 @@
 namespace seqgrad::tools {
 namespace {
 
-using models::AttentionKind;
 using models::TrainConfig;
 using Clock = std::chrono::steady_clock;
 
 Args compare_args() {
-  Args a("compare", "Compare attention kinds (additive, scaled dot, hybrid) on the same data and seed: loss and\n"
-                    "validation sacreBLEU, chrF and tokenised BLEU per epoch, time per step, small training\n"
-                    "subsets and attention sharpness. Trains on a bundled corpus or your own files (--train SRC TGT\n"
-                    "--valid SRC TGT, or the -tsv forms); the largest subset is held in memory, on word\n"
-                    "vocabularies. Writes <out>/report.html (plots and a table) and <out>/compare.json.");
-  // compare sets these itself: the kinds (--attention takes a list here), the subsets, the epochs
-  // (its own default, no early stopping), word vocabularies held in memory, no checkpoints
-  add_config_flags(a, {"model.attention", "train_subset", "epochs", "vocab", "joint_vocab", "shuffle_buffer",
-                       "patience", "early_stopping_metric", "valid_every", "keep_checkpoints", "init_from"});
-  add_data_options(a, {.test = false});
+  Args a("compare", "Compare attention kinds (additive, scaled dot, hybrid) and architectures (the GRU, the\n"
+                    "Transformer) on the same data and seed: loss and validation sacreBLEU, chrF and tokenised\n"
+                    "BLEU per epoch, training time and tokens/s, test BLEU greedy and beam 5, decoding speed,\n"
+                    "time per step, small training subsets and attention sharpness. Trains on a bundled corpus\n"
+                    "or your own files (--train SRC TGT --valid SRC TGT [--test SRC TGT], or the -tsv forms); the\n"
+                    "largest subset is held in memory, on word vocabularies. Writes <out>/report.html (plots and\n"
+                    "a table) and <out>/compare.json.");
+  // compare sets these itself: the architectures and kinds (--architecture and --attention take a
+  // list here), the subsets, the epochs (its own default, no early stopping), word vocabularies held
+  // in memory, no checkpoints
+  add_config_flags(a, {"model.architecture", "model.attention", "train_subset", "epochs", "vocab", "joint_vocab",
+                       "shuffle_buffer", "patience", "early_stopping_metric", "valid_every", "keep_checkpoints",
+                       "init_from"});
+  add_data_options(a);
   a.deprecated_alias("valid-files", "valid");
-  a.option("attention", "list", "comma-separated attention kinds", "additive,scaled_dot,hybrid")
+  a.option("architecture", "list", "comma-separated architectures: gru (one model per --attention kind), "
+           "transformer (the transformer preset's model and recipe, embeddings untied)", "gru")
+      .option("attention", "list", "comma-separated attention kinds of the GRU (with --architecture naming the "
+              "transformer too: additive unless given)", "additive,scaled_dot,hybrid")
       .deprecated_alias("kinds", "attention")
       .option("subsets", "list", "comma-separated training-set sizes (first N pairs; 'all' = every pair)",
               "1000,5000")
       .option("epochs", "n", "training epochs per run", "2")
       .option("valid-pairs", "n", "first n validation pairs, used for loss, BLEU and entropy (0 = all)", "500")
+      .option("test-pairs", "n", "first n test pairs, translated after training greedily and with beam 5 for BLEU "
+              "and decoding speed (0 = all)", "500")
       .option("json", "", "print compare.json's content on stdout instead of the tables")
       .option("out", "dir", "folder for report.html and compare.json", "runs/compare")
       .option("timing-steps", "n", "steps per kind in the interleaved time-per-step measurement (0 = skip)", "12")
@@ -66,9 +77,6 @@ std::vector<std::string> split_list(const std::string& s) {
   return out;
 }
 
-// One colour per attention kind in every chart of the report (the plot palette's index).
-int kind_color(const std::string& kind) { return static_cast<int>(models::parse_attention_kind(kind)); }
-
 // The preset (or --config) with compare's own defaults and the flags applied, validated as
 // `seqgrad train`'s. compare's vocabulary is words, at most 20 tokens (as the word-level presets): a
 // subset of 1000 pairs supports no 4000-piece subword model.
@@ -76,8 +84,76 @@ TrainConfig base_config(const Args& a) {
   return config_from_flags(a, [&](TrainConfig& c) {
     c.epochs = a.get_int("epochs");
     c.vocab = "word", c.joint_vocab = false, c.max_tokens = 20, c.train_subset = 0;
-    c.patience = 0;  // every kind trains the same epochs
+    c.patience = 0;  // every model trains the same epochs
   });
+}
+
+// The Transformer's config: the data, vocabularies, epochs and seed of the GRUs' (`base`), the
+// transformer preset's model and training recipe (Adam's learning rate with the inverse_sqrt warmup,
+// token batches, label smoothing, clipping), then the given flags. Its embeddings are untied:
+// compare's word vocabularies are one per language.
+TrainConfig transformer_config(const Args& a, const TrainConfig& base) {
+  const TrainConfig recipe = models::preset("transformer");
+  TrainConfig c = base;
+  c.model = recipe.model;
+  c.model.tie_embeddings = false;
+  c.batch_size = recipe.batch_size, c.batch_tokens = recipe.batch_tokens, c.lr = recipe.lr;
+  c.lr_schedule = recipe.lr_schedule, c.warmup_updates = recipe.warmup_updates;
+  c.step_size = recipe.step_size, c.gamma = recipe.gamma;
+  c.label_smoothing = recipe.label_smoothing, c.clip = recipe.clip;
+  c = apply_config_flags(c, a);
+  SG_CHECK_USAGE(!c.model.tie_embeddings, "--tie-embeddings: compare's word vocabularies are one per language, so "
+                 "the Transformer's embeddings cannot be tied");
+  // its model's fields against each other now, not after the GRUs have trained: the vocabularies'
+  // sizes are known only then, and any size above the special tokens stands in for them here
+  models::Seq2SeqConfig model = c.model;
+  model.src_vocab = model.tgt_vocab = text::Vocab::kNumSpecial + 1;
+  try {
+    model.validate();
+  } catch (const ValueError& e) {
+    throw UsageError(fmt::format("the Transformer (--architecture transformer): {}", e.what()));
+  }
+  return c;
+}
+
+// One model compare trains: the GRU with an attention kind (named by the kind), or the Transformer.
+struct Variant {
+  std::string name;  // "additive", "scaled_dot", "hybrid" or "transformer"
+  TrainConfig config;
+};
+
+// The models --architecture and --attention name, in that order.
+std::vector<Variant> variants_from_flags(const Args& a, const TrainConfig& base) {
+  std::vector<models::Architecture> architectures;
+  for (const std::string& name : split_list(a.get("architecture")))
+    architectures.push_back(checking_flags([&] { return models::parse_architecture(name); }));
+  SG_CHECK_USAGE(!architectures.empty(), "--architecture is empty (choose from gru, transformer)");
+  const bool with_transformer =
+      std::find(architectures.begin(), architectures.end(), models::Architecture::transformer) != architectures.end();
+  // the road's two ends by default: the GRU with additive attention beside the Transformer
+  const std::string kinds = with_transformer && !a.has("attention") ? "additive" : a.get("attention");
+  std::vector<Variant> variants;
+  for (models::Architecture architecture : architectures) {
+    if (architecture == models::Architecture::transformer) {
+      variants.push_back({"transformer", transformer_config(a, base)});
+      continue;
+    }
+    for (const std::string& k : split_list(kinds)) {
+      Variant v{k, base};
+      v.config.model.architecture = models::Architecture::gru;
+      v.config.model.attention = checking_flags([&] { return models::parse_attention_kind(k); });
+      variants.push_back(v);
+    }
+  }
+  SG_CHECK_USAGE(!variants.empty(), "--attention is empty (choose from additive, scaled_dot, hybrid)");
+  return variants;
+}
+
+// One colour per model in every chart of the report (the plot palette's index): the attention
+// kinds', then the Transformer's.
+int variant_color(const std::string& name) {
+  if (name == "transformer") return 3;
+  return static_cast<int>(models::parse_attention_kind(name));
 }
 
 // How sharp the attention is: the entropy H = -sum_s w_s log w_s of each target step's weights
@@ -125,12 +201,29 @@ struct EpochResult {
   Sharpness sharpness;
 };
 
+// The test split after training: BLEU greedy and with beam kTestBeam, and how fast each decodes.
+struct TestResult {
+  struct Search {
+    double sacrebleu = 0, chrf = 0, bleu_tokenized = 0;
+    double sentences_per_s = 0;  // decoding alone, in batches of kDecodeBatch
+  };
+  int64_t pairs = 0;
+  Search greedy, beam;
+};
+
+constexpr int64_t kTestBeam = 5;
+constexpr int64_t kDecodeBatch = 64;  // sentences decoded at once in the speed measurement
+
 struct Run {
-  std::string kind;
+  std::string kind;          // the variant's name: the GRU's attention kind, or "transformer"
+  std::string architecture;  // "gru" or "transformer"
   int64_t train_pairs = 0;
   int64_t parameters = 0, src_vocab = 0, tgt_vocab = 0;
   int64_t steps = 0;
   double ms_per_step = 0;   // mean step time during training, first step excluded (see Timing)
+  double train_seconds = 0;  // every training step (validation excluded)
+  int64_t train_tokens = 0;  // target tokens of those steps
+  std::optional<TestResult> test;  // none when the corpus has no test split
   std::string stopped;      // why the run stopped early (non-finite loss), else empty
   std::vector<EpochResult> epochs;
   std::vector<std::string> sample_heatmaps;  // SVG attention of the first validation sentences, last epoch
@@ -147,39 +240,77 @@ struct Data {
   std::vector<text::TokenizedPair> train;  // the first pairs of the training split, as many as the largest subset
   std::vector<text::TokenizedPair> valid;
   std::vector<std::string> valid_references;  // raw, for sacreBLEU and chrF
+  models::Corpora test;  // its test split and test_references only (the first --test-pairs)
 };
 
 struct Prepared {
+  int64_t train_pairs = 0;  // the first pairs of Data::train
   text::Vocab src_vocab, tgt_vocab;
   text::EncodedCorpus train, valid;
 };
 
-Prepared prepare(TrainConfig& c, const Data& data, int64_t train_pairs) {
+Prepared prepare(const TrainConfig& c, const Data& data, int64_t train_pairs) {
   const std::vector<text::TokenizedPair>& valid_pairs = data.valid;
   std::span<const text::TokenizedPair> train_text(data.train.data(), static_cast<size_t>(train_pairs));
   Prepared p;
+  p.train_pairs = train_pairs;
   p.src_vocab = text::Vocab::build(text::source_side(train_text), {.min_freq = c.min_freq});
   p.tgt_vocab = text::Vocab::build(text::target_side(train_text), {.min_freq = c.min_freq});
   SG_CHECK_VALUE(p.src_vocab.size() > text::Vocab::kNumSpecial && p.tgt_vocab.size() > text::Vocab::kNumSpecial,
                  "{} training pairs give no word seen at least {} times (vocabularies {} and {}); use a "
                  "larger subset", train_pairs, c.min_freq, p.src_vocab.size(), p.tgt_vocab.size());
-  c.model.src_vocab = p.src_vocab.size();
-  c.model.tgt_vocab = p.tgt_vocab.size();
-  c.train_subset = train_pairs;
   text::EncodeOptions truncate{.max_src_tokens = c.max_tokens, .max_tgt_tokens = c.max_tokens};
   p.train = text::encode_pairs(train_text, p.src_vocab, p.tgt_vocab, truncate);
   p.valid = text::encode_pairs(valid_pairs, p.src_vocab, p.tgt_vocab, truncate);
   return p;
 }
 
-// Trains one attention kind on the first `train_pairs` pairs with models::fit, and measures the
-// attention's sharpness after every epoch's validation.
-Run run_one(TrainConfig c, AttentionKind kind, const Data& data, int64_t train_pairs, bool quiet) {
-  c.model.attention = kind;
+// Config `c` trained on prepared data: its vocabularies' sizes and the training subset.
+TrainConfig on_data(TrainConfig c, const Prepared& p) {
+  c.model.src_vocab = p.src_vocab.size();
+  c.model.tgt_vocab = p.tgt_vocab.size();
+  c.train_subset = p.train_pairs;
+  return c;
+}
+
+// Sentences per second of models::decode over the test sources, in batches of kDecodeBatch: the
+// decoding alone (evaluate() also runs the teacher-forced loss).
+double decode_sentences_per_s(models::TranslationModel& model, const text::EncodedCorpus& test,
+                              const models::DecodeOptions& options) {
+  auto start = Clock::now();
+  for (const text::Batch& batch : text::make_batches(test.pairs, {.batch_size = kDecodeBatch, .shuffle = false})) {
+    models::TensorBatch b = models::to_tensors(batch);
+    models::decode(model, b.src, b.src_lengths, options);
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return seconds > 0 ? static_cast<double>(test.pairs.size()) / seconds : 0;
+}
+
+// The trained model on the test split: BLEU greedy and with beam kTestBeam (as `train`'s closing
+// report decodes), and the decoding speed of each.
+TestResult test_one(models::Trainer& trainer, const Prepared& d, const Data& data, const TrainConfig& c) {
+  TestResult out;
+  out.pairs = static_cast<int64_t>(data.test.test.size());
+  text::EncodeOptions truncate{.max_src_tokens = inference_truncation(c), .max_tgt_tokens = inference_truncation(c)};
+  const text::EncodedCorpus test = text::encode_pairs(data.test.test, d.src_vocab, d.tgt_vocab, truncate);
+  for (auto [beam, result] : {std::pair{int64_t{1}, &out.greedy}, {kTestBeam, &out.beam}}) {
+    const models::DecodeOptions options = models::decode_options(c, beam);
+    const models::Evaluation e = trainer.evaluate(test, data.test.test, data.test.test_references, options);
+    result->sacrebleu = e.sacrebleu, result->chrf = e.chrf, result->bleu_tokenized = e.bleu_tokenized;
+    result->sentences_per_s = decode_sentences_per_s(trainer.model(), test, options);
+  }
+  return out;
+}
+
+// Trains one model on the first `train_pairs` pairs with models::fit, measures the attention's
+// sharpness after every epoch's validation, then scores the test split.
+Run run_one(const Variant& variant, const Data& data, int64_t train_pairs, bool quiet) {
   const std::vector<text::TokenizedPair>& valid_pairs = data.valid;
-  Prepared d = prepare(c, data, train_pairs);
+  const Prepared d = prepare(variant.config, data, train_pairs);
+  const TrainConfig c = on_data(variant.config, d);
   Run run;
-  run.kind = models::attention_kind_name(kind);
+  run.kind = variant.name;
+  run.architecture = models::architecture_name(c.model.architecture);
   run.train_pairs = train_pairs;
   run.src_vocab = d.src_vocab.size(), run.tgt_vocab = d.tgt_vocab.size();
 
@@ -193,6 +324,7 @@ Run run_one(TrainConfig c, AttentionKind kind, const Data& data, int64_t train_p
   options.callbacks.after_step = [&](const models::StepResult& r) {
     if (run.steps > 0) timed_seconds += r.seconds, ++timed_steps;
     ++run.steps;
+    run.train_seconds += r.seconds, run.train_tokens += r.tokens;
     return true;
   };
   options.callbacks.after_epoch = [&](const models::EpochMetrics& m, const models::Evaluation& val) {
@@ -212,6 +344,13 @@ Run run_one(TrainConfig c, AttentionKind kind, const Data& data, int64_t train_p
   } catch (const models::DivergenceError& e) {
     run.stopped = e.what();
   }
+  if (run.stopped.empty() && !data.test.test.empty()) {
+    run.test = test_one(trainer, d, data, c);
+    if (!quiet)
+      fmt::print(stderr, "[{} {} pairs] test ({} pairs): sacreBLEU {:.2f} greedy, {:.2f} beam {}; {:.1f} and {:.1f} "
+                 "sentences/s\n", run.kind, train_pairs, run.test->pairs, run.test->greedy.sacrebleu,
+                 run.test->beam.sacrebleu, kTestBeam, run.test->greedy.sentences_per_s, run.test->beam.sentences_per_s);
+  }
   for (size_t i = 0; i < std::min(kSampleSentences, samples.size()); ++i)
     run.sample_heatmaps.push_back(plot::heatmap_svg(attention_heatmap(
         marked_unknown(valid_pairs[i].src, d.src_vocab), d.tgt_vocab.decode(samples[i].tokens), samples[i].attention,
@@ -221,18 +360,20 @@ Run run_one(TrainConfig c, AttentionKind kind, const Data& data, int64_t train_p
   return run;
 }
 
-// Time per training step, measured fairly on a shared machine: one model per kind, and the kinds
-// take turns step by step on the same batches, so load that comes and goes slows them alike. The
-// first round is a warm-up; the median of the other `steps` rounds is reported.
+// Time per training step, measured fairly on a shared machine: one model per variant, and the
+// variants take turns step by step on the same batches (the first variant's batching), so load that
+// comes and goes slows them alike. The first round is a warm-up; the median of the other `steps`
+// rounds is reported.
 struct Timing {
   std::string kind;
   double median_ms = 0, mean_ms = 0;
   double tokens_per_s = 0;  // target tokens per second over the timed steps
 };
 
-std::vector<Timing> time_steps(TrainConfig c, const std::vector<AttentionKind>& kinds, const Data& data,
-                               int64_t train_pairs, int64_t steps) {
-  Prepared d = prepare(c, data, train_pairs);
+std::vector<Timing> time_steps(const std::vector<Variant>& variants, const Data& data, int64_t train_pairs,
+                               int64_t steps) {
+  const TrainConfig& c = variants.front().config;  // its batching
+  const Prepared d = prepare(c, data, train_pairs);
   std::vector<text::Batch> batches = text::make_batches(d.train.pairs, {.batch_size = c.batch_size, .batch_tokens = c.batch_tokens, .seed = c.seed});
   struct Timed {
     std::unique_ptr<models::Trainer> trainer;
@@ -240,10 +381,8 @@ std::vector<Timing> time_steps(TrainConfig c, const std::vector<AttentionKind>& 
     int64_t tokens = 0;
   };
   std::vector<Timed> timed;
-  for (AttentionKind kind : kinds) {
-    c.model.attention = kind;
-    timed.push_back({std::make_unique<models::Trainer>(c, d.src_vocab, d.tgt_vocab), {}, 0});
-  }
+  for (const Variant& v : variants)  // the same data and vocabularies for all
+    timed.push_back({std::make_unique<models::Trainer>(on_data(v.config, d), d.src_vocab, d.tgt_vocab), {}, 0});
   for (int64_t round = 0; round <= steps; ++round) {
     models::TensorBatch b = models::to_tensors(batches[static_cast<size_t>(round) % batches.size()]);
     for (Timed& t : timed) {
@@ -257,9 +396,9 @@ std::vector<Timing> time_steps(TrainConfig c, const std::vector<AttentionKind>& 
     }
   }
   std::vector<Timing> out;
-  for (size_t k = 0; k < kinds.size(); ++k) {
+  for (size_t k = 0; k < variants.size(); ++k) {
     std::vector<double> s = timed[k].seconds;
-    Timing t{models::attention_kind_name(kinds[k])};
+    Timing t{variants[k].name};
     if (!s.empty()) {
       double total = 0;
       for (double x : s) total += x;
@@ -284,15 +423,44 @@ nlohmann::json to_json(const Run& r) {
     j["attention_entropy_uniform"] = e.sharpness.uniform;
     epochs.push_back(j);
   }
-  return {{"kind", r.kind},         {"train_pairs", r.train_pairs}, {"parameters", r.parameters},
-          {"src_vocab", r.src_vocab}, {"tgt_vocab", r.tgt_vocab},   {"steps", r.steps},
-          {"train_ms_per_step", r.ms_per_step},
+  nlohmann::json test = nullptr;
+  if (r.test) {
+    auto search = [](const TestResult::Search& s) {
+      return nlohmann::json{{"sacrebleu", s.sacrebleu}, {"chrf", s.chrf}, {"bleu_tokenized", s.bleu_tokenized},
+                            {"sentences_per_s", s.sentences_per_s}};
+    };
+    test = {{"pairs", r.test->pairs}, {"greedy", search(r.test->greedy)}, {"beam", search(r.test->beam)},
+            {"beam_size", kTestBeam}};
+  }
+  return {{"kind", r.kind},         {"architecture", r.architecture}, {"train_pairs", r.train_pairs},
+          {"parameters", r.parameters}, {"src_vocab", r.src_vocab}, {"tgt_vocab", r.tgt_vocab},
+          {"steps", r.steps},       {"train_ms_per_step", r.ms_per_step}, {"train_seconds", r.train_seconds},
+          {"train_tokens_per_s", r.train_seconds > 0 ? r.train_tokens / r.train_seconds : 0.0},
           {"stopped", r.stopped.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.stopped)},
-          {"epochs", epochs}};
+          {"epochs", epochs},       {"test", test}};
 }
 
 std::vector<std::string> table_header() {
-  return {"kind", "pairs", "params", "train loss", "valid loss", "sacreBLEU", "chrF", "BLEU tok", "entropy", "H/log S"};
+  return {"model", "pairs", "params", "train loss", "valid loss", "sacreBLEU", "chrF", "BLEU tok", "entropy", "H/log S"};
+}
+
+// Per run: the training's time and speed, then the test split greedy and with beam kTestBeam.
+std::vector<std::string> test_table_header() {
+  return {"model", "pairs", "train s", "tok/s", "test greedy", fmt::format("test beam {}", kTestBeam),
+          "greedy sent/s", fmt::format("beam {} sent/s", kTestBeam)};
+}
+
+std::vector<std::string> test_table_row(const Run& r) {
+  std::vector<std::string> row{r.kind, fmt::format("{}", r.train_pairs), fmt::format("{:.3g}", r.train_seconds),
+                               r.train_seconds > 0 ? fmt::format("{:.0f}", r.train_tokens / r.train_seconds) : "-"};
+  if (!r.test) {
+    row.insert(row.end(), {"-", "-", "-", "-"});
+    return row;
+  }
+  row.insert(row.end(), {fmt::format("{:.2f}", r.test->greedy.sacrebleu), fmt::format("{:.2f}", r.test->beam.sacrebleu),
+                         fmt::format("{:.1f}", r.test->greedy.sentences_per_s),
+                         fmt::format("{:.1f}", r.test->beam.sentences_per_s)});
+  return row;
 }
 
 std::vector<std::string> table_row(const Run& r) {
@@ -329,6 +497,20 @@ std::string format_table(const std::vector<std::vector<std::string>>& rows) {
   return out;
 }
 
+// The report's setup sentence on the Transformer, when one is compared.
+std::string transformer_setup(const Variant* transformer) {
+  if (transformer == nullptr) return "";
+  const TrainConfig& c = transformer->config;
+  return fmt::format(" The Transformer trains on the same pairs and vocabularies with the transformer preset's model "
+                     "and recipe: {} + {} {} layers of width {}, {} heads, feed-forward {}, embeddings untied (one "
+                     "vocabulary per language), {} {}, Adam lr {} with {} warmup updates ({}), label smoothing {}; "
+                     "its attention entropy is its last decoder layer's cross-attention averaged over the heads.",
+                     c.model.num_layers, c.model.num_layers, c.model.norm_first ? "pre-norm" : "post-norm",
+                     c.model.hidden_size, c.model.heads, c.model.ffn_size, c.batch_tokens > 0 ? c.batch_tokens : c.batch_size,
+                     c.batch_tokens > 0 ? "padded tokens per batch" : "pairs per batch", c.lr, c.warmup_updates,
+                     models::lr_schedule_name(c.lr_schedule), c.label_smoothing);
+}
+
 }  // namespace
 
 int compare_main(int argc, char** argv) {
@@ -337,16 +519,15 @@ int compare_main(int argc, char** argv) {
   SG_CHECK_USAGE(args.positionals().empty(), "unexpected argument '{}'", args.positionals()[0]);
   apply_threads_flag(args);
   TrainConfig config = base_config(args);
-  if (args.flag("print-config")) {  // the config every kind trains with (its attention kind aside)
+  if (args.flag("print-config")) {  // the config every GRU trains with (its attention kind aside)
     fmt::print("{}\n", config.to_json().dump(2));
     return 0;
   }
-  std::vector<AttentionKind> kinds;
-  for (const std::string& k : split_list(args.get("attention")))
-    kinds.push_back(checking_flags([&] { return models::parse_attention_kind(k); }));
-  SG_CHECK_USAGE(!kinds.empty(), "--attention is empty (choose from additive, scaled_dot, hybrid)");
+  const std::vector<Variant> variants = variants_from_flags(args, config);
   int64_t valid_limit = args.get_int("valid-pairs");
   SG_CHECK_USAGE(valid_limit >= 0, "--valid-pairs must be >= 0, got {}", valid_limit);
+  int64_t test_limit = args.get_int("test-pairs");
+  SG_CHECK_USAGE(test_limit >= 0, "--test-pairs must be >= 0, got {}", test_limit);
   int64_t timing_steps = args.get_int("timing-steps");
   SG_CHECK_USAGE(timing_steps >= 0, "--timing-steps must be >= 0, got {}", timing_steps);
 
@@ -370,10 +551,15 @@ int compare_main(int argc, char** argv) {
   }
   SG_CHECK_USAGE(!subsets.empty(), "--subsets is empty");
   std::sort(subsets.begin(), subsets.end());
-  Data data{models::read_train_pairs(corpora, subsets.back()), corpora.valid, corpora.valid_references};
+  Data data{models::read_train_pairs(corpora, subsets.back()), corpora.valid, corpora.valid_references, {}};
   if (valid_limit > 0 && valid_limit < static_cast<int64_t>(data.valid.size())) {
     data.valid.resize(valid_limit);
     data.valid_references.resize(valid_limit);
+  }
+  data.test.test = corpora.test, data.test.test_references = corpora.test_references;
+  if (test_limit > 0 && test_limit < static_cast<int64_t>(data.test.test.size())) {
+    data.test.test.resize(test_limit);
+    data.test.test_references.resize(test_limit);
   }
   const std::vector<text::TokenizedPair>& valid_pairs = data.valid;
 
@@ -382,21 +568,21 @@ int compare_main(int argc, char** argv) {
   const bool text_output = !args.flag("json");
   if (text_output && !args.flag("quiet"))
     fmt::print("compare: {} {}->{}, preset {} (E={} H={} L={}), {} epoch(s), seed {}, {} validation pairs, "
-             "{} thread(s)\n",
+             "{} test pairs, {} thread(s)\n",
              models::describe_corpus(config), config.src_lang, config.tgt_lang, config.preset, config.model.embed_size,
              config.model.hidden_size, config.model.num_layers, config.epochs, config.seed, valid_pairs.size(),
-             get_num_threads());
+             data.test.test.size(), get_num_threads());
   std::fflush(stdout);  // before the per-epoch progress on stderr
 
   auto start = Clock::now();
   std::vector<Run> runs;
   for (int64_t n : subsets)
-    for (AttentionKind kind : kinds) runs.push_back(run_one(config, kind, data, n, args.flag("quiet")));
+    for (const Variant& v : variants) runs.push_back(run_one(v, data, n, args.flag("quiet")));
   std::vector<Timing> timing;
   if (timing_steps > 0) {
     if (!args.flag("quiet"))
-      fmt::print(stderr, "timing: {} interleaved steps per kind on {} pairs\n", timing_steps, subsets.back());
-    timing = time_steps(config, kinds, data, subsets.back(), timing_steps);
+      fmt::print(stderr, "timing: {} interleaved steps per model on {} pairs\n", timing_steps, subsets.back());
+    timing = time_steps(variants, data, subsets.back(), timing_steps);
   }
   double total_seconds = std::chrono::duration<double>(Clock::now() - start).count();
 
@@ -409,20 +595,33 @@ int compare_main(int argc, char** argv) {
              " chrF2, BLEU tok the tokenised lower-cased BLEU of tutorials; entropy in nats of the teacher-forced\n"
              " attention weights, H/log S = 1 for uniform attention)\n",
              valid_pairs.size());
-  std::vector<std::vector<std::string>> timing_table{{"kind", "ms/step (median)", "ms/step (mean)", "target tok/s"}};
+  std::vector<std::vector<std::string>> test_table{test_table_header()};
+  for (const Run& r : runs) test_table.push_back(test_table_row(r));
+  if (text_output)
+    fmt::print("\n{}(training: the time of its steps and target tokens/s; test: sacreBLEU of the model after its last\n"
+               " epoch on the first {} test pairs, greedy and beam {}, and sentences/s decoding them in batches of {})\n",
+               format_table(test_table), data.test.test.size(), kTestBeam, kDecodeBatch);
+  std::vector<std::vector<std::string>> timing_table{{"model", "ms/step (median)", "ms/step (mean)", "target tok/s"}};
   for (const Timing& t : timing)
     timing_table.push_back({t.kind, fmt::format("{:.1f}", t.median_ms), fmt::format("{:.1f}", t.mean_ms),
                             fmt::format("{:.0f}", t.tokens_per_s)});
   if (!timing.empty() && text_output)
-    fmt::print("\n{}(time per training step: the kinds take turns on the same {} batches of {} pairs, {} thread(s))\n",
+    fmt::print("\n{}(time per training step: the models take turns on the same {} batches of {} pairs, {} thread(s))\n",
                format_table(timing_table), timing_steps, subsets.back(), get_num_threads());
   if (text_output && !args.flag("quiet")) fmt::print("total {:.0f} s\n", total_seconds);
 
+  std::vector<std::string> variant_names;
+  for (const Variant& v : variants) variant_names.push_back(v.name);
+  const Variant* transformer = nullptr;
+  for (const Variant& v : variants)
+    if (v.config.model.architecture == models::Architecture::transformer) transformer = &v;
   nlohmann::json json = {
-      {"settings", {{"config", config.to_json()}, {"kinds", split_list(args.get("attention"))}, {"subsets", subsets},
-                    {"valid_pairs", valid_pairs.size()}, {"threads", get_num_threads()},
+      {"settings", {{"config", config.to_json()}, {"kinds", variant_names}, {"subsets", subsets},
+                    {"valid_pairs", valid_pairs.size()}, {"test_pairs", data.test.test.size()},
+                    {"threads", get_num_threads()},
                     {"timing_steps", timing_steps}, {"timing_pairs", subsets.back()},
-                    {"total_seconds", total_seconds}}},
+                    {"total_seconds", total_seconds},
+                    {"transformer_config", transformer ? transformer->config.to_json() : nlohmann::json(nullptr)}}},
       {"runs", nlohmann::json::array()},
       {"timing", nlohmann::json::array()}};
   for (const Run& r : runs) json["runs"].push_back(to_json(r));
@@ -435,24 +634,31 @@ int compare_main(int argc, char** argv) {
   std::vector<plot::ReportSection> sections;
   sections.push_back(
       {"Setup",
-       fmt::format("Each attention kind is trained from the same seed ({}) on the first N training pairs of {} {}->{}, "
-                   "with the same batches and hyper-parameters (preset {}: E={}, H={}, L={}, batch {}, Adam lr {}, "
+       fmt::format("Each model is trained from the same seed ({}) on the first N training pairs of {} {}->{}; "
+                   "the GRUs with the same batches and hyper-parameters (preset {}: E={}, H={}, L={}, batch {}, Adam lr {}, "
                    "label smoothing {}), for {} epoch(s). Validation: {} pairs, greedy decoding; sacreBLEU (13a, "
                    "cased, on the detokenised output) is the headline, then chrF2, then the tokenised lower-cased BLEU "
                    "that tutorials report. Attention entropy is the mean entropy (nats) of the teacher-forced attention "
                    "weights per target token on the validation set; H/log S divides each row by the entropy of "
                    "uniform attention over its source (1 = uniform, 0 = one-hot). Time per step is forward, "
-                   "backward, clipping and the Adam update, measured apart from training with the kinds taking turns "
+                   "backward, clipping and the Adam update, measured apart from training with the models taking turns "
                    "step by step on the same batches (so changing machine load affects them alike), {} thread(s). "
                    "Total time {:.0f} s.",
                    config.seed, models::describe_corpus(config), config.src_lang, config.tgt_lang, config.preset,
                    config.model.embed_size, config.model.hidden_size, config.model.num_layers, config.batch_size,
                    config.lr, config.label_smoothing, config.epochs, valid_pairs.size(), get_num_threads(),
-                   total_seconds),
+                   total_seconds) + transformer_setup(transformer),
        ""});
   plot::ReportSection summary{"Summary (last epoch)", "", ""};
   summary.table = table;
   sections.push_back(summary);
+  plot::ReportSection tested{"Training time and the test split",
+                             fmt::format("Training: the time of its steps (validation excluded) and target tokens per "
+                                         "second. Test: sacreBLEU of the model after its last epoch on the first {} "
+                                         "test pairs, greedy and beam {}, and sentences per second decoding them in "
+                                         "batches of {}.", data.test.test.size(), kTestBeam, kDecodeBatch), ""};
+  tested.table = test_table;
+  sections.push_back(tested);
 
   for (int64_t n : subsets) {
     plot::LinePlot loss{fmt::format("Training loss, {} pairs", n), "epoch", "loss (label-smoothed)", {}};
@@ -460,7 +666,7 @@ int compare_main(int argc, char** argv) {
     loss.integer_x = bleu.integer_x = true;  // epochs: whole-number ticks (one epoch: a point at 1)
     for (const Run& r : runs) {
       if (r.train_pairs != n || r.epochs.empty()) continue;
-      plot::Series l{r.kind, {}, {}, kind_color(r.kind)}, b{r.kind, {}, {}, kind_color(r.kind)};
+      plot::Series l{r.kind, {}, {}, variant_color(r.kind)}, b{r.kind, {}, {}, variant_color(r.kind)};
       for (const EpochResult& e : r.epochs) {
         l.x.push_back(e.metrics.epoch), l.y.push_back(e.metrics.train_loss);
         b.x.push_back(e.metrics.epoch), b.y.push_back(e.metrics.valid_sacrebleu);
@@ -474,8 +680,8 @@ int compare_main(int argc, char** argv) {
   if (subsets.size() > 1) {
     plot::LinePlot by_size{"Validation sacreBLEU after the last epoch vs training pairs", "training pairs",
                            "sacreBLEU", {}};
-    for (AttentionKind kind : kinds) {
-      plot::Series s{models::attention_kind_name(kind), {}, {}, kind_color(models::attention_kind_name(kind))};
+    for (const std::string& name : variant_names) {
+      plot::Series s{name, {}, {}, variant_color(name)};
       for (const Run& r : runs)
         if (r.kind == s.name && !r.epochs.empty())
           s.x.push_back(double(r.train_pairs)), s.y.push_back(r.last().metrics.valid_sacrebleu);
@@ -486,16 +692,15 @@ int compare_main(int argc, char** argv) {
   plot::BarChart speed{fmt::format("Time per training step (median of {}, {} pairs)", timing_steps, subsets.back()),
                        "ms per step", {}, {}};
   for (const Timing& t : timing)
-    speed.labels.push_back(t.kind), speed.values.push_back(t.median_ms), speed.colors.push_back(kind_color(t.kind));
+    speed.labels.push_back(t.kind), speed.values.push_back(t.median_ms), speed.colors.push_back(variant_color(t.kind));
   plot::BarChart sharp{"Attention entropy on the validation set (last epoch)", "entropy (nats)", {}, {}};
-  for (AttentionKind kind : kinds) {
-    std::string name = models::attention_kind_name(kind);
+  for (const std::string& name : variant_names) {
     for (const Run& r : runs) {
       if (r.kind != name) continue;
       if (!r.epochs.empty()) {
         sharp.labels.push_back(fmt::format("{} {}", name, pairs_label(r.train_pairs)));
         sharp.values.push_back(r.last().sharpness.entropy);
-        sharp.colors.push_back(kind_color(name));
+        sharp.colors.push_back(variant_color(name));
       }
     }
   }
@@ -511,7 +716,7 @@ int compare_main(int argc, char** argv) {
                                     "mean entropy of {:.3f} nats.", uniform),
                         plot::bar_chart_svg(sharp)});
   }
-  for (size_t i = 0; i < kSampleSentences; ++i) {  // the same sentence under each kind, side by side
+  for (size_t i = 0; i < kSampleSentences; ++i) {  // the same sentence under each model, side by side
     plot::ReportSection section{fmt::format("Attention on validation sentence {}, {} pairs", i + 1,
                                             pairs_label(subsets.back())), "", ""};
     for (const Run& r : runs)
@@ -520,7 +725,7 @@ int compare_main(int argc, char** argv) {
     if (!section.svg.empty()) sections.push_back(section);
   }
   std::string report_path = out_dir + "/report.html";
-  plot::write_html_report(report_path, "seqgrad compare: attention kinds", sections);
+  plot::write_html_report(report_path, "seqgrad compare: attention kinds and architectures", sections);
   if (text_output) fmt::print("report: {}\nnumbers: {}\n", report_path, json_path);
   else fmt::print("{}\n", json.dump());
   for (const Run& r : runs)

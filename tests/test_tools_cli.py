@@ -1105,6 +1105,57 @@ class Compare(Base):
         self.assertIn("scaled_dot (256 pairs)", section)
         self.assertEqual(section.count("<svg"), 2)
 
+    def test_architectures(self):
+        # the GRU with additive attention beside the Transformer, on the same pairs, vocabularies and seed;
+        # the model flags shape both (the Transformer's width is --hidden)
+        out = self.out("compare_architectures")
+        p = run("compare", "--architecture", "gru,transformer", "--embed", "16", "--hidden", "16", "--layers", "1",
+                "--heads", "2", "--ffn-size", "24", "--subsets", "300", "--epochs", "1", "--valid-pairs", "30",
+                "--test-pairs", "20", "--timing-steps", "2", "--threads", "1", "--quiet", "--data-dir", DATA,
+                "--out", out)
+        self.assertOk(p)
+        self.assertRegex(p.stdout, r"transformer +300 ")
+        self.assertRegex(p.stdout, r"test greedy +test beam 5 +greedy sent/s +beam 5 sent/s")
+        with open(os.path.join(out, "compare.json")) as f:
+            report = json.load(f)
+        self.assertEqual(report["settings"]["kinds"], ["additive", "transformer"])  # additive alone by default
+        self.assertEqual(report["settings"]["test_pairs"], 20)
+        transformer_config = report["settings"]["transformer_config"]["model"]
+        self.assertEqual((transformer_config["architecture"], transformer_config["tie_embeddings"]), ("transformer", False))
+        runs = {r["kind"]: r for r in report["runs"]}
+        self.assertEqual([(r["kind"], r["architecture"]) for r in report["runs"]],
+                         [("additive", "gru"), ("transformer", "transformer")])
+        gru, transformer = runs["additive"], runs["transformer"]
+        self.assertEqual((gru["src_vocab"], gru["tgt_vocab"]), (transformer["src_vocab"], transformer["tgt_vocab"]))
+        # the Transformer's parameters, counted from its shape: E = 16, FFN 24, one layer each side, untied
+        # embeddings and output projection (no bias); per attention 4 E x E weights and 4 E biases, per
+        # feed-forward E x F + F + F x E + E, per layer norm 2 E; pre-norm adds a final norm to each stack
+        E, F, Vs, Vt = 16, 24, transformer["src_vocab"], transformer["tgt_vocab"]
+        attention, ffn, norm = 4 * E * E + 4 * E, E * F + F + F * E + E, 2 * E
+        encoder = attention + ffn + 2 * norm + norm
+        decoder = 2 * attention + ffn + 3 * norm + norm
+        self.assertEqual(transformer["parameters"], Vs * E + 2 * Vt * E + encoder + decoder)
+        for r in report["runs"]:
+            with self.subTest(model=r["kind"]):
+                self.assertIsNone(r["stopped"])
+                self.assertGreater(r["steps"], 0)
+                self.assertGreater(r["train_seconds"], 0)
+                self.assertGreater(r["train_tokens_per_s"], 0)
+                e = r["epochs"][0]
+                self.assertTrue(0 < e["attention_entropy_normalized"] <= 1.0 + 1e-9, e)
+                self.assertLessEqual(e["attention_entropy"], e["attention_entropy_uniform"] + 1e-9)
+                test = r["test"]
+                self.assertEqual((test["pairs"], test["beam_size"]), (20, 5))
+                for search in ("greedy", "beam"):
+                    self.assertTrue(0 <= test[search]["sacrebleu"] <= 100, test)
+                    self.assertTrue(0 <= test[search]["bleu_tokenized"] <= 100, test)
+                    self.assertGreater(test[search]["sentences_per_s"], 0)
+        self.assertEqual([t["kind"] for t in report["timing"]], ["additive", "transformer"])
+        with open(os.path.join(out, "report.html"), encoding="utf-8") as f:
+            html = f.read()
+        self.assertIn("Training time and the test split", html)
+        self.assertIn("transformer (300 pairs)", html)  # its attention heatmaps beside the GRU's
+
     def test_print_config(self):
         p = run("compare", "--preset", "d2l", "--epochs", "3", "--print-config", "--data-dir", DATA)
         self.assertOk(p)

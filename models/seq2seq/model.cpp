@@ -215,13 +215,29 @@ bool Seq2Seq::can_merge(const SearchState&, const SearchState&) const {
   return true;  // a row's state is its own (L, 1, H) slice, whatever the others have decoded
 }
 
+namespace {
+
+// The GRU attends over its encoder outputs as keys and as values, with one keep mask, in every
+// part (AttnDecoder::prepare); a reorder gathers each handle into a copy of its own. As one tensor
+// again (the copies are equal), a merge copies them once.
+nn::AttentionMemory one_source(nn::AttentionMemory m, const Tensor& outputs, const Tensor& keep) {
+  m.keys = m.values = outputs;
+  m.key_keep = keep;
+  for (nn::AttentionMemory& part : m.parts) part = one_source(std::move(part), outputs, keep);
+  return m;
+}
+
+nn::AttentionMemory one_source(const nn::AttentionMemory& m) { return one_source(m, m.keys, m.key_keep); }
+
+}  // namespace
+
 void Seq2Seq::merge(SearchState& into, SearchState&& from) const {
   auto& a = dynamic_cast<GruSearchState&>(into);
   auto& b = dynamic_cast<GruSearchState&>(from);
   a.state = cat({a.state, b.state}, 1);  // (L, N_a + N_b, H)
   // The rows' memories become the sentences' (one per row): what reorder gathers from from now on
   // is no larger than the live rows, however many sentences have come and gone.
-  a.rows = a.sentences = concat_memories(a.rows, b.rows, 1);  // additive's projected keys: (B, K, A)
+  a.rows = a.sentences = concat_memories(one_source(a.rows), one_source(b.rows), 1);  // projected keys (B, K, A)
   a.sentence_of_row = SentenceRows(a.state.size(1));
 }
 
@@ -236,7 +252,7 @@ Tensor pad_axis(const Tensor& t, int64_t axis, int64_t width) {
   return cat({t, zeros(padding, {.dtype = t.dtype(), .device = t.device()})}, axis);
 }
 
-// Whether x and y are one tensor's handles (the GRU attends with keys = values).
+// Whether x and y are one tensor's handles.
 bool same_tensor(const Tensor& x, const Tensor& y) {
   return x.raw_data() == y.raw_data() && x.shape() == y.shape() && x.strides() == y.strides();
 }
@@ -247,27 +263,46 @@ Tensor keep_or_all(const nn::AttentionMemory& m) {
   return ones({m.keys.size(0), 1, m.keys.size(1)}, {.dtype = DType::b8, .device = m.keys.device()});
 }
 
+// Two memories' tensors joined along the batch, each padded on its key axis to `width`; a pair
+// that several fields share (the GRU's keys and values) is joined once, and the result shared.
+class MemoryJoin {
+ public:
+  MemoryJoin(int64_t width, int64_t projected_key_axis) : width_(width), projected_key_axis_(projected_key_axis) {}
+
+  nn::AttentionMemory operator()(const nn::AttentionMemory& a, const nn::AttentionMemory& b) {
+    SG_CHECK(a.projected.size() == b.projected.size() && a.parts.size() == b.parts.size(),
+             "concat_memories: the memories were prepared by different attention kinds ({} and {} projections)",
+             a.projected.size(), b.projected.size());
+    nn::AttentionMemory m{join(a.keys, b.keys, 1), join(a.values, b.values, 1), {}, {}, {}};
+    if (a.key_keep.defined() || b.key_keep.defined() || a.keys.size(1) != b.keys.size(1))
+      m.key_keep = join(keep_or_all(a), keep_or_all(b), -1);
+    for (size_t i = 0; i < a.projected.size(); ++i)
+      m.projected.push_back(join(a.projected[i], b.projected[i], projected_key_axis_));
+    for (size_t i = 0; i < a.parts.size(); ++i) m.parts.push_back((*this)(a.parts[i], b.parts[i]));
+    return m;
+  }
+
+ private:
+  struct Joined {
+    Tensor x, y, out;
+  };
+  Tensor join(const Tensor& x, const Tensor& y, int64_t axis) {
+    for (const Joined& j : joined_)
+      if (same_tensor(j.x, x) && same_tensor(j.y, y)) return j.out;
+    Tensor out = cat({pad_axis(x, axis, width_), pad_axis(y, axis, width_)}, 0);
+    joined_.push_back({x, y, out});
+    return out;
+  }
+
+  int64_t width_, projected_key_axis_;
+  std::vector<Joined> joined_;
+};
+
 }  // namespace
 
 nn::AttentionMemory concat_memories(const nn::AttentionMemory& a, const nn::AttentionMemory& b,
                                     int64_t projected_key_axis) {
-  SG_CHECK(a.projected.size() == b.projected.size() && a.parts.size() == b.parts.size(),
-           "concat_memories: the memories were prepared by different attention kinds ({} and {} projections)",
-           a.projected.size(), b.projected.size());
-  const int64_t width = std::max(a.keys.size(1), b.keys.size(1));
-  auto join = [width](const Tensor& x, const Tensor& y, int64_t axis) {
-    return cat({pad_axis(x, axis, width), pad_axis(y, axis, width)}, 0);
-  };
-  nn::AttentionMemory m{join(a.keys, b.keys, 1), {}, {}, {}, {}};
-  // keys that are the values stay one tensor: half the copying, as prepare() made them
-  const bool keys_are_values = same_tensor(a.keys, a.values) && same_tensor(b.keys, b.values);
-  m.values = keys_are_values ? m.keys : join(a.values, b.values, 1);
-  if (a.key_keep.defined() || b.key_keep.defined() || a.keys.size(1) != b.keys.size(1))
-    m.key_keep = join(keep_or_all(a), keep_or_all(b), -1);
-  for (size_t i = 0; i < a.projected.size(); ++i)
-    m.projected.push_back(join(a.projected[i], b.projected[i], projected_key_axis));
-  for (size_t i = 0; i < a.parts.size(); ++i) m.parts.push_back(concat_memories(a.parts[i], b.parts[i], projected_key_axis));
-  return m;
+  return MemoryJoin(std::max(a.keys.size(1), b.keys.size(1)), projected_key_axis)(a, b);
 }
 
 Tensor row_index(const std::vector<int64_t>& rows, Device device) {

@@ -96,6 +96,7 @@ DecodeField integer(DecodeField f, RealRange range, Access<T> at) {
 
 DecodeField number(DecodeField f, RealRange range, Access<double> at) {
   f.type = FieldType::number, f.range = range;
+  f.help += fmt::format(" ({})", range.interval());  // --help shows the one range: "(in [0, 10])"
   f.get = [scope = f.scope, at](const DecodeOptions& o) {
     return absent(scope, o) ? nlohmann::json() : nlohmann::json(at(const_cast<DecodeOptions&>(o)));
   };

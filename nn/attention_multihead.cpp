@@ -97,6 +97,8 @@ Tensor MultiHeadAttention::attend_queries(const Tensor& queries, const Attention
   Tensor merged = heads_out.permute({0, 2, 1, 3}).reshape({batch, n_queries, e});         // (B, Q, E)
   last_head_scores_ = scores.detach();
   last_head_weights_ = weights.detach();
+  last_head_queries_ = q.detach();
+  last_head_keys_ = k.detach();  // the memory's (or the cache's) tensor itself: nothing copied
   keep(mean(scores.detach(), {1}), mean(weights.detach(), {1}));  // (B, Q, K) head averages
   return out_proj(merged);                       // (B, Q, E)
 }

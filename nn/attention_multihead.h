@@ -40,9 +40,14 @@ class MultiHeadAttention : public Attention {
 
   // last_weights(): averaged over heads (B, Q, K), as torch's average_attn_weights = True;
   // per head: last_head_weights() (B, h, Q, K) and last_head_scores() (B, h, Q, K) (scaled,
-  // before masking). last_scores() is the head average of the energies.
+  // before masking). last_scores() is the head average of the energies. The scores' factors, so
+  // that a score can be taken apart (the explorer's terms, models/seq2seq/internals.h):
+  // last_head_queries() (B, h, Q, d) and last_head_keys() (B, h, K, d), the projected heads, with
+  // score = q·k / √d.
   const Tensor& last_head_weights() const { return last_head_weights_; }
   const Tensor& last_head_scores() const { return last_head_scores_; }
+  const Tensor& last_head_queries() const { return last_head_queries_; }
+  const Tensor& last_head_keys() const { return last_head_keys_; }
   const Options& options() const { return options_; }
   bool packed() const { return in_proj_weight.defined(); }
 
@@ -61,6 +66,8 @@ class MultiHeadAttention : public Attention {
   Options options_;
   mutable Tensor last_head_weights_;  // (B, h, Q, K)
   mutable Tensor last_head_scores_;   // (B, h, Q, K)
+  mutable Tensor last_head_queries_;  // (B, h, Q, d)
+  mutable Tensor last_head_keys_;     // (B, h, K, d)
 };
 
 }  // namespace seqgrad::nn

@@ -87,6 +87,25 @@ TEST_CASE("hard_alignment: the <eos> row and column are left out, ties go to the
   CHECK(pharaoh({}) == "");
 }
 
+TEST_CASE("alignment_agreement: the share of output units aligned to the same source unit") {
+  // The reversal of 4 tokens aligns 0-3 1-2 2-1 3-0. The other attention puts 0.7 on the diagonal
+  // for outputs 0 and 1 (0-0, 1-1), and follows the reversal for 2 and 3 (1-2, 0-3): outputs 2
+  // and 3 agree, 0 and 1 do not, 2 of 4. The <eos> rows (both on <eos>) do not count.
+  std::vector<std::vector<float>> rows = reversal_rows(4, 0.6f);
+  const AttentionMatrix reversal = attention_matrix(labels(4, "s"), labels(4, "t"), with_attention(rows));
+  rows[0] = {0.7f, 0.1f, 0.1f, 0.05f, 0.05f};
+  rows[1] = {0.1f, 0.7f, 0.1f, 0.05f, 0.05f};
+  const AttentionMatrix half = attention_matrix(labels(4, "s"), labels(4, "t"), with_attention(rows));
+  CHECK(*alignment_agreement(reversal, half) == doctest::Approx(0.5));
+  CHECK(*alignment_agreement(half, reversal) == doctest::Approx(0.5));
+  CHECK(*alignment_agreement(reversal, reversal) == doctest::Approx(1.0));
+  // nothing to align: an output of <eos> alone
+  const AttentionMatrix empty = attention_matrix({"a"}, {}, with_attention({{0.4f, 0.6f}}));
+  CHECK_FALSE(alignment_agreement(empty, empty).has_value());
+  CHECK_THROWS_WITH_AS(alignment_agreement(reversal, empty), doctest::Contains("other axes (5 x 5 and 1 x 2 units)"),
+                       ValueError);
+}
+
 TEST_CASE("soft_alignment_text: Marian's rows, every row and column, 4 decimals") {
   AttentionMatrix m = attention_matrix({"a"}, {"x"}, with_attention({{0.75f, 0.25f}, {0.125f, 0.875f}}));
   CHECK(soft_alignment_text(m) == "0.7500,0.2500 0.1250,0.8750");

@@ -14,6 +14,7 @@
 #include "core/rng.h"
 #include "models/seq2seq/checkpoint.h"
 #include "models/seq2seq/decode.h"
+#include "models/seq2seq/internals.h"
 #include "models/seq2seq/quantized_checkpoint.h"
 #include "models/seq2seq/trainer.h"
 #include "models/seq2seq/transformer.h"
@@ -124,6 +125,66 @@ TEST_CASE("transformer: the attention rows are the last layer's cross-attention 
     REQUIRE(row.size() == 2);
     CHECK(row[0] + row[1] == doctest::Approx(1.0).epsilon(1e-5));  // all weight on the 2 real tokens
   }
+}
+
+TEST_CASE("transformer: the explain report (transformer_internals) is every layer and head of one pass") {
+  manual_seed(11);
+  auto made = make_translation_model(transformer_config());
+  auto& model = dynamic_cast<TransformerTranslator&>(*made);
+  model.eval();
+  const Source s = source({{4, 7, 9, 5, 11}});
+  const Hypothesis h = greedy_decode(model, s.src, s.lengths, {.max_len = 6}).front();
+  const TransformerInternals in = transformer_internals(model, s.src, h.tokens, h.finished);
+  const auto steps = static_cast<int64_t>(h.attention.size()), heads = int64_t{2}, d = int64_t{8}, src = int64_t{5};
+  REQUIRE(in.layers.size() == 2);
+  CHECK(in.heads == heads);
+  CHECK(in.head_dim == d);
+  for (size_t l = 0; l < in.layers.size(); ++l) {
+    CAPTURE(l);
+    const TransformerInternals::Layer& layer = in.layers[l];
+    REQUIRE(layer.cross_weights.shape() == Shape{heads, steps, src});
+    REQUIRE(layer.cross_scores.shape() == Shape{heads, steps, src});
+    REQUIRE(layer.cross_queries.shape() == Shape{heads, steps, d});
+    REQUIRE(layer.cross_keys.shape() == Shape{heads, src, d});
+    REQUIRE(layer.encoder_weights.shape() == Shape{heads, src, src});
+    REQUIRE(layer.decoder_weights.shape() == Shape{heads, steps, steps});
+    for (int64_t j = 0; j < heads; ++j) {
+      for (int64_t t = 0; t < steps; ++t) {
+        // each score is q·k/√d of the same pass's query and key, and the weights its softmax
+        double total = 0, causal = 0;
+        std::vector<double> exps;
+        for (int64_t i = 0; i < src; ++i) {
+          double qk = 0;
+          for (int64_t a = 0; a < d; ++a)
+            qk += layer.cross_queries.select(0, j).select(0, t).select(0, a).item() *
+                  layer.cross_keys.select(0, j).select(0, i).select(0, a).item();
+          const double score = layer.cross_scores.select(0, j).select(0, t).select(0, i).item();
+          CHECK(qk / std::sqrt(static_cast<double>(d)) == doctest::Approx(score).epsilon(1e-5));
+          exps.push_back(std::exp(score));
+          total += exps.back();
+        }
+        for (int64_t i = 0; i < src; ++i)
+          CHECK(layer.cross_weights.select(0, j).select(0, t).select(0, i).item() ==
+                doctest::Approx(exps[i] / total).epsilon(1e-5));
+        // the causal self-attention: row t over positions 0..t, nothing after
+        for (int64_t u = 0; u < steps; ++u) {
+          const double w = layer.decoder_weights.select(0, j).select(0, t).select(0, u).item();
+          if (u > t) CHECK(w == 0.0);
+          causal += w;
+        }
+        CHECK(causal == doctest::Approx(1.0).epsilon(1e-5));
+      }
+      for (int64_t i = 0; i < src; ++i)
+        CHECK(sum(layer.encoder_weights.select(0, j).select(0, i)).item() == doctest::Approx(1.0).epsilon(1e-5));
+    }
+  }
+  // the search's attention rows are the last layer's head average of the same numbers
+  const Tensor average = mean(in.layers.back().cross_weights, {0});  // (T, S)
+  for (int64_t t = 0; t < steps; ++t)
+    for (int64_t i = 0; i < src; ++i)
+      CHECK(average.select(0, t).select(0, i).item() == doctest::Approx(h.attention[t][i]).epsilon(1e-6));
+  CHECK_THROWS_WITH_AS(transformer_internals(model, source({{4, 5}, {6, 7}}).src, h.tokens, h.finished),
+                       doctest::Contains("one sentence's ids (1, S), got (2, 2)"), ShapeError);
 }
 
 TEST_CASE("transformer: tied embeddings are one matrix, registered once; untied ones are three") {

@@ -95,14 +95,55 @@ nlohmann::json hypothesis_json(const Translation& t, size_t n, const text::Vocab
           {"token_log_probs", h.token_log_probs}};
 }
 
+// The diagnostics' fields (docs/outputs.md#attention-diagnostics), into an attention's object.
+void add_diagnostics(nlohmann::json& j, const models::AttentionDiagnostics& d) {
+  j["entropy"] = d.entropy;
+  j["mean_entropy"] = d.mean_entropy;
+  j["coverage"] = d.coverage;
+  j["diagonal_distance"] = d.diagonal_distance ? nlohmann::json(*d.diagonal_distance) : nullptr;
+}
+
+// A cross-attention map (T, S) over the translation's axes (tokens).
+models::AttentionMatrix head_matrix(const models::AttentionMatrix& axes, const Tensor& map) {
+  models::AttentionMatrix m = axes;
+  m.weights = map.contiguous().to_vector<float>();
+  return m;
+}
+
+// A Transformer's every layer and head (models::TransformerInternals): the cross-attention maps
+// with their diagnostics and their agreement with the layer's head average, and the encoder's and
+// the decoder's self-attention maps. In tokens, whatever the attention object's level.
+nlohmann::json heads_json(const Translation& t) {
+  const models::TransformerInternals& in = *t.heads;
+  const models::AttentionMatrix axes = models::attention_matrix(t.src_tokens, t.out_tokens[0], t.hyps[0]);
+  nlohmann::json cross = nlohmann::json::array(), encoder = nlohmann::json::array(),
+                 decoder = nlohmann::json::array();
+  for (const models::TransformerInternals::Layer& layer : in.layers) {
+    const models::AttentionMatrix average = head_matrix(axes, mean(layer.cross_weights, {0}));
+    nlohmann::json heads = nlohmann::json::array();
+    const nlohmann::json rows = head_rows_json(layer.cross_weights);
+    for (int64_t h = 0; h < in.heads; ++h) {
+      const models::AttentionMatrix m = head_matrix(axes, layer.cross_weights.select(0, h));
+      const std::optional<double> agreement = models::alignment_agreement(m, average);
+      nlohmann::json head{{"weights", rows[h]}, {"agreement", agreement ? nlohmann::json(*agreement) : nullptr}};
+      add_diagnostics(head, models::attention_diagnostics(m));
+      heads.push_back(std::move(head));
+    }
+    cross.push_back(std::move(heads));
+    encoder.push_back(head_rows_json(layer.encoder_weights));
+    decoder.push_back(head_rows_json(layer.decoder_weights, true));
+  }
+  return {{"layers", in.layers.size()}, {"heads", in.heads}, {"head_dim", in.head_dim}, {"src", axes.src},
+          {"tgt", axes.tgt}, {"cross", std::move(cross)}, {"encoder_self", std::move(encoder)},
+          {"decoder_self", std::move(decoder)}};
+}
+
 // The best hypothesis's attention: its axes and diagnostics, and what the options add.
 nlohmann::json attention_json(const Translation& t, const TranslationJsonOptions& options) {
   const models::AttentionMatrix m = attention_of(t, 0, options.labels);
-  const models::AttentionDiagnostics d = models::attention_diagnostics(m);
   nlohmann::json j{{"level", options.labels == HeatmapLabels::words ? "words" : "tokens"},
-                   {"src", m.src}, {"tgt", m.tgt},
-                   {"entropy", d.entropy}, {"mean_entropy", d.mean_entropy}, {"coverage", d.coverage},
-                   {"diagonal_distance", d.diagonal_distance ? nlohmann::json(*d.diagonal_distance) : nullptr}};
+                   {"src", m.src}, {"tgt", m.tgt}};
+  add_diagnostics(j, models::attention_diagnostics(m));
   if (options.hard_alignment) {
     nlohmann::json pairs = nlohmann::json::array();
     for (const models::AlignmentPoint& p : models::hard_alignment(m)) pairs.push_back({p.src, p.tgt});
@@ -114,10 +155,26 @@ nlohmann::json attention_json(const Translation& t, const TranslationJsonOptions
       rows.push_back(std::vector<float>(m.weights.begin() + r * m.src.size(), m.weights.begin() + (r + 1) * m.src.size()));
     j["weights"] = std::move(rows);
   }
+  if (options.heads && t.heads) j["heads"] = heads_json(t);
   return j;
 }
 
 }  // namespace
+
+nlohmann::json head_rows_json(const Tensor& maps, bool causal) {
+  const int64_t heads = maps.size(0), rows = maps.size(1), cols = maps.size(2);
+  const std::vector<float> values = maps.contiguous().to_vector<float>();
+  nlohmann::json out = nlohmann::json::array();
+  for (int64_t h = 0; h < heads; ++h) {
+    nlohmann::json head = nlohmann::json::array();
+    for (int64_t r = 0; r < rows; ++r) {
+      auto begin = values.begin() + (h * rows + r) * cols;
+      head.push_back(std::vector<float>(begin, begin + (causal ? std::min(r + 1, cols) : cols)));
+    }
+    out.push_back(std::move(head));
+  }
+  return out;
+}
 
 std::string alignment_text(const Translation& t, size_t n, AlignmentOutput kind, HeatmapLabels labels) {
   const models::AttentionMatrix m = attention_of(t, n, labels);
@@ -178,7 +235,6 @@ nlohmann::json decoding_json(const models::DecodeOptions& decoding) {
   j["search"] = search_name(decoding);
   return j;
 }
-
 
 }  // namespace
 

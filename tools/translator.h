@@ -81,12 +81,16 @@ struct TranslationJsonOptions {
   HeatmapLabels labels = HeatmapLabels::tokens;  // the attention's units: tokens, or words (pieces merged)
   bool hard_alignment = false;                   // attention.alignment: [src, tgt] pairs
   bool weights = false;                          // attention.weights: the matrix, one row per output unit
+  bool heads = false;  // attention.heads: a Transformer's every layer and head (Translation::heads, from explain)
 };
 // The JSON object of one translated sentence, the one shape `translate --json` prints (adding
 // "line") and `serve` answers with; docs/outputs.md lists every field. An input that could not be
 // translated gives {"src", "error"}.
 nlohmann::json translation_json(const Translation& t, const std::string& source, const text::Vocab& tgt_vocab,
                                 const TranslationJsonOptions& options = {});
+// Per-head maps (h, R, C) as h arrays of R rows of C numbers; `causal`: row r keeps its first r + 1
+// numbers (a causal self-attention's, whose later positions are not attended).
+nlohmann::json head_rows_json(const Tensor& maps, bool causal = false);
 
 // The decoding flags, from the decode options' table (models/seq2seq/decode_options.h): its search
 // options (--beam, --max-len, --min-len, the penalties) for every command that decodes (train's

@@ -58,6 +58,17 @@ std::vector<AlignmentPoint> hard_alignment(const AttentionMatrix& m) {
   return pairs;
 }
 
+std::optional<double> alignment_agreement(const AttentionMatrix& a, const AttentionMatrix& b) {
+  SG_CHECK_VALUE(a.src == b.src && a.tgt == b.tgt, "alignment_agreement: the attentions have other axes ({} x {} "
+                 "and {} x {} units): compare two attentions of one translation", a.tgt.size(), a.src.size(),
+                 b.tgt.size(), b.src.size());
+  const std::vector<AlignmentPoint> x = hard_alignment(a), y = hard_alignment(b);
+  if (x.empty()) return std::nullopt;
+  size_t same = 0;  // each output unit has one pair in each
+  for (const AlignmentPoint& p : x) same += static_cast<size_t>(std::count(y.begin(), y.end(), p));
+  return static_cast<double>(same) / static_cast<double>(x.size());
+}
+
 std::string pharaoh(const std::vector<AlignmentPoint>& pairs) {
   std::string out;
   for (const AlignmentPoint& p : pairs) out += fmt::format("{}{}-{}", out.empty() ? "" : " ", p.src, p.tgt);

@@ -49,6 +49,11 @@ struct AlignmentPoint {
 // has exactly one source unit and every index names a word. As Marian's `--alignment hard` (its
 // argmax per target word), sorted by source, then target.
 std::vector<AlignmentPoint> hard_alignment(const AttentionMatrix& m);
+// How far two attentions over the same axes (one translation's) align alike: the share of output
+// units whose hard alignment (above) is the same source unit in both, in [0, 1]; empty when there
+// is no output unit or no source unit to align. A head against its layer's head average, or
+// against another model's attention on the same sentence and output. ValueError for other axes.
+std::optional<double> alignment_agreement(const AttentionMatrix& a, const AttentionMatrix& b);
 // "0-2 1-1 2-0": the pairs as Pharaoh, fast_align and Marian write them.
 std::string pharaoh(const std::vector<AlignmentPoint>& pairs);
 // The soft alignment as Marian prints it: one group per row (every row and column, <eos> included,

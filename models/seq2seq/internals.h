@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "models/seq2seq/model.h"
+#include "models/seq2seq/transformer.h"
 
 namespace seqgrad::models {
 
@@ -29,5 +30,33 @@ struct AttentionInternals {
 // eval mode under NoGradGuard, and returns each step's terms.
 AttentionInternals attention_internals(Seq2Seq& model, const Tensor& src, const std::vector<int64_t>& tokens,
                                        bool finished, int64_t bos_id = 1, int64_t eos_id = 2);
+
+// A Transformer's attention along one translation, every layer and head (BertViz's views): for
+// layer l and head j, q_t = W_q y_t and k_i = W_k m_i split into heads of d = E / h values,
+//   e_ti = q_t · k_i / √d,   a_t = softmax(e_t) over the source positions
+// (likewise the encoder's self-attention over the source and the decoder's causal self-attention
+// over the output positions so far). T steps (the output tokens, <eos> included when finished), S
+// source positions (its <eos> included). Every tensor is float32 on the host, and all come from one
+// pass, so a score's terms add up to that pass's score.
+struct TransformerInternals {
+  int64_t heads = 0, head_dim = 0;  // h, d
+  struct Layer {
+    Tensor encoder_weights;  // (h, S, S): the encoder's self-attention, query position down
+    Tensor decoder_weights;  // (h, T, T): the decoder's causal self-attention; row t covers 0..t, 0 after
+    Tensor cross_weights;    // (h, T, S): a_t, the cross-attention over the source
+    Tensor cross_scores;     // (h, T, S): e_t, its scores before the softmax
+    Tensor cross_queries;    // (h, T, d): q_t
+    Tensor cross_keys;       // (h, S, d): k_i
+  };
+  std::vector<Layer> layers;  // encoder layer l and decoder layer l, from the first
+};
+
+// The pass is the model's own incremental decoding (start, then one step per token with the
+// key/value cache, in eval mode under NoGradGuard) of the sentence src (1, S) alone, fed `tokens`
+// (the output's ids without <bos> and <eos>; one step more, for <eos>, when `finished`): what greedy
+// search computes for it, so the report of a sentence is the same whatever batch its search ran in.
+TransformerInternals transformer_internals(TransformerTranslator& model, const Tensor& src,
+                                           const std::vector<int64_t>& tokens, bool finished, int64_t bos_id = 1,
+                                           int64_t eos_id = 2);
 
 }  // namespace seqgrad::models

@@ -80,10 +80,12 @@ std::vector<Translation> translate_batch(const Ensemble& models, const Checkpoin
     if (!trees.empty()) t.beam_tree = std::move(trees[r]);
     const Hypothesis& best = t.hyps.front();
     Tensor sentence = src.select(0, static_cast<int64_t>(r)).narrow(0, 0, static_cast<int64_t>(ids[r].size()));
-    // the attention's terms: the GRU's kinds (a Transformer's heads are explained by issue 37's views)
     if (auto* gru = dynamic_cast<Seq2Seq*>(&models.first()))
       t.internals = attention_internals(*gru, sentence.unsqueeze(0), best.tokens, best.finished,
                                                 options.bos_id, options.eos_id);
+    if (auto* transformer = dynamic_cast<TransformerTranslator*>(&models.first()))
+      t.heads = transformer_internals(*transformer, sentence.unsqueeze(0), best.tokens, best.finished,
+                                      options.bos_id, options.eos_id);
   }
   return out;
 }

@@ -39,9 +39,11 @@ struct Translation {
   bool truncated = false;
   std::string error;  // not empty: nothing was translated
   // translate with `explain`: beam search's record of this sentence's search (beam > 1), and the
-  // attention's terms along the best hypothesis (the first model's, for an ensemble; the GRU's kinds)
+  // attention along the best hypothesis (the first model's, for an ensemble): the GRU's energies'
+  // terms, or a Transformer's every layer and head
   std::optional<BeamTree> beam_tree;
   std::optional<AttentionInternals> internals;
+  std::optional<TransformerInternals> heads;
 };
 
 // Tokenizes and encodes the sentences, then decodes the good ones as one batch with the model or

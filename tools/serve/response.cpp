@@ -20,13 +20,27 @@ nlohmann::json internals_json(const models::AttentionInternals& in) {
           {"key_terms", in.key_terms}, {"v", in.v}, {"contexts", in.contexts}};
 }
 
+// A Transformer's cross-attention scores and their factors, per layer and head: the score of step
+// t on source position i is queries[l][h][t] · keys[l][h][i] / √head_dim.
+nlohmann::json internals_json(const models::TransformerInternals& in) {
+  nlohmann::json queries = nlohmann::json::array(), keys = nlohmann::json::array(), scores = nlohmann::json::array();
+  for (const models::TransformerInternals::Layer& layer : in.layers) {
+    queries.push_back(head_rows_json(layer.cross_queries));
+    keys.push_back(head_rows_json(layer.cross_keys));
+    scores.push_back(head_rows_json(layer.cross_scores));
+  }
+  return {{"kind", "multihead"}, {"head_dim", in.head_dim}, {"queries", std::move(queries)},
+          {"keys", std::move(keys)}, {"scores", std::move(scores)}};
+}
+
 }  // namespace
 
 nlohmann::json sentence_json(const Translation& t, const std::string& src, const text::Vocab& tgt_vocab,
                              const ResponseOptions& options) {
   nlohmann::json j = translation_json(t, src, tgt_vocab, {.hard_alignment = options.alignment == Alignment::hard,
                                                           .weights = options.alignment == Alignment::soft ||
-                                                                     options.attention || options.explain});
+                                                                     options.attention || options.explain,
+                                                          .heads = options.explain});
   if (!options.explain || t.hyps.empty()) return j;
   const models::Hypothesis& best = t.hyps.front();
   j["energies"] = best.energies;
@@ -40,6 +54,7 @@ nlohmann::json sentence_json(const Translation& t, const std::string& src, const
   j["alternatives"] = std::move(steps);
   if (t.beam_tree) j["beam_tree"] = beam_tree_json(*t.beam_tree, tgt_vocab);
   if (t.internals) j["internals"] = internals_json(*t.internals);
+  if (t.heads) j["internals"] = internals_json(*t.heads);
   return j;
 }
 

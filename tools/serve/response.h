@@ -17,7 +17,8 @@ namespace seqgrad::tools::serve {
 // "explain", also "energies" (the attention's pre-softmax rows, where the kind has them) and
 // "alternatives" (per produced token, its step's most probable tokens with their probabilities),
 // "beam_tree" (beam search's nodes: docs/serving.md) and "internals" (the attention's terms:
-// models::AttentionInternals).
+// models::AttentionInternals; a Transformer's: the cross-attention's queries, keys and scores per
+// layer and head, models::TransformerInternals, beside attention.heads, its every layer and head).
 nlohmann::json sentence_json(const Translation& t, const std::string& src, const text::Vocab& tgt_vocab,
                              const ResponseOptions& options);
 // POST /translator/translate's answer, as OpenNMT-py's server gives it: a list per n-best rank of

@@ -180,6 +180,13 @@ TEST_CASE("continuous search: the Transformer's rows join only rows at their pos
       CHECK(w[3] == 0.0F);  // the first sentence's padding gets no attention
       CHECK(w[4] == 0.0F);
       CHECK(w[0] + w[1] + w[2] == doctest::Approx(1.0));
+      // the 5-token sentence leaves; a 2-token one joins: the memory is cut to the 3 positions used
+      model->reorder(*running, {0});
+      const Source c = source({{8, 9}});
+      model->merge(*running, std::move(*model->start(c.src, c.lengths)));
+      out = model->step(*running, full({2}, 5.0, {.dtype = DType::i64}));
+      CHECK(out.weights.shape() == Shape{2, 3});
+      CHECK(out.weights.to_vector<float>()[5] == 0.0F);  // the new sentence's padding
     }
   }
 }

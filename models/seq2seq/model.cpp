@@ -243,10 +243,11 @@ void Seq2Seq::merge(SearchState& into, SearchState&& from) const {
 
 namespace {
 
-// t with its `axis` padded to `width` positions with zeros (false for a keep mask).
-Tensor pad_axis(const Tensor& t, int64_t axis, int64_t width) {
+// t with its `axis` cut or padded to `width` positions (padded with zeros: false for a keep mask).
+Tensor fit_axis(const Tensor& t, int64_t axis, int64_t width) {
   if (axis < 0) axis += t.ndim();
   if (t.size(axis) == width) return t;
+  if (t.size(axis) > width) return t.narrow(axis, 0, width);
   Shape padding = t.shape();
   padding[axis] = width - t.size(axis);
   return cat({t, zeros(padding, {.dtype = t.dtype(), .device = t.device()})}, axis);
@@ -263,7 +264,19 @@ Tensor keep_or_all(const nn::AttentionMemory& m) {
   return ones({m.keys.size(0), 1, m.keys.size(1)}, {.dtype = DType::b8, .device = m.keys.device()});
 }
 
-// Two memories' tensors joined along the batch, each padded on its key axis to `width`; a pair
+// The key positions that some row of m attends to: up to its last kept one (every position when
+// there is no keep mask). Rows that left a search may have left padding nobody needs.
+int64_t used_width(const nn::AttentionMemory& m) {
+  if (!m.key_keep.defined()) return m.keys.size(1);
+  const int64_t width = m.key_keep.size(-1);
+  const std::vector<int64_t> keep = m.key_keep.to(DType::i64).to_vector<int64_t>();  // (B, 1 | Q, K)
+  int64_t used = 1;
+  for (size_t i = 0; i < keep.size(); ++i)
+    if (keep[i] != 0) used = std::max(used, static_cast<int64_t>(i) % width + 1);
+  return used;
+}
+
+// Two memories' tensors joined along the batch, each cut or padded on its key axis to `width`; a pair
 // that several fields share (the GRU's keys and values) is joined once, and the result shared.
 class MemoryJoin {
  public:
@@ -289,7 +302,7 @@ class MemoryJoin {
   Tensor join(const Tensor& x, const Tensor& y, int64_t axis) {
     for (const Joined& j : joined_)
       if (same_tensor(j.x, x) && same_tensor(j.y, y)) return j.out;
-    Tensor out = cat({pad_axis(x, axis, width_), pad_axis(y, axis, width_)}, 0);
+    Tensor out = cat({fit_axis(x, axis, width_), fit_axis(y, axis, width_)}, 0);
     joined_.push_back({x, y, out});
     return out;
   }
@@ -302,7 +315,7 @@ class MemoryJoin {
 
 nn::AttentionMemory concat_memories(const nn::AttentionMemory& a, const nn::AttentionMemory& b,
                                     int64_t projected_key_axis) {
-  return MemoryJoin(std::max(a.keys.size(1), b.keys.size(1)), projected_key_axis)(a, b);
+  return MemoryJoin(std::max(used_width(a), used_width(b)), projected_key_axis)(a, b);
 }
 
 Tensor row_index(const std::vector<int64_t>& rows, Device device) {

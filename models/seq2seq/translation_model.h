@@ -65,8 +65,8 @@ class TranslationModel : public nn::Module {
 Tensor row_index(const std::vector<int64_t>& rows, Device device);
 
 // Two searches' attention memories as one batch, a's rows then b's: every tensor's key axis (axis
-// 1 of keys, values and the kinds' projections (B, K, ...); the last axis of the keep mask) padded
-// to the longer source, the padding masked. `projected_key_axis` is the key axis of the kind's
+// 1 of keys, values and the kinds' projections (B, K, ...); the last axis of the keep mask) fitted
+// to the longest source of their rows, the padding masked. `projected_key_axis` is the key axis of the kind's
 // projected tensors (additive (B, K, A): 1; multi-head (B, h, K, d): 2).
 nn::AttentionMemory concat_memories(const nn::AttentionMemory& a, const nn::AttentionMemory& b,
                                     int64_t projected_key_axis);

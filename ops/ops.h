@@ -239,7 +239,7 @@ Tensor gru_layer_steps(const Tensor& xp, const Tensor& h0, const Tensor& keep, D
 // direction; a Tensor converts to one, read on the spot.
 struct StepKeep {
   StepKeep() = default;
-  StepKeep(Tensor keep);  // implicit: a mask converts, its padding read here
+  StepKeep(Tensor keep);  // a keep mask converts implicitly, its padding read on the host here
   Tensor keep;
   std::vector<bool> padding;  // (T,); empty when keep is undefined
 };

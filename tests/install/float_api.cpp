@@ -4,6 +4,7 @@
 // program that never quantizes reads and sets them as plain Linear layers (`attention.w_q.weight`,
 // as `proj.weight`), and nothing of the quantization design shows. Exits 0 when all of that holds.
 #include <cmath>
+#include <map>
 #include <string>
 
 #include <fmt/core.h>
@@ -52,6 +53,22 @@ int main() {
   for (const auto& [name, p] : attention.named_parameters())
     if (name == "w_q.weight") registered = p.grad().defined() && p.to_vector<float>() == proj.weight.to_vector<float>();
   expect(registered, "named_parameters()'s w_q.weight is the member the program set");
+
+  // state_dict() as programs used it when it returned std::map<std::string, Tensor> (it returns a
+  // StateDict now, which is that map plus plain values): kept as the map, iterated, indexed,
+  // loaded from a map, and from a braced list of names and tensors.
+  std::map<std::string, Tensor> state = attention.state_dict();
+  nn::AdditiveAttention copy({.query_size = 3, .key_size = 3, .hidden_size = 2});
+  expect(copy.load_state_dict(state).ok(), "load_state_dict(std::map) loads every key");
+  size_t keys = 0;
+  for (const auto& [name, t] : copy.state_dict()) keys += t.numel() > 0 ? 1 : 0;
+  expect(keys == state.size(), "a range-for over state_dict() sees every tensor");
+  expect(copy.state_dict().at("w_q.weight").to_vector<float>() == proj.weight.to_vector<float>(),
+         "state_dict().at(\"w_q.weight\") is the loaded weight");
+  nn::Linear other({.in_features = 3, .out_features = 2, .bias = false});
+  other.load_state_dict({{"weight", attention.w_k.weight}});
+  expect(other.weight.to_vector<float>() == attention.w_k.weight.to_vector<float>(),
+         "load_state_dict({{\"weight\", t}}) loads a braced list");
   fmt::print("float_api: {}\n", failures == 0 ? "every claim holds" : fmt::format("{} claim(s) failed", failures));
   return failures == 0 ? 0 : 1;
 }

@@ -3,14 +3,15 @@
 requests, then the run stops by itself). For each checkpoint (float32, and int8 when --int8 is
 given or made with `seqgrad quantize`) and each concurrency (1, 8, 32 clients by default), the
 clients send real test2016 sentences, one per request, and the run reports sentences/s, p50 and
-p99 latency and the server's peak RSS; beside it `seqgrad translate` is run one sentence at a time
-(one process per sentence, as a script would call it). Every answer is checked against its request:
-its "src" must be the sentence sent and its translation the one `seqgrad translate` gives for it
-(a lost, duplicated or crossed answer fails the run, exit 1). float32 translations must equal
-`seqgrad translate`'s for all the sentences at once. int8 ones are compared with the sentence's translation alone (asked of the
-server one sentence at a time, and checked against `seqgrad translate` one sentence per call); those
-that differ are counted ("batch-changed"), not failed: before int8 products scaled each activation
-row by its own range, a batch's range changed some (docs/results.md#serve-load).
+p99 latency, the server's CPU time per sentence and its peak RSS; beside it `seqgrad translate` is
+run one sentence at a time (one process per sentence, as a script would call it). Every answer is
+checked against its request: its "src" must be the sentence sent and its translation the one
+`seqgrad translate` gives for it (a lost, duplicated or crossed answer fails the run, exit 1).
+float32 translations must equal `seqgrad translate`'s for all the sentences at once. int8 ones are
+compared with the sentence's translation alone (asked of the server one sentence at a time, and
+checked against `seqgrad translate` one sentence per call); those that differ are counted
+("batch-changed"), not failed: before int8 products scaled each activation row by its own range, a
+batch's range changed some (docs/results.md#serve-load).
 
 With --soak N, it instead sends N requests from --soak-clients clients to the float32 server, one in
 ten of them malformed (bad JSON, invalid UTF-8, wrong types, unknown fields, values out of range,
@@ -58,6 +59,14 @@ def status_mb(pid, key):
 
 def peak_rss_mb(pid):
     return status_mb(pid, "VmHWM")
+
+
+def cpu_seconds(pid):
+    """The CPU time (user + system) process PID has used so far: a figure that other processes on
+    the same cores inflate far less than wall-clock time."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
 
 
 # Malformed requests of the soak, their route and the status each must get: everyday mistakes, and
@@ -224,11 +233,12 @@ def main():
         if a.json:
             print(json.dumps(row))
     if not a.json:
-        print("| program | model | clients | sentences | sentences/s | p50 ms | p99 ms | peak RSS MB | batch-changed |\n"
-              "|---|---|---|---|---|---|---|---|---|")
+        print("| program | model | clients | sentences | sentences/s | p50 ms | p99 ms | server CPU ms/sentence | "
+              "peak RSS MB | batch-changed |\n|---|---|---|---|---|---|---|---|---|---|")
         for r in rows:
             print(f"| {r['program']} | {r['kind']} | {r['clients']} | {r['sentences']} | {r['sentences_per_s']:.1f} | "
-                  f"{r['p50_ms']:.1f} | {r['p99_ms']:.1f} | {r['peak_rss_mb']:.0f} | {r['batch_changed']} |")
+                  f"{r['p50_ms']:.1f} | {r['p99_ms']:.1f} | {r.get('server_cpu_ms', float('nan')):.2f} | "
+                  f"{r['peak_rss_mb']:.0f} | {r['batch_changed']} |")
     for summary in scaling(rows, min(clients), max(clients)):
         print(json.dumps(summary) if a.json else summary["line"])
     sys.exit(1 if failed else 0)
@@ -249,8 +259,10 @@ def serve_rows(a, program, ckpt, kind, clients, sentences, expected):
             if one_by_one != [expected[s] for s in checked]:
                 print("serve_load.py: int8 answers for sentences alone differ from seqgrad translate's", file=sys.stderr)
                 ok = False
+        cpu_before = cpu_seconds(server.proc.pid)
         row = load(server, clients, a.requests, sentences, expected, batch_dependent=kind == "int8")
-        row.update(kind=kind, peak_rss_mb=peak_rss_mb(server.proc.pid))
+        row.update(kind=kind, peak_rss_mb=peak_rss_mb(server.proc.pid),
+                   server_cpu_ms=1000 * (cpu_seconds(server.proc.pid) - cpu_before) / row["sentences"])
     finally:
         status, _, err = server.stop()
         if status != 0:

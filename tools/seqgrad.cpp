@@ -57,7 +57,7 @@ const Command kCommands[] = {
     {"serve", seqgrad::tools::serve_main, "translations over HTTP (batched, OpenNMT-py compatible) and the attention explorer"},
     {"attention", seqgrad::tools::attention_main, "attention heatmaps, energies and the toy demo"},
     {"compare", seqgrad::tools::compare_main, "additive vs scaled-dot vs hybrid attention: loss, BLEU, speed, sharpness"},
-    {"gradcheck", gradcheck_main, "finite-difference gradient checks of every op (float64)"},
+    {"gradcheck", gradcheck_main, "finite-difference gradient checks of every op (float64; float32 and bf16 with --dtype)"},
     {"bench", seqgrad::tools::bench_main, "timed workloads (training steps, kernels, decoding, memory); bench/run.sh vs PyTorch"},
     {"export", seqgrad::tools::export_main, "export a checkpoint to ONNX (model, encoder, decoder step) for onnxruntime"},
     {"quantize", seqgrad::tools::quantize_main, "int8 dynamic quantization of a checkpoint (PyTorch's quantize_dynamic)"},

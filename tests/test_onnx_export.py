@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """`seqgrad export` checked in onnxruntime: every graph against seqgrad's own outputs, greedy
 translation of test2016 through examples/onnx/translate.py against `seqgrad translate`, and bad
-input.
+input; the GRU translator and the Transformer (class Transformer: its key/value-cache step).
 
     /usr/bin/python3 tests/test_onnx_export.py BUILD/tools/seqgrad DATA_DIR onnx|no-onnx [unittest options]
 
@@ -391,6 +391,173 @@ class Quantized(Base):
         print(f"\nint8 export: {same_as_int8}/200 translations as seqgrad int8; seqgrad int8 vs float32: "
               f"{int8_as_f32}/200", file=sys.stderr)
         self.assertGreaterEqual(same_as_int8, min(int8_as_f32, 190))
+
+
+TINY_TRANSFORMER = ["--architecture", "transformer", "--heads", "2", "--ffn-size", "16", "--epochs", "1",
+                    "--embed", "16", "--hidden", "16", "--threads", "1", "--quiet"]
+
+
+class Transformer(Base):
+    """A Transformer checkpoint's export (pre-norm and post-norm, sinusoidal and learned positions,
+    tied and untied embeddings, float32 and int8, opsets 13 and 17): model.onnx's teacher-forced
+    logits equal seqgrad's; decoder_step.onnx, started from empty key/value caches and fed the
+    target one token at a time (each step's present_* the next step's past_*), gives the
+    log-probabilities and attention weights of seqgrad's own cached search steps
+    (TranslationModel::start/step, through the hidden --reference-* hook); and greedy decoding of
+    every test2016 sentence through encoder.onnx + decoder_step.onnx (translate.py) gives the tokens
+    of `seqgrad translate --beam 1` and its log-probabilities within 1e-4."""
+
+    VARIANTS = {
+        # pre-norm with a final norm, sinusoidal positions, an untied output layer, 2 layers
+        "pre_norm": ["--vocab", "word", "--subset", "64", "--layers", "2"],
+        # the paper's post-norm, learned positions, 1 layer
+        "post_norm": ["--vocab", "word", "--subset", "64", "--layers", "1", "--no-norm-first", "--positional",
+                      "learned"],
+        # one matrix for both embeddings and the output projection (needs a joint subword vocabulary)
+        "tied": ["--vocab", "unigram:300", "--joint-vocab", "--tie-embeddings", "--subset", "200", "--layers", "2"],
+    }
+
+    def transformer(self, variant):
+        """A tiny Transformer of the variant trained for one epoch (shared between tests)."""
+        key = ("transformer", variant)
+        if key not in Base.checkpoints:
+            out = self.path(f"train_transformer_{variant}")
+            p = run("train", *TINY_TRANSFORMER, *self.VARIANTS[variant], "--data-dir", DATA, "--out", out)
+            if "no SentencePiece support" in p.stderr:
+                self.skipTest("this build has no SentencePiece support")
+            self.assertOk(p)
+            Base.checkpoints[key] = os.path.join(out, "best.safetensors")
+        return Base.checkpoints[key]
+
+    def check_export(self, checkpoint, name, opset="13", numbers=True):
+        """Exports the checkpoint, runs the checker, and compares every graph with seqgrad on two
+        padded batches (unless numbers is false). Returns the folder and translator.json."""
+        folder = self.export(checkpoint, self.path(f"export_transformer_{name}"), "--opset", opset)
+        with open(os.path.join(folder, "translator.json")) as f:
+            info = json.load(f)
+        self.assertEqual(info["model"]["architecture"], "transformer")
+        for graph in ("model.onnx", "encoder.onnx", "decoder_step.onnx"):
+            onnx.checker.check_model(os.path.join(folder, graph), full_check=True)
+            self.assertEqual(onnx.load(os.path.join(folder, graph)).opset_import[0].version, int(opset))
+        if not numbers:
+            return folder, info
+        rng = np.random.default_rng(len(name))
+        for i, (batch, src_len, tgt_len) in enumerate(Parity.SHAPES):
+            with self.subTest(name=name, batch=batch, src_len=src_len, tgt_len=tgt_len):
+                inputs = random_inputs(rng, batch, src_len, tgt_len, info["model"]["src_vocab"],
+                                       info["model"]["tgt_vocab"])
+                inputs_path, ref_path = self.path(f"in_t{i}.safetensors"), self.path(f"ref_t{i}.safetensors")
+                save_file(inputs, inputs_path)
+                self.export(checkpoint, folder, "--opset", opset, "--reference-inputs", inputs_path,
+                            "--reference-outputs", ref_path)
+                self.compare_graphs(folder, info["model"], inputs, load_file(ref_path))
+        return folder, info
+
+    def compare_graphs(self, folder, model, inputs, ref):
+        out = session(os.path.join(folder, "model.onnx")).run(["output"], inputs)[0]
+        self.assertClose(out, ref["output"], "model.onnx output")
+        layers, heads = model["num_layers"], model["heads"]
+        head_size = model["hidden_size"] // heads
+        batch, src_len = inputs["src"].shape
+        caches = [f"{kind}_{i}" for i in range(layers) for kind in ("key", "value")]
+        encoder = session(os.path.join(folder, "encoder.onnx"))
+        names = [o.name for o in encoder.get_outputs()]
+        self.assertEqual(names, ["memory"] + ["cross_" + c for c in caches] + ["src_keep"])
+        encoded = dict(zip(names, encoder.run(names, {"src": inputs["src"], "src_lengths": inputs["src_lengths"]})))
+        np.testing.assert_array_equal(encoded["src_keep"], np.arange(src_len)[None, :] < inputs["src_lengths"][:, None])
+        self.assertEqual(encoded["cross_value_0"].shape, (batch, heads, src_len, head_size))
+        step = session(os.path.join(folder, "decoder_step.onnx"))
+        step_names = [o.name for o in step.get_outputs()]
+        self.assertEqual(step_names, ["log_probs"] + ["present_" + c for c in caches] + ["weights"])
+        memory = {k: v for k, v in encoded.items() if k != "memory"}
+        past = {"past_" + c: np.zeros((batch, heads, 0, head_size), np.float32) for c in caches}
+        for t in range(inputs["tgt"].shape[1]):
+            got = dict(zip(step_names, step.run(step_names, {"y_prev": inputs["tgt"][:, t], **past, **memory})))
+            self.assertClose(got["log_probs"], ref["step_log_probs"][:, t], f"decoder_step.onnx log_probs, step {t}")
+            self.assertClose(got["weights"], ref["step_weights"][:, t], f"decoder_step.onnx weights, step {t}")
+            self.assertTrue(np.all(got["weights"][~encoded["src_keep"]] == 0), "attention on padded positions")
+            past = {"past_" + c: got["present_" + c] for c in caches}
+            self.assertEqual(past["past_key_0"].shape, (batch, heads, t + 1, head_size))
+
+    @staticmethod
+    def op_types(folder, graph="model.onnx"):
+        return {n.op_type for n in onnx.load(os.path.join(folder, graph)).graph.node}
+
+    def test_pre_norm_opset_13(self):  # LayerNorm composed: LayerNormalization is opset 17's
+        folder, _ = self.check_export(self.transformer("pre_norm"), "pre_norm")
+        self.assertNotIn("LayerNormalization", self.op_types(folder))
+        self.assertIn("ReduceMean", self.op_types(folder))
+
+    def test_post_norm_learned_positions_opset_17(self):
+        folder, _ = self.check_export(self.transformer("post_norm"), "post_norm", opset="17")
+        self.assertIn("LayerNormalization", self.op_types(folder))
+
+    def test_tied_embeddings(self):
+        """One (V, E) matrix in each file: the embedding of both sides and the output projection."""
+        folder, info = self.check_export(self.transformer("tied"), "tied")
+        shape = [info["model"]["tgt_vocab"], info["model"]["hidden_size"]]
+        for graph in ("model.onnx", "decoder_step.onnx"):
+            tables = [t.name for t in onnx.load(os.path.join(folder, graph)).graph.initializer
+                      if sorted(t.dims) == sorted(shape)]
+            self.assertEqual(tables, ["embedding.weight"], graph)
+
+    def test_int8(self):
+        """`seqgrad quantize`'s int8 layers (each attention's out_proj, linear1, linear2, the untied
+        output layer) stored int8 and multiplied by MatMulInteger after the per-row activation
+        quantization, as the GRU's; the in_proj and embeddings stay float32. seqgrad's int8 Linear
+        is exact integer arithmetic with the same float epilogue, so the graphs give seqgrad's
+        int8 numbers as closely as the float ones."""
+        q = self.path("transformer_int8.safetensors")
+        self.assertOk(run("quantize", "--checkpoint", self.transformer("pre_norm"), "--out-file", q))
+        exact = onnxruntime_int8_exact()
+        folder, info = self.check_export(q, "int8", numbers=exact)
+        linears = [f"{side}.layers.{i}.{layer}" for side in ("encoder", "decoder") for i in (0, 1)
+                   for layer in ("self_attn.out_proj", "linear1", "linear2")]
+        linears += [f"decoder.layers.{i}.multihead_attn.out_proj" for i in (0, 1)] + ["out"]
+        stored = sorted(t.name for t in onnx.load(os.path.join(folder, "model.onnx")).graph.initializer
+                        if t.data_type == onnx.TensorProto.INT8)
+        self.assertEqual(stored, sorted(n + ".weight_t_q" for n in linears))
+        self.assertEqual(len(info["int8_weights"]), len(linears))
+        self.assertTrue({"ReduceMin", "ReduceMax", "MatMulInteger"} <= self.op_types(folder))
+        self.assertNotIn("DynamicQuantizeLinear", self.op_types(folder))
+        if not exact:
+            self.skipTest(SKIP_INT8)
+
+    def test_greedy_every_test2016_sentence(self):
+        """A small Multi30k Transformer (E = 64, 4 heads, 2 + 2 layers, 6,000 pairs, two epochs):
+        translate.py's greedy loop over the cache gives `seqgrad translate --beam 1`'s tokens for
+        all 1,000 test2016 sentences, and each token's log-probability within 1e-4."""
+        out = self.path("train_transformer_multi30k")
+        self.assertOk(run("train", "--architecture", "transformer", "--vocab", "word", "--subset", "6000", "--epochs",
+                          "2", "--embed", "64", "--hidden", "64", "--heads", "4", "--layers", "2", "--ffn-size", "128",
+                          "--threads", "2", "--quiet", "--data-dir", DATA, "--out", out, timeout=600))
+        ckpt = os.path.join(out, "best.safetensors")
+        folder = self.export(ckpt, self.path("export_transformer_multi30k"))
+        with open(os.path.join(DATA, "multi30k", "test2016.de"), encoding="utf-8") as f:
+            sentences = [line.rstrip("\n") for line in f]
+        self.assertEqual(len(sentences), 1000)
+        p = run("translate", "--checkpoint", ckpt, "--beam", "1", "--json", "--threads", "2",
+                stdin="\n".join(sentences) + "\n", timeout=600)
+        self.assertOk(p)
+        want = [json.loads(line) for line in p.stdout.splitlines()]
+        translator = onnx_translate.Translator(folder, threads=2)
+        mismatches, worst = [], 0.0
+        for i, (sentence, w) in enumerate(zip(sentences, want)):
+            ids, attention, log_probs = translator.greedy(translator.encode(sentence))
+            tokens = [translator.tgt_tokens[t] for t in ids]
+            if tokens != w["tgt_tokens"]:
+                mismatches.append((i, sentence, w["tgt_tokens"], tokens))
+                continue
+            worst = max(worst, float(np.max(np.abs(np.array(log_probs) - np.array(w["token_log_probs"])))))
+            self.assertAlmostEqual(sum(log_probs), w["log_prob"], delta=1e-4)
+            self.assertEqual(len(attention), len(log_probs))
+        print(f"\nTransformer greedy, onnxruntime vs seqgrad: {1000 - len(mismatches)}/1000 the same tokens, "
+              f"log-probabilities within {worst:.3g}", file=sys.stderr)
+        self.assertEqual(mismatches[:5], [], f"{len(mismatches)} sentences translated differently (index, source, "
+                                             "seqgrad, onnxruntime)")
+        self.assertLessEqual(worst, 1e-4)
+        self.assertGreater(len({" ".join(w["tgt_tokens"]) for w in want}), 500,
+                           "a degenerate model: too few distinct translations")
 
 
 class Tokenizer(unittest.TestCase):

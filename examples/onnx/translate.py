@@ -8,7 +8,10 @@
     python3 examples/onnx/translate.py exported < sentences.txt     # one sentence per line
 
 Greedy search, as `seqgrad translate --beam 1`: encoder.onnx once per sentence, then
-decoder_step.onnx once per output token until <eos> (or --max-len tokens). The word tokenizer below
+decoder_step.onnx once per output token until <eos> (or --max-len tokens). Between steps the GRU
+carries its hidden state, the Transformer each layer's self-attention key/value cache (past_key_i,
+past_value_i in, present_key_i, present_value_i out, empty before the first token) and the
+cross-attention's keys and values, which encoder.onnx computes once. The word tokenizer below
 follows models/text/tokenizer.h (translator.json names its settings), so the ids match seqgrad's; a
 subword checkpoint's export carries its SentencePiece models (src.spm.model, tgt.spm.model), read
 with the sentencepiece package. Needs numpy and onnxruntime (pip install onnxruntime), and for
@@ -180,26 +183,53 @@ class Translator:
         ids = [self.src_ids.get(t, self.special["unk"]) for t in tokens]
         return ids + [self.special["eos"]] if self.tokenizer["append_eos"] else ids
 
-    def greedy(self, src_ids, max_len=None):
-        """Target ids without <bos>/<eos>, and the attention rows (one per produced token)."""
-        max_len = max_len or self.max_len
+    def start(self, src_ids):
+        """The decoder's state before the first token, by the export's architecture: the encoder's
+        outputs, and the GRU's hidden state or the Transformer's empty key/value caches."""
         src = np.array([src_ids], dtype=np.int64)
-        memory, keys, state, src_keep = self.encoder.run(
-            ["memory", "keys", "state", "src_keep"], {"src": src, "src_lengths": np.array([len(src_ids)], dtype=np.int64)})
+        names = [o.name for o in self.encoder.get_outputs()]
+        state = dict(zip(names, self.encoder.run(names, {"src": src, "src_lengths": np.array([len(src_ids)], np.int64)})))
+        model = self.info["model"]
+        if model.get("architecture") == "transformer":
+            state.pop("memory")  # the step reads the cross-attention's keys and values instead
+            heads, head_size = model["heads"], model["hidden_size"] // model["heads"]
+            for i in range(model["num_layers"]):
+                for kind in ("key", "value"):
+                    state[f"past_{kind}_{i}"] = np.zeros((1, heads, 0, head_size), np.float32)
+        return state
+
+    def advance(self, state, y):
+        """One decoder step from the previous token y (1,): log-probabilities (1, V), attention
+        weights (1, S) and the next state."""
+        names = [o.name for o in self.step.get_outputs()]
+        out = dict(zip(names, self.step.run(names, {"y_prev": y, **state})))
+        state = dict(state)
+        for name, value in out.items():
+            if name == "new_state":  # the GRU's
+                state["state"] = value
+            elif name.startswith("present_"):  # the Transformer's caches, one position longer
+                state["past_" + name[len("present_"):]] = value
+        return out["log_probs"], out["weights"], state
+
+    def greedy(self, src_ids, max_len=None):
+        """Target ids without <bos>/<eos>, the attention rows and the log-probability of each
+        produced token (<eos> included)."""
+        max_len = max_len or self.max_len
+        state = self.start(src_ids)
         y = np.array([self.special["bos"]], dtype=np.int64)
-        out, attention = [], []
+        out, attention, log_probs = [], [], []
         for _ in range(max_len):
-            log_probs, state, weights = self.step.run(
-                None, {"y_prev": y, "state": state, "memory": memory, "keys": keys, "src_keep": src_keep})
-            y = log_probs.argmax(-1)
+            step_log_probs, weights, state = self.advance(state, y)
+            y = step_log_probs.argmax(-1)
             attention.append(weights[0])
+            log_probs.append(float(step_log_probs[0, y[0]]))
             if int(y[0]) == self.special["eos"]:
                 break
             out.append(int(y[0]))
-        return out, attention
+        return out, attention, log_probs
 
     def translate(self, sentence, max_len=None):
-        ids, _ = self.greedy(self.encode(sentence), max_len)
+        ids, _, _ = self.greedy(self.encode(sentence), max_len)
         skip = {self.special["pad"], self.special["bos"], self.special["eos"]}
         return self.join([self.tgt_tokens[i] for i in ids if i not in skip])
 

@@ -46,6 +46,8 @@ class TransformerTranslator : public TranslationModel {
   const nn::Embedding& src_embedding() const { return *src_embedding_; }
   const nn::Embedding& tgt_embedding() const { return *tgt_embedding_; }
   Tensor output_weight() const { return out_ ? nn::linear_weight(*out_) : tgt_embedding_->weight; }
+  // The untied output layer (float or int8), or nullptr when the tied embedding projects the output.
+  const nn::Quantizable<nn::Linear>* output_layer() const { return out_.get(); }
 
   nn::PositionalEncoding positions;
   nn::TransformerEncoder encoder;

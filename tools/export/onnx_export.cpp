@@ -32,6 +32,14 @@ pb::AttributeProto attr(const std::string& name, int64_t value) {
   return a;
 }
 
+pb::AttributeProto attr(const std::string& name, float value) {
+  pb::AttributeProto a;
+  a.set_name(name);
+  a.set_type(pb::AttributeProto::FLOAT);
+  a.set_f(value);
+  return a;
+}
+
 pb::AttributeProto attr(const std::string& name, const std::vector<int64_t>& values) {
   pb::AttributeProto a;
   a.set_name(name);
@@ -346,6 +354,18 @@ std::string masked_softmax(Builder& b, const std::string& scores, const std::str
   return b.op("Where", {keep, w, zero});  // a row without a real token: NaN -> 0
 }
 
+// 0, 1, ..., T - 1 (T,) for ids (B, T)
+std::string positions_of(Builder& b, const std::string& ids) {
+  std::string steps = b.op("Gather", {b.op("Shape", {ids}), b.scalar_i64(1)}, {attr("axis", int64_t{0})});
+  return b.op("Range", {b.scalar_i64(0), steps, b.scalar_i64(1)});
+}
+
+// keep (B, S): position < length, true at real tokens (the library's keep mask, nn/mask.h)
+std::string keep_mask(Builder& b, const std::string& src, const std::string& lengths) {
+  return b.op("Less", {b.op("Unsqueeze", {positions_of(b, src), b.ints({0})}),
+                       b.op("Unsqueeze", {lengths, b.ints({1})})});
+}
+
 // weights (B, S) · memory (B, S, 2H) -> context (B, 2H)
 std::string context_of(Builder& b, const std::string& weights, const std::string& memory) {
   std::string w3 = b.op("Unsqueeze", {weights, b.ints({1})});  // (B, 1, S)
@@ -385,10 +405,7 @@ EncoderValues emit_encoder(Builder& b, const models::Seq2Seq& model, const std::
   v.keys = c.attention == models::AttentionKind::scaled_dot
                ? b.op("Identity", {v.memory})
                : linear(b, v.memory, model.decoder.additive_part()->w_k, "decoder.attention.w_k");  // (B, S, A)
-  // keep (B, S): position < length, true at real tokens
-  std::string steps = b.op("Gather", {b.op("Shape", {src}), b.scalar_i64(1)}, {attr("axis", int64_t{0})});
-  std::string positions = b.op("Range", {b.scalar_i64(0), steps, b.scalar_i64(1)});  // (S,)
-  v.keep = b.op("Less", {b.op("Unsqueeze", {positions, b.ints({0})}), b.op("Unsqueeze", {lengths, b.ints({1})})});
+  v.keep = keep_mask(b, src, lengths);
   return v;
 }
 
@@ -568,14 +585,331 @@ std::string build_model(const models::Seq2Seq& model, const ExportOptions& optio
   return checked_bytes(m, "model.onnx");
 }
 
+// ---- the Transformer translator (models/seq2seq/transformer.h)
+
+// A multi-head attention's keys and values projected and split into heads: (B, h, K, d) each.
+struct Heads {
+  std::string keys, values;
+};
+
+// What the encoder hands the decoder: memory (B, S, E), src_keep (B, S), the keep mask as the
+// heads' scores take it (B, 1, 1, S), and per decoder layer the cross-attention's heads (B, h, S, d).
+struct TransformerMemory {
+  std::string memory, keep, key_keep;
+  std::vector<Heads> cross;
+};
+
+// keep (B, S) -> (B, 1, 1, S): the same keys for every head and query.
+std::string heads_keep(Builder& b, const std::string& keep) { return b.op("Unsqueeze", {keep, b.ints({1, 2})}); }
+
+// One target position of the decoder.
+struct TransformerStep {
+  std::string logits;          // (B, V)
+  std::string weights;         // (B, S): the last layer's cross-attention averaged over its heads
+  std::vector<Heads> present;  // per layer: the self-attention's cache with this position's heads appended
+};
+
+// The Transformer's modules in ONNX ops, their weights stored under their parameter names.
+class TransformerGraph {
+ public:
+  TransformerGraph(Builder& b, const models::TransformerTranslator& model, int64_t opset)
+      : b_(b), model_(model), layers_(model.config().num_layers), opset_(opset),
+        norm_first_(model.encoder.options().layer.norm_first) {}
+
+  // src (B, S), src_lengths (B,) -> the encoder's output and each decoder layer's cross heads
+  TransformerMemory encode(const std::string& src, const std::string& lengths) {
+    TransformerMemory m;
+    m.keep = keep_mask(b_, src, lengths);
+    m.key_keep = heads_keep(b_, m.keep);
+    std::string x = embed(model_.src_embedding(), src_table(), src, positions_of(b_, src));  // (B, S, E)
+    for (int64_t i = 0; i < layers_; ++i) {
+      const nn::TransformerEncoderLayer& layer = model_.encoder.layer(i);
+      const std::string name = fmt::format("encoder.layers.{}", i);
+      x = residual(x, layer.norm1, name + ".norm1", [&](const std::string& y) {
+        const std::string attn = name + ".self_attn";
+        return attend(y, heads_of(y, layer.self_attn, attn), m.key_keep, layer.self_attn, attn).output;
+      });
+      x = residual(x, layer.norm2, name + ".norm2", [&](const std::string& y) { return feed_forward(y, layer, name); });
+    }
+    m.memory = final_norm(x, model_.encoder.norm.get(), "encoder.norm");
+    for (int64_t i = 0; i < layers_; ++i)
+      m.cross.push_back(heads_of(m.memory, model_.decoder.layer(i).multihead_attn,
+                                 fmt::format("decoder.layers.{}.multihead_attn", i)));
+    return m;
+  }
+
+  // Teacher forcing: tgt (B, T) -> logits (B, T, V), position t attending to the positions <= t.
+  std::string decode(const std::string& tgt, const TransformerMemory& m) {
+    const std::string positions = positions_of(b_, tgt);  // (T,)
+    // causal (T, T): query t keeps the keys j <= t, nn::causal_lengths' rows
+    const std::string causal = b_.op("LessOrEqual", {b_.op("Unsqueeze", {positions, b_.ints({0})}),
+                                                      b_.op("Unsqueeze", {positions, b_.ints({1})})});
+    std::string x = embed(model_.tgt_embedding(), tgt_table(), tgt, positions);  // (B, T, E)
+    for (int64_t i = 0; i < layers_; ++i) {
+      const nn::MultiHeadAttention& self_attn = model_.decoder.layer(i).self_attn;
+      const std::string attn = fmt::format("decoder.layers.{}.self_attn", i);
+      x = decoder_layer(x, i, m, [&](const std::string& y) {
+        return attend(y, heads_of(y, self_attn, attn), causal, self_attn, attn).output;
+      });
+    }
+    return project_out(final_norm(x, model_.decoder.norm.get(), "decoder.norm"));
+  }
+
+  // One position: y_prev (B,) after the t positions whose self-attention heads `past` holds
+  // (B, h, t, d) per layer; t, the position, is the caches' length (nn::TransformerDecoder::step).
+  TransformerStep step(const std::string& y_prev, const std::vector<Heads>& past, const TransformerMemory& m) {
+    TransformerStep s;
+    const std::string t = b_.op("Gather", {b_.op("Shape", {past[0].keys}), b_.scalar_i64(2)}, {attr("axis", int64_t{0})});
+    const std::string position = b_.op("Range", {t, b_.op("Add", {t, b_.scalar_i64(1)}), b_.scalar_i64(1)});  // (1,)
+    const std::string ids = b_.op("Unsqueeze", {y_prev, b_.ints({1})});                                      // (B, 1)
+    std::string x = embed(model_.tgt_embedding(), tgt_table(), ids, position);                                // (B, 1, E)
+    std::string cross_weights;  // (B, h, 1, S)
+    for (int64_t i = 0; i < layers_; ++i) {
+      const nn::MultiHeadAttention& self_attn = model_.decoder.layer(i).self_attn;
+      const std::string attn = fmt::format("decoder.layers.{}.self_attn", i);
+      x = decoder_layer(
+          x, i, m,
+          [&](const std::string& y) {
+            // this position's heads appended to the cache; its query attends to every cached
+            // position, which is the causal mask's row for it
+            const Heads own = heads_of(y, self_attn, attn);  // (B, h, 1, d)
+            const Heads all{b_.op("Concat", {past[i].keys, own.keys}, {attr("axis", int64_t{2})}),
+                            b_.op("Concat", {past[i].values, own.values}, {attr("axis", int64_t{2})})};
+            s.present.push_back(all);
+            return attend(y, all, "", self_attn, attn).output;
+          },
+          &cross_weights);
+    }
+    const std::string logits = project_out(final_norm(x, model_.decoder.norm.get(), "decoder.norm"));  // (B, 1, V)
+    s.logits = b_.op("Squeeze", {logits, b_.ints({1})});
+    s.weights = b_.op("ReduceMean", {cross_weights}, {attr("axes", std::vector<int64_t>{1, 2}),
+                                                      attr("keepdims", int64_t{0})});
+    return s;
+  }
+
+ private:
+  // The embedding tables' parameter names: one shared matrix when tied.
+  std::string src_table() const { return model_.config().tie_embeddings ? "embedding" : "src_embedding"; }
+  std::string tgt_table() const { return model_.config().tie_embeddings ? "embedding" : "tgt_embedding"; }
+
+  // √E · table[ids] + P[positions]: ids (B, T), positions (T,) -> (B, T, E). The sinusoidal table,
+  // which seqgrad computes per call, is stored for as many positions as a learned one holds.
+  std::string embed(const nn::Embedding& table, const std::string& name, const std::string& ids,
+                    const std::string& positions) {
+    const nn::PositionalEncoding& p = model_.positions;
+    const std::string encodings = b_.weight("positions.table", p.encodings(p.options().max_len, 0, {}));  // (P, E)
+    const float scale = static_cast<float>(std::sqrt(static_cast<double>(model_.config().hidden_size)));
+    const std::string x = b_.op("Mul", {b_.op("Gather", {b_.weight(name + ".weight", table.weight), ids}),
+                                        b_.scalar_f32(scale)});
+    return b_.op("Add", {x, b_.op("Gather", {encodings, positions})});
+  }
+
+  // LayerNorm over the last axis: ONNX's LayerNormalization from opset 17; before, composed as
+  // seqgrad's layer_norm_composed: (x - mean) / √(biased variance + eps) · weight + bias.
+  std::string layer_norm(const std::string& x, const nn::LayerNorm& norm, const std::string& name) {
+    const nn::LayerNorm::Options& o = norm.options();
+    SG_CHECK_VALUE(o.normalized_shape.size() == 1, "onnx export: {} normalises over {}; the export handles the last "
+                   "axis only", name, o.normalized_shape);
+    const float eps = static_cast<float>(o.eps);
+    if (opset_ >= 17) {
+      std::vector<std::string> inputs = {x, b_.weight(name + ".weight", norm.weight.defined()
+                                                                            ? norm.weight
+                                                                            : ones(o.normalized_shape))};
+      if (norm.bias.defined()) inputs.push_back(b_.weight(name + ".bias", norm.bias));
+      return b_.op("LayerNormalization", inputs, {attr("axis", int64_t{-1}), attr("epsilon", eps)});
+    }
+    const std::vector<int64_t> last = {-1};
+    const std::string centred = b_.op("Sub", {x, b_.op("ReduceMean", {x}, {attr("axes", last)})});
+    const std::string variance = b_.op("ReduceMean", {b_.op("Mul", {centred, centred})}, {attr("axes", last)});
+    std::string y = b_.op("Div", {centred, b_.op("Sqrt", {b_.op("Add", {variance, b_.scalar_f32(eps)})})});
+    if (norm.weight.defined()) y = b_.op("Mul", {y, b_.weight(name + ".weight", norm.weight)});
+    if (norm.bias.defined()) y = b_.op("Add", {y, b_.weight(name + ".bias", norm.bias)});
+    return y;
+  }
+  std::string final_norm(const std::string& x, const nn::LayerNorm* norm, const std::string& name) {
+    return norm ? layer_norm(x, *norm, name) : x;
+  }
+
+  // A sublayer f around its norm: post-norm norm(x + f(x)), pre-norm x + f(norm(x)) (dropout is
+  // the identity at inference).
+  template <class F>
+  std::string residual(const std::string& x, const nn::LayerNorm& norm, const std::string& name, F&& f) {
+    if (norm_first_) return b_.op("Add", {x, f(layer_norm(x, norm, name))});
+    return layer_norm(b_.op("Add", {x, f(x)}), norm, name);
+  }
+
+  // x (B, T, E) through the attention's input projection `which` (0 query, 1 key, 2 value),
+  // split into heads (B, h, T, d). The packed in_proj_weight (3E, E) is stored as three (E, E).
+  std::string project_heads(const std::string& x, const nn::MultiHeadAttention& attn, int which,
+                            const std::string& name) {
+    const int64_t E = attn.options().embed_dim, heads = attn.options().num_heads;
+    const Tensor& separate = which == 0 ? attn.q_proj_weight : which == 1 ? attn.k_proj_weight : attn.v_proj_weight;
+    const Tensor w = attn.packed() ? attn.in_proj_weight.narrow(0, which * E, E) : separate;  // (E, E | kdim | vdim)
+    const std::string prefix = fmt::format("{}.{}_proj", name, "qkv"[which]);
+    std::string y = b_.op("MatMul", {x, b_.weight(prefix + ".weight_t", w.transpose(0, 1))});  // (B, T, E)
+    if (attn.in_proj_bias.defined())
+      y = b_.op("Add", {y, b_.weight(prefix + ".bias", attn.in_proj_bias.narrow(0, which * E, E))});
+    y = b_.op("Reshape", {y, b_.ints({0, 0, heads, E / heads})});                        // (B, T, h, d)
+    return b_.op("Transpose", {y}, {attr("perm", std::vector<int64_t>{0, 2, 1, 3})});  // (B, h, T, d)
+  }
+  Heads heads_of(const std::string& x, const nn::MultiHeadAttention& attn, const std::string& name) {
+    return {project_heads(x, attn, 1, name), project_heads(x, attn, 2, name)};
+  }
+
+  // Queries x (B, T, E) over the heads: per head softmax(q kᵀ / √d) v, masked by `keep`
+  // (broadcast to (B, h, T, K); "" keeps every key), the heads concatenated, then out_proj.
+  struct Attended {
+    std::string output, weights;  // (B, T, E), (B, h, T, K)
+  };
+  Attended attend(const std::string& x, const Heads& heads, const std::string& keep,
+                  const nn::MultiHeadAttention& attn, const std::string& name) {
+    const int64_t E = attn.options().embed_dim, h = attn.options().num_heads;
+    const std::string q = project_heads(x, attn, 0, name);  // (B, h, T, d)
+    const std::string keys_t = b_.op("Transpose", {heads.keys}, {attr("perm", std::vector<int64_t>{0, 1, 3, 2})});
+    const std::string scores = b_.op("Mul", {b_.op("MatMul", {q, keys_t}),
+                                             b_.scalar_f32(static_cast<float>(1.0 / std::sqrt(static_cast<double>(E / h))))});
+    const std::string weights =
+        keep.empty() ? b_.op("Softmax", {scores}, {attr("axis", int64_t{-1})}) : masked_softmax(b_, scores, keep);
+    std::string merged = b_.op("Transpose", {b_.op("MatMul", {weights, heads.values})},
+                               {attr("perm", std::vector<int64_t>{0, 2, 1, 3})});  // (B, T, h, d)
+    merged = b_.op("Reshape", {merged, b_.ints({0, 0, E})});                      // (B, T, E)
+    return {linear(b_, merged, attn.out_proj, name + ".out_proj"), weights};
+  }
+
+  // linear2(relu(linear1(x))), float or int8 (dropout is the identity at inference)
+  std::string feed_forward(const std::string& x, const nn::detail::TransformerLayerBase& layer,
+                           const std::string& name) {
+    SG_CHECK_VALUE(layer.options().activation == nn::TransformerActivation::relu,
+                   "onnx export: {}'s feed-forward activation is gelu; the export writes relu only", name);
+    return linear(b_, b_.op("Relu", {linear(b_, x, layer.linear1, name + ".linear1")}), layer.linear2,
+                  name + ".linear2");
+  }
+
+  // Decoder layer i: self-attention (given: teacher-forced or cached), cross-attention over the
+  // memory, feed-forward; the cross-attention's weights (B, h, T, S) go to `cross_weights`.
+  template <class SelfAttend>
+  std::string decoder_layer(const std::string& x, int64_t i, const TransformerMemory& m, SelfAttend&& self_attend,
+                            std::string* cross_weights = nullptr) {
+    const nn::TransformerDecoderLayer& layer = model_.decoder.layer(i);
+    const std::string name = fmt::format("decoder.layers.{}", i);
+    std::string h = residual(x, layer.norm1, name + ".norm1", self_attend);
+    h = residual(h, layer.norm2, name + ".norm2", [&](const std::string& y) {
+      Attended a = attend(y, m.cross[i], m.key_keep, layer.multihead_attn, name + ".multihead_attn");
+      if (cross_weights) *cross_weights = a.weights;
+      return a.output;
+    });
+    return residual(h, layer.norm3, name + ".norm3", [&](const std::string& y) { return feed_forward(y, layer, name); });
+  }
+
+  // The decoder's output (..., E) -> logits (..., V): the output layer (float or int8), or the
+  // tied embedding matrix, stored once and transposed by the runtime when it loads the graph.
+  std::string project_out(const std::string& y) {
+    if (const nn::Quantizable<nn::Linear>* out = model_.output_layer()) return linear(b_, y, *out, "out");
+    const std::string table = b_.weight("embedding.weight", model_.tgt_embedding().weight);  // (V, E)
+    const std::string table_t = b_.weight_value("embedding.weight_t", [&] {
+      return b_.op("Transpose", {table}, {attr("perm", std::vector<int64_t>{1, 0})});
+    });
+    return b_.op("MatMul", {y, table_t});
+  }
+
+  Builder& b_;
+  const models::TransformerTranslator& model_;
+  const int64_t layers_, opset_;
+  const bool norm_first_;
+};
+
+// The Transformer's per-layer heads as graph inputs or outputs: (batch, h, `length`, d).
+pb::ValueInfoProto heads_info(const std::string& name, const models::Seq2SeqConfig& c, const std::string& length) {
+  return value_info(name, kF32, {{"batch"}, {"", c.heads}, {length}, {"", c.hidden_size / c.heads}});
+}
+
+// Per layer i the graph inputs `stem`_key_i and `stem`_value_i (batch, h, `length`, d), as Heads.
+std::vector<Heads> input_heads(pb::GraphProto* g, const std::string& stem, const models::Seq2SeqConfig& c,
+                               const std::string& length) {
+  std::vector<Heads> heads;
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    heads.push_back({fmt::format("{}_key_{}", stem, i), fmt::format("{}_value_{}", stem, i)});
+    *g->add_input() = heads_info(heads.back().keys, c, length);
+    *g->add_input() = heads_info(heads.back().values, c, length);
+  }
+  return heads;
+}
+
+// Per layer i, heads[i] as the graph outputs `stem`_key_i and `stem`_value_i (batch, h, `length`, d).
+void output_heads(Builder& b, pb::GraphProto* g, const std::vector<Heads>& heads, const std::string& stem,
+                  const models::Seq2SeqConfig& c, const std::string& length) {
+  for (size_t i = 0; i < heads.size(); ++i) {
+    for (const auto& [value, kind] : {std::pair{heads[i].keys, "key"}, std::pair{heads[i].values, "value"}}) {
+      const std::string name = fmt::format("{}_{}_{}", stem, kind, i);
+      b.rename_output(value, name);
+      *g->add_output() = heads_info(name, c, length);
+    }
+  }
+}
+
+std::string build_transformer_encoder(const models::TransformerTranslator& model, const ExportOptions& options) {
+  pb::ModelProto m = new_model("seqgrad_transformer_encoder", options);
+  pb::GraphProto* g = m.mutable_graph();
+  const models::Seq2SeqConfig& c = model.config();
+  *g->add_input() = value_info("src", kI64, {{"batch"}, {"src_seq"}});
+  *g->add_input() = value_info("src_lengths", kI64, {{"batch"}});
+  Builder b(g);
+  TransformerMemory v = TransformerGraph(b, model, options.opset).encode("src", "src_lengths");
+  b.rename_output(v.memory, "memory");
+  *g->add_output() = value_info("memory", kF32, {{"batch"}, {"src_seq"}, {"", c.hidden_size}});
+  output_heads(b, g, v.cross, "cross", c, "src_seq");
+  b.rename_output(v.keep, "src_keep");
+  *g->add_output() = value_info("src_keep", kBool, {{"batch"}, {"src_seq"}});
+  return checked_bytes(m, "encoder.onnx");
+}
+
+std::string build_transformer_decoder_step(const models::TransformerTranslator& model, const ExportOptions& options) {
+  pb::ModelProto m = new_model("seqgrad_transformer_decoder_step", options);
+  pb::GraphProto* g = m.mutable_graph();
+  const models::Seq2SeqConfig& c = model.config();
+  *g->add_input() = value_info("y_prev", kI64, {{"batch"}});
+  const std::vector<Heads> past = input_heads(g, "past", c, "past_seq");
+  TransformerMemory memory;  // the encoder's values as inputs (the step needs no memory itself)
+  memory.cross = input_heads(g, "cross", c, "src_seq");
+  memory.keep = "src_keep";
+  *g->add_input() = value_info(memory.keep, kBool, {{"batch"}, {"src_seq"}});
+  Builder b(g);
+  memory.key_keep = heads_keep(b, memory.keep);
+  TransformerStep s = TransformerGraph(b, model, options.opset).step("y_prev", past, memory);
+  b.rename_output(b.op("LogSoftmax", {s.logits}, {attr("axis", int64_t{-1})}), "log_probs");
+  *g->add_output() = value_info("log_probs", kF32, {{"batch"}, {"", c.tgt_vocab}});
+  output_heads(b, g, s.present, "present", c, "present_seq");
+  b.rename_output(s.weights, "weights");
+  *g->add_output() = value_info("weights", kF32, {{"batch"}, {"src_seq"}});
+  return checked_bytes(m, "decoder_step.onnx");
+}
+
+std::string build_transformer_model(const models::TransformerTranslator& model, const ExportOptions& options) {
+  pb::ModelProto m = new_model("seqgrad_transformer", options);
+  pb::GraphProto* g = m.mutable_graph();
+  *g->add_input() = value_info("src", kI64, {{"batch"}, {"src_seq"}});
+  *g->add_input() = value_info("src_lengths", kI64, {{"batch"}});
+  *g->add_input() = value_info("tgt", kI64, {{"batch"}, {"tgt_seq"}});
+  Builder b(g);
+  TransformerGraph transformer(b, model, options.opset);
+  b.rename_output(transformer.decode("tgt", transformer.encode("src", "src_lengths")), "output");
+  *g->add_output() = value_info("output", kF32, {{"batch"}, {"tgt_seq"}, {"", model.config().tgt_vocab}});
+  return checked_bytes(m, "model.onnx");
+}
+
 }  // namespace
 
 bool onnx_available() { return true; }
 
-Graphs export_graphs(const models::Seq2Seq& model, const ExportOptions& options) {
+Graphs export_graphs(const models::TranslationModel& model, const ExportOptions& options) {
   check_options(options);
   NoGradGuard no_grad;
-  return {build_model(model, options), build_encoder(model, options), build_decoder_step(model, options)};
+  if (const auto* gru = dynamic_cast<const models::Seq2Seq*>(&model))
+    return {build_model(*gru, options), build_encoder(*gru, options), build_decoder_step(*gru, options)};
+  const auto* transformer = dynamic_cast<const models::TransformerTranslator*>(&model);
+  SG_CHECK_VALUE(transformer != nullptr, "onnx export: no ONNX export for the {} architecture", model.architecture());
+  return {build_transformer_model(*transformer, options), build_transformer_encoder(*transformer, options),
+          build_transformer_decoder_step(*transformer, options)};
 }
 
 }  // namespace seqgrad::tools::onnx

@@ -1,5 +1,7 @@
-// ONNX export of the seq2seq translator (models/seq2seq/model.h) in standard ONNX ops, for any ONNX
-// runtime. Three graphs, each checked by the ONNX checker before it is returned:
+// ONNX export of both translators in standard ONNX ops, for any ONNX runtime: three graphs each,
+// each checked by the ONNX checker and strict shape inference before it is returned.
+//
+// The GRU translator (models/seq2seq/model.h):
 //   model.onnx         the teacher-forced model (as the seeds' torch.onnx.export):
 //                      src (B, S) int64, src_lengths (B,) int64, tgt (B, T) int64 -> output (B, T, V) float logits
 //   encoder.onnx       src, src_lengths -> memory (B, S, 2H), keys (B, S, A | 2H), state (L, B, H), src_keep (B, S)
@@ -29,12 +31,37 @@
 // A row's int8 products therefore do not depend on the batch, as in seqgrad; the int8 graphs'
 // outputs differ from seqgrad's int8 ones through the float32 GRUs, about as much as seqgrad's int8
 // outputs differ from float32 (tests/test_onnx_export.py, Quantized).
+//
+// The Transformer translator (models/seq2seq/transformer.h), N layers each side, h heads of d = E / h;
+// the decoder step's key/value cache is an input and an output, as onnxruntime users run decoders:
+//   model.onnx         src, src_lengths, tgt -> output (B, T, V) float logits (the causal mask inside)
+//   encoder.onnx       src, src_lengths -> memory (B, S, E), per decoder layer i the cross-attention's
+//                      projected heads cross_key_i, cross_value_i (B, h, S, d), src_keep (B, S)
+//   decoder_step.onnx  y_prev (B,), past_key_i, past_value_i (B, h, t, d) (t = 0 before the first
+//                      token: empty tensors), cross_key_i, cross_value_i, src_keep
+//                      -> log_probs (B, V), present_key_i, present_value_i (B, h, t + 1, d),
+//                      weights (B, S) (the last layer's cross-attention averaged over its heads, as
+//                      TranslationModel::step reports it)
+// with "past_seq" and "present_seq" the caches' dynamic axes. The step's position is t, read from
+// the cache's shape, so no separate input can disagree with it (seqgrad's State::steps). The mapping:
+//   √E · Embedding + positions -> Gather, Mul, + Gather of a stored (max_len, E) table
+//     (nn::PositionalEncoding's max_len, 1024): the learned one, or the sinusoidal one that
+//     seqgrad computes per call (so the graphs take at most max_len positions a side);
+//   multi-head attention -> the packed in_proj_weight as three MatMuls, Reshape/Transpose into
+//     heads, MatMul, the masked softmax above (padding keys; the causal mask as LessOrEqual of
+//     positions), MatMul, heads merged, out_proj;
+//   LayerNorm -> LayerNormalization at opset 17; ReduceMean, Sub, Mul, Add, Sqrt, Div before it;
+//   pre-norm and post-norm residuals, the final norms, relu feed-forward blocks, and the output
+//     layer or the tied embedding matrix (stored once, transposed by the runtime as it loads).
+// An int8 Transformer (`seqgrad quantize`: out_proj, linear1, linear2, an untied output layer)
+// exports those Linear layers int8 as the GRU's above; its embeddings and in_proj stay float32.
 // Built with libonnx (the protobuf schema and checker); without it, a stub throws (onnx_available()).
 #pragma once
 #include <cstdint>
 #include <string>
 
 #include "models/seq2seq/model.h"
+#include "models/seq2seq/transformer.h"
 
 namespace seqgrad::tools::onnx {
 
@@ -62,9 +89,10 @@ constexpr const char* kNoOnnxSupport =
     "this build of seqgrad lacks ONNX support (install libonnx-dev and libprotobuf-dev, then reconfigure with "
     "meson setup --reconfigure -Donnx=enabled)";
 
-// Builds and checks the three graphs from the model's weights (on any device; copied to the host).
+// Builds and checks the three graphs from the model's weights (on any device; copied to the host),
+// for a models::Seq2Seq or a models::TransformerTranslator.
 // Throws ValueError for a bad option (check_options), Error when the checker rejects a
 // graph (a bug in the exporter: the message names the graph and the checker's complaint).
-Graphs export_graphs(const models::Seq2Seq& model, const ExportOptions& options = {});
+Graphs export_graphs(const models::TranslationModel& model, const ExportOptions& options = {});
 
 }  // namespace seqgrad::tools::onnx

@@ -5,7 +5,7 @@ namespace seqgrad::tools::onnx {
 
 bool onnx_available() { return false; }
 
-Graphs export_graphs(const models::Seq2Seq&, const ExportOptions&) {
+Graphs export_graphs(const models::TranslationModel&, const ExportOptions&) {
   throw Error(kNoOnnxSupport);
 }
 

@@ -523,6 +523,15 @@ class Transformer(Base):
         if not exact:
             self.skipTest(SKIP_INT8)
 
+    def test_translate_py_stays_within_the_position_table(self):
+        folder, info = self.check_export(self.transformer("pre_norm"), "positions", numbers=False)
+        self.assertEqual(info["max_positions"], 1024)
+        translator = onnx_translate.Translator(folder)
+        ids, attention, log_probs = translator.greedy([5, 2], max_len=3)
+        self.assertLessEqual(len(log_probs), 3)
+        with self.assertRaisesRegex(ValueError, r"1025 output tokens: .* holds 1024 positions"):
+            translator.greedy([5, 2], max_len=1025)
+
     def test_greedy_every_test2016_sentence(self):
         """A small Multi30k Transformer (E = 64, 4 heads, 2 + 2 layers, 6,000 pairs, two epochs):
         translate.py's greedy loop over the cache gives `seqgrad translate --beam 1`'s tokens for

@@ -154,6 +154,8 @@ class Translator:
         self.special = self.info["special_ids"]
         # the longest output `seqgrad translate` produces for this model (50 for an export without one)
         self.max_len = self.info.get("max_output_tokens", 50)
+        # a Transformer export's position table: its graphs take this many positions a side
+        self.max_positions = self.info.get("max_positions")
         self.tokenizer = self.info["tokenizer"]
         self.pieces = None  # (source, target) SentencePiece processors of a subword export
         if self.tokenizer["kind"] == "sentencepiece":
@@ -215,6 +217,9 @@ class Translator:
         """Target ids without <bos>/<eos>, the attention rows and the log-probability of each
         produced token (<eos> included)."""
         max_len = max_len or self.max_len
+        if self.max_positions and max(len(src_ids), max_len) > self.max_positions:
+            raise ValueError(f"{len(src_ids)} source tokens or {max_len} output tokens: the export's position table "
+                             f"holds {self.max_positions} positions (max_positions in translator.json)")
         state = self.start(src_ids)
         y = np.array([self.special["bos"]], dtype=np.int64)
         out, attention, log_probs = [], [], []

@@ -11,11 +11,22 @@ page served by a tiny model is given a German sentence and must show
     produced token first), and the attention diagnostics;
   * with beam 3, the translation `seqgrad translate --beam 3` prints and the beam tree, its best
     path one node per output token (<eos> included).
+A tiny Transformer (2 layers of 4 heads) is served beside the GRU, and its panel must show
+  * the translation `seqgrad translate` prints, and maps equal to the server's JSON (the explain
+    answer, whose heads equal `translate --json --heads`'s): every layer's and head's
+    cross-attention, the heads' average (the last layer's: the answer's attention weights), the
+    encoder's self-attention and the decoder's causal one (nothing after each row's position);
+    every row summing to 1;
+  * on clicking each cell of each head's map, the terms q_a·k_a/√d whose sum is the energy the
+    answer holds for the cell, and the softmax of the row that gives its weight;
+  * the per-head diagnostics of the answer, a row of which selects its head; the stepper to <eos>
+    with the top-5, and with beam 3 the beam tree.
 A screenshot is saved as BUILD_DIR/serve-explorer.png (CI keeps it). Exits 77 (SKIP) with the
 reason when Chromium, chromedriver or Selenium is missing, or the build has no HTTP server.
 
 Usage: test_tools_serve_browser.py PATH/TO/seqgrad DATA_DIR SCREENSHOT_PATH
 """
+import json
 import os
 import shutil
 import subprocess
@@ -23,7 +34,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_common import Server, train_tiny, translate_cli  # noqa: E402
+from serve_common import TINY_TRANSFORMER, Server, train_tiny, translate_cli  # noqa: E402
 
 SENTENCE = "Ein Mann fährt Fahrrad auf der Straße."
 
@@ -66,11 +77,16 @@ def main():
     try:
         drv = browser()
         ckpt = train_tiny(seqgrad, data, tmp)
+        transformer = train_tiny(seqgrad, data, tmp, run="transformer", flags=TINY_TRANSFORMER)
         expected = translate_cli(seqgrad, ckpt, [SENTENCE])[0]
         expected_beam = translate_cli(seqgrad, ckpt, [SENTENCE], "--beam", "3")[0]
-        server = Server(seqgrad, "--checkpoint", ckpt, "--threads", "1")
+        heads = json.loads(translate_cli(seqgrad, transformer, [SENTENCE], "--json", "--heads")[0])
+        expected_transformer = (heads["translation"],
+                                translate_cli(seqgrad, transformer, [SENTENCE], "--beam", "3")[0])
+        server = Server(seqgrad, "--checkpoint", ckpt, transformer, "--threads", "1")
         try:
             run_page(drv, server.url, expected, expected_beam, screenshot)
+            run_transformer_page(drv, server, heads, expected_transformer)
         finally:
             drv.quit()
             status, _, err = server.stop()
@@ -78,7 +94,7 @@ def main():
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print("explorer: translation, heatmap, hover, cell details, energy terms, step-through and beam tree as expected; "
-          "screenshot", screenshot)
+          "a Transformer's heads, self-attention, terms and diagnostics equal the server's JSON; screenshot", screenshot)
 
 
 def run_page(drv, url, expected, expected_beam, screenshot):
@@ -155,14 +171,14 @@ def run_page(drv, url, expected, expected_beam, screenshot):
     drv.save_screenshot(screenshot)
 
 
-def translate_on_page(drv, wait, expected, what):
-    """Presses Translate; returns the first checkpoint's panel, its translation checked."""
+def translate_on_page(drv, wait, expected, what, model=0):
+    """Presses Translate; returns checkpoint `model`'s panel, its translation checked."""
     from selenium.webdriver.common.by import By
     drv.find_element(By.ID, "go").click()
     wait.until(lambda d: d.find_element(By.ID, "panels").get_attribute("data-state") == "done")
     status = drv.find_element(By.ID, "status").text
     check(status == "", f"{what}: the page shows an error: {status}")
-    panel = drv.find_element(By.CSS_SELECTOR, ".panel[data-model='0']")
+    panel = drv.find_element(By.CSS_SELECTOR, f".panel[data-model='{model}']")
     got = panel.find_element(By.CSS_SELECTOR, ".translation").text
     check(got == expected, f"{what}: the page's translation {got!r} differs from seqgrad translate's {expected!r}")
     return panel
@@ -176,6 +192,120 @@ def check_energy_terms(panel):
     check(m and abs(float(m.group(1)) - float(m.group(2))) < 2e-4, f"the energy's terms: {text!r}")
     terms = panel.find_elements(By.CSS_SELECTOR, ".energy-terms tr")
     check(len(terms) >= 3, f"{len(terms)} rows of energy terms")
+
+
+def shown_map(drv, panel):
+    """The heatmap on show: per row, each cell's weight (None for a masked one)."""
+    return drv.execute_script("""
+        const rows = [];
+        arguments[0].querySelectorAll("table.heatmap tr[data-row]").forEach(tr => rows.push(
+            [...tr.querySelectorAll("td.cell")].map(c => c.classList.contains("masked") ? null
+                                                                                        : Number(c.dataset.weight))));
+        return rows;""", panel)
+
+
+def check_map(found, expected, what, causal=False):
+    """The page's map equals the JSON's rows (a causal row's later cells masked), each row summing to 1."""
+    check(len(found) == len(expected), f"{what}: {len(found)} rows on the page, {len(expected)} in the JSON")
+    for i, (row, want) in enumerate(zip(found, expected)):
+        shown = [w for w in row if w is not None]
+        check(len(shown) == len(want), f"{what}, row {i}: {len(shown)} cells shown, {len(want)} in the JSON")
+        check(not causal or all(w is None for w in row[i + 1:]), f"{what}, row {i}: a later position is not masked")
+        check(all(abs(a - b) < 1e-6 for a, b in zip(shown, want)), f"{what}, row {i}: {shown} != {want}")
+        check(abs(sum(shown) - 1) < 1e-4, f"{what}, row {i} sums to {sum(shown)}")
+
+
+def select(drv, panel, view, layer, head):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+    for cls, value in [("sel-view", view), ("sel-layer", layer), ("sel-head", head)]:
+        Select(panel.find_element(By.CSS_SELECTOR, f"select.{cls}")).select_by_value(str(value))
+
+
+def run_transformer_page(drv, server, cli, expected):
+    """The Transformer's panel (model 1) against the server's answer to the page's request."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+    wait = WebDriverWait(drv, 30)
+    beam = drv.find_element(By.ID, "beam")
+    beam.clear()
+    beam.send_keys("1")
+    panel = translate_on_page(drv, wait, expected[0], "Transformer, greedy", model=1)
+    status, _, answer = server.request("/v1/translate", {"src": [SENTENCE], "model": 1, "beam": 1, "explain": True})
+    check(status == 200, f"explain: {status} {answer}")
+    s = answer["translations"][0]
+    heads, internals = s["attention"]["heads"], s["internals"]
+    check(heads == cli["attention"]["heads"], "the server's attention.heads differ from translate --json --heads's")
+    layers, count = heads["layers"], heads["heads"]
+    check((layers, count) == (2, 4), f"{layers} layers of {count} heads")
+
+    # the map opens on the last layer's head average: the answer's attention weights
+    check_map(shown_map(drv, panel), s["attention"]["weights"], "the opening map (last layer, average)")
+    sums = 0
+    for layer in range(layers):
+        for head in range(count):
+            what = f"layer {layer + 1} head {head + 1}"
+            select(drv, panel, "cross", layer, head)
+            check_map(shown_map(drv, panel), heads["cross"][layer][head]["weights"], what)
+            # every cell clicked: its terms add up to the answer's energy, the row's softmax to its weight
+            for i, j, total, energy, weight, softmax in drv.execute_script("""
+                const out = [];
+                arguments[0].querySelectorAll("table.heatmap td.cell").forEach(c => {
+                  c.click();
+                  const check = arguments[0].querySelector(".energy-terms .energy-check").textContent;
+                  const soft = arguments[0].querySelector(".energy-terms .softmax").textContent;
+                  const m = check.match(/sum (-?[0-9.]+); the decoder's energy (-?[0-9.]+); .* = (-?[0-9.]+)$/);
+                  out.push([Number(c.dataset.row), Number(c.dataset.col), Number(m[1]), Number(m[2]), Number(m[3]),
+                            Number(soft.match(/= (-?[0-9.]+) \\(/)[1])]);
+                });
+                return out;""", panel):
+                want = internals["scores"][layer][head][i][j]
+                check(abs(total - energy) < 2e-4, f"{what}, cell ({i}, {j}): the terms sum to {total}, energy {energy}")
+                check(abs(energy - want) < 1e-4, f"{what}, cell ({i}, {j}): energy {energy} shown, {want} in the JSON")
+                check(abs(softmax - weight) < 2e-4 and abs(weight - heads["cross"][layer][head]["weights"][i][j]) < 1e-4,
+                      f"{what}, cell ({i}, {j}): softmax {softmax}, weight {weight}")
+                sums += 1
+        select(drv, panel, "cross", layer, -1)
+        average = [[sum(heads["cross"][layer][h]["weights"][i][j] for h in range(count)) / count
+                    for j in range(len(heads["src"]))] for i in range(len(heads["tgt"]))]
+        check_map(shown_map(drv, panel), average, f"layer {layer + 1}, the heads' average")
+        for head in range(count):
+            select(drv, panel, "encoder", layer, head)
+            check_map(shown_map(drv, panel), heads["encoder_self"][layer][head], f"encoder layer {layer + 1}")
+            select(drv, panel, "decoder", layer, head)
+            check_map(shown_map(drv, panel), heads["decoder_self"][layer][head], f"decoder layer {layer + 1}",
+                      causal=True)
+    check(sums == layers * count * len(heads["src"]) * len(heads["tgt"]), f"{sums} cells' terms checked")
+
+    # the per-head diagnostics: the answer's, and a row selects its head
+    rows = panel.find_elements(By.CSS_SELECTOR, "table.head-diagnostics tr[data-head]")
+    check(len(rows) == layers * count, f"{len(rows)} rows of head diagnostics")
+    for row in rows:
+        c = heads["cross"][int(row.get_attribute("data-layer"))][int(row.get_attribute("data-head"))]
+        cells = [td.text for td in row.find_elements(By.CSS_SELECTOR, "td")]
+        check(cells[2] == f"{c['mean_entropy']:.3f}" and cells[4] == f"{c['agreement']:.3f}",
+              f"head diagnostics {cells} for {c['mean_entropy']}, {c['agreement']}")
+    rows[5].click()
+    check(panel.find_element(By.CSS_SELECTOR, "select.sel-head").get_attribute("value") == "1" and
+          panel.find_element(By.CSS_SELECTOR, "select.sel-layer").get_attribute("value") == "1",
+          "clicking layer 2 head 2's diagnostics does not select it")
+    check_map(shown_map(drv, panel), heads["cross"][1][1]["weights"], "layer 2 head 2, selected by its diagnostics")
+
+    # the stepper reaches <eos> with the top-5
+    nxt = panel.find_element(By.CSS_SELECTOR, ".step-next")
+    for _ in range(len(heads["tgt"]) - 1):
+        nxt.click()
+    stepper = panel.find_element(By.CSS_SELECTOR, ".stepper")
+    check(stepper.get_attribute("data-token") == "<eos>", f"the last step is {stepper.get_attribute('data-token')!r}")
+    check(len(panel.find_elements(By.CSS_SELECTOR, ".step-topk tr")) == 5, "no top-5 at the last step")
+
+    # beam 3: the beam search's translation and its tree
+    beam = drv.find_element(By.ID, "beam")
+    beam.clear()
+    beam.send_keys("3")
+    panel = translate_on_page(drv, wait, expected[1], "Transformer, beam 3", model=1)
+    check(len(panel.find_elements(By.CSS_SELECTOR, ".beam-tree g.node.best")) ==
+          len(panel.find_elements(By.CSS_SELECTOR, "th.tgt")), "the best path is not one node per output token")
 
 
 if __name__ == "__main__":

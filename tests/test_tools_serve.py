@@ -153,17 +153,35 @@ class Translations(ServeBase):
             self.assertEqual(probabilities, sorted(probabilities, reverse=True))
             self.assertEqual(step[0]["token"], token)  # greedy: the step's most probable token
             self.assertAlmostEqual(math.log(step[0]["probability"]), log_p, places=4)
-        # the additive attention's terms: e_ti = v . tanh(q_t + k_i) gives every energy
-        internals = t["internals"]
+        self.assertAdditiveTermsSumToEnergies(t)
+        self.assertNotIn("beam_tree", t)  # greedy
+
+    def assertAdditiveTermsSumToEnergies(self, t):
+        """The additive attention's terms: e_ti = v . tanh(q_t + k_i) gives every energy shown."""
+        a, internals = t["attention"], t["internals"]
         self.assertEqual(internals["kind"], "additive")
         self.assertEqual(len(internals["query_terms"]), len(a["tgt"]))
         self.assertEqual(len(internals["key_terms"]), len(a["src"]))
         self.assertEqual(len(internals["contexts"]), len(a["tgt"]))
+        self.assertEqual(len(t["energies"]), len(a["tgt"]))
         for q, energies in zip(internals["query_terms"], t["energies"]):
             for k, energy in zip(internals["key_terms"], energies):
                 self.assertAlmostEqual(sum(v * math.tanh(x + y) for v, x, y in zip(internals["v"], q, k)), energy,
                                        places=4)
-        self.assertNotIn("beam_tree", t)  # greedy
+
+    def test_int8_explain_at_beam_4_terms_sum_to_energies(self):
+        # int8 products quantize each activation row alone, so the terms the explorer shows (from
+        # the pass that scored the beam's rows) add up to the energies of that pass: with one range
+        # per batch they did not, the beam being a batch
+        server = Server(SEQGRAD, "--checkpoint", int8_checkpoint(), "--threads", "1")
+        try:
+            status, _, body = server.request("/v1/translate", body={"src": test_sentences(DATA, 3, start=40),
+                                                                    "beam": 4, "explain": True})
+        finally:
+            self.assertEqual(server.stop()[0], 0)
+        self.assertEqual(status, 200, body)
+        for t in body["translations"]:
+            self.assertAdditiveTermsSumToEnergies(t)
 
     def test_explain_with_beam_search_has_the_beam_tree(self):
         status, _, body = self.post({"src": ["Ein Hund läuft."], "beam": 3, "nbest": 2, "explain": True})

@@ -693,6 +693,13 @@ class Translate(Base):
         self.assertEqual(lines[1], "")
         self.assertFails(self.translate(stdin=""), r"no input sentences")
 
+    def test_per_head_needs_json_and_a_transformer(self):
+        # usage errors (status 2) naming what is missing: the JSON lines, or a Transformer's heads
+        self.assertFails(self.translate("--per-head", "ein mann ."), r"--per-head adds to the JSON lines: give --json",
+                         status=2)
+        self.assertFails(self.translate("--json", "--per-head", "ein mann ."),
+                         r"--per-head shows a Transformer's attention heads, but .*best\.safetensors is a gru", status=2)
+
     def test_unseen_words(self):
         p = self.translate("ein zyxwvutsrq mann")
         self.assertOk(p)

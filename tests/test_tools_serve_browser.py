@@ -13,7 +13,7 @@ page served by a tiny model is given a German sentence and must show
     path one node per output token (<eos> included).
 A tiny Transformer (2 layers of 4 heads) is served beside the GRU, and its panel must show
   * the translation `seqgrad translate` prints, and maps equal to the server's JSON (the explain
-    answer, whose heads equal `translate --json --heads`'s): every layer's and head's
+    answer, whose heads equal `translate --json --per-head`'s): every layer's and head's
     cross-attention, the heads' average (the last layer's: the answer's attention weights), the
     encoder's self-attention and the decoder's causal one (nothing after each row's position);
     every row summing to 1;
@@ -80,7 +80,7 @@ def main():
         transformer = train_tiny(seqgrad, data, tmp, run="transformer", flags=TINY_TRANSFORMER)
         expected = translate_cli(seqgrad, ckpt, [SENTENCE])[0]
         expected_beam = translate_cli(seqgrad, ckpt, [SENTENCE], "--beam", "3")[0]
-        heads = json.loads(translate_cli(seqgrad, transformer, [SENTENCE], "--json", "--heads")[0])
+        heads = json.loads(translate_cli(seqgrad, transformer, [SENTENCE], "--json", "--per-head")[0])
         expected_transformer = (heads["translation"],
                                 translate_cli(seqgrad, transformer, [SENTENCE], "--beam", "3")[0])
         server = Server(seqgrad, "--checkpoint", ckpt, transformer, "--threads", "1")
@@ -235,7 +235,7 @@ def run_transformer_page(drv, server, cli, expected):
     check(status == 200, f"explain: {status} {answer}")
     s = answer["translations"][0]
     heads, internals = s["attention"]["heads"], s["internals"]
-    check(heads == cli["attention"]["heads"], "the server's attention.heads differ from translate --json --heads's")
+    check(heads == cli["attention"]["heads"], "the server's attention.heads differ from translate --json --per-head's")
     layers, count = heads["layers"], heads["heads"]
     check((layers, count) == (2, 4), f"{layers} layers of {count} heads")
 

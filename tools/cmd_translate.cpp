@@ -254,7 +254,7 @@ int translate_main(int argc, char** argv) {
       .option("alignment", "kind", "hard: append \" ||| \" and src-tgt index pairs (Pharaoh, 0-based), each output "
               "token to the source token it attends to most; soft: the attention rows (Marian's formats); with --json, "
               "attention.alignment or attention.weights")
-      .option("heads", "", "with --json and a Transformer checkpoint: attention.heads, the attention of every layer "
+      .option("per-head", "", "with --json and a Transformer checkpoint: attention.heads, the attention of every layer "
               "and head with each head's diagnostics (docs/outputs.md)")
       .positional("sentence", "text to translate (else one per line on stdin)");
   if (!a.parse(argc, argv)) return 0;
@@ -264,10 +264,10 @@ int translate_main(int argc, char** argv) {
   const TranslationJsonOptions json_options{.labels = heatmap_labels(a),
                                             .hard_alignment = alignment == AlignmentOutput::hard,
                                             .weights = alignment == AlignmentOutput::soft,
-                                            .heads = a.flag("heads")};
-  SG_CHECK_USAGE(!a.flag("heads") || a.flag("json"), "--heads adds to the JSON lines: give --json too");
+                                            .heads = a.flag("per-head")};
+  SG_CHECK_USAGE(!a.flag("per-head") || a.flag("json"), "--per-head adds to the JSON lines: give --json too");
   Loaded l = load_model(a);
-  SG_CHECK_USAGE(!a.flag("heads") || l.model->architecture() == "transformer", "--heads shows a Transformer's "
+  SG_CHECK_USAGE(!a.flag("per-head") || l.model->architecture() == "transformer", "--per-head shows a Transformer's "
                  "attention heads, but {} is a {} checkpoint", a.get_list("checkpoint").front(),
                  l.model->architecture());
   models::DecodeOptions options = decode_options(a, l.checkpoint.info.config);
@@ -284,7 +284,7 @@ int translate_main(int argc, char** argv) {
     std::vector<std::string> sentences = from_stdin ? reader.next_batch(kMaxBatch) : a.positionals();
     if (sentences.empty()) break;
     std::vector<Translation> done =
-        translate_batch(l.ensemble(), l.checkpoint.info, sentences, options, truncate, &sampling, a.flag("heads"));
+        translate_batch(l.ensemble(), l.checkpoint.info, sentences, options, truncate, &sampling, a.flag("per-head"));
     for (size_t i = 0; i < done.size(); ++i) {
       const Translation& t = done[i];
       std::string where = fmt::format("{} {}", unit, ++number);

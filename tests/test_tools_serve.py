@@ -109,8 +109,11 @@ class Translations(ServeBase):
         try:
             answers = {(m, beam): server.request("/v1/translate", body={"src": sentences, "model": m, "beam": beam})
                        for m in [0, 1] for beam in [1, 3]}
+            models = server.request("/v1/models")[2]["models"]
         finally:
             self.assertEqual(server.stop()[0], 0)
+        self.assertEqual([(m["architecture"], m["attention"]) for m in models],
+                         [("gru", "additive"), ("transformer", "multihead")])
         for (m, beam), (status, _, body) in answers.items():
             self.assertEqual(status, 200, body)
             path = [checkpoint(), transformer][m]

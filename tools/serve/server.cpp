@@ -239,8 +239,11 @@ class Server {
     nlohmann::json out = nlohmann::json::array();
     for (size_t i = 0; i < models_.size(); ++i) {
       const models::CheckpointInfo& info = models_[i].checkpoint.info;
+      const bool transformer = info.config.model.architecture == models::Architecture::transformer;
       out.push_back({{"model", i}, {"name", models_[i].name}, {"src_lang", info.config.src_lang},
-                     {"tgt_lang", info.config.tgt_lang}, {"attention", models::attention_kind_name(info.config.model.attention)},
+                     {"tgt_lang", info.config.tgt_lang},
+                     {"architecture", models::architecture_name(info.config.model.architecture)},
+                     {"attention", transformer ? "multihead" : models::attention_kind_name(info.config.model.attention)},
                      {"src_vocab", info.src_vocab.size()}, {"tgt_vocab", info.tgt_vocab.size()},
                      {"beam", models_[i].defaults.beam_size}, {"max_len", models_[i].defaults.max_len},
                      {"max_src_tokens", models_[i].max_src_tokens}});

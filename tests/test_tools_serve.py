@@ -102,21 +102,24 @@ class Translations(ServeBase):
             self.assertEqual([t["translation"] for t in body["translations"]], translate_cli(SEQGRAD, path, sentences))
 
     def test_a_transformer_beside_a_gru(self):
-        # both architectures served together: each answer is `seqgrad translate`'s (greedy and beam 3)
+        # both architectures served together, the Transformer also in int8: each answer is
+        # `seqgrad translate`'s (greedy and beam 3)
         transformer = train_tiny(SEQGRAD, DATA, TMP, run="transformer", flags=TINY_TRANSFORMER)
+        transformer_int8 = quantize(SEQGRAD, transformer, os.path.join(TMP, "transformer.int8.safetensors"))
+        paths = [checkpoint(), transformer, transformer_int8]
         sentences = test_sentences(DATA, 4, start=20)
-        server = Server(SEQGRAD, "--checkpoint", checkpoint(), transformer, "--threads", "1")
+        server = Server(SEQGRAD, "--checkpoint", *paths, "--threads", "1")
         try:
             answers = {(m, beam): server.request("/v1/translate", body={"src": sentences, "model": m, "beam": beam})
-                       for m in [0, 1] for beam in [1, 3]}
+                       for m in range(len(paths)) for beam in [1, 3]}
             models = server.request("/v1/models")[2]["models"]
         finally:
             self.assertEqual(server.stop()[0], 0)
         self.assertEqual([(m["architecture"], m["attention"]) for m in models],
-                         [("gru", "additive"), ("transformer", "multihead")])
+                         [("gru", "additive"), ("transformer", "multihead"), ("transformer", "multihead")])
         for (m, beam), (status, _, body) in answers.items():
             self.assertEqual(status, 200, body)
-            path = [checkpoint(), transformer][m]
+            path = paths[m]
             self.assertEqual([t["translation"] for t in body["translations"]],
                              translate_cli(SEQGRAD, path, sentences, "--beam", str(beam)))
 

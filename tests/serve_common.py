@@ -2,6 +2,7 @@
 bench/serve_load.py: a tiny checkpoint trained once, a server on an ephemeral port, and JSON over
 urllib (loopback only)."""
 import json
+import math
 import os
 import re
 import signal
@@ -49,6 +50,18 @@ def test_sentences(data, count, start=0, max_words=15):
     with open(os.path.join(data, "multi30k", "test2016.de"), encoding="utf-8") as f:
         lines = [line.strip() for line in f]
     return [s for s in lines[start:] if len(s.split()) <= max_words][:count]
+
+
+def overlap(a, b):
+    """Two attentions' agreement recomputed from their rows (docs/attention.md): the mean over rows of
+    sum_j min(a_ij, b_ij)."""
+    assert len(a) == len(b) and all(len(x) == len(y) for x, y in zip(a, b)), "the maps have other shapes"
+    return sum(sum(min(x, y) for x, y in zip(ra, rb)) for ra, rb in zip(a, b)) / len(a)
+
+
+def mean_entropy(rows):
+    """The mean over rows of -sum_j w_j ln w_j (0 ln 0 = 0), in nats."""
+    return sum(-sum(w * math.log(w) for w in row if w > 0) for row in rows) / len(rows)
 
 
 # Loopback only: no proxy from the environment (http_proxy) may see the requests.

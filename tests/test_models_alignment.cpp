@@ -106,6 +106,36 @@ TEST_CASE("alignment_agreement: the share of output units aligned to the same so
                        ValueError);
 }
 
+TEST_CASE("attention_overlap: the mean over rows of the weight both put on each unit") {
+  // Row "x": min(0.5, 0.25) + min(0.25, 0.75) + min(0.25, 0) = 0.25 + 0.25 + 0 = 0.5. Row <eos>:
+  // min(0, 0.25) + min(0, 0) + min(1, 0.75) = 0.75. Their mean: (0.5 + 0.75) / 2 = 0.625. The hard
+  // alignments differ (x on "a" against x on "b"), so alignment_agreement gives 0 for the same rows.
+  const AttentionMatrix a = attention_matrix({"a", "b"}, {"x"}, with_attention({{0.5f, 0.25f, 0.25f}, {0, 0, 1}}));
+  const AttentionMatrix b = attention_matrix({"a", "b"}, {"x"}, with_attention({{0.25f, 0.75f, 0}, {0.25f, 0, 0.75f}}));
+  CHECK(*attention_overlap(a, b) == doctest::Approx(0.625).epsilon(1e-12));
+  CHECK(*attention_overlap(b, a) == doctest::Approx(0.625).epsilon(1e-12));
+  CHECK(*alignment_agreement(a, b) == 0.0);
+  CHECK(*attention_overlap(a, a) == doctest::Approx(1.0).epsilon(1e-12));  // each row sums to 1
+  // rows on disjoint units share nothing; a row cut at max_len (no <eos> row) counts as any other
+  const AttentionMatrix left = attention_matrix({"a"}, {"x"}, with_attention({{1, 0}}, false));
+  const AttentionMatrix right = attention_matrix({"a"}, {"x"}, with_attention({{0, 1}}, false));
+  CHECK(*attention_overlap(left, right) == 0.0);
+  // the reversal of 4 tokens (0.6 on its unit, 0.1 on each other) against the same rows with 0.7 on
+  // the diagonal for outputs 0 and 1: each of those two rows shares 0.1 + 0.1 + 0.1 + 0.05 + 0.05 =
+  // 0.4 (row 0: min(0.1, 0.7), min(0.1, 0.1), min(0.1, 0.1), min(0.6, 0.05), min(0.1, 0.05)), the
+  // other three rows 1, so (2 x 0.4 + 3) / 5 = 0.76
+  std::vector<std::vector<float>> rows = reversal_rows(4, 0.6f);
+  const AttentionMatrix reversal = attention_matrix(labels(4, "s"), labels(4, "t"), with_attention(rows));
+  rows[0] = {0.7f, 0.1f, 0.1f, 0.05f, 0.05f};
+  rows[1] = {0.1f, 0.7f, 0.1f, 0.05f, 0.05f};
+  const AttentionMatrix half = attention_matrix(labels(4, "s"), labels(4, "t"), with_attention(rows));
+  CHECK(*attention_overlap(reversal, half) == doctest::Approx(0.76).epsilon(1e-6));
+  const AttentionMatrix empty = attention_matrix({"a"}, {}, with_attention({}, false));
+  CHECK_FALSE(attention_overlap(empty, empty).has_value());
+  CHECK_THROWS_WITH_AS(attention_overlap(reversal, a), doctest::Contains("other axes (5 x 5 and 2 x 3 units)"),
+                       ValueError);
+}
+
 TEST_CASE("soft_alignment_text: Marian's rows, every row and column, 4 decimals") {
   AttentionMatrix m = attention_matrix({"a"}, {"x"}, with_attention({{0.75f, 0.25f}, {0.125f, 0.875f}}));
   CHECK(soft_alignment_text(m) == "0.7500,0.2500 0.1250,0.8750");

@@ -1158,8 +1158,20 @@ class Compare(Base):
                     self.assertTrue(0 <= test[search]["bleu_tokenized"] <= 100, test)
                     self.assertGreater(test[search]["sentences_per_s"], 0)
         self.assertEqual([t["kind"] for t in report["timing"]], ["additive", "transformer"])
+        # per head (1 layer of 2): its entropy and its agreement with the GRU on the same teacher-forced rows,
+        # in the table, the JSON and the report; no head is sharper than zero or broader than uniform
+        heads = report["heads"]
+        self.assertEqual([(h["layer"], h["head"], h["gru"], h["train_pairs"]) for h in heads],
+                         [(0, 0, "additive", 300), (0, 1, "additive", 300)])
+        uniform = transformer["epochs"][0]["attention_entropy_uniform"]
+        for h in heads:
+            self.assertTrue(0 < h["entropy"] <= uniform + 1e-6, h)
+            self.assertTrue(0 < h["agreement_with_gru"] <= 1 + 1e-6, h)
+            self.assertRegex(p.stdout, rf"layer 1 head {h['head'] + 1} +300 +additive +{h['entropy']:.3f} +"
+                                       rf"{h['agreement_with_gru']:.3f}")
         with open(os.path.join(out, "report.html"), encoding="utf-8") as f:
             html = f.read()
+        self.assertIn("heads beside the GRU</h2>", html)
         self.assertIn("Training time and the test split", html)
         self.assertIn("transformer (300 pairs)", html)  # its attention heatmaps beside the GRU's
 

@@ -27,8 +27,8 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_common import (TINY_TRANSFORMER, Server, hostile_bodies, quantize, test_sentences, train_tiny,  # noqa: E402
-                          translate_cli)
+from serve_common import (TINY_TRANSFORMER, Server, hostile_bodies, overlap, quantize, test_sentences,  # noqa: E402
+                          train_tiny, translate_cli)
 from test_tools_cli import program_and_data  # noqa: E402
 
 SEQGRAD = None
@@ -122,6 +122,58 @@ class Translations(ServeBase):
             path = paths[m]
             self.assertEqual([t["translation"] for t in body["translations"]],
                              translate_cli(SEQGRAD, path, sentences, "--beam", str(beam)))
+
+    def test_side_by_side_a_gru_and_a_transformer(self):
+        # one sentence through both: each translation is `seqgrad translate`'s, the Transformer is
+        # replayed along the GRU's output (its rows the GRU's), and each head's agreement is the overlap
+        # recomputed here from the answer's weights
+        transformer = train_tiny(SEQGRAD, DATA, TMP, run="transformer", flags=TINY_TRANSFORMER)
+        transformer_int8 = quantize(SEQGRAD, transformer, os.path.join(TMP, "transformer.int8.safetensors"))
+        sentence = test_sentences(DATA, 1, start=30)[0]
+        server = Server(SEQGRAD, "--checkpoint", checkpoint(), transformer, transformer_int8, "--threads", "1")
+        try:
+            answer = self.post_to(server, {"src": sentence, "models": [transformer, checkpoint()]})
+            by_index = self.post_to(server, {"src": sentence, "models": [0, 1], "beam": 3})
+            errors = [server.request("/v1/side_by_side", body=b) for b in [
+                {"src": sentence, "models": [1, 2]}, {"src": sentence, "models": ["nope.safetensors", 1]},
+                {"src": sentence, "models": [0]}, {"src": sentence, "nbest": 2}, {"models": [0, 1]}]]
+        finally:
+            self.assertEqual(server.stop()[0], 0)
+        self.assertEqual(answer["gru"]["translation"], translate_cli(SEQGRAD, checkpoint(), [sentence])[0])
+        self.assertEqual(answer["transformer"]["translation"], translate_cli(SEQGRAD, transformer, [sentence])[0])
+        self.assertEqual(by_index["gru"]["translation"],
+                         translate_cli(SEQGRAD, checkpoint(), [sentence], "--beam", "3")[0])
+        for a in (answer, by_index):
+            gru, replayed = a["gru"], a["transformer_on_gru_output"]
+            self.assertEqual((gru["model"], a["transformer"]["model"], replayed["model"]), (0, 1, 1))
+            self.assertEqual(replayed["tgt_tokens"], gru["tgt_tokens"])
+            self.assertEqual(a["same_output"], a["transformer"]["tgt_tokens"] == gru["tgt_tokens"])
+            heads = replayed["attention"]["heads"]
+            self.assertEqual((heads["tgt"], heads["src"]), (gru["attention"]["tgt"], gru["attention"]["src"]))
+            for layer, maps in enumerate(heads["cross"]):
+                for head, c in enumerate(maps):
+                    self.assertAlmostEqual(a["agreement"]["heads"][layer][head],
+                                           overlap(c["weights"], gru["attention"]["weights"]), places=5)
+                average = [[sum(col) / len(maps) for col in zip(*rows)] for rows in zip(*[c["weights"] for c in maps])]
+                self.assertAlmostEqual(a["agreement"]["average"][layer],
+                                       overlap(average, gru["attention"]["weights"]), places=5)
+        self.assertError(errors[0], 422, "models", r"side by side takes one GRU and one Transformer, got "
+                         r"'.*transformer/last.safetensors' \(transformer\) and '.*int8.safetensors' \(transformer\)")
+        self.assertError(errors[1], 422, "models[0]", r"no served model is named \"nope.safetensors\" \(served: "
+                         r"'.*' \(gru\), '.*' \(transformer\), '.*' \(transformer\)\)")
+        self.assertError(errors[2], 422, "models", r"models must be a list of two served models")
+        self.assertError(errors[3], 422, "nbest", r"unknown field 'nbest'")
+        self.assertError(errors[4], 422, "src", r"no 'src'")
+
+    def post_to(self, server, body):
+        status, _, answer = server.request("/v1/side_by_side", body=body)
+        self.assertEqual(status, 200, answer)
+        return answer
+
+    def test_side_by_side_needs_both_architectures(self):
+        self.assertError(self.post({"src": "Ein Hund."}, path="/v1/side_by_side"), 422, "models",
+                         r"side by side needs a GRU and a Transformer checkpoint served; this server serves "
+                         r"'.*last.safetensors' \(gru\)")
 
     def test_opennmt_route(self):
         sentences = test_sentences(DATA, 3, start=20)

@@ -21,6 +21,11 @@ A tiny Transformer (2 layers of 4 heads) is served beside the GRU, and its panel
     answer holds for the cell, and the softmax of the row that gives its weight;
   * the per-head diagnostics of the answer, a row of which selects its head; the stepper to <eos>
     with the top-5, and with beam 3 the beam tree.
+Side by side (the page's checkbox, POST /v1/side_by_side), the sentence through both:
+  * the GRU's map and diagnostics, and the Transformer replayed along the GRU's output, every
+    layer's heads and heads' average equal to the answer's rows, each row summing to 1;
+  * each head's mean entropy and agreement with the GRU as recomputed here from the answer's
+    weights (the overlap: the mean over rows of sum_j min(head_j, gru_j)).
 A screenshot is saved as BUILD_DIR/serve-explorer.png (CI keeps it). Exits 77 (SKIP) with the
 reason when Chromium, chromedriver or Selenium is missing, or the build has no HTTP server.
 
@@ -34,7 +39,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_common import TINY_TRANSFORMER, Server, train_tiny, translate_cli  # noqa: E402
+from serve_common import TINY_TRANSFORMER, Server, mean_entropy, overlap, train_tiny, translate_cli  # noqa: E402
 
 SENTENCE = "Ein Mann fährt Fahrrad auf der Straße."
 
@@ -87,6 +92,7 @@ def main():
         try:
             run_page(drv, server.url, expected, expected_beam, screenshot)
             run_transformer_page(drv, server, heads, expected_transformer)
+            run_side_by_side_page(drv, server, (ckpt, transformer), (expected, expected_transformer[0]))
         finally:
             drv.quit()
             status, _, err = server.stop()
@@ -94,7 +100,8 @@ def main():
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print("explorer: translation, heatmap, hover, cell details, energy terms, step-through and beam tree as expected; "
-          "a Transformer's heads, self-attention, terms and diagnostics equal the server's JSON; screenshot", screenshot)
+          "a Transformer's heads, self-attention, terms and diagnostics equal the server's JSON; side by side, each "
+          "head's entropy and agreement with the GRU as recomputed from the JSON; screenshot", screenshot)
 
 
 def run_page(drv, url, expected, expected_beam, screenshot):
@@ -306,6 +313,59 @@ def run_transformer_page(drv, server, cli, expected):
     panel = translate_on_page(drv, wait, expected[1], "Transformer, beam 3", model=1)
     check(len(panel.find_elements(By.CSS_SELECTOR, ".beam-tree g.node.best")) ==
           len(panel.find_elements(By.CSS_SELECTOR, "th.tgt")), "the best path is not one node per output token")
+
+
+def run_side_by_side_page(drv, server, names, expected):
+    """Side by side: the GRU's map and the Transformer replayed along its output, against the answer."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+    wait = WebDriverWait(drv, 30)
+    toggle = drv.find_element(By.ID, "side-by-side")
+    check(toggle.is_displayed(), "no side-by-side checkbox with a GRU and a Transformer served")
+    toggle.click()
+    beam = drv.find_element(By.ID, "beam")
+    beam.clear()
+    beam.send_keys("1")
+    drv.find_element(By.ID, "go").click()
+    wait.until(lambda d: d.find_element(By.ID, "panels").get_attribute("data-state") == "done")
+    check(drv.find_element(By.ID, "status").text == "", drv.find_element(By.ID, "status").text)
+    panel = drv.find_element(By.CSS_SELECTOR, ".panel.side-by-side")
+    status, _, a = server.request("/v1/side_by_side", {"src": SENTENCE, "models": list(names), "beam": 1})
+    check(status == 200, f"side by side: {status} {a}")
+    check((a["gru"]["translation"], a["transformer"]["translation"]) == expected,
+          f"side by side translates {a['gru']['translation']!r}, {a['transformer']['translation']!r}")
+    check(panel.find_element(By.CSS_SELECTOR, ".sbs-gru-translation").text == expected[0], "the GRU's translation")
+    gru = a["gru"]["attention"]["weights"]
+    column = panel.find_element(By.CSS_SELECTOR, ".sbs-gru")
+    check_map(shown_map(drv, column), gru, "side by side, the GRU")
+    shown = column.find_element(By.CSS_SELECTOR, ".diagnostics").text
+    check(f"mean entropy (nats) {mean_entropy(gru):.3f}" in shown, f"the GRU's diagnostics: {shown!r}")
+    heads = a["transformer_on_gru_output"]["attention"]["heads"]
+    check(heads["tgt"] == a["gru"]["attention"]["tgt"], "the replayed Transformer's rows are not the GRU's output")
+    column = panel.find_element(By.CSS_SELECTOR, ".sbs-transformer")
+    for layer, maps in enumerate(heads["cross"]):
+        average = [[sum(col) / len(maps) for col in zip(*rows)] for rows in zip(*[c["weights"] for c in maps])]
+        for head, weights in list(enumerate(c["weights"] for c in maps)) + [(-1, average)]:
+            what = f"side by side, layer {layer + 1} head {head + 1 if head >= 0 else 'average'}"
+            select_sbs(column, layer, head)
+            check_map(shown_map(drv, column), weights, what)
+            agreement = f"{overlap(weights, gru):.3f}"
+            text = column.find_element(By.CSS_SELECTOR, ".sbs-shown-agreement").text
+            check(text == f"agreement with the GRU: {agreement}", f"{what}: {text!r}, recomputed {agreement}")
+            row = column.find_element(By.CSS_SELECTOR, f"table.sbs-heads tr[data-layer='{layer}'][data-head='{head}']")
+            cells = {k: row.find_element(By.CSS_SELECTOR, f"td.{k}").text for k in ("entropy", "agreement")}
+            want = {"entropy": f"{mean_entropy(weights):.3f}" if head >= 0 else "-", "agreement": agreement}
+            check(cells == want and "selected" in row.get_attribute("class"), f"{what}: the table shows {cells}, {want}")
+    row = column.find_element(By.CSS_SELECTOR, "table.sbs-heads tr[data-layer='0'][data-head='2']")
+    row.click()
+    check_map(shown_map(drv, column), heads["cross"][0][2]["weights"], "layer 1 head 3, selected by its row")
+
+
+def select_sbs(column, layer, head):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+    Select(column.find_element(By.CSS_SELECTOR, "select.sel-layer")).select_by_value(str(layer))
+    Select(column.find_element(By.CSS_SELECTOR, "select.sel-head")).select_by_value(str(head))
 
 
 if __name__ == "__main__":

@@ -195,6 +195,58 @@ Sharpness attention_sharpness(models::TranslationModel& model, const text::Encod
   return {rows ? entropy / rows : 0, normalized_rows ? normalized / normalized_rows : 0, rows ? uniform / rows : 0};
 }
 
+// One batch row's maps from the stacked (B, M, T, S) weights: row r's first `rows` steps over its
+// first `cols` source positions, labelled with its tokens (its reference's, <eos> last, as rows).
+std::vector<models::AttentionMatrix> row_maps(const std::vector<float>& w, const text::Batch& batch, int64_t r,
+                                              int64_t maps, const text::Vocab& src_vocab, const text::Vocab& tgt_vocab) {
+  const int64_t T = batch.tgt_len_max, S = batch.src_len_max, rows = batch.tgt_lengths[r], cols = batch.src_lengths[r];
+  models::AttentionMatrix axes;
+  for (int64_t s = 0; s < cols; ++s) axes.src.push_back(src_vocab.token(batch.src[r * S + s]));
+  for (int64_t t = 0; t < rows; ++t) axes.tgt.push_back(tgt_vocab.token(batch.tgt_out[r * T + t]));
+  std::vector<models::AttentionMatrix> out(static_cast<size_t>(maps), axes);
+  for (int64_t m = 0; m < maps; ++m)
+    for (int64_t t = 0; t < rows; ++t) {
+      auto row = w.begin() + ((r * maps + m) * T + t) * S;
+      out[m].weights.insert(out[m].weights.end(), row, row + cols);
+    }
+  return out;
+}
+
+// The attention of every pair, teacher-forced along its reference (eval mode): the GRU's weights,
+// or each of the Transformer's layers' cross-attention heads, as (B, M, 1, S) per step.
+std::vector<std::vector<models::AttentionMatrix>> teacher_forced_maps(models::TranslationModel& model,
+                                                                      const text::EncodedCorpus& corpus,
+                                                                      const text::Vocab& src_vocab,
+                                                                      const text::Vocab& tgt_vocab) {
+  bool was_training = model.is_training();
+  model.eval();
+  NoGradGuard no_grad;
+  auto* transformer = dynamic_cast<models::TransformerTranslator*>(&model);
+  std::vector<std::vector<models::AttentionMatrix>> out(corpus.pairs.size());
+  for (const text::Batch& batch : text::make_batches(corpus.pairs, {.batch_size = 128, .shuffle = false})) {
+    models::TensorBatch b = models::to_tensors(batch);
+    auto state = model.start(b.src, b.src_lengths);
+    std::vector<Tensor> steps;
+    for (int64_t t = 0; t < batch.tgt_len_max; ++t) {
+      models::TranslationModel::StepOutput step = model.step(*state, b.tgt_in.select(1, t));
+      if (transformer == nullptr) {
+        steps.push_back(step.weights.unsqueeze(1).unsqueeze(2));
+        continue;
+      }
+      std::vector<Tensor> layers;
+      for (int64_t l = 0; l < transformer->config().num_layers; ++l)
+        layers.push_back(transformer->decoder.layer(l).multihead_attn.last_head_weights());  // (B, h, 1, S)
+      steps.push_back(cat(layers, 1));
+    }
+    const Tensor all = cat(steps, 2).contiguous();  // (B, M, T, S)
+    const std::vector<float> w = all.to_vector<float>();
+    for (int64_t r = 0; r < batch.batch; ++r)
+      out[static_cast<size_t>(batch.index[r])] = row_maps(w, batch, r, all.size(1), src_vocab, tgt_vocab);
+  }
+  model.train(was_training);
+  return out;
+}
+
 // One validated epoch: fit()'s metrics and the attention's sharpness.
 struct EpochResult {
   models::EpochMetrics metrics;
@@ -227,8 +279,51 @@ struct Run {
   std::string stopped;      // why the run stopped early (non-finite loss), else empty
   std::vector<EpochResult> epochs;
   std::vector<std::string> sample_heatmaps;  // SVG attention of the first validation sentences, last epoch
+  // Per validation pair, the attention teacher-forced along its reference after the last epoch: the
+  // GRU's one map, the Transformer's cross-attention per layer and head (layer-major), for the
+  // per-head report (head_reports)
+  std::vector<std::vector<models::AttentionMatrix>> valid_maps;
+  int64_t layers = 0, heads = 0;  // the Transformer's
   const EpochResult& last() const { return epochs.back(); }
 };
+
+// One Transformer head against one GRU on the validation pairs: its mean entropy per target token
+// (nats) and its agreement with the GRU (models::attention_overlap, its rows weighted alike: the mean
+// over every target token of Σ_s min(a_s, g_s)).
+struct HeadReport {
+  int64_t train_pairs = 0, layer = 0, head = 0;
+  std::string gru;  // the GRU's attention kind
+  double entropy = 0, agreement = 0;
+};
+
+HeadReport head_report(const Run& transformer, const Run& gru, int64_t map) {
+  HeadReport h{transformer.train_pairs, map / transformer.heads, map % transformer.heads, gru.kind};
+  double rows = 0;
+  for (size_t i = 0; i < gru.valid_maps.size(); ++i) {
+    const models::AttentionMatrix& a = transformer.valid_maps[i][static_cast<size_t>(map)];
+    const auto n = static_cast<double>(a.tgt.size());
+    for (double e : models::attention_diagnostics(a).entropy) h.entropy += e;
+    h.agreement += n * models::attention_overlap(a, gru.valid_maps[i].front()).value_or(0);
+    rows += n;
+  }
+  if (rows > 0) h.entropy /= rows, h.agreement /= rows;
+  return h;
+}
+
+// Every Transformer head against every GRU trained on the same pairs (both teacher-forced on the
+// same validation references, so their rows are the same target tokens).
+std::vector<HeadReport> head_reports(const std::vector<Run>& runs) {
+  std::vector<HeadReport> out;
+  for (const Run& t : runs) {
+    if (t.architecture != "transformer" || t.valid_maps.empty()) continue;
+    for (const Run& g : runs) {
+      if (g.architecture != "gru" || g.train_pairs != t.train_pairs || g.valid_maps.size() != t.valid_maps.size())
+        continue;
+      for (int64_t m = 0; m < t.layers * t.heads; ++m) out.push_back(head_report(t, g, m));
+    }
+  }
+  return out;
+}
 
 constexpr size_t kSampleSentences = 2;  // the report shows their attention side by side for each kind
 
@@ -350,6 +445,11 @@ Run run_one(const Variant& variant, const Data& data, int64_t train_pairs, bool 
       fmt::print(stderr, "[{} {} pairs] test ({} pairs): sacreBLEU {:.2f} greedy, {:.2f} beam {}; {:.1f} and {:.1f} "
                  "sentences/s\n", run.kind, train_pairs, run.test->pairs, run.test->greedy.sacrebleu,
                  run.test->beam.sacrebleu, kTestBeam, run.test->greedy.sentences_per_s, run.test->beam.sentences_per_s);
+  }
+  if (run.stopped.empty()) {
+    run.valid_maps = teacher_forced_maps(trainer.model(), d.valid, d.src_vocab, d.tgt_vocab);
+    if (c.model.architecture == models::Architecture::transformer)
+      run.layers = c.model.num_layers, run.heads = c.model.heads;
   }
   for (size_t i = 0; i < std::min(kSampleSentences, samples.size()); ++i)
     run.sample_heatmaps.push_back(plot::heatmap_svg(attention_heatmap(
@@ -497,6 +597,22 @@ std::string format_table(const std::vector<std::vector<std::string>>& rows) {
   return out;
 }
 
+std::vector<std::vector<std::string>> head_table(const std::vector<HeadReport>& reports) {
+  std::vector<std::vector<std::string>> table{{"Transformer head", "pairs", "GRU", "entropy", "agreement"}};
+  for (const HeadReport& h : reports)
+    table.push_back({fmt::format("layer {} head {}", h.layer + 1, h.head + 1), fmt::format("{}", h.train_pairs), h.gru,
+                     fmt::format("{:.3f}", h.entropy), fmt::format("{:.3f}", h.agreement)});
+  return table;
+}
+
+nlohmann::json heads_json(const std::vector<HeadReport>& reports) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const HeadReport& h : reports)
+    out.push_back({{"train_pairs", h.train_pairs}, {"layer", h.layer}, {"head", h.head}, {"gru", h.gru},
+                   {"entropy", h.entropy}, {"agreement_with_gru", h.agreement}});
+  return out;
+}
+
 // The report's setup sentence on the Transformer, when one is compared.
 std::string transformer_setup(const Variant* transformer) {
   if (transformer == nullptr) return "";
@@ -601,6 +717,12 @@ int compare_main(int argc, char** argv) {
     fmt::print("\n{}(training: the time of its steps and target tokens/s; test: sacreBLEU of the model after its last\n"
                " epoch on the first {} test pairs, greedy and beam {}, and sentences/s decoding them in batches of {})\n",
                format_table(test_table), data.test.test.size(), kTestBeam, kDecodeBatch);
+  const std::vector<HeadReport> head_rows = head_reports(runs);
+  const std::vector<std::vector<std::string>> heads_table = head_table(head_rows);
+  if (!head_rows.empty() && text_output)
+    fmt::print("\n{}(the Transformer's cross-attention per layer and head beside each GRU, both teacher-forced on the {} "
+               "validation\n references: mean entropy in nats per target token; agreement = the mean over target tokens "
+               "of\n sum_j min(head_j, gru_j), 1 for the same rows)\n", format_table(heads_table), valid_pairs.size());
   std::vector<std::vector<std::string>> timing_table{{"model", "ms/step (median)", "ms/step (mean)", "target tok/s"}};
   for (const Timing& t : timing)
     timing_table.push_back({t.kind, fmt::format("{:.1f}", t.median_ms), fmt::format("{:.1f}", t.mean_ms),
@@ -623,6 +745,7 @@ int compare_main(int argc, char** argv) {
                     {"total_seconds", total_seconds},
                     {"transformer_config", transformer ? transformer->config.to_json() : nlohmann::json(nullptr)}}},
       {"runs", nlohmann::json::array()},
+      {"heads", heads_json(head_rows)},
       {"timing", nlohmann::json::array()}};
   for (const Run& r : runs) json["runs"].push_back(to_json(r));
   for (const Timing& t : timing)
@@ -652,6 +775,17 @@ int compare_main(int argc, char** argv) {
   plot::ReportSection summary{"Summary (last epoch)", "", ""};
   summary.table = table;
   sections.push_back(summary);
+  if (!head_rows.empty()) {
+    plot::ReportSection heads{"The Transformer's heads beside the GRU",
+                              fmt::format("Per layer and head, the cross-attention's mean entropy (nats per target "
+                                          "token) and its agreement with each GRU trained on the same pairs: the mean "
+                                          "over target tokens of Σ_j min(a_j, g_j), the weight the head (a) and the "
+                                          "GRU (g) both put on source token j (1: the same rows, 0: disjoint). Both "
+                                          "are teacher-forced on the {} validation references, so their rows are the "
+                                          "same target tokens.", valid_pairs.size()), ""};
+    heads.table = heads_table;
+    sections.push_back(heads);
+  }
   plot::ReportSection tested{"Training time and the test split",
                              fmt::format("Training: the time of its steps (validation excluded) and target tokens per "
                                          "second. Test: sacreBLEU of the model after its last epoch on the first {} "

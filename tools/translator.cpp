@@ -107,6 +107,8 @@ void add_diagnostics(nlohmann::json& j, const models::AttentionDiagnostics& d) {
 models::AttentionMatrix head_matrix(const models::AttentionMatrix& axes, const Tensor& map) {
   models::AttentionMatrix m = axes;
   m.weights = map.contiguous().to_vector<float>();
+  SG_CHECK_VALUE(m.weights.size() == m.src.size() * m.tgt.size(), "a cross-attention map of {} weights does not fit "
+                 "{} output and {} source units", m.weights.size(), m.tgt.size(), m.src.size());
   return m;
 }
 
@@ -160,6 +162,21 @@ nlohmann::json attention_json(const Translation& t, const TranslationJsonOptions
 }
 
 }  // namespace
+
+nlohmann::json agreement_json(const models::TransformerInternals& in, const models::AttentionMatrix& reference) {
+  const auto number = [](std::optional<double> x) { return x ? nlohmann::json(*x) : nlohmann::json(nullptr); };
+  nlohmann::json heads = nlohmann::json::array(), average = nlohmann::json::array();
+  for (const models::TransformerInternals::Layer& layer : in.layers) {
+    nlohmann::json layer_heads = nlohmann::json::array();
+    for (int64_t h = 0; h < in.heads; ++h)
+      layer_heads.push_back(number(models::attention_overlap(head_matrix(reference, layer.cross_weights.select(0, h)),
+                                                             reference)));
+    heads.push_back(std::move(layer_heads));
+    average.push_back(number(models::attention_overlap(head_matrix(reference, mean(layer.cross_weights, {0})),
+                                                       reference)));
+  }
+  return {{"heads", std::move(heads)}, {"average", std::move(average)}};
+}
 
 nlohmann::json head_rows_json(const Tensor& maps, bool causal) {
   const int64_t heads = maps.size(0), rows = maps.size(1), cols = maps.size(2);

@@ -88,6 +88,11 @@ struct TranslationJsonOptions {
 // translated gives {"src", "error"}.
 nlohmann::json translation_json(const Translation& t, const std::string& source, const text::Vocab& tgt_vocab,
                                 const TranslationJsonOptions& options = {});
+// A Transformer's cross-attention replayed along another model's output (models::replay_batch's
+// heads, over `reference`'s axes in tokens) against that model's attention `reference` (the GRU's
+// along its own output): per layer, each head's models::attention_overlap with it, and the heads'
+// average's. {"heads": [[per head] per layer], "average": [per layer]}, null where there is no row.
+nlohmann::json agreement_json(const models::TransformerInternals& heads, const models::AttentionMatrix& reference);
 // Per-head maps (h, R, C) as h arrays of R rows of C numbers; `causal`: row r keeps its first r + 1
 // numbers (a causal self-attention's, whose later positions are not attended).
 nlohmann::json head_rows_json(const Tensor& maps, bool causal = false);

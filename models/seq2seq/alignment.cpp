@@ -69,6 +69,17 @@ std::optional<double> alignment_agreement(const AttentionMatrix& a, const Attent
   return static_cast<double>(same) / static_cast<double>(x.size());
 }
 
+std::optional<double> attention_overlap(const AttentionMatrix& a, const AttentionMatrix& b) {
+  SG_CHECK_VALUE(a.src == b.src && a.tgt == b.tgt, "attention_overlap: the attentions have other axes ({} x {} and "
+                 "{} x {} units): compare two attentions of one sentence and one output", a.tgt.size(), a.src.size(),
+                 b.tgt.size(), b.src.size());
+  if (a.tgt.empty()) return std::nullopt;
+  double total = 0;  // Σ_t Σ_s min(a_ts, b_ts)
+  for (size_t t = 0; t < a.tgt.size(); ++t)
+    for (size_t s = 0; s < a.src.size(); ++s) total += std::min<double>(a.at(t, s), b.at(t, s));
+  return total / static_cast<double>(a.tgt.size());
+}
+
 std::string pharaoh(const std::vector<AlignmentPoint>& pairs) {
   std::string out;
   for (const AlignmentPoint& p : pairs) out += fmt::format("{}{}-{}", out.empty() ? "" : " ", p.src, p.tgt);

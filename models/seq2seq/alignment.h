@@ -54,6 +54,13 @@ std::vector<AlignmentPoint> hard_alignment(const AttentionMatrix& m);
 // is no output unit or no source unit to align. A head against its layer's head average, or
 // against another model's attention on the same sentence and output. ValueError for other axes.
 std::optional<double> alignment_agreement(const AttentionMatrix& a, const AttentionMatrix& b);
+// How much two attentions over the same axes (one sentence, one output: a Transformer head replayed
+// along the GRU's output against the GRU's attention) put on the same source units: the mean over
+// every row t (the <eos> row included) of Σ_s min(a_ts, b_ts) over every column (the source's <eos>
+// included). A row's overlap is 1 − the total variation distance of its two distributions: 1 for
+// equal rows, 0 for rows on disjoint units; it counts how much weight agrees, not only the argmax
+// (alignment_agreement). Empty when there is no row. ValueError for other axes.
+std::optional<double> attention_overlap(const AttentionMatrix& a, const AttentionMatrix& b);
 // "0-2 1-1 2-0": the pairs as Pharaoh, fast_align and Marian write them.
 std::string pharaoh(const std::vector<AlignmentPoint>& pairs);
 // The soft alignment as Marian prints it: one group per row (every row and column, <eos> included,

@@ -29,19 +29,27 @@ LoadedModel load_model(const std::string& path, const ReadCheckpointOptions& opt
   return loaded;
 }
 
-std::vector<Translation> translate_batch(const Ensemble& models, const CheckpointInfo& info,
-                                         const std::vector<std::string>& sentences,
-                                         const DecodeOptions& options, int64_t max_tokens,
-                                         Generator* sampling, bool explain) {
-  std::vector<Translation> out(sentences.size());
-  std::vector<std::vector<int64_t>> ids;
-  std::vector<size_t> which;  // the sentence of each encoded row
+namespace {
+
+// The sentences tokenized, cut to max_tokens and encoded as one padded batch (src (N, S), lengths
+// (N,)) of the good ones; `out` has one Translation per sentence, its error set when it has none.
+struct EncodedSources {
+  std::vector<Translation> out;
+  std::vector<std::vector<int64_t>> ids;  // per encoded row, its <eos> included
+  std::vector<size_t> which;              // the sentence of each encoded row
+  Tensor src, lengths;
+};
+
+EncodedSources encode_sources(const CheckpointInfo& info, const std::vector<std::string>& sentences,
+                              int64_t max_tokens) {
+  EncodedSources e;
+  e.out.resize(sentences.size());
   for (size_t i = 0; i < sentences.size(); ++i) {
-    Translation& t = out[i];
+    Translation& t = e.out[i];
     try {
       t.src_tokens = info.src_vocab.tokenize(sentences[i]);
-    } catch (const Error& e) {
-      t.error = e.what();
+    } catch (const Error& error) {
+      t.error = error.what();
       continue;
     }
     if (t.src_tokens.empty()) {
@@ -50,44 +58,93 @@ std::vector<Translation> translate_batch(const Ensemble& models, const Checkpoin
     }
     t.truncated = max_tokens > 0 && static_cast<int64_t>(t.src_tokens.size()) > max_tokens;
     if (t.truncated) t.src_tokens.resize(max_tokens);
-    ids.push_back(encode_sentence(info.src_vocab, t.src_tokens, 0));
-    which.push_back(i);
+    e.ids.push_back(encode_sentence(info.src_vocab, t.src_tokens, 0));
+    e.which.push_back(i);
   }
-  if (ids.empty()) return out;
+  if (e.ids.empty()) return e;
   int64_t longest = 0;
-  for (const auto& row : ids) longest = std::max<int64_t>(longest, static_cast<int64_t>(row.size()));
+  for (const auto& row : e.ids) longest = std::max<int64_t>(longest, static_cast<int64_t>(row.size()));
   std::vector<int64_t> flat, lengths;
-  for (const auto& row : ids) {
+  for (const auto& row : e.ids) {
     flat.insert(flat.end(), row.begin(), row.end());
     flat.insert(flat.end(), longest - static_cast<int64_t>(row.size()), text::Vocab::kPad);
     lengths.push_back(static_cast<int64_t>(row.size()));
   }
-  auto rows = static_cast<int64_t>(ids.size());
-  Tensor src = from_vector(flat, {rows, longest}, {.dtype = DType::i64});
-  Tensor len = from_vector(lengths, {rows}, {.dtype = DType::i64});
+  auto rows = static_cast<int64_t>(e.ids.size());
+  e.src = from_vector(flat, {rows, longest}, {.dtype = DType::i64});
+  e.lengths = from_vector(lengths, {rows}, {.dtype = DType::i64});
+  return e;
+}
+
+// Encoded row r's attention along its best hypothesis, from the first model: the GRU's energies'
+// terms, or a Transformer's every layer and head.
+void add_internals(Translation& t, const Ensemble& models, const EncodedSources& e, size_t r,
+                   const DecodeOptions& options) {
+  const Hypothesis& best = t.hyps.front();
+  Tensor sentence = e.src.select(0, static_cast<int64_t>(r)).narrow(0, 0, static_cast<int64_t>(e.ids[r].size()));
+  if (auto* gru = dynamic_cast<Seq2Seq*>(&models.first()))
+    t.internals = attention_internals(*gru, sentence.unsqueeze(0), best.tokens, best.finished, options.bos_id,
+                                      options.eos_id);
+  if (auto* transformer = dynamic_cast<TransformerTranslator*>(&models.first()))
+    t.heads = transformer_internals(*transformer, sentence.unsqueeze(0), best.tokens, best.finished, options.bos_id,
+                                    options.eos_id);
+}
+
+// A forced hypothesis of an output cut at max_len: score_targets always scores <eos> after the
+// last token, so its <eos> step is dropped.
+void drop_eos_step(Hypothesis& h) {
+  h.log_prob -= h.token_log_probs.back();
+  h.token_log_probs.pop_back();
+  h.attention.pop_back();
+  if (!h.energies.empty()) h.energies.pop_back();
+  if (!h.alternatives.empty()) h.alternatives.pop_back();
+  h.finished = false;
+}
+
+}  // namespace
+
+std::vector<Translation> translate_batch(const Ensemble& models, const CheckpointInfo& info,
+                                         const std::vector<std::string>& sentences,
+                                         const DecodeOptions& options, int64_t max_tokens,
+                                         Generator* sampling, bool explain) {
+  EncodedSources e = encode_sources(info, sentences, max_tokens);
+  if (e.ids.empty()) return std::move(e.out);
   std::vector<std::vector<Hypothesis>> ranked;
   std::vector<BeamTree> trees;
   if (options.beam_size > 1) {
-    ranked = beam_search(models, src, len, options, explain ? &trees : nullptr);
+    ranked = beam_search(models, e.src, e.lengths, options, explain ? &trees : nullptr);
   } else {
-    for (Hypothesis& h : decode(models, src, len, options, sampling)) ranked.push_back({std::move(h)});
+    for (Hypothesis& h : decode(models, e.src, e.lengths, options, sampling)) ranked.push_back({std::move(h)});
   }
-  for (size_t r = 0; r < which.size(); ++r) {
-    Translation& t = out[which[r]];
+  for (size_t r = 0; r < e.which.size(); ++r) {
+    Translation& t = e.out[e.which[r]];
     t.hyps = std::move(ranked[r]);
     for (const Hypothesis& h : t.hyps) t.out_tokens.push_back(info.tgt_vocab.decode(h.tokens));
     if (!explain) continue;
     if (!trees.empty()) t.beam_tree = std::move(trees[r]);
-    const Hypothesis& best = t.hyps.front();
-    Tensor sentence = src.select(0, static_cast<int64_t>(r)).narrow(0, 0, static_cast<int64_t>(ids[r].size()));
-    if (auto* gru = dynamic_cast<Seq2Seq*>(&models.first()))
-      t.internals = attention_internals(*gru, sentence.unsqueeze(0), best.tokens, best.finished,
-                                                options.bos_id, options.eos_id);
-    if (auto* transformer = dynamic_cast<TransformerTranslator*>(&models.first()))
-      t.heads = transformer_internals(*transformer, sentence.unsqueeze(0), best.tokens, best.finished,
-                                      options.bos_id, options.eos_id);
+    add_internals(t, models, e, r, options);
   }
-  return out;
+  return std::move(e.out);
+}
+
+std::vector<Translation> replay_batch(const Ensemble& models, const CheckpointInfo& info,
+                                      const std::vector<std::string>& sentences, const std::vector<ForcedOutput>& outputs,
+                                      const DecodeOptions& options, int64_t max_tokens) {
+  SG_CHECK_VALUE(outputs.size() == sentences.size(), "replay_batch: {} outputs for {} sentences", outputs.size(),
+                 sentences.size());
+  EncodedSources e = encode_sources(info, sentences, max_tokens);
+  if (e.ids.empty()) return std::move(e.out);
+  std::vector<std::vector<int64_t>> targets;
+  for (size_t i : e.which) targets.push_back(outputs[i].tokens);
+  std::vector<Hypothesis> scored = score_targets(models, e.src, e.lengths, targets, options);
+  for (size_t r = 0; r < e.which.size(); ++r) {
+    Translation& t = e.out[e.which[r]];
+    if (!outputs[e.which[r]].finished) drop_eos_step(scored[r]);
+    t.hyps = {std::move(scored[r])};
+    t.out_tokens = {info.tgt_vocab.decode(t.hyps.front().tokens)};
+    add_internals(t, models, e, r, options);
+  }
+  return std::move(e.out);
 }
 
 Translator::Translator(const std::vector<std::string>& checkpoints, const ReadCheckpointOptions& options) {

@@ -56,6 +56,20 @@ std::vector<Translation> translate_batch(const Ensemble& models, const Checkpoin
                                          const std::vector<std::string>& sentences, const DecodeOptions& options,
                                          int64_t max_tokens, Generator* sampling = nullptr, bool explain = false);
 
+// An output to replay: its target ids (without <bos> and <eos>) and whether it ended with <eos>.
+struct ForcedOutput {
+  std::vector<int64_t> tokens;
+  bool finished = true;
+};
+// Forced decoding with `explain`'s attention: each sentence's given output (another model's
+// translation, say) scored by the models (score_targets: token log-probabilities, the attention rows,
+// <eos>'s step only when the output finished) and replayed through the first model for its
+// internals, as translate_batch's explain gives them for the model's own output. So two models'
+// attention can be compared on the same sentence and the same output tokens.
+std::vector<Translation> replay_batch(const Ensemble& models, const CheckpointInfo& info,
+                                      const std::vector<std::string>& sentences, const std::vector<ForcedOutput>& outputs,
+                                      const DecodeOptions& options, int64_t max_tokens);
+
 class Translator {
  public:
   // One checkpoint, or several decoded as an ensemble that averages their probabilities: they

@@ -126,11 +126,14 @@ void Batcher::start(const std::shared_ptr<Job>& job) {
 }
 
 // An explained job is decoded by itself: the beam tree and the attention internals come from the
-// batch search (translate_batch), which the continuous search does not record.
+// batch search (translate_batch), which the continuous search does not record; a forced one is
+// replayed (replay_batch) on this thread too, as the model keeps its last attention in its modules.
 void Batcher::explain(const std::shared_ptr<Job>& job) {
   const BatchModel& m = models_[job->model];
   try {
-    job->translations = translate_batch(*m.model, *m.info, job->src, job->options, 0, nullptr, true);
+    job->translations = job->forced.empty()
+                            ? translate_batch(*m.model, *m.info, job->src, job->options, 0, nullptr, true)
+                            : models::replay_batch(*m.model, *m.info, job->src, job->forced, job->options, 0);
   } catch (...) {
     job->done.set_exception(std::current_exception());
     return;

@@ -38,6 +38,9 @@ struct Job {
   // translations with their beam trees and attention internals: decoded by themselves, as one batch
   // (translate_batch), between two steps of the others
   bool explain = false;
+  // not empty (with explain): one output per sentence, replayed through the model instead of
+  // searched (models::replay_batch), for comparing another model's translation with this one's attention
+  std::vector<models::ForcedOutput> forced;
   std::vector<std::string> src;
   std::vector<std::vector<std::string>> src_tokens;  // per sentence, as the source vocabulary tokenizes it
   int64_t tokens = 0;                                // their source tokens, for --max-batch-tokens

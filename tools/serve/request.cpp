@@ -189,6 +189,79 @@ TranslateRequest read_translate_request(const nlohmann::json& body, const std::v
   return r;
 }
 
+namespace {
+
+// "'a.safetensors' (gru), 'b.safetensors' (transformer)": the served models, for messages.
+std::string served_list(const std::vector<ServedName>& served) {
+  std::string out;
+  for (const ServedName& m : served) out += fmt::format("{}'{}' ({})", out.empty() ? "" : ", ", m.name, m.architecture);
+  return out;
+}
+
+// models[i]: a served model's index, or its name.
+size_t served_model(const nlohmann::json& v, const std::string& field, const std::vector<ServedName>& served) {
+  if (v.is_number_integer()) return model_index(v, field, served.size());
+  if (!v.is_string())
+    refuse(field, fmt::format("{} must be a served model's name or index, got {} {}", field, type_name(v), json_preview(v)));
+  for (size_t i = 0; i < served.size(); ++i)
+    if (served[i].name == v.get<std::string>()) return i;
+  refuse(field, fmt::format("{}: no served model is named {} (served: {})", field, json_preview(v), served_list(served)));
+}
+
+// The GRU's and the Transformer's indices: the request's "models" in either order, else the first
+// of each architecture served.
+std::pair<size_t, size_t> side_by_side_models(const nlohmann::json& body, const std::vector<ServedName>& served) {
+  std::vector<size_t> chosen;
+  if (body.contains("models")) {
+    const nlohmann::json& m = body["models"];
+    if (!m.is_array() || m.size() != 2)
+      refuse("models", fmt::format("models must be a list of two served models (a GRU's and a Transformer's name or "
+                                   "index), got {}", json_preview(m)));
+    for (size_t i = 0; i < 2; ++i) chosen.push_back(served_model(m[i], fmt::format("models[{}]", i), served));
+  }
+  const auto first = [&](const std::string& architecture) {
+    if (body.contains("models")) {
+      for (size_t i : chosen)
+        if (served[i].architecture == architecture) return i;
+      refuse("models", fmt::format("side by side takes one GRU and one Transformer, got '{}' ({}) and '{}' ({})",
+                                   served[chosen[0]].name, served[chosen[0]].architecture, served[chosen[1]].name,
+                                   served[chosen[1]].architecture));
+    }
+    for (size_t i = 0; i < served.size(); ++i)
+      if (served[i].architecture == architecture) return i;
+    refuse("models", fmt::format("side by side needs a GRU and a Transformer checkpoint served; this server serves {}",
+                                 served_list(served)));
+  };
+  return {first("gru"), first("transformer")};
+}
+
+}  // namespace
+
+SideBySideRequest read_side_by_side_request(const nlohmann::json& body, const std::vector<ServedName>& served,
+                                            const std::vector<models::DecodeOptions>& defaults,
+                                            const std::vector<int64_t>& vocab_size, const RequestLimits& limits) {
+  if (!body.is_object())
+    throw RequestError(400, "", fmt::format("the request must be a JSON object {{\"src\": \"...\", \"models\": "
+                                            "[...]}}, got {}", type_name(body)));
+  std::vector<std::string> known = {"src", "models"};
+  for (const models::DecodeField& f : models::decode_fields())
+    if (f.in_requests() && f.key != "nbest") known.push_back(f.key);  // one translation each: no n-best
+  check_known_fields(body, known, "the request");
+  if (!body.contains("src")) refuse("src", "the request has no 'src' (the sentence to translate with both models)");
+  SideBySideRequest r;
+  r.src = sentence(body["src"], "src");
+  const auto [gru, transformer] = side_by_side_models(body, served);
+  nlohmann::json translate = body;  // each model's part: a /v1/translate request with explain
+  translate.erase("models");
+  translate["src"] = nlohmann::json::array({r.src});
+  translate["explain"] = true;
+  translate["model"] = gru;
+  r.gru = read_translate_request(translate, defaults, vocab_size, limits);
+  translate["model"] = transformer;
+  r.transformer = read_translate_request(translate, defaults, vocab_size, limits);
+  return r;
+}
+
 TranslateRequest read_opennmt_request(const nlohmann::json& body, const std::vector<models::DecodeOptions>& defaults,
                                       const RequestLimits& limits) {
   if (!body.is_array())

@@ -47,6 +47,19 @@ struct TranslateRequest {
   ResponseOptions response;
 };
 
+// A served checkpoint as requests name it: its name (the path given) and architecture ("gru" or
+// "transformer").
+struct ServedName {
+  std::string name, architecture;
+};
+
+// POST /v1/side_by_side: one sentence through a GRU and a Transformer, each read as a
+// /v1/translate request with "explain" for its model.
+struct SideBySideRequest {
+  std::string src;
+  TranslateRequest gru, transformer;
+};
+
 // The body as a JSON value: 400 when it is not valid UTF-8, not JSON, nested deeper than a request
 // can be (8 levels) or has a key twice in one object. Never recursive, so no body up to the size
 // limit can exhaust the stack, and every message is bounded.
@@ -58,6 +71,13 @@ nlohmann::json parse_body(const std::string& body);
 // vocabulary of each model); what is left out comes from `defaults` (the command line).
 TranslateRequest read_translate_request(const nlohmann::json& body, const std::vector<models::DecodeOptions>& defaults,
                                         const std::vector<int64_t>& vocab_size, const RequestLimits& limits);
+// POST /v1/side_by_side: {"src": "a sentence", "models": [a, b] (each a served model's name or index:
+// one GRU and one Transformer; left out, the first of each), the decoding options of /v1/translate}.
+// 422 naming what was expected when a model is not served, the two share an architecture, or the
+// server lacks one of them.
+SideBySideRequest read_side_by_side_request(const nlohmann::json& body, const std::vector<ServedName>& served,
+                                            const std::vector<models::DecodeOptions>& defaults,
+                                            const std::vector<int64_t>& vocab_size, const RequestLimits& limits);
 // POST /translator/translate (OpenNMT-py's REST server): [{"src": "...", "id": N}, ...]; every item
 // names the same model (id: its index; with one model served any id is taken, as clients written
 // for OpenNMT-py's model ids send theirs).

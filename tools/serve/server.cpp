@@ -51,7 +51,8 @@ std::string status_message(int status) {
 
 // The metrics label of a path: one of the routes, else "other" (so clients cannot add labels).
 std::string route_label(const std::string& path) {
-  for (const char* route : {"/", "/health", "/metrics", "/v1/models", "/v1/translate", "/translator/translate"})
+  for (const char* route : {"/", "/health", "/metrics", "/v1/models", "/v1/translate", "/v1/side_by_side",
+                             "/translator/translate"})
     if (path == route) return path;
   return "other";
 }
@@ -179,6 +180,12 @@ class Server {
         return nlohmann::json{{"model", models_[r.model].name}, {"translations", std::move(out)}};
       });
     });
+    http_.Post("/v1/side_by_side", [this](const httplib::Request& req, httplib::Response& res) {
+      answer(res, [&] {
+        return side_by_side(read_side_by_side_request(parse_body(req.body), served_names(), defaults_, vocab_sizes_,
+                                                      limits_));
+      });
+    });
     http_.Post("/translator/translate", [this](const httplib::Request& req, httplib::Response& res) {
       answer(res, [&] {
         TranslateRequest r = read_opennmt_request(parse_body(req.body), defaults_, limits_);
@@ -198,13 +205,14 @@ class Server {
   }
 
   // Checks that the request's sentences tokenize within the length limit, queues them, and waits
-  // for their translations.
-  std::vector<Translation> translate(const TranslateRequest& r) {
+  // for their translations (with `forced`, one output per sentence: replays them instead).
+  std::vector<Translation> translate(const TranslateRequest& r, std::vector<models::ForcedOutput> forced = {}) {
     const ServedModel& m = models_[r.model];
     auto job = std::make_shared<Job>();
     job->model = r.model;
     job->options = r.decoding;
-    job->explain = r.response.explain;
+    job->explain = r.response.explain || !forced.empty();
+    job->forced = std::move(forced);
     job->src = r.src;
     for (size_t i = 0; i < r.src.size(); ++i) {
       job->src_tokens.push_back(checked_tokens(m, r.src[i], fmt::format("src[{}]", i)));
@@ -233,6 +241,49 @@ class Server {
       throw RequestError(422, field, fmt::format("{} has {} tokens, more than the server's limit of {} "
                                                  "(--max-src-tokens)", field, tokens.size(), m.max_src_tokens));
     return tokens;
+  }
+
+  std::vector<ServedName> served_names() const {
+    std::vector<ServedName> out;
+    for (const ServedModel& m : models_)
+      out.push_back({m.name, models::architecture_name(m.checkpoint.info.config.model.architecture)});
+    return out;
+  }
+
+  // One sentence through the GRU and the Transformer (each its own search), and the Transformer
+  // replayed along the GRU's output: the same rows as the GRU's attention, so each head's
+  // cross-attention can be compared with it (agreement_json), docs/serving.md.
+  nlohmann::json side_by_side(const SideBySideRequest& r) {
+    const Translation gru = translate(r.gru).front(), transformer = translate(r.transformer).front();
+    const ServedModel &g = models_[r.gru.model], &t = models_[r.transformer.model];
+    if (gru.src_tokens != transformer.src_tokens)
+      throw RequestError(422, "models", fmt::format("'{}' and '{}' read the sentence as other tokens ({} and {}): their "
+                                                    "attention can be compared only over the same source tokens",
+                                                    g.name, t.name, gru.src_tokens.size(), transformer.src_tokens.size()));
+    const Translation replayed = translate(r.transformer, {forced_output(gru, t)}).front();
+    const models::AttentionMatrix reference = models::attention_matrix(gru.src_tokens, gru.out_tokens[0], gru.hyps[0]);
+    const auto part = [&](const Translation& x, const ServedModel& m, size_t index) {
+      nlohmann::json j = sentence_json(x, r.src, m.checkpoint.info.tgt_vocab, r.gru.response);
+      j["model"] = index, j["name"] = m.name;
+      return j;
+    };
+    return {{"src", r.src}, {"gru", part(gru, g, r.gru.model)},
+            {"transformer", part(transformer, t, r.transformer.model)},
+            {"transformer_on_gru_output", part(replayed, t, r.transformer.model)},
+            {"same_output", gru.out_tokens[0] == transformer.out_tokens[0]},
+            {"agreement", agreement_json(*replayed.heads, reference)}};
+  }
+
+  // The GRU's best output as the Transformer's target ids: 422 when the Transformer's vocabulary
+  // lacks one of its tokens (then no replay could give the same rows).
+  static models::ForcedOutput forced_output(const Translation& gru, const ServedModel& transformer) {
+    const text::Vocab& vocab = transformer.checkpoint.info.tgt_vocab;
+    for (const std::string& token : gru.out_tokens[0])
+      if (!vocab.contains(token))
+        throw RequestError(422, "models", fmt::format("the GRU's output token '{}' is not in the target vocabulary of "
+                                                      "'{}': the Transformer cannot be replayed along the GRU's output",
+                                                      token, transformer.name));
+    return {vocab.encode(gru.out_tokens[0]), gru.hyps[0].finished};
   }
 
   nlohmann::json models_json() const {

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # seqgrad vs PyTorch, side by side: runs `seqgrad bench` and bench/torch_bench.py alternately, one
 # workload at a time and for several rounds (the order flips every round), then prints the table
-# (bench/compare.py). The GRU presets' decoding workloads (greedy_*, beam5_*; not *_transformer)
-# also run in onnxruntime (CPU provider, same threads; bench/ort_bench.py) on the same weights
-# exported by `seqgrad export`, when the build has ONNX support and the Python below has
-# onnxruntime. PyTorch runs twice per workload:
+# (bench/compare.py). The decoding workloads (greedy_*, beam5_*) also run in onnxruntime (CPU
+# provider, same threads; bench/ort_bench.py) on the same weights exported by `seqgrad export`,
+# when the build has ONNX support and the Python below has onnxruntime; otherwise that column is
+# skipped and the reason printed. PyTorch runs twice per workload:
 # with its defaults, and with OMP_WAIT_POLICY=passive, which is much faster for it on a loaded
 # machine; ratios are taken against the faster of the two. --quick (the CI smoke: every workload
 # once on every side, no figures kept) runs PyTorch with its defaults only.
@@ -53,13 +53,19 @@ results="$out/results.jsonl"
 : > "$results"
 
 "$seqgrad" bench --export "$out/data" >/dev/null
-# onnxruntime's side: the same initial weights, exported to ONNX (skipped without ONNX support)
-have_ort=0
-if $python -c 'import onnxruntime' 2>/dev/null &&
-   "$seqgrad" export --bench-data "$out/data/seed" --out "$out/data/onnx_seed" >/dev/null 2>&1 &&
-   "$seqgrad" export --bench-data "$out/data/d2l" --out "$out/data/onnx_d2l" >/dev/null 2>&1 &&
-   "$seqgrad" export --bench-data "$out/data/seed" --bench-int8 --out "$out/data/onnx_seed_int8" >/dev/null 2>&1; then
+# onnxruntime's side: the same initial weights, exported to ONNX (ort_bench.py's --onnx pattern
+# onnx_{preset}); without onnxruntime or ONNX support the column is skipped, saying why.
+export_onnx() {  # PRESET FOLDER [--bench-int8]
+  "$seqgrad" export --bench-data "$out/data/$1" --out "$out/data/$2" "${@:3}" >/dev/null 2>"$out/export.err"
+}
+have_ort=0 ort_skipped=""
+if ! $python -c 'import onnxruntime' 2>/dev/null; then
+  ort_skipped="$python cannot import onnxruntime (scripts/setup.sh --tests installs it in .venv)"
+elif export_onnx seed onnx_seed && export_onnx d2l onnx_d2l && export_onnx seed onnx_seed_int8 --bench-int8 &&
+     export_onnx transformer onnx_transformer && export_onnx transformer onnx_transformer_int8 --bench-int8; then
   have_ort=1
+else
+  ort_skipped="seqgrad export failed: $(tail -n 1 "$out/export.err")"
 fi
 # every workload but the on-demand ones (listed as "NAME (on demand)")
 if [ ${#workloads[@]} -eq 0 ]; then mapfile -t workloads < <("$seqgrad" bench --list | grep -v ' (on demand)$'); fi
@@ -77,6 +83,8 @@ pytorch_kernels=$(torch_kernels)
   echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
   echo "cpu: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores online; threads: $threads"
   echo "seqgrad: $("$seqgrad" info | tr '\n' ' ')"
+  if ((have_ort)); then echo "onnxruntime: $($python -c 'import onnxruntime; print(onnxruntime.__version__)')"
+  else echo "onnxruntime: column skipped: $ort_skipped"; fi
   echo "pytorch: $($python -c 'import torch; print(torch.__version__)') with BLAS $(readlink -f /etc/alternatives/libblas.so.3-x86_64-linux-gnu 2>/dev/null || echo '?'), kernels $pytorch_kernels (OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset})"
 } | tee "$out/machine.txt"
 
@@ -98,8 +106,7 @@ side() {
   if [ -z "$line" ]; then echo "run.sh: $label printed no result for $workload" >&2; exit 1; fi
   printf '%-15s %s\n' "$label" "$line"
 }
-# onnxruntime decodes the GRU presets (export refuses a Transformer)
-side_ort() { case "$1" in *_transformer) ;; greedy_*|beam5_*) ((have_ort)) && side onnxruntime run_ort "$1" ;; esac; return 0; }
+side_ort() { case "$1" in greedy_*|beam5_*) ((have_ort)) && side onnxruntime run_ort "$1" ;; esac; return 0; }
 side_passive() { ((passive)) && side pytorch-passive run_torch_passive "$1"; return 0; }
 
 for ((r = 1; r <= rounds; ++r)); do
@@ -120,3 +127,4 @@ for ((r = 1; r <= rounds; ++r)); do
 done
 echo
 $python bench/compare.py "$results" | tee "$out/table.md"
+if ! ((have_ort)); then echo "onnxruntime column skipped: $ort_skipped" | tee -a "$out/table.md"; fi

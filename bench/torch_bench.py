@@ -430,12 +430,18 @@ def beam_search(model, src, lengths, max_len, beam_size, length_penalty=1.0):
     return max(finished, key=lambda f: f[0])[1]
 
 
+def quantize_int8(model, modules):
+    """Dynamic int8 quantization (per-tensor weights, activations quantized per call) of the given
+    module types, on the onednn engine (Debian's torch has no fbgemm)."""
+    torch.backends.quantized.engine = "onednn"
+    return torch.ao.quantization.quantize_dynamic(model.eval(), modules, dtype=torch.qint8)
+
+
 def bench_decode(preset, beam, plan, out, int8=False):
     d = PresetData(plan.data, preset)
     model = d.make_model()
-    if int8:  # dynamic quantization on the onednn engine (Debian's torch has no fbgemm)
-        torch.backends.quantized.engine = "onednn"
-        model = torch.ao.quantization.quantize_dynamic(model.eval(), {nn.Linear, nn.GRU}, dtype=torch.qint8)
+    if int8:
+        model = quantize_int8(model, {nn.Linear, nn.GRU})
     src = torch.tensor([d.decode_src], dtype=torch.int64)
     lengths = torch.tensor([len(d.decode_src)], dtype=torch.int64)
     produced = [0]
@@ -458,7 +464,9 @@ class CachedTransformerDecoder:
     self-attention's keys and values of the positions so far are cached and the new position's
     appended (fairseq's incremental state); the cross-attention's keys and values are projected from
     the encoder's output once, and gathered again only when the rows' sentences change. Pre-norm
-    layers, eval mode (no dropout). A state's rows are hypotheses; reorder() keeps some of them."""
+    layers, eval mode (no dropout). A state's rows are hypotheses; reorder() keeps some of them.
+    int8: the model came from quantize_transformer_int8 (its out_proj layers have no weight tensor),
+    so the encoder is run written out (encode)."""
 
     class State:
         def __init__(self, memory, mask):
@@ -468,8 +476,8 @@ class CachedTransformerDecoder:
             self.keys, self.values = [None] * len(memory), [None] * len(memory)  # per layer (N, h, t, d)
             self.steps = 0
 
-    def __init__(self, model):
-        self.model = model
+    def __init__(self, model, int8=False):
+        self.model, self.int8 = model, int8
         self.layers = model.decoder.layers
         self.heads = self.layers[0].self_attn.num_heads
         self.width = self.layers[0].self_attn.embed_dim
@@ -485,22 +493,39 @@ class CachedTransformerDecoder:
         weights = torch.softmax(scores, -1)
         return torch.matmul(weights, values).reshape(q.size(0), self.width), weights.squeeze(2)  # (N, E), (N, h, T)
 
+    def encode(self, src, padding, mask):
+        """The encoder's output (B, S, E). The int8 model's layers run written out, pre-norm as
+        nn.TransformerEncoderLayer computes them, on their own modules: nn.MultiheadAttention.forward
+        reads out_proj.weight as a tensor, which a dynamically quantized Linear does not have."""
+        m = self.model
+        if not self.int8:
+            return m.encoder(m.embed(src), src_key_padding_mask=padding)
+        x = m.embed(src)
+        for layer in m.encoder.layers:
+            a = layer.self_attn
+            q, k, v = (self.split_heads(t) for t in F.linear(layer.norm1(x), a.in_proj_weight, a.in_proj_bias).chunk(3, -1))
+            scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(q.size(-1)) + mask        # (B, h, S, S)
+            context = torch.matmul(torch.softmax(scores, -1), v).transpose(1, 2).reshape(x.shape)  # (B, S, E)
+            x = x + a.out_proj(context)
+            x = x + layer.linear2(layer.activation(layer.linear1(layer.norm2(x))))
+        return m.encoder.norm(x)
+
     @torch.no_grad()
     def start(self, src, lengths):
         m, E = self.model.eval(), self.width
         padding = torch.arange(src.size(1)).unsqueeze(0) >= lengths.unsqueeze(1)             # (B, S), True = <pad>
-        encoded = m.encoder(m.embed(src), src_key_padding_mask=padding)                      # (B, S, E)
+        mask = torch.zeros(padding.shape).masked_fill(padding, float("-inf")).view(src.size(0), 1, 1, -1)
+        encoded = self.encode(src, padding, mask)                                            # (B, S, E)
         memory = []
         for layer in self.layers:
             w, b = layer.multihead_attn.in_proj_weight, layer.multihead_attn.in_proj_bias
             memory.append((self.split_heads(F.linear(encoded, w[E:2 * E], b[E:2 * E])),
                            self.split_heads(F.linear(encoded, w[2 * E:], b[2 * E:]))))
-        mask = torch.zeros(padding.shape).masked_fill(padding, float("-inf")).view(src.size(0), 1, 1, -1)
         return self.State(memory, mask)
 
     @torch.no_grad()
     def step(self, state, y_prev):
-        """y_prev (N,) -> logits (N, V), the last layer's cross-attention averaged over heads (N, S)."""
+        """y_prev (N,) -> log-probabilities (N, V), the last layer's cross-attention averaged over heads (N, S)."""
         m, E = self.model, self.width
         x = m.embedding(y_prev) * m.scale + m.positions[state.steps]                          # (N, E)
         for i, layer in enumerate(self.layers):
@@ -514,7 +539,7 @@ class CachedTransformerDecoder:
             x = x + layer.multihead_attn.out_proj(context)
             x = x + layer.linear2(layer.activation(layer.linear1(layer.norm3(x))))
         state.steps += 1
-        return F.linear(m.decoder.norm(x), m.embedding.weight), weights.mean(1)
+        return torch.log_softmax(F.linear(m.decoder.norm(x), m.embedding.weight), -1), weights.mean(1)
 
     def reorder(self, state, rows):
         """Row r of the next step continues row rows[r] of the last one."""
@@ -529,6 +554,9 @@ class CachedTransformerDecoder:
             state.row_sentence = sentences
 
 
+# The batched searches below take a `decoder` with start(src, lengths) -> state, step(state, y_prev)
+# -> (log-probabilities (N, V), attention (N, S)) and reorder(state, rows): CachedTransformerDecoder
+# here, ort_bench.py's OrtTransformerDecoder over the exported graphs.
 def final_score(tokens, log_prob, finished, length_penalty=1.0):
     """decode.cpp's final_score with the power length penalty: log_prob / |Y|^alpha, <eos> counted."""
     return log_prob / math.pow(max(len(tokens) + (1 if finished else 0), 1), length_penalty)
@@ -543,8 +571,7 @@ def greedy_transformer(decoder, src, lengths, max_len):
     hyps = [{"tokens": [], "log_prob": 0.0, "finished": False} for _ in src_len]
     y, steps = torch.full((len(src_len),), BOS, dtype=torch.int64), []
     for _ in range(max_len):
-        logits, weights = decoder.step(state, y)
-        log_probs = torch.log_softmax(logits, -1)
+        log_probs, weights = decoder.step(state, y)
         y = log_probs.argmax(-1)
         ids, lp = y.tolist(), log_probs.gather(1, y.unsqueeze(1)).squeeze(1).tolist()
         steps.append(weights)
@@ -579,9 +606,9 @@ def beam_transformer(decoder, src, lengths, max_len, beam_size):
         rows = [h for beams in open_ for h in beams]
         if not rows:
             break
-        logits, weights = decoder.step(state, torch.tensor([h[2] for h in rows], dtype=torch.int64))
+        log_probs, weights = decoder.step(state, torch.tensor([h[2] for h in rows], dtype=torch.int64))
         attention = torch.cat([attention, weights.unsqueeze(1)], 1)
-        log_probs = torch.log_softmax(logits, -1).double()
+        log_probs = log_probs.double()
         top_lp, top_id = log_probs.topk(min(2 * beam_size, log_probs.size(1)), -1)
         lp, ids = top_lp.tolist(), top_id.tolist()
         parents, first = [], 0
@@ -615,9 +642,28 @@ def beam_transformer(decoder, src, lengths, max_len, beam_size):
     return best
 
 
-def bench_decode_transformer(beam, plan, out):
-    d = PresetData(plan.data, "transformer")
-    decoder = CachedTransformerDecoder(d.make_model())
+def quantize_transformer_int8(model):
+    """The Linear modules seqgrad's nn::quantize_dynamic makes int8 in a Transformer: linear1,
+    linear2 and the attentions' out_proj, which is nn.MultiheadAttention's NonDynamicallyQuantizableLinear
+    ({nn.Linear} alone leaves it float32). The q/k/v projections (in_proj_weight, a parameter) and
+    the tied embedding/output matrix stay float32, as in seqgrad."""
+    return quantize_int8(model, {nn.Linear, nn.modules.linear.NonDynamicallyQuantizableLinear})
+
+
+def decode_report(name, result, ms, cpu, reference, out):
+    """Reports a batch's decoding with the checks against seqgrad's tokens and scores for it
+    (`reference`: the data's decode_tokens, decode_scores): the same float32 weights give the same
+    tokens and the scores to float32 rounding; int8 sides quantize differently and differ a little."""
+    theirs_tokens, theirs_scores = reference[0][name], reference[1][name]
+    same = sum(tokens == t for (tokens, _), t in zip(result, theirs_tokens))
+    score_diff = max(abs(score - s) for (_, score), s in zip(result, theirs_scores))
+    out.report(name, "ms/batch", ms, {"tokens": float(sum(len(t) for t, _ in result)), "sentences": float(len(result)),
+                                      "sent_s": 1e3 * len(result) / ms["median"], "cpu_ms": scaled(cpu, 1e3)["median"],
+                                      "same_tokens": float(same), "score_diff": score_diff})
+
+
+def time_transformer_search(decoder, d, beam, plan):
+    """Times the batch's greedy or beam search; returns its per-sentence (tokens, score), ms, cpu."""
     src, lengths = d.decode_batch
     result = []
 
@@ -627,14 +673,15 @@ def bench_decode_transformer(beam, plan, out):
 
     cpu = []
     ms = scaled(time_blocks(run, plan, 0.5, cpu), 1e3)
-    name = "greedy_transformer" if beam == 1 else f"beam{beam}_transformer"
-    # the same weights: the same tokens as seqgrad's, the scores to float32 rounding
-    theirs_tokens, theirs_scores = d.decode_tokens[name], d.decode_scores[name]
-    same = sum(tokens == t for (tokens, _), t in zip(result, theirs_tokens))
-    score_diff = max(abs(score - s) for (_, score), s in zip(result, theirs_scores))
-    out.report(name, "ms/batch", ms, {"tokens": float(sum(len(t) for t, _ in result)), "sentences": float(len(result)),
-                                      "sent_s": 1e3 * len(result) / ms["median"], "cpu_ms": scaled(cpu, 1e3)["median"],
-                                      "same_tokens": float(same), "score_diff": score_diff})
+    return result, ms, cpu
+
+
+def bench_decode_transformer(beam, plan, out, int8=False):
+    d = PresetData(plan.data, "transformer")
+    model = quantize_transformer_int8(d.make_model()) if int8 else d.make_model()
+    result, ms, cpu = time_transformer_search(CachedTransformerDecoder(model, int8), d, beam, plan)
+    name = ("greedy" if beam == 1 else f"beam{beam}") + "_transformer" + ("_int8" if int8 else "")
+    decode_report(name, result, ms, cpu, (d.decode_tokens, d.decode_scores), out)
 
 
 # ---- kernels at the seed model's shapes
@@ -738,7 +785,8 @@ def bench_sgemm(plan, out):
 
 WORKLOADS = ["sgemm", "step_seed", "step_d2l", "step_transformer", "attention", "attention_projected", "gru",
              "linear_ce", "op_overhead", "greedy_seed", "beam5_seed", "greedy_d2l", "beam5_d2l", "memory_seed", "memory_d2l",
-             "greedy_seed_int8", "beam5_seed_int8", "step_seed_bf16", "greedy_transformer", "beam5_transformer"]
+             "greedy_seed_int8", "beam5_seed_int8", "step_seed_bf16", "greedy_transformer", "beam5_transformer",
+             "greedy_transformer_int8", "beam5_transformer_int8"]
 
 
 def run_workload(w, plan, out):
@@ -762,8 +810,8 @@ def run_workload(w, plan, out):
         return bench_decode(w[6:], 5, plan, out)
     if w in ("greedy_seed_int8", "beam5_seed_int8"):
         return bench_decode("seed", 1 if w.startswith("greedy") else 5, plan, out, int8=True)
-    if w in ("greedy_transformer", "beam5_transformer"):
-        return bench_decode_transformer(1 if w.startswith("greedy") else 5, plan, out)
+    if w in ("greedy_transformer", "beam5_transformer", "greedy_transformer_int8", "beam5_transformer_int8"):
+        return bench_decode_transformer(1 if w.startswith("greedy") else 5, plan, out, int8=w.endswith("_int8"))
     if w == "step_seed_bf16":
         return bench_step("seed", plan, out, amp=torch.bfloat16)
     sys.exit(f"torch_bench: unknown workload '{w}'; choose from: {' '.join(WORKLOADS)}")

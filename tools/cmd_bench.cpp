@@ -357,9 +357,11 @@ std::vector<models::Hypothesis> decode_input(models::TranslationModel& model, co
   return models::decode(model, d.decode_src, d.decode_lengths, {.max_len = kDecodeMaxLen, .beam_size = beam});
 }
 
-// int8: the model after nn::quantize_dynamic (Linear and GRU, per channel), as PyTorch's
-// quantize_dynamic({nn.Linear, nn.GRU}) on the other side. One sentence is timed in ms/sent, a
-// batch (the transformer's) in ms/batch with its sentences per second.
+// int8: the model after nn::quantize_dynamic (Linear and GRU, per channel), as `seqgrad quantize`
+// and PyTorch's quantize_dynamic on the other side: the GRU model's Linear layers and GRUs; the
+// Transformer's attention out_proj, linear1 and linear2 (its q/k/v projections are parameters and
+// its tied embedding/output a matrix, not Linear modules: float32). One sentence is timed in
+// ms/sent, a batch (the transformer's) in ms/batch with its sentences per second.
 void bench_decode(const std::string& preset, int64_t beam, const Plan& plan, const Reporter& out, bool int8 = false) {
   PresetData d = load_preset(preset, plan.data_dir);
   auto model = make_model(d);
@@ -692,9 +694,10 @@ void bench_data_parallel(const std::string& preset, const Plan& plan, const Repo
 
 // The decoding input as --export writes it: the GRU presets' one sentence as "decode_src" (ids);
 // the transformer's batch as "decode_batch", with seqgrad's greedy and beam-5 tokens and scores for
-// it, which torch_bench.py checks its own against (same weights: the same tokens, the scores to
-// float32 rounding). The untrained model tends to repeat one token, so the scores, which every layer
-// and cached position feeds, are the sharper check.
+// it, float32 and int8, which torch_bench.py and ort_bench.py check their own against (same float32
+// weights: the same tokens, the scores to float32 rounding; int8: each side quantizes its own way,
+// so they differ a little). The untrained model tends to repeat one token, so the scores, which
+// every layer and cached position feeds, are the sharper check.
 void export_decode_input(nlohmann::json& j, const PresetData& d) {
   j["decode_max_len"] = kDecodeMaxLen;
   if (d.decode_src.size(0) == 1) {
@@ -704,12 +707,15 @@ void export_decode_input(nlohmann::json& j, const PresetData& d) {
   j["decode_batch"] = {{"src", d.decode_src.to_vector<int64_t>()},
                        {"src_shape", {d.decode_src.size(0), d.decode_src.size(1)}},
                        {"src_lengths", d.decode_lengths.to_vector<int64_t>()}};
-  auto model = make_model(d);
-  for (int64_t beam : {1, 5}) {
-    const std::string workload = decode_workload(d.config.preset, beam, false);
-    nlohmann::json &tokens = j["decode_tokens"][workload], &scores = j["decode_scores"][workload];
-    tokens = scores = nlohmann::json::array();
-    for (const models::Hypothesis& h : decode_input(*model, d, beam)) tokens.push_back(h.tokens), scores.push_back(h.score);
+  for (bool int8 : {false, true}) {  // the int8 rows are checked against seqgrad's int8 model
+    auto model = make_model(d);
+    if (int8) nn::quantize_dynamic(*model);
+    for (int64_t beam : {1, 5}) {
+      const std::string workload = decode_workload(d.config.preset, beam, int8);
+      nlohmann::json &tokens = j["decode_tokens"][workload], &scores = j["decode_scores"][workload];
+      tokens = scores = nlohmann::json::array();
+      for (const models::Hypothesis& h : decode_input(*model, d, beam)) tokens.push_back(h.tokens), scores.push_back(h.score);
+    }
   }
 }
 
@@ -739,7 +745,7 @@ const std::vector<std::string> kWorkloads = {
     "sgemm",       "step_seed",   "step_d2l",   "step_transformer", "attention", "attention_projected", "gru",
     "linear_ce",   "op_overhead", "greedy_seed", "beam5_seed",      "greedy_d2l", "beam5_d2l",          "memory_seed",
     "memory_d2l",  "greedy_seed_int8", "beam5_seed_int8", "step_seed_bf16", "greedy_transformer",
-    "beam5_transformer"};
+    "beam5_transformer", "greedy_transformer_int8", "beam5_transformer_int8"};
 
 // On demand only (minutes at S = 8192), not in the default list: see bench_attention_chunked.
 const char* kAttentionChunked = "attention_chunked";
@@ -770,8 +776,9 @@ void run_workload(const std::string& w, const Plan& plan, const Reporter& out) {
   if (w == "op_overhead") return bench_overhead(plan, out);
   if (w == "greedy_seed" || w == "greedy_d2l" || w == "greedy_transformer") return bench_decode(w.substr(7), 1, plan, out);
   if (w == "beam5_seed" || w == "beam5_d2l" || w == "beam5_transformer") return bench_decode(w.substr(6), 5, plan, out);
-  if (w == "greedy_seed_int8") return bench_decode("seed", 1, plan, out, true);
-  if (w == "beam5_seed_int8") return bench_decode("seed", 5, plan, out, true);
+  for (const char* preset : {"seed", "transformer"})  // greedy_seed_int8, ..., beam5_transformer_int8
+    for (int64_t beam : {1, 5})
+      if (w == decode_workload(preset, beam, true)) return bench_decode(preset, beam, plan, out, true);
   if (w == "step_seed_bf16") return bench_step("seed", plan, out, "bf16");
   std::string names;
   for (const std::string& n : kWorkloads) names += " " + n;

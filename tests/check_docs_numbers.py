@@ -12,7 +12,7 @@ section of docs/results.md (its rows and notes, up to the next heading), written
 (thousands separators aside): a quoted figure cannot drift from its row, and a rounded or derived
 one has to be recorded in the row first. Not checked (the rule for structural numbers): fenced code blocks tagged
 with a programming language (```sh, ```cpp, ...: commands and code, whose sizes are inputs, not
-results; the info string's first word is the language), ```text sample blocks (a program's output
+results; the info string's first word is the language), ```text sample (or sample=lines) blocks (a program's output
 that tests/install/check_doc_commands.py compares with a real run), inline code (`--max-seq 2048`),
 and link targets. Other fenced blocks (program output) are checked: show output with its figures
 elided (`…`) and link the row.
@@ -114,7 +114,7 @@ def checked_lines(path: pathlib.Path):
             # the info string's first word is the language ("cpp file=myops.cpp"); a "sample" block
             # is a program's output that tests/install/check_doc_commands.py compares with a real run
             info = stripped[3:].strip().lower().split()
-            fence = None if fence is not None else ("sample" if "sample" in info else info[0] if info else "")
+            fence = None if fence is not None else ("sample" if any(w.split("=")[0] == "sample" for w in info) else info[0] if info else "")
             continue
         if fence is None or (fence not in CODE_LANGUAGES and fence != "sample"):
             yield number, line

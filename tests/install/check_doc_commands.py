@@ -10,6 +10,9 @@ Fenced blocks whose info string carries an attribute take part; the rest are pro
   ```text sample                  output of the run block just above: each of its lines that starts
                                   with "ok", "FAIL" or "gradcheck " must appear in the real output
                                   with the same first two words (the numbers may differ)
+  ```text sample=lines            output of the run block just above, excerpted: every non-blank line
+                                  must match a line of the real output, in order, where "…" stands
+                                  for any text and a run of spaces for any run of spaces
 Called by tests/install/check_install.sh with the installed seqgrad on PATH and pkg-config
 pointing at it. Run blocks see SEQGRAD_SOURCE, the source tree the document belongs to (its
 parent's parent), for the steps that read the tree.
@@ -19,6 +22,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 
 FENCE = re.compile(r"^```(\S*)(.*)$")
 
@@ -46,6 +50,21 @@ def key(line):
     return " ".join(line.split()[:2])
 
 
+def excerpt_problem(sample, output):
+    """None when every non-blank line of `sample` matches a line of `output` (after the line the
+    previous one matched), else the first line that does not."""
+    lines = [" ".join(l.split()) for l in output.splitlines()]
+    at = 0
+    for l in sample.splitlines():
+        if not l.strip():
+            continue
+        pattern = re.compile(".*".join(re.escape(" ".join(part.split())) for part in l.split("…")))
+        at = next((i + 1 for i in range(at, len(lines)) if pattern.fullmatch(lines[i])), None)
+        if at is None:
+            return l.strip()
+    return None
+
+
 def main(doc):
     with open(doc) as f:
         text = f.read()
@@ -62,16 +81,27 @@ def main(doc):
                     f.write(body)
             elif "run" in attrs:
                 want = int(attrs.get("status", "0"))
-                p = subprocess.run(["bash", "-euo", "pipefail", "-c", body], cwd=folder, env=env, capture_output=True,
-                                   text=True, timeout=600)
+                started = time.monotonic()
+                p = subprocess.run(["bash", "-euo", "pipefail", "-c", body], cwd=folder, env=env, stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True, timeout=600)
                 ran += 1
-                last_output = p.stdout + p.stderr
-                print(f"== {where}: {body.strip().splitlines()[0]} -> exit {p.returncode}")
+                last_output = p.stdout
+                print(f"== {where}: {body.strip().splitlines()[0]} -> exit {p.returncode}, "
+                      f"{time.monotonic() - started:.1f} s", flush=True)
                 if p.returncode != want:
                     failures.append(f"{where}: exit status {p.returncode}, the doc says {want}\n{last_output}")
             elif "sample" in attrs:
                 if last_output is None:
                     failures.append(f"{where}: a sample with no run block above it")
+                    continue
+                if attrs["sample"] not in ("", "lines"):
+                    failures.append(f"{where}: unknown sample kind '{attrs['sample']}' (sample or sample=lines)")
+                    continue
+                if attrs["sample"] == "lines":
+                    missing = excerpt_problem(body, last_output)
+                    if missing is not None:
+                        failures.append(f"{where}: the sample's line '{missing}' is not in the real output "
+                                        f"(or not in this order):\n{last_output}")
                     continue
                 seen = {key(l) for l in last_output.splitlines()}
                 for l in body.splitlines():

@@ -7,8 +7,9 @@
 # asserting what it shows; run in a scratch folder, where
 # 06_visual_attention writes its SVG). Also checks seqgrad.pc: one -I (<prefix>/include, so
 # includes read <seqgrad/nn/nn.h>) and no repeated flags; then builds examples/train_xor.cpp with
-# CMake through find_package(seqgrad) (tests/install/cmake/CMakeLists.txt) and runs it. The installed
-# `seqgrad` and every program run with a clean environment (no LD_LIBRARY_PATH).
+# CMake through find_package(seqgrad) (tests/install/cmake/CMakeLists.txt) and runs it; last, runs
+# the commands of docs/adding-an-op.md, docs/learn.md and docs/attention.md as written. The
+# installed `seqgrad` and every program run with a clean environment (no LD_LIBRARY_PATH).
 set -euo pipefail
 build=$(realpath "${1:-build}")
 src=$(dirname "$(realpath "$0")")
@@ -69,11 +70,25 @@ cmake --build "$prefix/cmake-build" || fail "the find_package(seqgrad) project d
 (cd "$prefix/run" && env -i "$prefix/cmake-build/program") || fail "train_xor built with CMake failed"
 passed=$((passed + 1))
 
-# docs/adding-an-op.md exactly as written: an op's plugin built with pkg-config, then `seqgrad gradcheck --plugin`
-# (its plugins are loaded by the staged seqgrad, which has the library already: the sysroot form of a
-# staged install is enough for their -I and -L; no LD_LIBRARY_PATH)
-PATH="$root/bin:$PATH" PKG_CONFIG_PATH="$pc_dir" PKG_CONFIG_SYSROOT_DIR="$prefix" \
-  /usr/bin/python3 "$src/check_doc_commands.py" "$(realpath "$src/../../docs/adding-an-op.md")" ||
-  fail "docs/adding-an-op.md does not run as written (its FAIL lines above say where)"
-passed=$((passed + 1))
+# The documents whose commands a user types against an installed seqgrad, run exactly as written
+# (tests/install/check_doc_commands.py: every ```sh run block, its ```text sample compared with the
+# output), each in an empty folder: docs/adding-an-op.md (an op's plugin built with pkg-config,
+# then `seqgrad gradcheck --plugin`), docs/learn.md and docs/attention.md (the attention demo, the
+# examples built with pkg-config and run, the tiny preset trained and its attention drawn and
+# served, a small Transformer). The staged seqgrad is first on PATH; pkg-config reads a copy of
+# seqgrad.pc whose prefix= names the staged install, as a user relocates one, so the programs get
+# its -I, -L and run path and start without LD_LIBRARY_PATH.
+mkdir "$prefix/pkgconfig"
+sed "s|^prefix=.*|prefix=$root|" "$pc_dir/seqgrad.pc" >"$prefix/pkgconfig/seqgrad.pc"
+failed=()
+for doc in adding-an-op learn attention; do
+  echo "== docs/$doc.md"
+  if env -u LD_LIBRARY_PATH PATH="$root/bin:$PATH" PKG_CONFIG_PATH="$prefix/pkgconfig" \
+    /usr/bin/python3 "$src/check_doc_commands.py" "$(realpath "$src/../../docs/$doc.md")"; then
+    passed=$((passed + 1))
+  else
+    failed+=("docs/$doc.md")
+  fi
+done
+[ ${#failed[@]} -eq 0 ] || fail "${failed[*]}: not runnable as written (the FAIL lines above say where)"
 echo "install: $passed passed, 0 failed"

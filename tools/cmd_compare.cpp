@@ -399,7 +399,9 @@ TestResult test_one(models::Trainer& trainer, const Prepared& d, const Data& dat
 
 // Trains one model on the first `train_pairs` pairs with models::fit, measures the attention's
 // sharpness after every epoch's validation, then scores the test split.
-Run run_one(const Variant& variant, const Data& data, int64_t train_pairs, bool quiet) {
+// head_maps: keep the validation pairs' teacher-forced attention for the per-head report (only read
+// when the comparison has a GRU and a Transformer).
+Run run_one(const Variant& variant, const Data& data, int64_t train_pairs, bool quiet, bool head_maps) {
   const std::vector<text::TokenizedPair>& valid_pairs = data.valid;
   const Prepared d = prepare(variant.config, data, train_pairs);
   const TrainConfig c = on_data(variant.config, d);
@@ -446,7 +448,7 @@ Run run_one(const Variant& variant, const Data& data, int64_t train_pairs, bool 
                  "sentences/s\n", run.kind, train_pairs, run.test->pairs, run.test->greedy.sacrebleu,
                  run.test->beam.sacrebleu, kTestBeam, run.test->greedy.sentences_per_s, run.test->beam.sentences_per_s);
   }
-  if (run.stopped.empty()) {
+  if (head_maps && run.stopped.empty()) {
     run.valid_maps = teacher_forced_maps(trainer.model(), d.valid, d.src_vocab, d.tgt_vocab);
     if (c.model.architecture == models::Architecture::transformer)
       run.layers = c.model.num_layers, run.heads = c.model.heads;
@@ -692,8 +694,11 @@ int compare_main(int argc, char** argv) {
 
   auto start = Clock::now();
   std::vector<Run> runs;
+  const auto is_transformer = [](const Variant& v) { return v.name == "transformer"; };
+  const bool head_maps = std::any_of(variants.begin(), variants.end(), is_transformer) &&
+                         !std::all_of(variants.begin(), variants.end(), is_transformer);
   for (int64_t n : subsets)
-    for (const Variant& v : variants) runs.push_back(run_one(v, data, n, args.flag("quiet")));
+    for (const Variant& v : variants) runs.push_back(run_one(v, data, n, args.flag("quiet"), head_maps));
   std::vector<Timing> timing;
   if (timing_steps > 0) {
     if (!args.flag("quiet"))

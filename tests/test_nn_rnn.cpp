@@ -10,6 +10,7 @@
 #include "nn/rnn.h"
 #include "tools/gradcheck.h"
 #include "tests/check_values.h"
+#include "tests/product_sum_counter.h"
 
 using namespace seqgrad;
 using namespace seqgrad::testing;
@@ -221,6 +222,43 @@ TEST_CASE("GRU: a leading projection computed ahead equals the whole input, step
                        "gru: a leading projection needs a unidirectional GRU", ValueError);
   CHECK_THROWS_WITH_AS(bidirectional(zeros({2, 4, 3}), {.leading_projection = zeros({2, 4, 12})}),
                        "gru: a leading projection needs a unidirectional GRU", ValueError);
+}
+
+// A decoder calls its GRU once per step: the T per-step terms of each weight's gradient (W_ih and
+// W_hh of both layers) wait in the engine and are summed as one GEMM of T terms each, and the
+// gradients equal those of one call over the whole sequence.
+TEST_CASE("GRU stepped one call per step: each weight's T gradient terms summed in one GEMM") {
+  manual_seed(16);
+  const int64_t T = 4;
+  nn::GRU gru({.input_size = 5, .hidden_size = 4, .num_layers = 2});
+  gru.to(f64);
+  Tensor x = randn64({2, T, 5}), h0 = randn64({2, 2, 4}), weights = randn64({2, T, 4});
+  auto weight_grads = [&](bool stepped) {
+    gru.zero_grad();
+    Tensor out;
+    if (stepped) {
+      std::vector<Tensor> outputs;
+      Tensor h = h0;
+      for (int64_t t = 0; t < T; ++t) {
+        auto [y, h_n] = gru(x.narrow(1, t, 1), {.h0 = h});
+        outputs.push_back(y);
+        h = h_n;
+      }
+      out = cat(outputs, 1);
+    } else {
+      out = gru(x, {.h0 = h0}).output;
+    }
+    mul(out, weights).sum().backward();
+    std::vector<Tensor> grads;
+    for (const auto& [name, p] : gru.named_parameters()) grads.push_back(p.grad().clone());
+    return flat(grads);
+  };
+  const Tensor whole = weight_grads(false);
+  ProductSumCounter counter;
+  const Tensor stepped = weight_grads(true);
+  CHECK(counter.calls() == std::vector<size_t>(4, T));  // W_ih_l0, W_hh_l0, W_ih_l1, W_hh_l1
+  CHECK(max_abs_diff(whole, stepped) < 1e-12);
+  CHECK(max_abs(whole) > 0.1);
 }
 
 TEST_CASE("LSTM: gradcheck w.r.t. input, h0, c0 and every parameter (float64, B=2, T=3, H=4)") {

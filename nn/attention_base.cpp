@@ -178,8 +178,8 @@ Tensor Attention::attend(const Tensor& queries, const AttentionMemory& memory) c
   if (!is_single_query(queries)) return attend_queries(queries, memory);
   Tensor context = attend_queries(queries.unsqueeze(1), memory);  // (B, 1, Dv)
   // The kept weights and scores follow the query's shape: (B, 1, K) -> (B, K).
-  keep(last_scores_.defined() ? last_scores_.squeeze(1) : Tensor(),
-       last_weights_.defined() ? last_weights_.squeeze(1) : Tensor());
+  const Tensor &scores = last_scores(), &weights = last_weights();
+  keep(scores.defined() ? scores.squeeze(1) : Tensor(), weights.defined() ? weights.squeeze(1) : Tensor());
   return context.squeeze(1);  // (B, Dv)
 }
 

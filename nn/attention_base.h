@@ -108,8 +108,14 @@ class Attention : public Module {
   // checked and built) with this kind's projections added.
   AttentionMemory prepare_part(const AttentionMemory& checked) const;
 
-  const Tensor& last_weights() const { return last_weights_; }
-  const Tensor& last_scores() const { return last_scores_; }
+  const Tensor& last_weights() const {
+    settle_kept();
+    return last_weights_;
+  }
+  const Tensor& last_scores() const {
+    settle_kept();
+    return last_scores_;
+  }
 
  protected:
   // `op` names the kind in error messages (e.g. "additive_attention").
@@ -127,6 +133,10 @@ class Attention : public Module {
 
   // Stores detached copies of the handles (no graph is kept alive by them).
   void keep(const Tensor& scores, const Tensor& weights) const;
+  // Runs before the kept weights or scores are read: a kind that keeps them per part and derives
+  // what it shows from them (MultiHeadAttention's head averages) does that here, when someone
+  // looks, not on every call (training never looks).
+  virtual void settle_kept() const {}
 
   const char* op_;
   mutable Tensor last_scores_;   // (B, Q, K)

@@ -99,8 +99,14 @@ Tensor MultiHeadAttention::attend_queries(const Tensor& queries, const Attention
   last_head_weights_ = weights.detach();
   last_head_queries_ = q.detach();
   last_head_keys_ = k.detach();  // the memory's (or the cache's) tensor itself: nothing copied
-  keep(mean(scores.detach(), {1}), mean(weights.detach(), {1}));  // (B, Q, K) head averages
-  return out_proj(merged);                       // (B, Q, E)
+  head_averages_due_ = true;  // last_weights() and last_scores() average the heads when read
+  return out_proj(merged);     // (B, Q, E)
+}
+
+void MultiHeadAttention::settle_kept() const {
+  if (!head_averages_due_) return;
+  head_averages_due_ = false;
+  keep(mean(last_head_scores_, {1}), mean(last_head_weights_, {1}));  // (B, Q, K)
 }
 
 }  // namespace seqgrad::nn

@@ -61,6 +61,7 @@ class MultiHeadAttention : public Attention {
 
  private:
   void prepare_keys(AttentionMemory& memory) const override;
+  void settle_kept() const override;
   // The input projection `which` (0 = query, 1 = key, 2 = value) of x, split into heads (B, h, T, d).
   Tensor project_heads(const Tensor& x, int which) const;
   Options options_;
@@ -68,6 +69,7 @@ class MultiHeadAttention : public Attention {
   mutable Tensor last_head_scores_;   // (B, h, Q, K)
   mutable Tensor last_head_queries_;  // (B, h, Q, d)
   mutable Tensor last_head_keys_;     // (B, h, K, d)
+  mutable bool head_averages_due_ = false;  // the kept heads are newer than last_weights_/last_scores_
 };
 
 }  // namespace seqgrad::nn

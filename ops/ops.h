@@ -45,6 +45,7 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);
 // Fused backward helpers with composed twins (used when the backward is itself recorded).
 Tensor tanh_backward(const Tensor& dy, const Tensor& y);
 Tensor sigmoid_backward(const Tensor& dy, const Tensor& y);
+Tensor relu_backward(const Tensor& dy, const Tensor& x);  // dy where x > 0, else 0 (x: relu's input)
 
 Tensor operator+(const Tensor& a, const Tensor& b);
 Tensor operator-(const Tensor& a, const Tensor& b);

@@ -199,7 +199,7 @@ TEST_CASE("dropout: a fixed seed gives the same mask; kept values scale by 1/(1-
 // ---- fused vs composed twins: the fused kernel (used when backward is not recorded) and the
 // composition (used under create_graph) must agree on values.
 
-TEST_CASE("fused vs composed: tanh_backward and sigmoid_backward") {
+TEST_CASE("fused vs composed: tanh_backward, sigmoid_backward and relu_backward") {
   manual_seed(11);
   Tensor dy = randn({3, 4}, kF64), y = tanh(randn({3, 4}, kF64));
   Tensor fused, composed;
@@ -221,6 +221,17 @@ TEST_CASE("fused vs composed: tanh_backward and sigmoid_backward") {
   CHECK(composed.requires_grad());
   check_same_values(fused, composed);
   check_same_values(fused, mul(dy, mul(s, sub(ones_like(s), s))));  // dy y (1 - y)
+
+  Tensor x = f64({-2, -0.5, 0, 0.25, 1, 3, -1e-9, 1e-9, -4, 0, 2, -3}, {3, 4});
+  {
+    NoGradGuard no_grad;
+    fused = relu_backward(dy, x);
+  }
+  composed = relu_backward(dy.detach().requires_grad_(), x);
+  CHECK(composed.requires_grad());
+  check_same_values(fused, composed);
+  const std::vector<double> d = dy.to_vector<double>(), xs = x.to_vector<double>(), got = fused.to_vector<double>();
+  for (size_t i = 0; i < d.size(); ++i) CHECK(got[i] == (xs[i] > 0 ? d[i] : 0.0));  // dy where x > 0 (0 at x = 0)
 }
 
 TEST_CASE("fused vs composed: tanh and sigmoid values and gradients") {

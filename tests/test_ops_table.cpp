@@ -54,7 +54,7 @@ TEST_CASE("op table: every op in ops/ops.h has rows") {
   // The functions declared in ops/ops.h (operators are covered through add/sub/mul/div rows).
   const char* declared[] = {
       "add", "sub", "mul", "div", "pow", "neg", "exp", "log", "sqrt", "tanh", "sigmoid", "relu", "abs", "clamp",
-      "where", "masked_fill", "tanh_backward", "sigmoid_backward", "eq", "ne", "lt", "le", "gt", "ge",
+      "where", "masked_fill", "tanh_backward", "sigmoid_backward", "relu_backward", "eq", "ne", "lt", "le", "gt", "ge",
       "logical_not", "logical_and", "logical_or", "isfinite", "sum", "mean", "max", "min", "amax", "argmax",
       "argmin", "logsumexp", "sum_to", "topk", "matmul", "bmm", "linear", "softmax", "log_softmax", "view",
       "reshape", "permute", "transpose", "squeeze", "unsqueeze", "expand", "narrow", "slice", "select",

@@ -134,6 +134,8 @@ std::vector<OpCase> build_op_cases() {
        .fn = [](X x) { return tanh_backward(x[0], x[1]); }, .jacobian = E},
       {.op = "sigmoid_backward", .variant = "", .inputs = {in({2, 3}), in({2, 3})},
        .fn = [](X x) { return sigmoid_backward(x[0], x[1]); }, .jacobian = E},
+      {.op = "relu_backward", .variant = "", .inputs = {in({2, 3}), in({2, 3})},
+       .fn = [](X x) { return relu_backward(x[0], x[1]); }, .jacobian = E},
 
       // ---- reductions
       {.op = "sum", .variant = "all", .inputs = {in({2, 3})}, .fn = [](X x) { return sum(x[0]); }},

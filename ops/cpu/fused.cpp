@@ -240,9 +240,14 @@ void CpuBackend::cross_entropy_rows(const Tensor& logits, const Tensor& targets,
     const T keep = static_cast<T>(1.0 - eps), spread = static_cast<T>(eps / static_cast<double>(C));
     parallel_for(N, std::max<int64_t>(1, kGrain / std::max<int64_t>(C, 1)), [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
+        if (py[r] == ignore_index) {  // padding: no loss, and the backward reads no lse for it
+          pl[r] = pe[r] = 0;
+          continue;
+        }
         const T* x = px + r * C;
         T m = -std::numeric_limits<T>::infinity();
-        for (int64_t c = 0; c < C; ++c) m = std::max(m, x[c]);
+#pragma omp simd reduction(max : m)
+        for (int64_t c = 0; c < C; ++c) m = x[c] > m ? x[c] : m;
         if (m == -std::numeric_limits<T>::infinity()) m = 0;  // all -inf: avoid inf - inf
         T sum = 0, total = 0;
 #pragma omp simd reduction(+ : sum, total)
@@ -252,7 +257,7 @@ void CpuBackend::cross_entropy_rows(const Tensor& logits, const Tensor& targets,
         }
         const T l = m + std::log(sum);
         pe[r] = l;
-        pl[r] = py[r] == ignore_index ? T(0) : l - keep * x[py[r]] - spread * total;
+        pl[r] = l - keep * x[py[r]] - spread * total;
       }
     });
   });

@@ -142,6 +142,10 @@ __global__ void cross_entropy_kernel(const T* logits, const int64_t* targets, T 
                                      T* loss, T* lse, int64_t N, int64_t C) {
   __shared__ T scratch[kRowThreads];
   for (int64_t r = blockIdx.x; r < N; r += gridDim.x) {
+    if (targets[r] == ignore_index) {  // padding: no loss, and the backward reads no lse for it (as the CPU)
+      if (threadIdx.x == 0) loss[r] = lse[r] = T(0);
+      continue;  // the row is the whole block's, so no thread waits at a barrier alone
+    }
     const T* x = logits + r * C;
     T m = -INFINITY;
     for (int64_t c = threadIdx.x; c < C; c += blockDim.x)
@@ -160,9 +164,7 @@ __global__ void cross_entropy_kernel(const T* logits, const int64_t* targets, T 
       const int64_t y = targets[r];
       lse[r] = l;
       // the op checked the targets on the host; an unchecked bad one gives NaN, never a stray read
-      loss[r] = y == ignore_index ? T(0)
-                : (y >= 0 && y < C) ? math::cross_entropy_loss(l, x[y], total, keep, spread)
-                                    : T(NAN);
+      loss[r] = (y >= 0 && y < C) ? math::cross_entropy_loss(l, x[y], total, keep, spread) : T(NAN);
     }
   }
 }

@@ -426,6 +426,10 @@ void cross_entropy_rows(ElemType t, const void* xv, const int64_t* y, double eps
   floating(t, [&]<class T>() {
     const T keep = (T)(1.0 - eps), spread = (T)(eps / (double)C);
     for (int64_t r = 0; r < N; ++r) {
+      if (y[r] == ignore) {
+        ((T*)lossv)[r] = ((T*)lsev)[r] = T(0);
+        continue;
+      }
       const T* x = (const T*)xv + r * C;
       std::vector<T> mx(128, -INFINITY), sum(128, 0), total(128, 0);  // a block of 128 threads
       for (int th = 0; th < 128; ++th) for (int64_t c = th; c < C; c += 128) if (mx[th] < x[c]) mx[th] = x[c];
@@ -435,7 +439,7 @@ void cross_entropy_rows(ElemType t, const void* xv, const int64_t* y, double eps
       for (int s = 64; s > 0; s /= 2) for (int th = 0; th < s; ++th) sum[th] += sum[th + s], total[th] += total[th + s];
       T l = m + std::log(sum[0]);
       ((T*)lsev)[r] = l;
-      ((T*)lossv)[r] = y[r] == ignore ? T(0) : (y[r] >= 0 && y[r] < C) ? math::cross_entropy_loss(l, x[y[r]], total[0], keep, spread) : T(NAN);
+      ((T*)lossv)[r] = (y[r] >= 0 && y[r] < C) ? math::cross_entropy_loss(l, x[y[r]], total[0], keep, spread) : T(NAN);
     }
   });
 }

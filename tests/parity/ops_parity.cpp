@@ -110,6 +110,7 @@ std::map<std::string, OpFn> make_ops() {
   };
   binary("tanh_backward", [](const Tensor& dy, const Tensor& y) { return tanh_backward(dy, y); });
   binary("sigmoid_backward", [](const Tensor& dy, const Tensor& y) { return sigmoid_backward(dy, y); });
+  binary("relu_backward", [](const Tensor& dy, const Tensor& x) { return relu_backward(dy, x); });
 
   // comparisons and logic (forward only)
   binary("eq", [](const Tensor& a, const Tensor& b) { return eq(a, b); });

@@ -166,6 +166,7 @@ TORCH_OPS = {
     "where_scalar": lambda x, a: [torch.where(x[0], x[1], a["s"]), torch.where(x[0], a["s"], x[1])],
     "tanh_backward": lambda x, a: [torch.ops.aten.tanh_backward(x[0], x[1])],
     "sigmoid_backward": lambda x, a: [torch.ops.aten.sigmoid_backward(x[0], x[1])],
+    "relu_backward": lambda x, a: [torch.ops.aten.threshold_backward(x[0], x[1], 0)],
     "eq": lambda x, a: [torch.eq(x[0], x[1])],
     "ne": lambda x, a: [torch.ne(x[0], x[1])],
     "lt": lambda x, a: [torch.lt(x[0], x[1])],
@@ -343,6 +344,7 @@ def build_cases():
     y = uniform(-0.9, 0.9, 3, 4)
     case("fused", "tanh_backward", [randn(3, 4), y])
     case("fused", "sigmoid_backward", [randn(3, 4), uniform(0.05, 0.95, 3, 4)])
+    case("fused", "relu_backward", [randn(3, 4), torch.tensor([[-1.0, 0.0, 0.5, 2.0]] * 3)])
 
     # ---- element-wise max/min (ties on a grid: the gradient splits evenly) and the activations
     for op in ("maximum", "minimum"):

@@ -232,6 +232,7 @@ TEST_CASE("fused vs composed: tanh_backward, sigmoid_backward and relu_backward"
   check_same_values(fused, composed);
   const std::vector<double> d = dy.to_vector<double>(), xs = x.to_vector<double>(), got = fused.to_vector<double>();
   for (size_t i = 0; i < d.size(); ++i) CHECK(got[i] == (xs[i] > 0 ? d[i] : 0.0));  // dy where x > 0 (0 at x = 0)
+  CHECK_THROWS_WITH_AS(relu_backward(dy, x.to(DType::f32)), doctest::Contains("relu_backward"), Error);
 }
 
 TEST_CASE("fused vs composed: tanh and sigmoid values and gradients") {

@@ -366,9 +366,10 @@ class CliTable(Base):
         self.assertEqual(sorted(info), ["bf16_gemm", "blas", "cpu_kernels", "int8_gemm", "threads", "version"])
         self.assertEqual(sorted(info["bf16_gemm"]), ["kernels", "used_by_amp", "why"])
         self.assertIn(info["int8_gemm"]["kernels"], ["onednn", "reference"])
-        # the bf16 rule (ops/cpu/onednn_gemm.h): bf16 products for training only as AMX tiles, unless forced
-        amx = info["bf16_gemm"]["kernels"] == "onednn avx512_core_amx"
-        self.assertEqual(info["bf16_gemm"]["used_by_amp"], amx)
+        # the bf16 rule (ops/bf16_gemm.h): bf16 products for training only where they run natively (AMX
+        # tiles, AVX-512 BF16), never emulated unless forced
+        native = info["bf16_gemm"]["kernels"] in ("onednn avx512_core_amx", "onednn avx512_core_bf16")
+        self.assertEqual(info["bf16_gemm"]["used_by_amp"], native)
         forced = json.loads(run("info", "--json", env={"SEQGRAD_BF16_GEMM": "native"}).stdout)["bf16_gemm"]
         self.assertTrue(forced["used_by_amp"])
         self.assertFails(run("info", env={"SEQGRAD_BF16_GEMM": "fast"}),

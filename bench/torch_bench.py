@@ -785,8 +785,8 @@ def bench_sgemm(plan, out):
 
 WORKLOADS = ["sgemm", "step_seed", "step_d2l", "step_transformer", "attention", "attention_projected", "gru",
              "linear_ce", "op_overhead", "greedy_seed", "beam5_seed", "greedy_d2l", "beam5_d2l", "memory_seed", "memory_d2l",
-             "greedy_seed_int8", "beam5_seed_int8", "step_seed_bf16", "greedy_transformer", "beam5_transformer",
-             "greedy_transformer_int8", "beam5_transformer_int8"]
+             "greedy_seed_int8", "beam5_seed_int8", "step_seed_bf16", "step_transformer_bf16", "greedy_transformer",
+             "beam5_transformer", "greedy_transformer_int8", "beam5_transformer_int8"]
 
 
 def run_workload(w, plan, out):
@@ -812,8 +812,8 @@ def run_workload(w, plan, out):
         return bench_decode("seed", 1 if w.startswith("greedy") else 5, plan, out, int8=True)
     if w in ("greedy_transformer", "beam5_transformer", "greedy_transformer_int8", "beam5_transformer_int8"):
         return bench_decode_transformer(1 if w.startswith("greedy") else 5, plan, out, int8=w.endswith("_int8"))
-    if w == "step_seed_bf16":
-        return bench_step("seed", plan, out, amp=torch.bfloat16)
+    if w in ("step_seed_bf16", "step_transformer_bf16"):
+        return bench_step(w[5:-5], plan, out, amp=torch.bfloat16)
     sys.exit(f"torch_bench: unknown workload '{w}'; choose from: {' '.join(WORKLOADS)}")
 
 

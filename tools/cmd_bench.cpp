@@ -744,8 +744,8 @@ void export_preset(const std::string& preset, const std::string& data_dir, const
 const std::vector<std::string> kWorkloads = {
     "sgemm",       "step_seed",   "step_d2l",   "step_transformer", "attention", "attention_projected", "gru",
     "linear_ce",   "op_overhead", "greedy_seed", "beam5_seed",      "greedy_d2l", "beam5_d2l",          "memory_seed",
-    "memory_d2l",  "greedy_seed_int8", "beam5_seed_int8", "step_seed_bf16", "greedy_transformer",
-    "beam5_transformer", "greedy_transformer_int8", "beam5_transformer_int8"};
+    "memory_d2l",  "greedy_seed_int8", "beam5_seed_int8", "step_seed_bf16", "step_transformer_bf16",
+    "greedy_transformer", "beam5_transformer", "greedy_transformer_int8", "beam5_transformer_int8"};
 
 // On demand only (minutes at S = 8192), not in the default list: see bench_attention_chunked.
 const char* kAttentionChunked = "attention_chunked";
@@ -779,7 +779,8 @@ void run_workload(const std::string& w, const Plan& plan, const Reporter& out) {
   for (const char* preset : {"seed", "transformer"})  // greedy_seed_int8, ..., beam5_transformer_int8
     for (int64_t beam : {1, 5})
       if (w == decode_workload(preset, beam, true)) return bench_decode(preset, beam, plan, out, true);
-  if (w == "step_seed_bf16") return bench_step("seed", plan, out, "bf16");
+  for (const char* preset : {"seed", "transformer"})  // step_seed_bf16, step_transformer_bf16
+    if (w == fmt::format("step_{}_bf16", preset)) return bench_step(preset, plan, out, "bf16");
   std::string names;
   for (const std::string& n : kWorkloads) names += " " + n;
   names += fmt::format(" (on demand: {}, {}, {} under mpirun)", kAttentionChunked, fmt::join(kBatching, ", "),

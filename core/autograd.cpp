@@ -10,7 +10,6 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "core/autocast.h"
 #include "core/ops_hooks.h"
 
 namespace seqgrad {
@@ -43,83 +42,6 @@ void accumulate(Tensor& acc, const Tensor& g, bool create_graph) {
 }
 
 }  // namespace
-
-// The gradient products a backward pass holds back (Grads::add_product), by target: an input's
-// node or a leaf. A target's terms are summed as one GEMM, their rows stacked, when its gradient
-// is read: before its node runs, before a leaf's post-accumulate hooks, at the end of the pass.
-class DeferredProducts {
- public:
-  // A term with this many rows already runs at the GEMM's speed: holding it would only hold its
-  // memory. Below it, terms wait until their rows add up to kFlushRows.
-  static constexpr int64_t kDeferBelowRows = 512;
-  static constexpr int64_t kFlushRows = 2048;
-
-  struct Target {
-    Node* node = nullptr;          // one of the two
-    TensorImpl* leaf = nullptr;
-  };
-
-  // false: the term is too big to be worth holding; the caller computes it now
-  bool hold(const Target& target, ProductTerm term) {
-    if (term.a.size(0) >= kDeferBelowRows) return false;
-    const void* key = target.node ? static_cast<const void*>(target.node) : target.leaf;
-    auto [it, inserted] = pending_.try_emplace(key);
-    if (inserted) {
-      it->second.target = target;
-      order_.push_back(key);
-    }
-    it->second.rows += term.a.size(0);
-    it->second.terms.push_back(std::move(term));
-    if (it->second.rows >= kFlushRows) flush(it->second);
-    return true;
-  }
-  void flush_node(Node& node) { flush_key(&node); }
-  void flush_leaf(TensorImpl& leaf) { flush_key(&leaf); }
-  void flush_all() {
-    for (const void* key : order_) flush_key(key);
-    order_.clear();
-  }
-
- private:
-  struct Pending {
-    Target target;
-    std::vector<ProductTerm> terms;
-    int64_t rows = 0;
-  };
-
-  void flush_key(const void* key) {
-    auto it = pending_.find(key);
-    if (it != pending_.end()) flush(it->second);
-  }
-
-  // Adds the held terms into the target's gradient: in place when the engine owns the buffer alone.
-  void flush(Pending& p) {
-    const auto sum_of_products = ops_hooks("gradient products").sum_of_products;
-    std::span<const ProductTerm> terms(p.terms);
-    while (!terms.empty()) {  // one GEMM per precision run (a pass rarely mixes them)
-      size_t n = 1;
-      while (n < terms.size() && terms[n].precision == terms[0].precision) ++n;
-      const std::shared_ptr<TensorImpl>& buffer =
-          p.target.node ? p.target.node->grad.impl_ptr() : p.target.leaf->grad;
-      const Shape shape{terms[0].a.size(1), terms[0].b.size(1)};
-      if (buffer && exclusively_owned(buffer) && buffer->shape == shape) {
-        sum_of_products(terms.first(n), Tensor(buffer));
-      } else if (p.target.node) {
-        accumulate(p.target.node->grad, sum_of_products(terms.first(n), Tensor()), false);
-      } else {
-        Tensor acc = buffer ? Tensor(std::move(p.target.leaf->grad)) : Tensor();  // use_count stays 1
-        accumulate(acc, sum_of_products(terms.first(n), Tensor()), false);
-        p.target.leaf->grad = acc.impl_ptr();
-      }
-      terms = terms.subspan(n);
-    }
-    p.terms.clear();
-    p.rows = 0;
-  }
-
-  std::unordered_map<const void*, Pending> pending_;
-  std::vector<const void*> order_;  // first-held order: the end-of-pass sums in a fixed order
-};
 
 // Each node owns its inputs' nodes, so letting the members go would free a chain recursively, one
 // stack frame per node. Instead the nodes this one solely owns are collected and released in a loop.
@@ -166,26 +88,6 @@ void Grads::add(int i, const Tensor& g) {
   SG_CHECK_DEVICE(g.device() == in.device, "{} backward: gradient for input {} is on {}, expected {}",
                   node_.name, i, g.device(), in.device);
   accumulate(results_[i], g, GradMode::is_enabled());
-}
-
-void Grads::add_product(int i, const Tensor& a, const Tensor& b) {
-  const InputEdge& in = node_.inputs[i];
-  if (!in.wants_grad() || !a.defined() || !b.defined()) return;
-  SG_CHECK_SHAPE(a.ndim() == 2 && b.ndim() == 2 && a.size(0) == b.size(0) && in.shape == Shape({a.size(1), b.size(1)}),
-                 "{} backward: gradient product for input {} needs a (N, P), b (N, Q) with (P, Q) = {}; got a {}, b {}",
-                 node_.name, i, in.shape, a.shape(), b.shape());
-  SG_CHECK_DTYPE(a.dtype() == in.dtype && b.dtype() == in.dtype,
-                 "{} backward: gradient product for input {} has dtypes {} and {}, expected {}", node_.name, i,
-                 a.dtype(), b.dtype(), in.dtype);
-  ProductTerm term{a, b, a.dtype() == DType::f32 ? Autocast::current() : GemmPrecision::full};
-  // held only where the engine accumulates alone: not under create_graph, not into a captured gradient
-  const bool into_leaf = in.leaf && into_leaves_;
-  if (deferred_ && !GradMode::is_enabled() && (in.fn || into_leaf) &&
-      deferred_->hold({.node = in.fn.get(), .leaf = in.fn ? nullptr : in.leaf.get()}, term))
-    return;
-  const auto sum_of_products = ops_hooks("gradient products").sum_of_products;
-  if (Tensor acc = accumulator(i); acc.defined()) sum_of_products({&term, 1}, acc);
-  else add(i, sum_of_products({&term, 1}, Tensor()));
 }
 
 Tensor Grads::accumulator(int i) const {
@@ -306,9 +208,8 @@ void count_hooked_leaf_edges(const std::vector<std::shared_ptr<Node>>& order, ui
     }
 }
 
-// One more edge into a leaf has run; after the last one, its held products are added and its
-// hooks see the finished .grad.
-void leaf_edge_done(const std::shared_ptr<TensorImpl>& leaf, DeferredProducts& deferred) {
+// One more edge into a leaf has run; after the last one, its hooks see the finished .grad.
+void leaf_edge_done(const std::shared_ptr<TensorImpl>& leaf) {
   if (hooked_leaves.load() == 0) return;
   std::vector<std::pair<uint64_t, autograd::PostAccumulateGradHook>> ready;
   {
@@ -317,7 +218,6 @@ void leaf_edge_done(const std::shared_ptr<TensorImpl>& leaf, DeferredProducts& d
     if (h == nullptr || h->pending_edges <= 0 || --h->pending_edges != 0) return;
     ready = h->hooks;  // a copy, called unlocked: a hook may register or remove hooks
   }
-  deferred.flush_leaf(*leaf);
   for (const auto& [id, hook] : ready) hook(Tensor(leaf));
 }
 
@@ -402,8 +302,7 @@ struct BackwardTargets {  // for autograd::grad: capture instead of accumulating
 };
 
 void run_node(const std::shared_ptr<Node>& node, bool retain_graph, bool create_graph,
-              std::vector<Node*>& ready, const BackwardTargets& targets, DeferredProducts& deferred) {
-  deferred.flush_node(*node);  // its gradient is complete: every consumer has run
+              std::vector<Node*>& ready, const BackwardTargets& targets) {
   Tensor dy = std::move(node->grad);
   node->grad = Tensor();
   if (targets.node_grads && targets.node_grads->count(node.get()))
@@ -416,7 +315,7 @@ void run_node(const std::shared_ptr<Node>& node, bool retain_graph, bool create_
           "freed; pass retain_graph = true to the first backward()",
           node->name));
     }
-    Grads g(*node, node, targets.leaf_grads == nullptr, &deferred);
+    Grads g(*node, node, targets.leaf_grads == nullptr);
     g.results().resize(node->inputs.size());
     const char* previous = current_backward_op;
     current_backward_op = node->name;
@@ -446,7 +345,7 @@ void run_node(const std::shared_ptr<Node>& node, bool retain_graph, bool create_
         it->second = it->second.defined() ? add_grads(it->second, gi) : gi;
     } else if (e.leaf) {
       if (gi.defined()) accumulate_leaf(*e.leaf, std::move(gi), create_graph);
-      leaf_edge_done(e.leaf, deferred);
+      leaf_edge_done(e.leaf);
     }
   }
 }
@@ -520,15 +419,13 @@ void run_backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>&
   for (const std::shared_ptr<Node>& r : roots)
     if (r && r->dependencies == 0 && std::find(ready.begin(), ready.end(), r.get()) == ready.end())
       ready.push_back(r.get());
-  DeferredProducts deferred;
   try {
     while (!ready.empty()) {
       Node* n = ready.back();
       ready.pop_back();
-      run_node(order[n->order_index], retain_graph, create_graph, ready, targets, deferred);
+      run_node(order[n->order_index], retain_graph, create_graph, ready, targets);
       run_due_progress_hooks();
     }
-    deferred.flush_all();  // the leaves without hooks
   } catch (...) {
     for (const std::shared_ptr<Node>& n : order) n->grad = Tensor();
     throw;

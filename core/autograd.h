@@ -64,8 +64,6 @@ class SavedTensor {
 inline SavedTensor save(const Tensor& t) { return SavedTensor(t); }
 
 class Grads;
-class DeferredProducts;
-struct ProductTerm;
 using BackwardFn = std::function<void(const Tensor& dy, Grads& g)>;
 
 struct Node {
@@ -91,9 +89,8 @@ struct Node {
 // What a backward function sees: which inputs want gradients, and where to add them.
 class Grads {
  public:
-  Grads(Node& node, const std::shared_ptr<Node>& self, bool into_leaves = true,
-        DeferredProducts* deferred = nullptr)
-      : node_(node), self_(self), into_leaves_(into_leaves), deferred_(deferred) {}
+  Grads(Node& node, const std::shared_ptr<Node>& self, bool into_leaves = true)
+      : node_(node), self_(self), into_leaves_(into_leaves) {}
   bool needs(int i) const { return node_.inputs[i].wants_grad(); }
   // Accumulates g into input i's gradient; shape, dtype and device must equal the input's.
   void add(int i, const Tensor& g);
@@ -102,11 +99,6 @@ class Grads {
   // its contribution straight into it (e.g. a GEMM with beta = 1: "accumulate, don't assign")
   // instead of calling add() with a fresh tensor.
   Tensor accumulator(int i) const;
-  // Adds aᵀ · b to input i's gradient: a (N, P), b (N, Q), the input (P, Q); a weight gradient
-  // dW = dyᵀ · x. A product of few rows may be deferred until the input's gradient is read: the
-  // terms a weight gets at every step of a recurrence then run as one GEMM over all steps' rows
-  // (K = T·B instead of T GEMMs with K = B), which runs at the GEMM's full speed.
-  void add_product(int i, const Tensor& a, const Tensor& b);
   // The op's forward result (for ops whose gradient is written in terms of it: exp, tanh, ...).
   Tensor output() const;
   std::vector<Tensor>& results() { return results_; }
@@ -115,7 +107,6 @@ class Grads {
   Node& node_;
   const std::shared_ptr<Node>& self_;
   bool into_leaves_;  // false for autograd::grad, which must not touch .grad
-  DeferredProducts* deferred_;  // the pass's held products; null: add_product computes at once
   std::vector<Tensor> results_;
 };
 

@@ -5,29 +5,15 @@
 // core/tensor.h declares for ops/ (sum, softmax, clone, to, ...) are ops' API: core never calls them.
 #pragma once
 
-#include <span>
-
-#include "core/backend_ops.h"
 #include "core/tensor.h"
 
 namespace seqgrad {
-
-// One term of a gradient written as a product: aᵀ · b, a (N, P), b (N, Q) -> (P, Q), at the
-// precision of the backward that gave it (Grads::add_product).
-struct ProductTerm {
-  Tensor a, b;
-  GemmPrecision precision = GemmPrecision::full;
-};
 
 struct OpsHooks {
   Tensor (*add)(const Tensor& a, const Tensor& b) = nullptr;      // differentiable a + b
   void (*add_inplace)(const Tensor& acc, const Tensor& g) = nullptr;  // acc += g, same shape and dtype
   Tensor (*clone)(const Tensor& t) = nullptr;                     // differentiable copy
   Tensor (*to_device)(const Tensor& t, Device device) = nullptr;  // differentiable; t itself when already there
-  // Σ aᵢᵀ · bᵢ over terms of one precision as one GEMM (their rows stacked): added into acc when it
-  // is defined (contiguous, (P, Q); grad mode off) and returned; otherwise a fresh tensor, recorded
-  // when grad mode is on (a backward under create_graph).
-  Tensor (*sum_of_products)(std::span<const ProductTerm> terms, const Tensor& acc) = nullptr;
 };
 
 // Called by ops/ during static initialisation.

@@ -4,7 +4,6 @@
 #include <span>
 #include <vector>
 
-#include "core/ops_hooks.h"
 #include "ops/ops.h"
 
 namespace seqgrad::detail {
@@ -12,10 +11,6 @@ namespace seqgrad::detail {
 inline Tensor empty_like_shape(const Shape& shape, const Tensor& like) {
   return Tensor::empty(shape, {.dtype = like.dtype(), .device = like.device()});
 }
-
-// Σ aᵢᵀ · bᵢ as one GEMM over the terms' stacked rows, into acc when defined (ops/matmul.cpp);
-// the engine's gradient products (core/ops_hooks.h).
-Tensor sum_of_products(std::span<const ProductTerm> terms, const Tensor& acc);
 
 // y = op(x) in a new tensor of x's shape, dtype and device (ops/elementwise.cpp).
 Tensor unary_kernel(UnaryOp op, const Tensor& x, UnaryParams p = {});

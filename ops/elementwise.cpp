@@ -34,7 +34,6 @@ const bool ops_hooks_registered = [] {
       .add_inplace = [](const Tensor& acc, const Tensor& g) { backend_for(acc).binary(BinaryOp::add, acc, g, acc); },
       .clone = [](const Tensor& t) { return clone(t); },
       .to_device = [](const Tensor& t, Device device) { return to_device(t, device); },
-      .sum_of_products = detail::sum_of_products,
   });
   return true;
 }();

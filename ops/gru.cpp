@@ -70,15 +70,16 @@ void gru_layer_backward(const GruLayerSaved& s, const std::vector<Tensor>& in, c
   if (g.needs(1)) g.add(1, carry);
   if (g.needs(2)) {
     // forward: steps 1.. read y[0 .. T-2]; reverse: steps .. T-2 read y[1 .. T-1]; the first
-    // processed step reads h0. A decoder calls this once per step (T = 1): its terms wait in the
-    // engine and join the other steps' in one product (Grads::add_product).
+    // processed step reads h0
     const int64_t first = forward ? 0 : T - 1;
-    if (T > 1) {
-      Tensor rows_dhp = forward ? dhp.narrow(0, 1, T - 1) : dhp.narrow(0, 0, T - 1);  // (T-1, B, 3H)
-      Tensor rows_y = forward ? y.narrow(0, 0, T - 1) : y.narrow(0, 1, T - 1);        // (T-1, B, H)
-      g.add_product(2, rows_dhp.reshape({(T - 1) * B, 3 * H}), rows_y.reshape({(T - 1) * B, H}));
-    }
-    g.add_product(2, dhp.select(0, first), h_init);
+    Tensor rows_dhp = forward ? dhp.narrow(0, 1, T - 1) : dhp.narrow(0, 0, T - 1);  // (T-1, B, 3H)
+    Tensor rows_y = forward ? y.narrow(0, 0, T - 1) : y.narrow(0, 1, T - 1);        // (T-1, B, H)
+    Tensor acc = g.accumulator(2);  // dW_hh adds straight into the gradient buffer when there is one
+    const bool fresh = !acc.defined();
+    if (fresh) acc = zeros(wv.shape(), like);
+    if (T > 1) addmm_(acc, rows_dhp.reshape({(T - 1) * B, 3 * H}).t(), rows_y.reshape({(T - 1) * B, H}));
+    addmm_(acc, dhp.select(0, first).t(), h_init);
+    if (fresh) g.add(2, acc);
   }
   if (has_bias && g.needs(3)) g.add(3, sum(dhp.reshape({T * B, 3 * H}), {0}));
 }

@@ -93,7 +93,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
       else g.add(0, sum_to(matmul(dy, bv.transpose(-1, -2)), av.shape()));
     }
     if (g.needs(1)) {
-      if (plain) g.add_product(1, av, dy);  // a weight's gradient may wait for the other steps' terms
+      if (Tensor acc = plain ? g.accumulator(1) : Tensor(); acc.defined()) addmm_(acc, av.t(), dy);
       else g.add(1, sum_to(matmul(av.transpose(-1, -2), dy), bv.shape()));
     }
   });
@@ -173,28 +173,14 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
                   const Tensor &xv = x.get(), &wv = weight.get();
                   Tensor dy2 = dy.reshape({rows, out});  // (N, out)
                   if (g.needs(0)) g.add(0, matmul(dy2, wv).reshape(xv.shape()));
-                  if (g.needs(1)) g.add_product(1, dy2, xv.reshape({rows, in}));  // dW = dy2ᵀ · x2
+                  if (g.needs(1)) {
+                    Tensor x2 = xv.reshape({rows, in});  // (N, in)
+                    if (Tensor acc = g.accumulator(1); acc.defined()) addmm_(acc, dy2.t(), x2);
+                    else g.add(1, matmul(dy2.t(), x2));
+                  }
                   if (has_bias && g.needs(2)) g.add(2, sum(dy2, {0}));
                 });
 }
-
-namespace detail {
-
-Tensor sum_of_products(std::span<const ProductTerm> terms, const Tensor& acc) {
-  Autocast scope(terms.front().precision);
-  auto stacked = [terms](Tensor ProductTerm::*side) {  // (ΣN, P): the terms' rows one after another
-    if (terms.size() == 1) return terms.front().*side;
-    std::vector<Tensor> rows;
-    for (const ProductTerm& t : terms) rows.push_back(t.*side);
-    return cat(rows, 0);
-  };
-  const Tensor a = stacked(&ProductTerm::a), b = stacked(&ProductTerm::b);
-  if (!acc.defined()) return matmul(a.t(), b);
-  addmm_(acc, a.t(), b);
-  return acc;
-}
-
-}  // namespace detail
 
 Tensor Tensor::matmul(const Tensor& other) const { return seqgrad::matmul(*this, other); }
 

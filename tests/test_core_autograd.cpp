@@ -11,7 +11,6 @@
 #include "core/autograd_hooks.h"
 #include "ops/ops.h"
 #include "tests/check_values.h"
-#include "tests/product_sum_counter.h"
 
 using namespace seqgrad;
 
@@ -21,7 +20,6 @@ constexpr TensorOptions kF64 = {.dtype = DType::f64};
 Tensor leaf(std::initializer_list<double> v) { return tensor(v, kF64).requires_grad_(); }
 
 using testing::check_values;
-using testing::ProductSumCounter;
 }  // namespace
 
 TEST_CASE("leaf gradients accumulate across backward calls") {
@@ -352,84 +350,6 @@ TEST_CASE("a tensor sliced step by step: each slice's gradient lands in its part
   }
   lookups.backward();
   check_values(table.grad(), {0, 0, 1, 1, 6, 6, 3, 3});  // id 2 at steps 0, 1 and 2: 1 + 2 + 3
-}
-
-// A weight used at every step of a loop: the T per-step terms dW += dy_tᵀ · x_t of few rows are held
-// and summed as one GEMM when the weight's gradient is read, at the end of the pass or before its
-// hooks or its node run; terms of many rows, autograd::grad and create_graph compute at once.
-// Expected values: dW = Σ_t c_tᵀ · x_t for loss = Σ_t sum(c_t ⊙ (x_t · Wᵀ)), in plain loops.
-TEST_CASE("a weight's per-step gradient products are held and summed as one GEMM") {
-  const int64_t T = 5, N = 3, in = 4, out = 2;
-  std::vector<Tensor> xs, cs;
-  for (int64_t t = 0; t < T; ++t) {
-    xs.push_back(add(mul(arange(0, N * in, 1, kF64).reshape({N, in}), 0.1 * (t + 1)), -0.3));
-    cs.push_back(add(mul(arange(0, N * out, 1, kF64).reshape({N, out}), t % 2 ? -1.0 : 0.5), double(t)));
-  }
-  std::vector<double> expected(out * in, 0.0);
-  for (int64_t t = 0; t < T; ++t) {
-    const std::vector<double> x = xs[t].to_vector<double>(), c = cs[t].to_vector<double>();
-    for (int64_t o = 0; o < out; ++o)
-      for (int64_t i = 0; i < in; ++i)
-        for (int64_t n = 0; n < N; ++n) expected[o * in + i] += c[n * out + o] * x[n * in + i];
-  }
-  Tensor w = mul(arange(0, out * in, 1, kF64).reshape({out, in}), 0.25).detach().requires_grad_();
-  auto loss_of = [&](const Tensor& weight) {
-    Tensor loss = zeros({}, kF64);
-    for (int64_t t = 0; t < T; ++t) loss = add(loss, mul(linear(xs[t], weight), cs[t]).sum());
-    return loss;
-  };
-  auto times = [](const std::vector<double>& v, double k) {
-    std::vector<double> r = v;
-    for (double& e : r) e *= k;
-    return r;
-  };
-
-  SUBCASE("into a leaf: one sum of T terms at the end of the pass") {
-    ProductSumCounter counter;
-    loss_of(w).backward();
-    check_values(w.grad(), expected);
-    CHECK(counter.calls() == std::vector<size_t>{T});
-    Tensor held = w.grad();  // a gradient the user holds is not written in place by the next pass
-    loss_of(w).backward();
-    check_values(w.grad(), times(expected, 2));
-    check_values(held, expected);
-  }
-  SUBCASE("through a view's node: summed before the node runs") {
-    ProductSumCounter counter;
-    loss_of(w.t().t()).backward();
-    check_values(w.grad(), expected);
-    CHECK(counter.calls() == std::vector<size_t>{T});
-  }
-  SUBCASE("a hooked leaf: its hook sees the finished gradient") {
-    std::vector<std::vector<double>> seen;
-    const uint64_t id = autograd::register_post_accumulate_grad_hook(
-        w, [&seen](const Tensor& t) { seen.push_back(t.grad().to_vector<double>()); });
-    loss_of(w).backward();
-    autograd::remove_post_accumulate_grad_hook(id);
-    REQUIRE(seen.size() == 1);
-    check_values(seen[0], expected);
-  }
-  SUBCASE("autograd::grad and create_graph compute each term at once") {
-    ProductSumCounter counter;
-    check_values(autograd::grad({loss_of(w)}, {w})[0], expected);
-    CHECK(counter.calls() == std::vector<size_t>(T, 1));
-    xs[0].requires_grad_();  // dW = Σ c_tᵀ · x_t then has a graph: d(Σ dW)/dx_0[n, i] = Σ_o c_0[n, o]
-    Tensor g = autograd::grad({loss_of(w)}, {w}, {}, {.create_graph = true})[0];
-    check_values(g, expected);
-    REQUIRE(g.requires_grad());
-    const std::vector<double> c0 = cs[0].to_vector<double>();
-    std::vector<double> second;
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t i = 0; i < in; ++i) second.push_back(c0[n * out] + c0[n * out + 1]);
-    check_values(autograd::grad({g.sum()}, {xs[0]})[0], second);
-  }
-  SUBCASE("a term of many rows is computed at once") {
-    ProductSumCounter counter;
-    Tensor x = ones({600, in}, kF64), c = ones({600, out}, kF64);
-    mul(linear(x, w), c).sum().backward();
-    check_values(w.grad(), std::vector<double>(out * in, 600.0));
-    CHECK(counter.calls() == std::vector<size_t>{1});
-  }
 }
 
 TEST_CASE("a backward that returns the wrong shape is caught with the op name") {

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/threads.h"
 #include "ops/bf16_gemm.h"
+#include "models/text/subword.h"
 #include "ops/cpu/kernels.h"
 #include "tools/args.h"
 #include "tools/commands.h"
@@ -41,12 +42,15 @@ int info_main(int argc, char** argv) {
                                       {"cpu_kernels", seqgrad::cpu::kernel_isa()},
                                       {"bf16_gemm", {{"kernels", bf16.kernels}, {"used_by_amp", bf16.preferred},
                                                      {"why", bf16.why}}},
-                                      {"int8_gemm", {{"kernels", int8.kernels}, {"saturates", int8.saturates}}}}
+                                      {"int8_gemm", {{"kernels", int8.kernels}, {"saturates", int8.saturates}}},
+                                      {"sentencepiece", {{"available", seqgrad::text::subword_supported()},
+                                                         {"plugin", seqgrad::text::subword_plugin_description()}}}}
                             .dump());
   else
-    fmt::print("seqgrad {}\nthreads: {}\nBLAS: {}\nCPU kernels: {}\nbf16 GEMM: {}; {}: {}\nint8 GEMM: {}, {}\n",
+    fmt::print("seqgrad {}\nthreads: {}\nBLAS: {}\nCPU kernels: {}\nbf16 GEMM: {}; {}: {}\nint8 GEMM: {}, {}\n"
+               "SentencePiece: {}\n",
                SEQGRAD_VERSION, seqgrad::get_num_threads(), seqgrad::blas::describe(), seqgrad::cpu::kernel_isa(),
-               bf16.kernels, bf16_use, bf16.why, int8.kernels, int8_note);
+               bf16.kernels, bf16_use, bf16.why, int8.kernels, int8_note, seqgrad::text::subword_plugin_description());
   return 0;
 }
 

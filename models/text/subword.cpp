@@ -68,18 +68,24 @@ constexpr int kDeepBind = 0;
 constexpr int kDeepBind = RTLD_DEEPBIND;
 #endif
 
-// Where an installed plugin lies relative to the library holding this code (<libdir>/seqgrad/), so a
-// prefix that was moved or staged loads its own plugin; empty when the library's path is unknown.
-std::string plugin_beside_library() {
+// The plugin's places relative to the library holding this code: <libdir>/seqgrad/ (an installed
+// prefix, moved or staged too) and models/ (the build folder, where libseqgrad.so lies at the top).
+// Only paths relative to the running code: an absolute path of the build folder compiled in would
+// outlive that folder, and whoever recreated it would have their code run inside seqgrad.
+std::vector<std::string> plugins_beside_library() {
   Dl_info info;
-  if (dladdr(reinterpret_cast<void*>(&plugin_beside_library), &info) == 0 || info.dli_fname == nullptr) return "";
-  return (std::filesystem::path(info.dli_fname).parent_path() / "seqgrad" / "libseqgrad_sentencepiece.so").string();
+  if (dladdr(reinterpret_cast<void*>(&plugins_beside_library), &info) == 0 || info.dli_fname == nullptr) return {};
+  const std::filesystem::path dir = std::filesystem::path(info.dli_fname).lexically_normal().parent_path();
+  return {(dir / "seqgrad" / "libseqgrad_sentencepiece.so").string(),
+          (dir / "models" / "libseqgrad_sentencepiece.so").string()};
 }
 
-// The SentencePiece plugin, loaded once: $SEQGRAD_SENTENCEPIECE_PLUGIN, else the build tree's,
-// else the installed one beside this library, else at the prefix it was configured for. Null when none loads (a build without SentencePiece).
+// The SentencePiece plugin, loaded once: $SEQGRAD_SENTENCEPIECE_PLUGIN, else beside the library
+// (installed, then the build folder's layout), else at the prefix it was configured for. Null when
+// none loads (a build without SentencePiece).
 struct Plugin {
   SubwordEngine* engine = nullptr;
+  std::string path;   // the file it was loaded from
   std::string error;  // why none loaded
 };
 
@@ -88,9 +94,9 @@ const Plugin& plugin() {
     Plugin p;
     std::vector<std::string> candidates;
     if (const char* env = std::getenv("SEQGRAD_SENTENCEPIECE_PLUGIN")) candidates.emplace_back(env);
-#ifdef SG_SUBWORD_PLUGIN_BUILD
-    candidates.emplace_back(SG_SUBWORD_PLUGIN_BUILD);
-    if (std::string beside = plugin_beside_library(); !beside.empty()) candidates.push_back(std::move(beside));
+#ifdef SG_SUBWORD_PLUGIN_INSTALL
+    for (std::string& beside : plugins_beside_library())
+      if (std::filesystem::exists(beside)) candidates.push_back(std::move(beside));
     candidates.emplace_back(SG_SUBWORD_PLUGIN_INSTALL);
 #endif
     for (const std::string& path : candidates) {
@@ -100,7 +106,7 @@ const Plugin& plugin() {
         continue;
       }
       auto entry = reinterpret_cast<SubwordEngine* (*)()>(dlsym(handle, "seqgrad_subword_engine"));
-      if (entry) return p.engine = entry(), p;
+      if (entry) return p.engine = entry(), p.path = path, p;
       p.error += fmt::format("{}{}: no seqgrad_subword_engine", p.error.empty() ? "" : "; ", path);
     }
     return p;
@@ -136,6 +142,12 @@ SubwordEngine& engine() {
 }  // namespace
 
 bool subword_supported() { return plugin().engine != nullptr; }
+
+std::string subword_plugin_description() {
+  const Plugin& p = plugin();
+  if (p.engine) return p.path;
+  return p.error.empty() ? "not built" : "none loaded (" + p.error + ")";
+}
 
 struct SubwordModel::Impl {
   std::unique_ptr<SubwordProcessor> processor;

@@ -34,6 +34,8 @@ inline constexpr std::string_view kSubwordModelPrefix = "spm:";
 
 // True when this build links SentencePiece.
 bool subword_supported();
+// The SentencePiece plugin's file, or why none loaded (`seqgrad info` prints it).
+std::string subword_plugin_description();
 
 // Gives the next training sentence in `sentence` and returns true, or returns false at the end.
 using SentenceSource = std::function<bool(std::string& sentence)>;

@@ -29,6 +29,10 @@ trap 'rm -rf "$SEQGRAD_FUZZ_SCRATCH"' EXIT
 declare -A MAX_LEN=([safetensors]=16384 [checkpoint]=65536 [corpus]=8192 [tokenizer]=8192 [subword]=8192 [request]=8192)
 declare -A DICT=([safetensors]=safetensors [checkpoint]=safetensors [corpus]=corpus [tokenizer]=json [subword]=json
                  [request]=request)
+# The targets link seqgrad's sources statically, not libseqgrad.so, so the plugin is not beside
+# their code: name the fuzz build's own (models/text/subword.cpp's search).
+[ -f "$BUILD/models/libseqgrad_sentencepiece.so" ] &&
+  export SEQGRAD_SENTENCEPIECE_PLUGIN=${SEQGRAD_SENTENCEPIECE_PLUGIN:-$(realpath "$BUILD/models/libseqgrad_sentencepiece.so")}
 for target in ${TARGETS:-safetensors checkpoint corpus tokenizer subword request}; do
   exe=$BUILD/tests/fuzz/fuzz_$target
   if [ ! -x "$exe" ]; then

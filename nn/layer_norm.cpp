@@ -12,7 +12,8 @@ LayerNorm::LayerNorm(Options options) : Module("LayerNorm"), options_(std::move(
   bool positive = shape.size() > 0;
   for (int64_t d : shape) positive = positive && d > 0;
   SG_CHECK_VALUE(positive, "layer_norm: normalized_shape = {} must be one or more positive sizes", shape);
-  SG_CHECK_VALUE(options_.eps >= 0 && std::isfinite(options_.eps), "layer_norm: eps = {} must be finite and >= 0",
+  // eps = 0 divides a constant row's zero deviation by sqrt(0): NaN, found only when one arrives
+  SG_CHECK_VALUE(options_.eps > 0 && std::isfinite(options_.eps), "layer_norm: eps = {} must be finite and > 0",
                  options_.eps);
   if (options_.elementwise_affine) {
     weight = empty(shape);

@@ -9,7 +9,7 @@ class LayerNorm : public Module {
  public:
   struct Options {
     Shape normalized_shape = {};    // the last dimension(s) of the input, e.g. {E}
-    double eps = 1e-5;              // added to the variance, >= 0
+    double eps = 1e-5;              // added to the variance, > 0
     bool elementwise_affine = true; // weight (init 1) and bias (init 0) of normalized_shape
   };
   explicit LayerNorm(Options options);

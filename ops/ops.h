@@ -139,9 +139,10 @@ Tensor argmin(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor logsumexp(const Tensor& x, const Shape& dims, bool keepdim = false);
 // Sums a broadcast gradient back to `shape` (the backward of broadcasting).
 Tensor sum_to(const Tensor& x, const Shape& shape);
-// The k largest (or smallest) values along dim, in order, and their int64 indices. Not
-// differentiable (unlike torch.topk): it serves decoding; gather(x, dim, indices) gives values
-// with a gradient.
+// The k largest (or smallest) values along dim, in order, and their int64 indices. Ties keep
+// index order, and NaN ranks after every number either way (torch.topk ranks it first with
+// largest: a NaN logit would win a search's step). Not differentiable (unlike torch.topk): it
+// serves decoding; gather(x, dim, indices) gives values with a gradient.
 std::pair<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim = -1, bool largest = true);
 
 // ---- linear algebra (ops/matmul.cpp)

@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -96,7 +97,13 @@ TEST_CASE("LayerNorm: torch's parameters and init, several trailing dims, no aff
   CHECK_THROWS_WITH_AS(nn::LayerNorm({.normalized_shape = {}}),
                        "layer_norm: normalized_shape = () must be one or more positive sizes", ValueError);
   CHECK_THROWS_WITH_AS(nn::LayerNorm({.normalized_shape = {4}, .eps = -1}),
-                       "layer_norm: eps = -1 must be finite and >= 0", ValueError);
+                       "layer_norm: eps = -1 must be finite and > 0", ValueError);
+  // eps = 0 would normalise a constant row to 0/0 = NaN: refused when built, not when such a row comes
+  CHECK_THROWS_WITH_AS(nn::LayerNorm({.normalized_shape = {4}, .eps = 0}), "layer_norm: eps = 0 must be finite and > 0",
+                       ValueError);
+  CHECK_THROWS_WITH_AS(nn::LayerNorm({.normalized_shape = {4}, .eps = std::numeric_limits<double>::quiet_NaN()}),
+                       "layer_norm: eps = nan must be finite and > 0", ValueError);
+  CHECK(nn::LayerNorm({.normalized_shape = {4}, .eps = 1e-12}).options().eps == 1e-12);
   CHECK_THROWS_WITH_AS(norm(randn64({4, 3, 2})),
                        "layer_norm: normalized_shape (2, 3) must be the last dimensions of the input (4, 3, 2)",
                        ShapeError);

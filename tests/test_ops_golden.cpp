@@ -114,6 +114,35 @@ TEST_CASE("reductions by hand") {
   check_values(m.grad(), {0.25, 0.25, 0.25, 0.25});
 }
 
+TEST_CASE("topk ranks NaN after every number, largest and smallest, ties by index") {
+  // NaN compares false with everything, so the bare comparison is no strict weak order (undefined
+  // behaviour in partial_sort): [nan, 2, nan, 5, 1, nan, 3] ranks its numbers, then its NaNs by index
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const Tensor x = f64({nan, 2, nan, 5, 1, nan, 3});
+  auto [high, high_idx] = topk(x, 7);
+  CHECK(high_idx.to_vector<int64_t>() == std::vector<int64_t>{3, 6, 1, 4, 0, 2, 5});
+  check_values(high.narrow(0, 0, 4), {5, 3, 2, 1});
+  auto [low, low_idx] = topk(x, 3, 0, false);
+  CHECK(low_idx.to_vector<int64_t>() == std::vector<int64_t>{4, 1, 6});
+  // a long row (partial_sort's introsort runs past its insertion sort): every number before any NaN
+  std::vector<double> row;
+  for (int i = 0; i < 4096; ++i) row.push_back(i % 3 == 0 ? nan : static_cast<double>((i * 7919) % 1000));
+  for (bool largest : {true, false}) {
+    auto [v, idx] = topk(from_vector(row, {4096}, kF64), 4096, 0, largest);
+    const std::vector<double> values = v.to_vector<double>();
+    const std::vector<int64_t> where = idx.to_vector<int64_t>();
+    const size_t numbers = 4096 - 1366;  // i % 3 == 0 for 1366 of them
+    for (size_t j = 0; j < values.size(); ++j) {
+      CHECK(std::isnan(values[j]) == (j >= numbers));
+      if (j > 0 && j < numbers) CHECK((largest ? values[j - 1] >= values[j] : values[j - 1] <= values[j]));
+      if (j > numbers) CHECK(where[j - 1] < where[j]);
+    }
+  }
+  // float32, as decoding's log-probabilities are
+  auto [f, f_idx] = topk(f64({nan, -1, nan, -0.5}).to(DType::f32), 2);
+  CHECK(f_idx.to_vector<int64_t>() == std::vector<int64_t>{3, 1});
+}
+
 TEST_CASE("argmax ties pick the first index; topk; comparisons") {
   // [[1, 5, 5], [7, 7, 0]]: row 0 ties at 1 and 2 -> 1; row 1 ties at 0 and 1 -> 0
   Tensor x = f64({1, 5, 5, 7, 7, 0}, {2, 3});

@@ -75,8 +75,13 @@ void CpuBackend::topk(const Tensor& x_in, int64_t k, bool largest, const Tensor&
     for (int64_t r = 0; r < rows; ++r) {
       const T* row = px + r * cols;
       std::iota(order.begin(), order.end(), 0);
+      // a strict weak order even with NaN (which compares false with everything: partial_sort
+      // with the bare comparison is undefined behaviour): NaN ranks after every number
       std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int64_t i, int64_t j) {
-        return largest ? (row[i] > row[j] || (row[i] == row[j] && i < j)) : (row[i] < row[j] || (row[i] == row[j] && i < j));
+        const bool nan_i = std::isnan(static_cast<double>(row[i])), nan_j = std::isnan(static_cast<double>(row[j]));
+        if (nan_i || nan_j) return nan_i != nan_j ? nan_j : i < j;
+        if (row[i] == row[j]) return i < j;
+        return largest ? row[i] > row[j] : row[i] < row[j];
       });
       for (int64_t j = 0; j < k; ++j) {
         pv[r * k + j] = row[order[j]];

@@ -48,9 +48,12 @@ __global__ void softmax_backward_kernel(const T* y, const T* dy, T* dx, int64_t 
   }
 }
 
-// Order of top-k: value first (descending for largest), then the smaller index (as ops/cpu).
+// Order of top-k: value first (descending for largest), then the smaller index; NaN after every
+// number (as ops/cpu).
 template <class T>
 __device__ inline bool ranks_before(bool largest, T v, int64_t i, T w, int64_t j) {
+  const bool nan_v = v != v, nan_w = w != w;
+  if (nan_v || nan_w) return nan_v != nan_w ? nan_w : i < j;
   if (v == w) return i < j;
   return largest ? v > w : v < w;
 }

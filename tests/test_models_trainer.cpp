@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <numeric>
 #include <optional>
 #include <string>
 #include <vector>
@@ -435,7 +436,7 @@ TEST_CASE("trainer: a restored state's batches fit its steps x accum_steps, and 
 // emulated bf16 alike) and within 10% over all 100 (later, the two runs' Adam bumps differ in time:
 // measured 6.2%). A bf16 path broken to 3 mantissa bits (truncated) measured 4.3% by epoch 10 and
 // 22% overall, so either bound catches it.
-TEST_CASE("trainer: --amp bf16 follows float32's loss curve over 300 steps") {
+TEST_CASE("trainer: --amp bf16 follows float32's loss curve over 300 steps: the same descent, the same plateau") {
   // bf16 products even where a run would prefer float32 ones (training_precision): the curve of bf16
   // is the point, native where the CPU has it, else the emulation
   setenv("SEQGRAD_BF16_GEMM", "native", 1);
@@ -455,17 +456,22 @@ TEST_CASE("trainer: --amp bf16 follows float32's loss curve over 300 steps") {
     return losses;
   };
   const std::vector<double> f32 = curve("off"), bf16 = curve("bf16");
-  double descent = 0, overall = 0;  // the largest relative gaps
-  for (size_t e = 0; e < f32.size(); ++e) {
-    const double gap = std::abs(bf16[e] - f32[e]) / f32[e];
-    if (e < 25) descent = std::max(descent, gap);
-    overall = std::max(overall, gap);
-  }
+  // Two things are meaningful: the descent, where both curves fall steeply and rounding cannot move
+  // them apart, is followed point by point; after it both sit on a plateau where Adam's bumps fall
+  // wherever the rounding of the last steps puts them (on another BLAS kernel, or with or without
+  // AVX-512 BF16, they move), so there the plateau's level over a window is compared, not its points.
+  double descent = 0;  // the largest relative gap in epochs 1-25
+  for (size_t e = 0; e < 25; ++e) descent = std::max(descent, std::abs(bf16[e] - f32[e]) / f32[e]);
+  auto plateau = [](const std::vector<double>& losses) {  // the mean of the last 50 epochs
+    return std::accumulate(losses.end() - 50, losses.end(), 0.0) / 50;
+  };
+  const double level_gap = std::abs(plateau(bf16) - plateau(f32)) / plateau(f32);
   MESSAGE("epoch loss float32 " << f32.front() << " -> " << f32.back() << ", bf16 " << bf16.front() << " -> "
-          << bf16.back() << "; largest relative gap " << descent << " in epochs 1-25, " << overall << " overall");
+          << bf16.back() << "; largest relative gap " << descent << " in epochs 1-25; plateau (epochs 51-100) "
+          << plateau(f32) << " and " << plateau(bf16) << ", relative gap " << level_gap);
   CHECK(f32[24] < 0.4 * f32.front());  // it learned: the guard compares two real curves
   CHECK(descent <= 0.015);
-  CHECK(overall <= 0.10);
+  CHECK(level_gap <= 0.05);
 }
 
 TEST_CASE("trainer: --amp bf16 trains with bf16 products only where the backend prefers them") {

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "ops/batch_invariant.h"
+
 namespace seqgrad::models::search {
 
 Tensor mean_probability_log(const std::vector<Tensor>& member_log_probs) {
@@ -48,11 +50,16 @@ void HostStep::append(Hypothesis& h, int64_t r, int64_t src_len, double token_lo
   h.log_prob += token_log_prob;
 }
 
+// Every search encodes and steps here, under BatchInvariantMode: a row's products, and so its
+// logits, have the same bits whatever rows share its batch (alone, in a translate batch, under a
+// server's load), and a source padded to a longer batch's length keeps its own.
 Stepper::Stepper(const Ensemble& models, const Tensor& src, const Tensor& lengths) {
+  BatchInvariantMode invariant;
   for (TranslationModel* m : models.members()) members_.push_back({m, m->start(src, lengths)});
 }
 
 Stepper::Output Stepper::step(const Tensor& y_prev) {
+  BatchInvariantMode invariant;
   Output out;
   std::vector<Tensor> log_probs;
   for (Member& m : members_) {

@@ -5,6 +5,8 @@
 
 #include "core/blas.h"
 #include "core/half.h"
+#include "ops/batch_invariant.h"
+#include "ops/cpu/invariant_gemm.h"
 #include "ops/cpu/onednn_gemm.h"
 #include "ops/cpu/loop.h"
 
@@ -148,6 +150,11 @@ void CpuBackend::gemm(const Tensor& a_in, const Tensor& b_in, const Tensor& c, d
                       GemmPrecision precision) {
   // Autocast(bf16) on a CPU with AVX-512 BF16: oneDNN's bf16 matmul (ops/cpu/onednn_gemm.h)
   if (precision == GemmPrecision::bf16 && native_bf16_gemm(a_in, b_in, c, alpha, beta)) return;
+  // Decoding (ops/batch_invariant.h): one kernel for every row count, so a row's bits are its own
+  if (precision == GemmPrecision::full && c.dtype() == DType::f32 && BatchInvariantMode::is_enabled()) {
+    invariant_gemm(a_in, b_in, c, alpha, beta);
+    return;
+  }
   int64_t batch = c.shape()[0], m = c.shape()[1], n = c.shape()[2], k = a_in.shape()[2];
   bool reduced = precision != GemmPrecision::full && c.dtype() == DType::f32;
   auto prepare = [reduced, precision](const Tensor& t) {

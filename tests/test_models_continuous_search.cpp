@@ -6,7 +6,10 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <new>
 #include <set>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "models/seq2seq/continuous_search.h"
@@ -202,4 +205,139 @@ TEST_CASE("continuous search: what it refuses names the field") {
   CHECK_THROWS_WITH_AS(search.add({{4, 5}, {}}, {}), doctest::Contains("sentence 1 has no tokens"), ValueError);
   CHECK(search.empty());
   CHECK(search.step().empty());
+}
+
+namespace {
+
+// A GRU translator whose searches fail at their third step when their source holds the marker
+// token: a step that runs out of memory, or reaches a position beyond a learned table, for some
+// sentences only. Marked rows never join unmarked ones (a cohort of their own, as a Transformer's
+// rows at another position).
+class FailingAtStep : public TranslationModel {
+ public:
+  static constexpr int64_t kMarker = 12;
+  explicit FailingAtStep(TranslationModel& inner) : TranslationModel("FailingAtStep"), inner_(inner) {}
+  Tensor operator()(const Tensor& src, const Tensor& src_lengths, const Tensor& tgt_in) const override {
+    return inner_(src, src_lengths, tgt_in);
+  }
+  std::unique_ptr<SearchState> start(const Tensor& src, const Tensor& src_lengths) const override {
+    auto s = std::make_unique<State>();
+    s->inner = inner_.start(src, src_lengths);
+    const std::vector<int64_t> ids = src.to_vector<int64_t>();
+    s->marked = std::find(ids.begin(), ids.end(), kMarker) != ids.end();
+    return s;
+  }
+  StepOutput step(SearchState& state, const Tensor& y_prev) const override {
+    auto& s = dynamic_cast<State&>(state);
+    if (s.marked && ++s.steps == 3) throw std::bad_alloc();
+    return inner_.step(*s.inner, y_prev);
+  }
+  void reorder(SearchState& state, const std::vector<int64_t>& rows) const override {
+    inner_.reorder(*dynamic_cast<State&>(state).inner, rows);
+  }
+  void merge(SearchState& into, SearchState&& from) const override {
+    inner_.merge(*dynamic_cast<State&>(into).inner, std::move(*dynamic_cast<State&>(from).inner));
+  }
+  bool can_merge(const SearchState& into, const SearchState& from) const override {
+    const auto &a = dynamic_cast<const State&>(into), &b = dynamic_cast<const State&>(from);
+    return a.marked == b.marked && inner_.can_merge(*a.inner, *b.inner);
+  }
+  int64_t target_vocab() const override { return inner_.target_vocab(); }
+  std::string architecture() const override { return inner_.architecture(); }
+
+ private:
+  struct State : SearchState {
+    std::unique_ptr<SearchState> inner;
+    bool marked = false;
+    int64_t steps = 0;
+  };
+  TranslationModel& inner_;
+};
+
+}  // namespace
+
+TEST_CASE("continuous search: a step that fails fails its cohort's sentences only; the others decode as alone") {
+  manual_seed(16);
+  auto inner = make_translation_model(gru_config(AttentionKind::additive));
+  nn::quantize_dynamic(*inner);  // bit for bit, so that "as alone" is exact
+  inner->eval();
+  FailingAtStep model(*inner);
+  ContinuousSearch search(model);
+  const DecodeOptions greedy{.max_len = 12}, beam{.max_len = 12, .beam_size = 3, .nbest = 2};
+  const std::vector<int64_t> good_ids = search.add({{4, 5, 6}, {9, 9, 4, 7}}, beam);
+  const std::vector<int64_t> marked = search.add({{4, FailingAtStep::kMarker}, {5, 6, FailingAtStep::kMarker}}, greedy);
+  const std::vector<int64_t> late = search.add({{7, 8}}, greedy);
+  std::map<int64_t, ContinuousSearch::Finished> finished;
+  for (int step = 0; !search.empty(); ++step) {
+    REQUIRE(step < 100);
+    for (ContinuousSearch::Finished& f : search.step()) finished.emplace(f.id, std::move(f));
+  }
+  REQUIRE(finished.size() == 5);
+  for (int64_t id : marked) {
+    CAPTURE(id);
+    REQUIRE(finished.at(id).error);
+    CHECK(finished.at(id).hyps.empty());
+    CHECK_THROWS_AS(std::rethrow_exception(finished.at(id).error), std::bad_alloc);
+  }
+  const std::vector<std::pair<int64_t, std::vector<Hypothesis>>> good = {
+      {good_ids[0], alone(*inner, {4, 5, 6}, beam)}, {good_ids[1], alone(*inner, {9, 9, 4, 7}, beam)},
+      {late[0], alone(*inner, {7, 8}, greedy)}};
+  for (const auto& [id, want] : good) {
+    CAPTURE(id);
+    const ContinuousSearch::Finished& f = finished.at(id);
+    CHECK_FALSE(f.error);
+    REQUIRE(f.hyps.size() == want.size());
+    for (size_t h = 0; h < want.size(); ++h) check_same(f.hyps[h], want[h], 0);
+  }
+}
+
+TEST_CASE("continuous search: record_trees gives each beam sentence beam_search's tree") {
+  manual_seed(17);
+  auto model = make_translation_model(gru_config(AttentionKind::additive));
+  nn::quantize_dynamic(*model);
+  model->eval();
+  ContinuousSearch search(*model);
+  const DecodeOptions beam{.max_len = 8, .beam_size = 3, .nbest = 2};
+  const std::vector<std::vector<int64_t>> sentences = {{4, 5, 6, 7}, {9, 10}};
+  std::map<int64_t, ContinuousSearch::Finished> finished;
+  const std::vector<int64_t> ids = search.add(sentences, beam, true);
+  const int64_t greedy_id = search.add({{6, 7}}, {.max_len = 8}, true).front();
+  for (int step = 0; !search.empty(); ++step) {
+    REQUIRE(step < 100);
+    for (ContinuousSearch::Finished& f : search.step()) finished.emplace(f.id, std::move(f));
+  }
+  CHECK_FALSE(finished.at(greedy_id).beam_tree);  // greedy has no tree, as translate_batch's explain
+  for (size_t i = 0; i < sentences.size(); ++i) {
+    CAPTURE(i);
+    std::vector<BeamTree> trees;
+    const Source one = source({sentences[i]});
+    beam_search(*model, one.src, one.lengths, beam, &trees);
+    REQUIRE(finished.at(ids[i]).beam_tree);
+    const std::vector<BeamNode>& got = finished.at(ids[i]).beam_tree->nodes;
+    const std::vector<BeamNode>& want = trees.front().nodes;
+    REQUIRE(got.size() == want.size());
+    CHECK(got.size() > 3);
+    for (size_t n = 0; n < want.size(); ++n) {
+      CAPTURE(n);
+      CHECK(got[n].parent == want[n].parent);
+      CHECK(got[n].step == want[n].step);
+      CHECK(got[n].token == want[n].token);
+      CHECK(got[n].fate == want[n].fate);
+      CHECK(got[n].log_prob == want[n].log_prob);  // int8: bit for bit
+      CHECK(got[n].score == want[n].score);
+    }
+  }
+}
+
+TEST_CASE("search_state_bytes: the rows' source memory and decoded state, by architecture") {
+  // GRU, H = 8, L = 2, A = 0 (so H): per row (4H + A) = 40 floats per source token and L * H = 16
+  // of hidden state: 3 rows of a 5-token source = 3 * (200 + 16) * 4 bytes
+  CHECK(search_state_bytes(gru_config(AttentionKind::additive), 3, 5, 10) == 3 * (40 * 5 + 16) * 4);
+  Seq2SeqConfig wide = gru_config(AttentionKind::additive);
+  wide.attention_size = 20;  // per token 4 * 8 + 20 = 52
+  CHECK(search_state_bytes(wide, 1, 5, 10) == (52 * 5 + 16) * 4);
+  // Transformer, E = 16, L = 2: keys and values of every layer, 2 * 2 * 16 = 64 floats per source
+  // token (cross-attention) and per decoded position (self-attention)
+  CHECK(search_state_bytes(transformer_config(), 2, 5, 10) == 2 * 64 * (5 + 10) * 4);
+  CHECK(search_state_bytes(transformer_config(), 0, 5, 10) == 0);
 }

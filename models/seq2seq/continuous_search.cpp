@@ -44,10 +44,17 @@ Tensor forbid_early_eos_rows(const Tensor& log_probs, const std::vector<const De
 
 }  // namespace
 
+int64_t search_state_bytes(const Seq2SeqConfig& model, int64_t rows, int64_t src_len, int64_t positions) {
+  const int64_t H = model.hidden_size, L = model.num_layers, A = model.attention_size > 0 ? model.attention_size : H;
+  const int64_t per_row = model.architecture == Architecture::transformer ? 2 * L * H * (src_len + positions)
+                                                                          : (4 * H + A) * src_len + L * H;
+  return rows * per_row * static_cast<int64_t>(sizeof(float));
+}
+
 ContinuousSearch::ContinuousSearch(const Ensemble& models) : models_(models), eval_(models_) {}
 
 std::vector<int64_t> ContinuousSearch::add(const std::vector<std::vector<int64_t>>& sentences,
-                                           const DecodeOptions& options) {
+                                           const DecodeOptions& options, bool record_trees) {
   options.validate();
   SG_CHECK_VALUE(!options.sampling, "ContinuousSearch: sampling is not offered (DecodeOptions.sampling is set)");
   SG_CHECK_VALUE(!sentences.empty(), "ContinuousSearch::add: no sentences");
@@ -62,6 +69,7 @@ std::vector<int64_t> ContinuousSearch::add(const std::vector<std::vector<int64_t
     empty.finished = false;
     Sentence sentence{next_id_++, options, static_cast<int64_t>(s.size())};
     sentence.beams.open.push_back({empty, options.bos_id});
+    if (record_trees && !greedy(options)) sentence.tree.emplace();
     ids.push_back(sentence.id);
     joining.sentences.push_back(std::move(sentence));
   }
@@ -91,7 +99,21 @@ int64_t ContinuousSearch::rows() const {
 std::vector<ContinuousSearch::Finished> ContinuousSearch::step() {
   NoGradGuard no_grad;
   std::vector<Finished> done;
-  std::erase_if(cohorts_, [&](Cohort& cohort) { return !step_cohort(cohort, done); });
+  std::erase_if(cohorts_, [&](Cohort& cohort) {
+    std::vector<int64_t> ids;  // the cohort's sentences before the step, to answer if it throws
+    for (const Sentence& s : cohort.sentences) ids.push_back(s.id);
+    const size_t before = done.size();
+    try {
+      return !step_cohort(cohort, done);
+    } catch (...) {  // its sentences fail (but those it finished before throwing); the rest go on
+      const std::exception_ptr error = std::current_exception();
+      for (int64_t id : ids)
+        if (std::none_of(done.begin() + static_cast<std::ptrdiff_t>(before), done.end(),
+                         [&](const Finished& f) { return f.id == id; }))
+          done.push_back({id, {}, std::nullopt, error});
+      return true;
+    }
+  });
   return done;
 }
 
@@ -142,7 +164,7 @@ bool ContinuousSearch::step_cohort(Cohort& cohort, std::vector<Finished>& done) 
       const int64_t take = std::min(2 * s.options.beam_size, vocab);
       kept = search::advance_sentence(s.beams, search::ranked_candidates(row_owner, top_lp, top_id, width, take, first,
                                                                         count),
-                                      row_owner, rows, s.src_len, s.produced, s.options, nullptr);
+                                      row_owner, rows, s.src_len, s.produced, s.options, s.tree ? &*s.tree : nullptr);
     }
     first += count;
     ++s.produced;
@@ -152,7 +174,7 @@ bool ContinuousSearch::step_cohort(Cohort& cohort, std::vector<Finished>& done) 
         h.score = h.log_prob;  // greedy_decode's score
         done.push_back({s.id, {std::move(h)}});
       } else {
-        done.push_back({s.id, search::ranked_hypotheses(s.beams, s.options)});
+        done.push_back({s.id, search::ranked_hypotheses(s.beams, s.options), std::move(s.tree)});
       }
       continue;
     }

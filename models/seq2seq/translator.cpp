@@ -76,18 +76,21 @@ EncodedSources encode_sources(const CheckpointInfo& info, const std::vector<std:
   return e;
 }
 
-// Encoded row r's attention along its best hypothesis, from the first model: the GRU's energies'
-// terms, or a Transformer's every layer and head.
-void add_internals(Translation& t, const Ensemble& models, const EncodedSources& e, size_t r,
-                   const DecodeOptions& options) {
+// The attention along t's best hypothesis for `sentence`, its source ids (S,), from the first
+// model: the GRU's energies' terms, or a Transformer's every layer and head.
+void add_internals(Translation& t, const Ensemble& models, const Tensor& sentence, const DecodeOptions& options) {
   const Hypothesis& best = t.hyps.front();
-  Tensor sentence = e.src.select(0, static_cast<int64_t>(r)).narrow(0, 0, static_cast<int64_t>(e.ids[r].size()));
   if (auto* gru = dynamic_cast<Seq2Seq*>(&models.first()))
     t.internals = attention_internals(*gru, sentence.unsqueeze(0), best.tokens, best.finished, options.bos_id,
                                       options.eos_id);
   if (auto* transformer = dynamic_cast<TransformerTranslator*>(&models.first()))
     t.heads = transformer_internals(*transformer, sentence.unsqueeze(0), best.tokens, best.finished, options.bos_id,
                                     options.eos_id);
+}
+
+// Encoded row r's source ids (S,), without its padding.
+Tensor encoded_row(const EncodedSources& e, size_t r) {
+  return e.src.select(0, static_cast<int64_t>(r)).narrow(0, 0, static_cast<int64_t>(e.ids[r].size()));
 }
 
 // A forced hypothesis of an output cut at max_len: score_targets always scores <eos> after the
@@ -122,7 +125,7 @@ std::vector<Translation> translate_batch(const Ensemble& models, const Checkpoin
     for (const Hypothesis& h : t.hyps) t.out_tokens.push_back(info.tgt_vocab.decode(h.tokens));
     if (!explain) continue;
     if (!trees.empty()) t.beam_tree = std::move(trees[r]);
-    add_internals(t, models, e, r, options);
+    add_internals(t, models, encoded_row(e, r), options);
   }
   return std::move(e.out);
 }
@@ -142,9 +145,17 @@ std::vector<Translation> replay_batch(const Ensemble& models, const CheckpointIn
     if (!outputs[e.which[r]].finished) drop_eos_step(scored[r]);
     t.hyps = {std::move(scored[r])};
     t.out_tokens = {info.tgt_vocab.decode(t.hyps.front().tokens)};
-    add_internals(t, models, e, r, options);
+    add_internals(t, models, encoded_row(e, r), options);
   }
   return std::move(e.out);
+}
+
+void add_attention_internals(const Ensemble& models, const CheckpointInfo& info, Translation& t,
+                             const DecodeOptions& options) {
+  SG_CHECK_VALUE(!t.hyps.empty() && !t.src_tokens.empty(), "add_attention_internals: the translation has no {}",
+                 t.hyps.empty() ? "hypothesis" : "source tokens");
+  const std::vector<int64_t> ids = encode_sentence(info.src_vocab, t.src_tokens, 0);
+  add_internals(t, models, from_vector(ids, {static_cast<int64_t>(ids.size())}, {.dtype = DType::i64}), options);
 }
 
 Translator::Translator(const std::vector<std::string>& checkpoints, const ReadCheckpointOptions& options) {

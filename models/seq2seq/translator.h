@@ -56,6 +56,12 @@ std::vector<Translation> translate_batch(const Ensemble& models, const Checkpoin
                                          const std::vector<std::string>& sentences, const DecodeOptions& options,
                                          int64_t max_tokens, Generator* sampling = nullptr, bool explain = false);
 
+// What translate_batch's `explain` adds to a translation searched elsewhere (a continuous search,
+// models/seq2seq/continuous_search.h), from its src_tokens and best hypothesis: the attention
+// internals along that hypothesis (the first model's). ValueError for a translation without either.
+void add_attention_internals(const Ensemble& models, const CheckpointInfo& info, Translation& t,
+                             const DecodeOptions& options);
+
 // An output to replay: its target ids (without <bos> and <eos>) and whether it ended with <eos>.
 struct ForcedOutput {
   std::vector<int64_t> tokens;

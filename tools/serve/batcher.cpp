@@ -4,10 +4,17 @@
 #include <fmt/core.h>
 
 #include "models/seq2seq/data.h"
+#include "tools/serve/request.h"
 
 namespace seqgrad::tools::serve {
 
 using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr double kMiB = 1 << 20;
+
+}  // namespace
 
 Batcher::Batcher(std::vector<BatchModel> models, const BatchLimits& limits, Metrics& metrics)
     : models_(std::move(models)), limits_(limits), metrics_(metrics), running_(models_.size()) {
@@ -19,8 +26,38 @@ Batcher::Batcher(std::vector<BatchModel> models, const BatchLimits& limits, Metr
 
 Batcher::~Batcher() { stop(); }
 
+// The job's rows and search state (a sentence's <eos> is one more source token) against the whole
+// budget: what does not fit an empty decoder is refused, whatever else is decoding.
+void Batcher::check_budget(const Job& job) const {
+  const std::string field = job.options.beam_size > 1 ? "beam" : "src";
+  const std::string shape = fmt::format("{} sentence{} x beam {}", job.src.size(), job.src.size() == 1 ? "" : "s",
+                                        job.options.beam_size);
+  if (job.rows > limits_.max_rows)
+    throw RequestError(413, field, fmt::format("the request needs {} decoder rows ({}), more than the server decodes "
+                                               "at once (--max-batch-rows {}): send fewer sentences or a smaller beam",
+                                               job.rows, shape, limits_.max_rows));
+  if (job.cache_bytes > limits_.max_cache_bytes)
+    throw RequestError(413, field, fmt::format("the request's search state takes up to {:.1f} MiB ({}, {} output "
+                                               "tokens at most), more than the server holds at once "
+                                               "(--max-batch-cache-mb {:.0f}): send fewer or shorter sentences, a "
+                                               "smaller beam or max_len", job.cache_bytes / kMiB, shape,
+                                               job.options.max_len, limits_.max_cache_bytes / kMiB));
+}
+
 bool Batcher::submit(const std::shared_ptr<Job>& job) {
   const auto sentences = static_cast<int64_t>(job->src.size());
+  const models::Seq2SeqConfig& config = models_[job->model].info->config.model;
+  const int64_t beam = job->forced.empty() ? job->options.beam_size : 1;
+  job->rows = sentences * beam;
+  job->sentence_bytes.clear();
+  job->cache_bytes = 0;
+  for (const std::vector<std::string>& tokens : job->src_tokens) {
+    const int64_t positions = job->forced.empty() ? job->options.max_len : job->options.max_len + 1;
+    job->sentence_bytes.push_back(
+        models::search_state_bytes(config, beam, static_cast<int64_t>(tokens.size()) + 1, positions));
+    job->cache_bytes += job->sentence_bytes.back();
+  }
+  check_budget(*job);
   {
     std::lock_guard lock(mutex_);
     if (stopping_ || queued_sentences_ + sentences > limits_.queue_sentences) return false;
@@ -42,7 +79,7 @@ void Batcher::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-bool Batcher::decoding() const { return live_sentences_ > 0; }
+bool Batcher::decoding() const { return live_.sentences > 0; }
 
 // Between two steps: the queued jobs that join (an idle decoder first waits for company, see
 // BatchLimits::max_wait), then one step of every model's search.
@@ -55,37 +92,42 @@ void Batcher::run() {
     }
     std::vector<std::shared_ptr<Job>> joining = take_jobs(lock);
     lock.unlock();
-    for (const std::shared_ptr<Job>& job : joining) job->explain ? explain(job) : start(job);
-    metrics_.set_decoding(live_sentences_);
+    for (const std::shared_ptr<Job>& job : joining) job->forced.empty() ? start(job) : replay(job);
+    metrics_.set_decoding(live_.sentences);
     for (size_t m = 0; m < running_.size(); ++m)
       if (!running_[m].search->empty()) step(m);
-    metrics_.set_decoding(live_sentences_);
+    metrics_.set_decoding(live_.sentences);
     lock.lock();
   }
 }
 
-// The queued jobs, oldest first, that fit beside the sentences decoding (within max_sentences and
-// max_tokens; a job alone always fits). A later job never passes one that does not fit, so a long
-// request is not starved by short ones. An idle decoder waits until the oldest job has waited
-// max_wait or the jobs fill the limits (not when stopping: finish quickly).
+// The queued jobs, oldest first, that fit beside what is decoding: within max_rows and
+// max_cache_bytes (every job fits those alone: submit refused the others), and max_sentences and
+// max_tokens (a job above those decodes alone). A later job never passes one that does not fit, so
+// a long request is not starved by short ones. An idle decoder waits until the oldest job has
+// waited max_wait or the jobs fill the limits (not when stopping: finish quickly).
 std::vector<std::shared_ptr<Job>> Batcher::take_jobs(std::unique_lock<std::mutex>& lock) {
   const bool idle = !decoding();
   for (;;) {
     std::vector<std::shared_ptr<Job>> taken;
-    int64_t sentences = live_sentences_, tokens = live_tokens_;
+    Load load = live_;
     bool full = false;
     for (const std::shared_ptr<Job>& job : queue_) {
       const auto n = static_cast<int64_t>(job->src.size());
-      const bool nothing_yet = sentences == 0;
-      if (!nothing_yet && (sentences + n > limits_.max_sentences || tokens + job->tokens > limits_.max_tokens)) {
+      const bool nothing_yet = load.sentences == 0;
+      const bool fits = load.rows + job->rows <= limits_.max_rows &&
+                        load.bytes + job->cache_bytes <= limits_.max_cache_bytes &&
+                        (nothing_yet || (load.sentences + n <= limits_.max_sentences &&
+                                         load.tokens + job->tokens <= limits_.max_tokens));
+      if (!fits) {
         full = true;
         break;
       }
       taken.push_back(job);
-      sentences += n;
-      tokens += job->tokens;
+      load.sentences += n, load.tokens += job->tokens, load.rows += job->rows, load.bytes += job->cache_bytes;
     }
-    full = full || sentences >= limits_.max_sentences || tokens >= limits_.max_tokens;
+    full = full || load.sentences >= limits_.max_sentences || load.tokens >= limits_.max_tokens ||
+           load.rows >= limits_.max_rows;
     if (queue_.empty() || !idle || full || stopping_ || Clock::now() >= queue_.front()->queued + limits_.max_wait) {
       const auto now = Clock::now();
       for (const std::shared_ptr<Job>& job : taken) {
@@ -100,8 +142,8 @@ std::vector<std::shared_ptr<Job>> Batcher::take_jobs(std::unique_lock<std::mutex
   }
 }
 
-// The job's sentences join its model's search (its decoding options validated there); a job the
-// search refuses is answered with the search's error.
+// The job's sentences join its model's search (its decoding options validated there; an explained
+// job's beam trees recorded); a job the search refuses is answered with the search's error.
 void Batcher::start(const std::shared_ptr<Job>& job) {
   Running& running = running_[job->model];
   const models::CheckpointInfo& info = *models_[job->model].info;
@@ -110,7 +152,7 @@ void Batcher::start(const std::shared_ptr<Job>& job) {
     std::vector<std::vector<int64_t>> ids;
     for (const std::vector<std::string>& tokens : job->src_tokens)
       ids.push_back(models::encode_sentence(info.src_vocab, tokens, 0));
-    added = running.search->add(ids, job->options);
+    added = running.search->add(ids, job->options, job->explain);
   } catch (...) {
     job->done.set_exception(std::current_exception());
     return;
@@ -121,19 +163,19 @@ void Batcher::start(const std::shared_ptr<Job>& job) {
     job->translations[i].src_tokens = job->src_tokens[i];
   }
   running.remaining[job] = added.size();
-  live_sentences_ += static_cast<int64_t>(added.size());
-  live_tokens_ += job->tokens;
+  live_.sentences += static_cast<int64_t>(added.size());
+  live_.tokens += job->tokens;
+  live_.rows += job->rows;
+  live_.bytes += job->cache_bytes;
 }
 
-// An explained job is decoded by itself: the beam tree and the attention internals come from the
-// batch search (translate_batch), which the continuous search does not record; a forced one is
-// replayed (replay_batch) on this thread too, as the model keeps its last attention in its modules.
-void Batcher::explain(const std::shared_ptr<Job>& job) {
+// A forced job (one sentence per side-by-side request, the explain limits keep it small) is
+// replayed (replay_batch) on this thread between two steps: the model keeps its last attention in
+// its modules, which the search's steps would overwrite from another thread.
+void Batcher::replay(const std::shared_ptr<Job>& job) {
   const BatchModel& m = models_[job->model];
   try {
-    job->translations = job->forced.empty()
-                            ? translate_batch(*m.model, *m.info, job->src, job->options, 0, nullptr, true)
-                            : models::replay_batch(*m.model, *m.info, job->src, job->forced, job->options, 0);
+    job->translations = models::replay_batch(*m.model, *m.info, job->src, job->forced, job->options, 0);
   } catch (...) {
     job->done.set_exception(std::current_exception());
     return;
@@ -143,7 +185,7 @@ void Batcher::explain(const std::shared_ptr<Job>& job) {
 }
 
 // One step of the model's search; each finished sentence goes to its job, and a job whose
-// sentences have all finished is answered.
+// sentences have all finished is answered. A sentence whose step failed fails its job alone.
 void Batcher::step(size_t model) {
   Running& running = running_[model];
   metrics_.step_decoded(running.search->sentences());
@@ -157,27 +199,52 @@ void Batcher::step(size_t model) {
   const text::Vocab& tgt_vocab = models_[model].info->tgt_vocab;
   for (models::ContinuousSearch::Finished& f : finished) {
     const Place place = running.places.extract(f.id).mapped();
+    release(place);
+    if (!running.remaining.contains(place.job)) continue;  // its job failed already
+    if (f.error) {
+      answer(running, place.job, f.error);
+      continue;
+    }
     Translation& t = place.job->translations[place.index];
     t.hyps = std::move(f.hyps);
+    t.beam_tree = std::move(f.beam_tree);
     for (const models::Hypothesis& h : t.hyps) t.out_tokens.push_back(tgt_vocab.decode(h.tokens));
-    --live_sentences_;
-    live_tokens_ -= static_cast<int64_t>(t.src_tokens.size());
     metrics_.sentences_done(1);
-    if (--running.remaining[place.job] > 0) continue;
-    running.remaining.erase(place.job);
-    place.job->done.set_value();
+    if (--running.remaining[place.job] == 0) answer(running, place.job, nullptr);
   }
 }
 
-// The search failed (an internal error): its jobs get the error, and it starts afresh.
+// A sentence has left the search: what it held leaves the load.
+void Batcher::release(const Place& place) {
+  const Job& job = *place.job;
+  --live_.sentences;
+  live_.tokens -= static_cast<int64_t>(job.src_tokens[place.index].size());
+  live_.rows -= job.options.beam_size;
+  live_.bytes -= job.sentence_bytes[place.index];
+}
+
+// The job is done: with its translations (an explained job's attention internals computed first,
+// one sentence at a time), or with `error`. Its sentences still in the search finish unanswered.
+void Batcher::answer(Running& running, const std::shared_ptr<Job>& job, std::exception_ptr error) {
+  running.remaining.erase(job);
+  if (!error && job->explain) {
+    const BatchModel& m = models_[job->model];
+    try {
+      for (Translation& t : job->translations) models::add_attention_internals(*m.model, *m.info, t, job->options);
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  if (error) job->done.set_exception(error);
+  else job->done.set_value();
+}
+
+// The search failed outside any one cohort's step (an internal error): its jobs get the error, and
+// it starts afresh.
 void Batcher::fail(size_t model, std::exception_ptr error) {
   Running& running = running_[model];
-  for (const auto& [job, remaining] : running.remaining) {
-    job->done.set_exception(error);
-    live_sentences_ -= static_cast<int64_t>(remaining);
-  }
-  for (const auto& [id, place] : running.places)
-    live_tokens_ -= static_cast<int64_t>(place.job->src_tokens[place.index].size());
+  for (const auto& [id, place] : running.places) release(place);
+  for (const auto& [job, remaining] : running.remaining) job->done.set_exception(error);
   running = Running{std::make_unique<models::ContinuousSearch>(*models_[model].model), {}, {}};
 }
 

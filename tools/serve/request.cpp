@@ -128,9 +128,15 @@ void check_known_fields(const nlohmann::json& object, const std::vector<std::str
   }
 }
 
-std::string sentence(const nlohmann::json& v, const std::string& field) {
+// A source sentence: a string of at most limits.max_src_bytes bytes (413 above: refused before
+// anything tokenizes it).
+std::string sentence(const nlohmann::json& v, const std::string& field, const RequestLimits& limits) {
   if (!v.is_string()) refuse(field, fmt::format("{} must be a string, got {} {}", field, type_name(v), json_preview(v)));
-  return v.get<std::string>();
+  const auto& text = v.get_ref<const std::string&>();
+  if (static_cast<int64_t>(text.size()) > limits.max_src_bytes)
+    throw RequestError(413, field, fmt::format("{} has {} bytes, more than the server's limit of {} for one sentence "
+                                               "(--max-src-bytes)", field, text.size(), limits.max_src_bytes));
+  return text;
 }
 
 size_t model_index(const nlohmann::json& v, const std::string& field, size_t models) {
@@ -162,12 +168,16 @@ TranslateRequest read_translate_request(const nlohmann::json& body, const std::v
   TranslateRequest r;
   if (body.contains("model")) r.model = model_index(body["model"], "model", limits.models);
   r.decoding = defaults[r.model];
+  if (body.contains("explain")) r.response.explain = boolean(body["explain"], "explain");
+  const bool explain = r.response.explain;
   if (!body.contains("src")) refuse("src", "the request has no 'src' (a list of sentences to translate)");
   const nlohmann::json& src = body["src"];
   if (!src.is_array()) refuse("src", fmt::format("src must be a list of strings, got {}", type_name(src)));
-  if (src.empty() || static_cast<int64_t>(src.size()) > limits.max_sentences)
-    refuse("src", fmt::format("src has {} sentences: give 1 to {}", src.size(), limits.max_sentences));
-  for (size_t i = 0; i < src.size(); ++i) r.src.push_back(sentence(src[i], fmt::format("src[{}]", i)));
+  const int64_t max_sentences = explain ? limits.max_explain_sentences : limits.max_sentences;
+  if (src.empty() || static_cast<int64_t>(src.size()) > max_sentences)
+    refuse("src", fmt::format("src has {} sentences: give 1 to {}{}", src.size(), max_sentences,
+                              explain ? " with explain (--max-explain-sentences)" : ""));
+  for (size_t i = 0; i < src.size(); ++i) r.src.push_back(sentence(src[i], fmt::format("src[{}]", i), limits));
   const int64_t max_beam = std::min(limits.max_beam, vocab_size[r.model]);
   r.decoding.nbest = 1;  // the command line's --nbest is translate's, not the server's
   for (const models::DecodeField& f : models::decode_fields()) {  // in the table's order: beam before nbest, ...
@@ -184,8 +194,11 @@ TranslateRequest read_translate_request(const nlohmann::json& body, const std::v
     else refuse("alignment", fmt::format("alignment must be \"hard\", \"soft\" or null, got {}", json_preview(v)));
   }
   if (body.contains("attention")) r.response.attention = boolean(body["attention"], "attention");
-  if (body.contains("explain")) r.response.explain = boolean(body["explain"], "explain");
-  if (r.response.explain) r.decoding.top_alternatives = kExplainAlternatives;
+  if (explain && r.decoding.beam_size > limits.max_explain_beam)
+    refuse("beam", fmt::format("beam = {}{} is more than the server gives an explain request (--max-explain-beam {})",
+                               r.decoding.beam_size, body.contains("beam") ? "" : " (the server's --beam)",
+                               limits.max_explain_beam));
+  if (explain) r.decoding.top_alternatives = kExplainAlternatives;
   return r;
 }
 
@@ -249,7 +262,7 @@ SideBySideRequest read_side_by_side_request(const nlohmann::json& body, const st
   check_known_fields(body, known, "the request");
   if (!body.contains("src")) refuse("src", "the request has no 'src' (the sentence to translate with both models)");
   SideBySideRequest r;
-  r.src = sentence(body["src"], "src");
+  r.src = sentence(body["src"], "src", limits);
   const auto [gru, transformer] = side_by_side_models(body, served);
   nlohmann::json translate = body;  // each model's part: a /v1/translate request with explain
   translate.erase("models");
@@ -277,7 +290,7 @@ TranslateRequest read_opennmt_request(const nlohmann::json& body, const std::vec
                                                      type_name(item)));
     check_known_fields(item, {"src", "id"}, "item " + where);
     if (!item.contains("src")) refuse(where + ".src", fmt::format("item {} has no 'src'", where));
-    r.src.push_back(sentence(item["src"], where + ".src"));
+    r.src.push_back(sentence(item["src"], where + ".src", limits));
     if (!item.contains("id")) continue;
     if (limits.models == 1) {  // any integer: the id a client wrote for OpenNMT-py's model
       integer_in(item["id"], where + ".id", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max());

@@ -37,6 +37,13 @@ struct RequestLimits {
   int64_t max_sentences = 64;  // sentences in one request
   int64_t max_beam = 16;       // and never more than the target vocabulary
   int64_t max_len = 100;       // output tokens at most
+  // a sentence's UTF-8 bytes at most, checked before it is tokenized (a tokenizer's memory grows
+  // with its input: a 400 KB sentence took SentencePiece hundreds of MB)
+  int64_t max_src_bytes = 4096;
+  // "explain" (every attention map, energy term and alternative, the beam tree): the explorer's
+  // request, one sentence
+  int64_t max_explain_sentences = 1;
+  int64_t max_explain_beam = 8;
   size_t models = 1;           // served checkpoints: "model" is an index below this
 };
 
@@ -68,7 +75,9 @@ nlohmann::json parse_body(const std::string& body);
 // (models/seq2seq/decode_options.h: "beam", "nbest", "max_len", "min_len", "length_penalty",
 // "length_penalty_type", "coverage_penalty"), "alignment", "attention", "explain"}; each decoding
 // option within its range there, capped by `limits` (and the beam by `vocab_size`, the target
-// vocabulary of each model); what is left out comes from `defaults` (the command line).
+// vocabulary of each model); what is left out comes from `defaults` (the command line). Each
+// sentence within limits.max_src_bytes (413), an explain request within max_explain_sentences and
+// max_explain_beam (422), each message naming the option.
 TranslateRequest read_translate_request(const nlohmann::json& body, const std::vector<models::DecodeOptions>& defaults,
                                         const std::vector<int64_t>& vocab_size, const RequestLimits& limits);
 // POST /v1/side_by_side: {"src": "a sentence", "models": [a, b] (each a served model's name or index:

@@ -94,6 +94,7 @@ nlohmann::json translator_json(const Exportable& e, int64_t opset) {
   std::vector<std::string> int8;  // names of the weights stored int8 (a quantized checkpoint)
   for (const auto& [name, weight] : nn::quantized_weights(model)) int8.push_back(name);
   j["int8_weights"] = int8;
+  if (!int8.empty()) j["int8_activation_bits"] = onnx::int8_activation_bits();  // the graphs' codes: 8, or 7
   if (!info) return j;
   j["languages"] = {{"source", info->config.src_lang}, {"target", info->config.tgt_lang}};
   j["max_output_tokens"] = models::decode_options(info->config).max_len;  // as `seqgrad translate` decodes

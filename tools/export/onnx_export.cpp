@@ -221,31 +221,33 @@ std::string cast(Builder& b, const std::string& x, int to) { return b.op("Cast",
 // Each row of x (..., K) as uint8 codes with its own scale and zero point, exactly as seqgrad's
 // quantized_linear chooses them (ops/quantized.h: PyTorch's ChooseQuantizationParams on each row,
 // in its double arithmetic): DynamicQuantizeLinear has one range per tensor, so the rows would
-// depend on the batch.
+// depend on the batch. Q is 2^bits - 1 for int8_activation_bits(): 255, or 127 where seqgrad's
+// own int8 products use 7 bits (a CPU without VNNI), so the graph computes what seqgrad does there.
 //   lo = min(min_k x, 0), hi = max(max_k x, 0)           (double)
-//   s = float((hi - lo) / 255), 0.1 where that is 0 or 1/s overflows
-//   z = clamp(round(-lo/s or 255 - hi/s, from the end whose rounding loses less), 0, 255)
-//   codes = clamp(round(x · (1/s)) + z, 0, 255)
+//   s = float((hi - lo) / Q), 0.1 where that is 0 or 1/s overflows
+//   z = clamp(round(-lo/s or Q - hi/s, from the end whose rounding loses less), 0, Q)
+//   codes = clamp(round(x · (1/s)) + z, 0, Q)
 struct RowCodes {
   std::string codes, scale, zero_point;  // (..., K) uint8, (..., 1) float, (..., 1) int32
 };
 RowCodes quantize_rows(Builder& b, const std::string& x) {
   constexpr int kFloat = pb::TensorProto::FLOAT, kDouble = pb::TensorProto::DOUBLE;
   const std::vector<int64_t> last = {-1};
-  const std::string zero = b.scalar_f32(0.0f), one = b.scalar_f32(1.0f), q_max = b.scalar_f64(255.0);
+  const double top = static_cast<double>((int64_t{1} << int8_activation_bits()) - 1);
+  const std::string zero = b.scalar_f32(0.0f), one = b.scalar_f32(1.0f), q_max = b.scalar_f64(top);
   const std::string lo = cast(b, b.op("Min", {b.op("ReduceMin", {x}, {attr("axes", last)}), zero}), kDouble);
   const std::string hi = cast(b, b.op("Max", {b.op("ReduceMax", {x}, {attr("axes", last)}), zero}), kDouble);
   std::string s = cast(b, b.op("Div", {b.op("Sub", {hi, lo}), q_max}), kFloat);  // (..., 1)
   const std::string unusable = b.op("Or", {b.op("Equal", {s, zero}), b.op("IsInf", {b.op("Div", {one, s})})});
   s = b.op("Where", {unusable, b.scalar_f32(0.1f), s});
   // the zero point from whichever end of the range loses less precision: from_min = -lo/s with
-  // error |0| - |lo/s| = lo/s (lo <= 0), from_max = 255 - hi/s with error 255 - |hi/s| = from_max
+  // error |0| - |lo/s| = lo/s (lo <= 0), from_max = Q - hi/s with error Q - |hi/s| = from_max
   const std::string s_d = cast(b, s, kDouble), lo_s = b.op("Div", {lo, s_d});
   const std::string from_max = b.op("Sub", {q_max, b.op("Div", {hi, s_d})});
   const std::string initial = b.op("Where", {b.op("Less", {lo_s, from_max}), b.op("Neg", {lo_s}), from_max});
   const std::string z = b.op("Clip", {b.op("Round", {initial}), b.scalar_f64(0.0), q_max});  // (..., 1) double
   const std::string scaled = b.op("Round", {b.op("Mul", {x, b.op("Div", {one, s})})});
-  const std::string codes = b.op("Clip", {b.op("Add", {scaled, cast(b, z, kFloat)}), zero, b.scalar_f32(255.0f)});
+  const std::string codes = b.op("Clip", {b.op("Add", {scaled, cast(b, z, kFloat)}), zero, b.scalar_f32(static_cast<float>(top))});
   return {cast(b, codes, pb::TensorProto::UINT8), s, cast(b, z, pb::TensorProto::INT32)};
 }
 

@@ -62,6 +62,7 @@
 
 #include "models/seq2seq/model.h"
 #include "models/seq2seq/transformer.h"
+#include "ops/quantized.h"
 
 namespace seqgrad::tools::onnx {
 
@@ -88,6 +89,12 @@ bool onnx_available();
 constexpr const char* kNoOnnxSupport =
     "this build of seqgrad lacks ONNX support (install libonnx-dev and libprotobuf-dev, then reconfigure with "
     "meson setup --reconfigure -Donnx=enabled)";
+
+// The bits an int8 layer's activation codes have in the graphs: what seqgrad's own int8 products
+// use on this CPU (ops/quantized.h's reduce_range): 7 where oneDNN's kernels lack VNNI (their u8 · s8
+// pair sums saturate an int16 above 7 bits), else 8. The graphs then compute what seqgrad computes
+// here, and onnxruntime's kernels without VNNI, which saturate the same way, stay exact on them.
+inline int64_t int8_activation_bits() { return int8_needs_reduce_range() ? 7 : 8; }
 
 // Builds and checks the three graphs from the model's weights (on any device; copied to the host),
 // for a models::Seq2Seq or a models::TransformerTranslator.

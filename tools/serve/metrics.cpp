@@ -62,6 +62,51 @@ void Metrics::set_queue_length(int64_t sentences) {
   queue_length_ = sentences;
 }
 
+void Metrics::set_http_workers(int64_t workers) {
+  std::lock_guard lock(mutex_);
+  http_workers_ = workers;
+}
+
+void Metrics::connection_opened() {
+  std::lock_guard lock(mutex_);
+  ++connections_, ++connections_open_;
+}
+
+void Metrics::connection_closed() {
+  std::lock_guard lock(mutex_);
+  --connections_open_;
+}
+
+void Metrics::connection_slow() {
+  std::lock_guard lock(mutex_);
+  ++connections_slow_;
+}
+
+void Metrics::connection_refused(const std::string& reason) {
+  std::lock_guard lock(mutex_);
+  ++connections_refused_[reason];
+}
+
+void Metrics::connection_idle_closed() {
+  std::lock_guard lock(mutex_);
+  ++connections_idle_closed_;
+}
+
+void Metrics::exchange_queued() {
+  std::lock_guard lock(mutex_);
+  ++exchanges_waiting_;
+}
+
+void Metrics::exchange_started() {
+  std::lock_guard lock(mutex_);
+  --exchanges_waiting_, ++exchanges_answering_;
+}
+
+void Metrics::exchange_finished() {
+  std::lock_guard lock(mutex_);
+  --exchanges_answering_;
+}
+
 std::string Metrics::exposition() const {
   std::lock_guard lock(mutex_);
   std::string out = "# HELP seqgrad_requests_total HTTP requests answered, by route and status.\n"
@@ -86,6 +131,29 @@ std::string Metrics::exposition() const {
   out += "# HELP seqgrad_request_seconds Time from a request's arrival to its answer.\n"
          "# TYPE seqgrad_request_seconds histogram\n";
   out += latency_.exposition("seqgrad_request_seconds");
+  out += fmt::format("# HELP seqgrad_connections_open Connections open now: being read, waiting for a worker, being "
+                     "answered, or idle between requests.\n# TYPE seqgrad_connections_open gauge\n"
+                     "seqgrad_connections_open {}\n", connections_open_);
+  out += fmt::format("# HELP seqgrad_connections_total Connections accepted.\n# TYPE seqgrad_connections_total counter\n"
+                     "seqgrad_connections_total {}\n", connections_);
+  out += fmt::format("# HELP seqgrad_connections_slow_total Connections closed with 408: a request did not arrive "
+                     "whole within --timeout.\n# TYPE seqgrad_connections_slow_total counter\n"
+                     "seqgrad_connections_slow_total {}\n", connections_slow_);
+  out += "# HELP seqgrad_connections_refused_total Connections closed after their request was refused, by reason "
+         "(malformed, chunked, too_large, head_too_large, host, origin).\n"
+         "# TYPE seqgrad_connections_refused_total counter\n";
+  for (const auto& [reason, count] : connections_refused_)
+    out += fmt::format("seqgrad_connections_refused_total{{reason=\"{}\"}} {}\n", reason, count);
+  out += fmt::format("# HELP seqgrad_connections_idle_closed_total Keep-alive connections closed after "
+                     "--idle-timeout without a request.\n# TYPE seqgrad_connections_idle_closed_total counter\n"
+                     "seqgrad_connections_idle_closed_total {}\n", connections_idle_closed_);
+  out += fmt::format("# HELP seqgrad_http_workers Requests answered at once at most (--http-threads).\n"
+                     "# TYPE seqgrad_http_workers gauge\nseqgrad_http_workers {}\n", http_workers_);
+  out += fmt::format("# HELP seqgrad_http_answering Requests being answered now (GET /health and /metrics have a "
+                     "thread of their own).\n# TYPE seqgrad_http_answering gauge\nseqgrad_http_answering {}\n",
+                     exchanges_answering_);
+  out += fmt::format("# HELP seqgrad_http_waiting Requests read whole and waiting for a worker.\n"
+                     "# TYPE seqgrad_http_waiting gauge\nseqgrad_http_waiting {}\n", exchanges_waiting_);
   return out;
 }
 

@@ -1,19 +1,29 @@
-// `seqgrad serve`'s HTTP server over cpp-httplib (tools/serve/server.h).
+// `seqgrad serve`'s HTTP server (tools/serve/server.h): tools/serve/connections reads each request
+// whole, cpp-httplib parses and routes it.
 #include "tools/serve/server.h"
 
+#include <netdb.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/socket.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <random>
 #include <thread>
 
 #include <fmt/core.h>
 #include <httplib.h>
 
 #include "core/error.h"
+#include "tools/serve/connections.h"
 #include "tools/serve/explorer.h"
 #include "tools/serve/metrics.h"
 #include "tools/serve/response.h"
@@ -21,11 +31,12 @@
 namespace seqgrad::tools::serve {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 constexpr int kRetryAfterSeconds = 1;  // an overloaded queue drains within about a batch's time
 
 // When the request this worker thread is answering arrived (set before routing), for its latency.
 thread_local Clock::time_point request_started;
+// Its Host or Origin was refused: its connection ends with the answer.
+thread_local bool refused_connection = false;
 
 void send_json(httplib::Response& res, int status, const nlohmann::json& body) {
   res.status = status;
@@ -38,6 +49,11 @@ void send_error(httplib::Response& res, int status, const std::string& field, co
   if (!field.empty()) body["field"] = field;
   send_json(res, status, body);
   if (status == 503) res.set_header("Retry-After", std::to_string(kRetryAfterSeconds));
+}
+
+// A refused header: the error names it and what was expected.
+void send_header_error(httplib::Response& res, int status, const std::string& header, const std::string& message) {
+  send_json(res, status, {{"status", "error"}, {"error", message}, {"header", header}});
 }
 
 std::string status_message(int status) {
@@ -57,19 +73,131 @@ std::string route_label(const std::string& path) {
   return "other";
 }
 
-// httplib::Server listening with a queue of pending connections as long as the system allows:
-// cpp-httplib 0.11 (Debian 12) listens with a backlog of 5, so under a burst of new connections
-// the kernel drops the others' SYNs and their clients retry a second later. Listening again on the
-// bound socket changes the backlog (Linux).
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+// A client's value in an error message: at most 100 bytes (send_json replaces invalid UTF-8).
+std::string quoted(const std::string& value) {
+  return value.size() <= 100 ? "'" + value + "'" : "'" + value.substr(0, 100) + "...'";
+}
+
+// The host (lowercase, an IPv6 address in brackets) and port of a Host header; port 80 when it has
+// none; nullopt when it is not of that form.
+std::optional<std::pair<std::string, int>> host_and_port(const std::string& value) {
+  const size_t bracket = value.rfind(']'), colon = value.rfind(':');
+  const bool has_port = colon != std::string::npos && (bracket == std::string::npos || colon > bracket);
+  const std::string host = lower(value.substr(0, has_port ? colon : value.size()));
+  const std::string port = has_port ? value.substr(colon + 1) : "80";
+  if (host.empty() || port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos ||
+      (host.front() != '[' && host.find(':') != std::string::npos))
+    return std::nullopt;
+  return std::pair{host, std::stoi(port)};
+}
+
+// An address as a Host header spells it: IPv6 in brackets, an IPv4 client of an IPv6 socket as IPv4.
+std::string host_form(std::string address) {
+  if (address.starts_with("::ffff:") && address.find('.') != std::string::npos) return address.substr(7);
+  return address.find(':') == std::string::npos ? address : "[" + address + "]";
+}
+
+void socket_address(int fd, bool local, std::string& ip, int& port) {
+  sockaddr_storage address{};
+  socklen_t size = sizeof address;
+  const int got = local ? ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &size)
+                        : ::getpeername(fd, reinterpret_cast<sockaddr*>(&address), &size);
+  char host[NI_MAXHOST], service[NI_MAXSERV];
+  if (got != 0 || ::getnameinfo(reinterpret_cast<sockaddr*>(&address), size, host, sizeof host, service,
+                                sizeof service, NI_NUMERICHOST | NI_NUMERICSERV) != 0)
+    return;
+  ip = host;
+  port = std::atoi(service);
+}
+
+// cpp-httplib's view of an exchange: it reads the request from memory (the reader framed it whole)
+// and its answer is gathered here, to be written in one go within --timeout.
+class ExchangeStream : public httplib::Stream {
+ public:
+  explicit ExchangeStream(const Exchange& exchange) : exchange_(exchange) {}
+  bool is_readable() const override { return read_ < exchange_.request.size(); }
+  bool is_writable() const override { return true; }
+  ssize_t read(char* ptr, size_t size) override {
+    size = std::min(size, exchange_.request.size() - read_);
+    std::memcpy(ptr, exchange_.request.data() + read_, size);
+    read_ += size;
+    return static_cast<ssize_t>(size);
+  }
+  ssize_t write(const char* ptr, size_t size) override {
+    answer.append(ptr, size);
+    return static_cast<ssize_t>(size);
+  }
+  void get_remote_ip_and_port(std::string& ip, int& port) const override { socket_address(exchange_.fd, false, ip, port); }
+  void get_local_ip_and_port(std::string& ip, int& port) const override { socket_address(exchange_.fd, true, ip, port); }
+  // none that cpp-httplib should select() on (it answers 500 for a socket past FD_SETSIZE)
+  socket_t socket() const override { return INVALID_SOCKET; }
+
+  std::string answer;
+
+ private:
+  const Exchange& exchange_;
+  size_t read_ = 0;
+};
+
+// Writes all of `data` to the non-blocking socket by `deadline`; false when the client does not
+// take it in time or has gone.
+bool write_all(int fd, std::string_view data, Clock::time_point deadline) {
+  while (!data.empty()) {
+    const ssize_t n = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL);
+    if (n > 0) {
+      data.remove_prefix(static_cast<size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return false;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    pollfd p{fd, POLLOUT, 0};
+    if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) < 0) return false;
+  }
+  return true;
+}
+
+// cpp-httplib's parsing, routing and answers, for the requests tools/serve/connections reads.
 class HttpServer : public httplib::Server {
  public:
-  void widen_backlog() { ::listen(svr_sock_, SOMAXCONN); }
+  // Answers the exchange; false when its connection must end (the client asked, it was refused, or
+  // the answer could not be written within `timeout`).
+  bool answer(Exchange& exchange, std::chrono::milliseconds timeout) {
+    ExchangeStream stream(exchange);
+    bool client_closes = false;
+    refused_connection = false;
+    const bool ok = process_request(stream, exchange.close, client_closes, nullptr);
+    return write_all(exchange.fd, stream.answer, Clock::now() + timeout) && ok && !client_closes &&
+           !refused_connection;
+  }
 };
+
+// An id for a 500 answer, found again in the server's log: this run's random prefix and a count.
+std::string error_id() {
+  static const uint32_t run = std::random_device{}();
+  static std::atomic<uint32_t> count = 0;
+  return fmt::format("{:08x}{:08x}", run, ++count);
+}
 
 class Server {
  public:
   Server(std::vector<ServedModel>& models, const ServerOptions& options)
-      : models_(models), options_(options), batcher_(batch_models(models), options.batching, metrics_) {
+      : models_(models),
+        options_(options),
+        batcher_(batch_models(models), options.batching, metrics_),
+        connections_(connection_limits(options), metrics_,
+                     [this](Exchange& e) { return http_.answer(e, options_.timeout); }) {
     for (const ServedModel& m : models) {
       defaults_.push_back(m.defaults);
       vocab_sizes_.push_back(static_cast<int64_t>(m.checkpoint.info.tgt_vocab.size()));
@@ -80,25 +208,34 @@ class Server {
   }
 
   int run() {
-    const int port = options_.port == 0 ? http_.bind_to_any_port(options_.host)
-                                        : (http_.bind_to_port(options_.host, options_.port) ? options_.port : -1);
-    SG_CHECK_IO(port > 0, "serve: cannot listen on {}:{} (in use, or not an address of this machine)", options_.host,
-                options_.port);
-    http_.widen_backlog();
-    fmt::print("seqgrad serve: listening on http://{}:{}/ ({} checkpoint{}; SIGTERM or Ctrl-C stops)\n", options_.host,
-               port, models_.size(), models_.size() == 1 ? "" : "s");
+    port_ = connections_.bind(options_.host, options_.port);
+    fmt::print("seqgrad serve: listening on http://{}:{}/ ({} checkpoint{}; SIGTERM or Ctrl-C stops)\n",
+               host_form(options_.host), port_, models_.size(), models_.size() == 1 ? "" : "s");
     std::fflush(stdout);
     std::atomic<bool> finished = false;
     std::thread watcher([&] { stop_on_signal(finished); });
-    http_.listen_after_bind();  // returns after stop(), once the requests in flight are answered
+    const size_t left = connections_.run();  // returns after stop(), once drained
     finished = true;
     watcher.join();
+    if (left > 0) {
+      // their workers wait on the decoder, which would finish them first: end the process instead
+      fmt::print(stderr, "seqgrad serve: {} request{} still being answered after --drain-timeout {} s: closed\n",
+                 left, left == 1 ? "" : "s", options_.drain_timeout.count());
+      fmt::print("seqgrad serve: stopped\n");
+      std::fflush(stdout);
+      std::_Exit(0);
+    }
     batcher_.stop();
     fmt::print("seqgrad serve: stopped\n");
     return 0;
   }
 
  private:
+  static ConnectionLimits connection_limits(const ServerOptions& o) {
+    return {.request_timeout = o.timeout, .idle_timeout = o.idle_timeout, .drain_timeout = o.drain_timeout,
+            .max_body_bytes = o.max_body_bytes, .max_connections = o.max_connections, .workers = o.http_threads};
+  }
+
   static std::vector<BatchModel> batch_models(std::vector<ServedModel>& models) {
     std::vector<BatchModel> out;
     for (ServedModel& m : models) out.push_back({m.model.get(), &m.checkpoint.info});
@@ -114,39 +251,111 @@ class Server {
     while (!finished) {
       const int sig = sigtimedwait(&stop, nullptr, &poll);
       if (sig != SIGINT && sig != SIGTERM) continue;
-      fmt::print(stderr, "seqgrad serve: {}: finishing the requests in flight, then stopping\n",
-                 sig == SIGINT ? "SIGINT" : "SIGTERM");
-      // stop() does nothing before listen_after_bind() has started: a signal right after the start
-      // would be lost, so wait until it runs
-      while (!http_.is_running() && !finished) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      http_.stop();
+      fmt::print(stderr, "seqgrad serve: {}: finishing the requests in flight (for --drain-timeout {} s at most), "
+                 "then stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM", options_.drain_timeout.count());
+      connections_.stop();
       return;
     }
   }
 
+  // Empty when the server answers to the request's Host: a loopback name or the address the
+  // connection came in on (or the one it listens on), with its port; or an --allow-host name, with
+  // any port (behind a proxy). Else why not. A page that a DNS name rebound to this machine serves
+  // sends its own name, which none of these is.
+  std::string refused_host(const httplib::Request& req) const {
+    const std::vector<std::string>& allowed = options_.allow_hosts;
+    if (std::find(allowed.begin(), allowed.end(), "*") != allowed.end()) return {};
+    const std::string value = req.get_header_value("Host");
+    std::vector<std::string> local = {"127.0.0.1", "localhost", "[::1]"};
+    for (const std::string& address : {host_form(req.local_addr), lower(host_form(options_.host))})
+      if (std::find(local.begin(), local.end(), address) == local.end()) local.push_back(address);
+    if (const auto hp = host_and_port(value)) {
+      const auto& [host, port] = *hp;
+      if (std::any_of(allowed.begin(), allowed.end(), [&](const std::string& a) { return lower(a) == host; }) ||
+          (port == port_ && std::find(local.begin(), local.end(), host) != local.end()))
+        return {};
+    }
+    std::string expected;
+    for (const std::string& name : local) expected += fmt::format("{}:{}, ", name, port_);
+    expected += "or a name given with --allow-host";
+    if (!req.has_header("Host")) return fmt::format("the request has no Host header (expected {})", expected);
+    return fmt::format("Host {} is not a name this server answers to (expected {})", quoted(value), expected);
+  }
+
+  // Empty for a request from the server's own pages or from outside a browser (no Origin), a GET or
+  // HEAD, or one from an --allow-origin origin; else why not: a page elsewhere must not make the
+  // user's browser post here (cross-site request forgery).
+  std::string refused_origin(const httplib::Request& req) const {
+    if (req.method == "GET" || req.method == "HEAD" || !req.has_header("Origin")) return {};
+    const std::string origin = req.get_header_value("Origin");
+    if (lower(origin) == "http://" + lower(req.get_header_value("Host")) || allowed_origin(origin)) return {};
+    return fmt::format("Origin {} may not send {} requests here (expected this server's own origin http://{} or an "
+                       "origin given with --allow-origin)", quoted(origin), req.method,
+                       req.get_header_value("Host"));
+  }
+
+  bool allowed_origin(const std::string& origin) const {
+    const std::vector<std::string>& allowed = options_.allow_origins;
+    return std::find_if(allowed.begin(), allowed.end(), [&](const std::string& a) {
+             return a == "*" || lower(a) == lower(origin);
+           }) != allowed.end();
+  }
+
+  // Empty when a POST's body says it is JSON, else why not: a page elsewhere cannot send that
+  // Content-Type without asking first (CORS's preflight), which a server that does not answer it refuses.
+  static std::string refused_content_type(const httplib::Request& req) {
+    const std::string type = req.get_header_value("Content-Type");
+    if (req.method != "POST" || lower(trim(std::string_view(type).substr(0, type.find(';')))) == "application/json")
+      return {};
+    if (!req.has_header("Content-Type")) return "the request has no Content-Type header (expected application/json)";
+    return fmt::format("Content-Type {} is not accepted (expected application/json)", quoted(type));
+  }
+
   void configure() {
-    const int threads = options_.http_threads;
-    http_.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
-    // SO_REUSEADDR only: cpp-httplib's default adds SO_REUSEPORT, with which a second server started on
-    // the same port would silently share its connections instead of failing to start
-    http_.set_socket_options([](socket_t sock) {
-      int yes = 1;
-      ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-    });
-    http_.set_read_timeout(options_.timeout.count());
-    http_.set_write_timeout(options_.timeout.count());
-    http_.set_keep_alive_timeout(std::min<time_t>(options_.timeout.count(), 5));
+    http_.set_keep_alive_timeout(std::chrono::duration_cast<std::chrono::seconds>(options_.idle_timeout).count());
+    http_.set_keep_alive_max_count(static_cast<size_t>(ConnectionLimits{}.max_requests_per_connection));
     http_.set_payload_max_length(options_.max_body_bytes);
-    http_.set_pre_routing_handler([](const httplib::Request&, httplib::Response&) {
+    // before cpp-httplib reads the body (it would parse a multipart one)
+    http_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
       request_started = Clock::now();
+      for (const auto& [header, why] : {std::pair{"Host", refused_host(req)}, std::pair{"Origin", refused_origin(req)}})
+        if (!why.empty()) {  // a stranger's page: no further requests on this connection
+          send_header_error(res, 403, header, why);
+          metrics_.connection_refused(lower(header));
+          refused_connection = true;
+          return httplib::Server::HandlerResponse::Handled;
+        }
+      if (const std::string why = refused_content_type(req); !why.empty()) {
+        send_header_error(res, 415, "Content-Type", why);
+        return httplib::Server::HandlerResponse::Handled;
+      }
       return httplib::Server::HandlerResponse::Unhandled;
+    });
+    http_.set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      if (refused_connection) {
+        res.headers.erase("Keep-Alive");
+        res.set_header("Connection", "close");
+      }
+      // an --allow-origin page may read the answers (and send JSON: the preflight's answer below)
+      if (req.has_header("Origin") && allowed_origin(req.get_header_value("Origin"))) {
+        res.set_header("Access-Control-Allow-Origin", req.get_header_value("Origin"));
+        res.set_header("Vary", "Origin");
+      }
+    });
+    http_.Options(".*", [](const httplib::Request&, httplib::Response& res) {  // CORS preflight
+      res.status = 204;
+      res.set_header("Access-Control-Allow-Methods", "GET, POST");
+      res.set_header("Access-Control-Allow-Headers", "Content-Type");
+      res.set_header("Access-Control-Max-Age", "600");
     });
     http_.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request&, httplib::Response& res) {
       if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;  // a route's own error
       send_error(res, res.status, "", status_message(res.status));
       return httplib::Server::HandlerResponse::Handled;
     }));
-    http_.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr e) {
+    // the client learns an id, the log the details (an exception's text may tell what a client
+    // should not learn: paths, sizes, the server's state)
+    http_.set_exception_handler([](const httplib::Request& req, httplib::Response& res, std::exception_ptr e) {
       std::string what = "unknown exception";
       try {
         std::rethrow_exception(e);
@@ -154,7 +363,9 @@ class Server {
         what = x.what();
       } catch (...) {
       }
-      send_error(res, 500, "", "internal error: " + what);
+      const std::string id = error_id();
+      fmt::print(stderr, "seqgrad serve: internal error {} answering {} {}: {}\n", id, req.method, req.path, what);
+      send_json(res, 500, {{"status", "error"}, {"error", "internal error"}, {"id", id}});
     });
     http_.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
       const double seconds = std::chrono::duration<double>(Clock::now() - request_started).count();
@@ -208,6 +419,8 @@ class Server {
   // for their translations (with `forced`, one output per sentence: replays them instead).
   std::vector<Translation> translate(const TranslateRequest& r, std::vector<models::ForcedOutput> forced = {}) {
     const ServedModel& m = models_[r.model];
+    if (!options_.fail_on.empty() && std::find(r.src.begin(), r.src.end(), options_.fail_on) != r.src.end())
+      throw std::runtime_error(fmt::format("--fail-on: the test's failure, translating {}", options_.fail_on));
     auto job = std::make_shared<Job>();
     job->model = r.model;
     job->options = r.decoding;
@@ -310,6 +523,8 @@ class Server {
   std::vector<int64_t> vocab_sizes_;
   RequestLimits limits_;
   HttpServer http_;
+  Connections connections_;
+  int port_ = 0;
 };
 
 }  // namespace

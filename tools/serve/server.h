@@ -1,6 +1,8 @@
-// `seqgrad serve`'s HTTP server (cpp-httplib): the routes of docs/serving.md over the served
-// checkpoints, a Batcher decoding the requests' sentences together, and a clean stop on SIGTERM or
-// SIGINT (no new connections; requests in flight are answered; then run_server returns 0).
+// `seqgrad serve`'s HTTP server: the routes of docs/serving.md over the served checkpoints, a
+// Batcher decoding the requests' sentences together, connections read whole under a deadline before
+// a worker sees them (tools/serve/connections.h), requests refused for a Host or Origin the server
+// does not answer to, and a bounded stop on SIGTERM or SIGINT (no new connections; requests in
+// flight are answered for --drain-timeout at most; then the process exits 0).
 #pragma once
 #include <chrono>
 #include <memory>
@@ -24,9 +26,15 @@ struct ServedModel {
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;  // 0: any free port (printed)
-  int http_threads = 64;
-  std::chrono::seconds timeout{10};  // reading a request or writing an answer takes at most this
+  int http_threads = 64;              // requests answered at once
+  int max_connections = 256;         // open at once; more wait in the listen backlog
+  std::chrono::seconds timeout{10};  // a request's head and body arrive within this, in total (else 408); an answer is written within it
+  std::chrono::seconds idle_timeout{5};   // a keep-alive connection without a request is closed after this
+  std::chrono::seconds drain_timeout{5};  // after SIGTERM, for the requests in flight
   size_t max_body_bytes = 1 << 20;   // larger bodies are refused (413)
+  std::vector<std::string> allow_hosts;    // Host names answered beside the loopback ones ("*": any)
+  std::vector<std::string> allow_origins;  // origins that may POST from a browser ("*": any)
+  std::string fail_on;  // a test hook: a request with this source sentence fails (500)
   RequestLimits requests;
   BatchLimits batching;
 };

@@ -49,13 +49,14 @@ fi
 
 if ((with_tests)); then
   # The parity tests' references, not packaged by Debian 12; onnxruntime and onnx check `seqgrad
-  # export`, sentencepiece reads a subword export's models (examples/onnx/translate.py). The
+  # export`, sentencepiece reads a subword export's models (examples/onnx/translate.py), ctranslate2
+  # is the deployment engine bench/ct2_bench.py compares decoding with. The
   # constraint keeps Debian's numpy, the one python3-torch 1.13 is built against, instead of a
   # second numpy in .venv (torch 1.13 cannot exchange arrays with numpy 2).
   [ -x .venv/bin/python3 ] || { say "creating .venv (python3 -m venv --system-site-packages)";
                                 /usr/bin/python3 -m venv --system-site-packages .venv; }
   python_missing=()
-  for module in safetensors sacrebleu onnxruntime onnx sentencepiece; do
+  for module in safetensors sacrebleu onnxruntime onnx sentencepiece ctranslate2; do
     .venv/bin/python3 -c "import $module" 2>/dev/null || python_missing+=("$module")
   done
   if ((${#python_missing[@]})); then

@@ -1276,6 +1276,20 @@ class TranslateStream(Base):
         self.assertRegex(err, r"error: line 4: .*UTF-8")
         self.assertRegex(err, r"error: line 6: empty")
 
+    def test_a_bad_line_does_not_end_a_json_run(self):
+        # --json reports the line in its record (its bytes as U+FFFD) and translates the lines after it
+        lines = [b"ein mann .", "caf\u00e9 f\u00fcr".encode("latin-1"), b"", b"eine katze ."]
+        p = subprocess.run([SEQGRAD, "translate", "--checkpoint", self.ckpt, "--threads", "1", "--json"],
+                           input=b"\n".join(lines) + b"\n", capture_output=True, timeout=120)
+        self.assertEqual(p.returncode, 1, p.stderr.decode(errors="replace"))
+        records = [json.loads(line) for line in p.stdout.decode().splitlines()]
+        self.assertEqual([r["line"] for r in records], [1, 2, 3, 4])
+        self.assertEqual(records[1]["src"], "caf\ufffd f\ufffdr")
+        self.assertRegex(records[1]["error"], r"UTF-8")
+        self.assertNotIn("translation", records[1])
+        self.assertRegex(records[2]["error"], r"empty")
+        self.assertTrue(records[0]["translation"] and records[3]["translation"])
+
     def test_lines_are_answered_before_stdin_ends(self):
         # an interactive user (or a coprocess) gets each translation before sending the next line
         with subprocess.Popen([SEQGRAD, "translate", "--checkpoint", self.ckpt, "--threads", "1"], text=True,

@@ -302,7 +302,9 @@ int translate_main(int argc, char** argv) {
       if (a.flag("json")) {
         nlohmann::json j = translation_json(t, sentences[i], l.checkpoint.info.tgt_vocab, json_options);
         j["line"] = number;
-        fmt::print("{}\n", j.dump());
+        // a line that is not UTF-8 is reported in its record ("error"), its bytes shown as U+FFFD,
+        // and the lines after it are translated, as without --json
+        fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
       } else {
         print_translation(t, l.checkpoint.info.tgt_vocab, number, options.nbest, alignment, heatmap_labels(a));
       }

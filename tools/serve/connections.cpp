@@ -25,7 +25,7 @@ namespace seqgrad::tools::serve {
 namespace {
 
 constexpr std::chrono::milliseconds kLinger{2'000};  // reading what a refused client still sends
-constexpr size_t kReadChunk = 64 * 1024;
+constexpr size_t kReadChunk = 64 * 1024;  // read at once
 
 bool iequals(std::string_view a, std::string_view b) {
   return a.size() == b.size() &&
@@ -123,7 +123,7 @@ struct Connections::Connection {
 };
 
 Connections::Connections(const ConnectionLimits& limits, Metrics& metrics, Answer answer)
-    : limits_(limits), metrics_(metrics), answer_(std::move(answer)) {
+    : limits_(limits), metrics_(metrics), answer_(std::move(answer)), scratch_(kReadChunk) {
   wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   SG_CHECK_IO(wake_fd_ >= 0, "serve: eventfd: {}", std::strerror(errno));
   metrics_.set_http_workers(limits_.workers);
@@ -214,24 +214,18 @@ void Connections::accept_new() {
 }
 
 // Reads what the socket holds, but never past the request being read (its head's limit, then its
-// body), so that a connection holds at most one request's bytes and a few of the next's.
+// body), so that a connection holds at most one request's bytes and a few of the next's, and no
+// more than it was sent (a slow client holds what it sent, not a buffer of the body's size).
 void Connections::read_from(Connection& c) {
   const int fd = c.fd;
   for (;;) {
-    if (c.state == Connection::State::lingering) {
-      char dropped[4096];
-      ssize_t n;
-      while ((n = ::recv(fd, dropped, sizeof dropped, 0)) > 0) {
-      }
-      if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) drop(c);
-      return;
-    }
-    const size_t old = c.buffer.size(), limit = c.head ? c.total : kMaxHeadBytes + 1;  // old < limit: see frame()
-    c.buffer.resize(old + std::min(kReadChunk, limit - old));
-    const ssize_t n = ::recv(fd, c.buffer.data() + old, c.buffer.size() - old, 0);
-    c.buffer.resize(old + static_cast<size_t>(std::max<ssize_t>(n, 0)));
+    const bool lingering = c.state == Connection::State::lingering;
+    const size_t limit = lingering ? kReadChunk : (c.head ? c.total : kMaxHeadBytes + 1) - c.buffer.size();
+    const ssize_t n = ::recv(fd, scratch_.data(), std::min(kReadChunk, limit), 0);  // limit > 0: see frame()
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
     if (n <= 0) return drop(c);  // the client closed (or reset) the connection
+    if (lingering) continue;     // what a refused client still sends is dropped
+    c.buffer.append(scratch_.data(), static_cast<size_t>(n));
     received(c);
     const auto it = reading_.find(fd);
     if (it == reading_.end() || it->second->state == Connection::State::lingering) return;  // handed out or refused

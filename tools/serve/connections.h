@@ -19,6 +19,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "tools/serve/metrics.h"
 
@@ -87,6 +88,7 @@ class Connections {
   const ConnectionLimits limits_;
   Metrics& metrics_;
   Answer answer_;
+  std::vector<char> scratch_;  // the reader's: what a recv gives, before it joins a connection's buffer
   int listen_fd_ = -1, wake_fd_ = -1;
   std::map<int, std::unique_ptr<Connection>> reading_;  // by fd: the connections the reader holds
   std::atomic<int> open_ = 0;  // all open connections, the reader's and the workers'

@@ -69,18 +69,17 @@ constexpr int kLanes = 8;
 
 [[gnu::always_inline]] inline V broadcast(float x) { return V{x, x, x, x, x, x, x, x}; }
 
+using V4 = float __attribute__((vector_size(16)));  // four finished sums
+
 // Four dot products' eight partial sums each, added in the one tree every element uses:
 // ((v0 + v1) + (v2 + v3)) + ((v4 + v5) + (v6 + v7)), as AVX's horizontal adds pair them.
-[[gnu::always_inline]] inline void hsum4(const V& a, const V& b, const V& c, const V& d, float out[4]) {
+[[gnu::always_inline]] inline V4 hsum4(const V& a, const V& b, const V& c, const V& d) {
 #if defined(__AVX2__) && defined(__FMA__)
   const __m256 abcd = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
-  _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1)));
+  return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
 #else
-  const V* v[4] = {&a, &b, &c, &d};
-  for (int i = 0; i < 4; ++i) {
-    const V& x = *v[i];
-    out[i] = ((x[0] + x[1]) + (x[2] + x[3])) + ((x[4] + x[5]) + (x[6] + x[7]));
-  }
+  auto tree = [](const V& x) { return ((x[0] + x[1]) + (x[2] + x[3])) + ((x[4] + x[5]) + (x[6] + x[7])); };
+  return V4{tree(a), tree(b), tree(c), tree(d)};
 #endif
 }
 
@@ -137,17 +136,25 @@ template <int R, int C>
       for (int r = 0; r < R; ++r) acc[r][c] = madd(x[r], y, acc[r][c]);
     }
   }
+  // alpha · sum + beta · c, four columns at a time (the same two roundings as one at a time)
   const V none{};
+  const V4 alpha{g.alpha, g.alpha, g.alpha, g.alpha}, beta{g.beta, g.beta, g.beta, g.beta};
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
-    float sums[(C + 3) / 4 * 4];
-#pragma GCC unroll 8
-    for (int c = 0; c < C; c += 4)
-      hsum4(acc[r][c], c + 1 < C ? acc[r][c + 1] : none, c + 2 < C ? acc[r][c + 2] : none,
-            c + 3 < C ? acc[r][c + 3] : none, sums + c);
     float* out = g.c + (i + r) * g.ldc + j;
 #pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) out[c] = finish(sums[c], g.alpha, g.beta, out[c]);
+    for (int c = 0; c < C; c += 4) {
+      const V4 sums = hsum4(acc[r][c], c + 1 < C ? acc[r][c + 1] : none, c + 2 < C ? acc[r][c + 2] : none,
+                            c + 3 < C ? acc[r][c + 3] : none);
+      if (c + 4 <= C) {
+        V4 v = alpha * sums, old;
+        if (g.beta != 0.0f) std::memcpy(&old, out + c, sizeof old), v = v + beta * old;
+        std::memcpy(out + c, &v, sizeof v);
+      } else {
+#pragma GCC unroll 4
+        for (int l = 0; c + l < C; ++l) out[c + l] = finish(sums[l], g.alpha, g.beta, out[c + l]);
+      }
+    }
   }
 }
 

@@ -19,7 +19,22 @@ and the serve test's hostile bodies on both routes: nesting 60,000 deep in every
 numbers, duplicate keys, keys as long as the body): every malformed one must get its 4xx with a
 bounded message, every other one its translation, the server must keep
 running, and its resident memory (VmRSS) after the last request is compared with the memory after
-the first tenth (the warm-up); growth above 5% fails the run.
+the first tenth (the warm-up); growth above 5% fails the run. One in ten more is over a budget (a
+request of more decoder rows than the server decodes at once, a sentence of 400 KB, an explain
+request of too many sentences or too large a beam: each its 413 or 422), and one in ten an explain
+request of the largest size the server allows (one sentence at beam --max-explain-beam, 100 steps:
+its translation, beam tree and internals). With a SentencePiece checkpoint the 400 KB sentences
+are what grew the server by 2 GB before a source was bounded by its bytes. Beside it all the while,
+80 slow clients (more than the server's 64 HTTP threads) each announce a body of 100,000 bytes and
+send one byte a second, reconnecting once cut off (408 after --timeout); a stranger sends a foreign
+Host (403), a cross-origin POST (403) and a text/plain body (415); GET /health is probed every
+0.2 s. Each must be answered as said, /health within 5 s, and /metrics must count the slow and
+refused connections.
+
+With --explain-flood E, it measures the p99 latency of plain one-sentence requests from the most
+--clients clients, first alone and then while E clients send explain requests of the largest size
+the server allows (as the soak's), and reports both and their ratio (the explain requests join the
+running search instead of holding the decoder: within 2x is the aim).
 
     bench/serve_load.py --seqgrad build/tools/seqgrad --checkpoint runs/default/best.safetensors \\
         [--baseline OLD/seqgrad] [--int8 FILE] [--clients 1,8,32] [--requests 20] [--threads 2] \\
@@ -31,12 +46,17 @@ on the same cores under the same conditions; the rows name their program, and fo
 model the summary gives sentences/s at the most clients over one client and p99 over p50 latency at
 the most clients.
     bench/serve_load.py --checkpoint runs/default/best.safetensors --soak 11000 [--soak-clients 8]
+    bench/serve_load.py --checkpoint runs/default/best.safetensors --explain-flood 4 --clients 8 --requests 20
 
 --requests is per client. Figures go into docs/results.md with the command, commit and machine.
 """
 import argparse
+import http.client
 import json
 import os
+import re
+import select
+import socket
 import statistics
 import subprocess
 import sys
@@ -79,10 +99,26 @@ MALFORMED = [("/v1/translate", raw, status) for raw, status in [
     (b'{"src": ["Hund"], "length_penalty_type": "wu"}', 422), (b'{"src": ["   "]}', 422)]] + hostile_bodies(1 << 20)
 MAX_ERROR_CHARS = 600  # an error message is bounded, whatever the body
 
+# Requests over a budget of the server's defaults (--max-batch-rows 512, --max-src-bytes 4096,
+# --max-explain-sentences 1, --max-explain-beam 8), and the status each must get.
+EXPLAIN_BEAM, EXPLAIN_STEPS = 8, 100
+OVER_BUDGET = [("/v1/translate", json.dumps(body).encode(), status) for body, status in [
+    ({"src": ["Ein Hund läuft."] * 64, "beam": 16}, 413),             # 1,024 decoder rows
+    ({"src": [" ".join(["Hund"] * 80_000)]}, 413),                    # 400 KB: refused before tokenizing
+    ({"src": ["Ein Hund.", "Ein Mann."], "explain": True}, 422),      # explain: one sentence
+    ({"src": ["Ein Hund."], "beam": EXPLAIN_BEAM + 1, "explain": True}, 422)]]
+
+
+def largest_explain(sentence):
+    """An explain request of the largest size the server's defaults allow: one sentence at the
+    largest beam, decoded for EXPLAIN_STEPS steps (min_len holds <eos> back)."""
+    return {"src": [sentence], "beam": EXPLAIN_BEAM, "min_len": EXPLAIN_STEPS, "max_len": EXPLAIN_STEPS,
+            "explain": True}
+
 
 def soak(server, total, clients, sentences, expected):
     """`total` requests from `clients` threads, every tenth malformed; returns the row of figures."""
-    counts = {"ok": 0, "malformed": 0}
+    counts = {"ok": 0, "malformed": 0, "over_budget": 0, "explain": 0}
     failures = []
     rss = {}
     lock = threading.Lock()
@@ -97,12 +133,18 @@ def soak(server, total, clients, sentences, expected):
                     rss["warm"] = status_mb(server.proc.pid, "VmRSS")
             if k >= total:
                 return
-            if k % 10 == 9:
-                route, raw, want = MALFORMED[(k // 10) % len(MALFORMED)]
+            if k % 10 in (8, 9):
+                bad = MALFORMED if k % 10 == 9 else OVER_BUDGET
+                route, raw, want = bad[(k // 10) % len(bad)]
                 status, _, body = server.request(route, raw=raw)
                 good = (status == want and isinstance(body, dict) and body.get("status") == "error"
                         and len(body.get("error", "")) <= MAX_ERROR_CHARS)
-                kind = "malformed"
+                kind = "malformed" if k % 10 == 9 else "over_budget"
+            elif k % 10 == 4:
+                status, _, body = server.request("/v1/translate", body=largest_explain(sentences[k % len(sentences)]))
+                got = body["translations"][0] if status == 200 else {}
+                good = "beam_tree" in got and "internals" in got and len(got.get("tgt_tokens", [])) == EXPLAIN_STEPS
+                kind = "explain"
             else:
                 sentence = sentences[k % len(sentences)]
                 status, _, body = server.request("/v1/translate", body={"src": [sentence]})
@@ -118,7 +160,8 @@ def soak(server, total, clients, sentences, expected):
     alive = server.request("/health")[0] == 200
     end = status_mb(server.proc.pid, "VmRSS")
     growth = 100 * (end - rss["warm"]) / rss["warm"]
-    return {"requests": total, "translated": counts["ok"], "malformed": counts["malformed"], "wrong": len(failures),
+    return {"requests": total, "translated": counts["ok"], "malformed": counts["malformed"],
+            "over_budget": counts["over_budget"], "explain": counts["explain"], "wrong": len(failures),
             "first_wrong": failures[:1], "alive": alive, "rss_warm_mb": rss["warm"], "rss_end_mb": end,
             "rss_growth_pct": growth, "seconds": wall}
 
@@ -196,9 +239,13 @@ def main():
     ap.add_argument("--json", action="store_true", help="one JSON object per row instead of the table")
     ap.add_argument("--soak", type=int, default=0, help="the soak test: this many requests, one in ten malformed")
     ap.add_argument("--soak-clients", type=int, default=8)
+    ap.add_argument("--explain-flood", type=int, default=0, metavar="E",
+                    help="p99 of plain requests alone and beside E clients of the largest explain requests")
     a = ap.parse_args()
     if a.soak:
         sys.exit(run_soak(a))
+    if a.explain_flood:
+        sys.exit(run_explain_flood(a))
     clients = [int(c) for c in a.clients.split(",")]
     if min(clients) < 1 or max(clients) > 64 or not 1 <= a.requests <= 1000:
         sys.exit("serve_load.py: --clients must lie in [1, 64] and --requests in [1, 1000] (the test is bounded)")
@@ -288,6 +335,106 @@ def scaling(rows, fewest, most):
     return out
 
 
+SLOW_CLIENTS = 80  # above the soak server's 64 HTTP threads: the attack of issue 49
+
+
+class NetworkAttack:
+    """Beside the soak, until finish(): SLOW_CLIENTS connections that each announce a body of 100,000
+    bytes and send one byte a second (each read far within --timeout, the request not; reconnected
+    once the server answers 408 and closes), a stranger sending what a page elsewhere or a name
+    rebound to this machine would (a foreign Host, a cross-origin POST, a text/plain body: each must
+    get its 403 or 415), and a probe of GET /health every 0.2 s (each must be answered within 5 s)."""
+
+    def __init__(self, server):
+        self.server, self.stop = server, threading.Event()
+        self.counts = {"slow_408": 0, "slow_other": 0, "refused_host": 0, "refused_origin": 0,
+                       "refused_content_type": 0, "strangers_wrong": 0, "health_answered": 0, "health_failed": 0}
+        self.health_ms = []
+        self.threads = [threading.Thread(target=f) for f in (self._slow, self._strangers, self._health)]
+        for t in self.threads:
+            t.start()
+
+    def _slow(self):
+        port = self.server.port
+        head = (b"POST /v1/translate HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: application/json\r\n"
+                b"Content-Length: 100000\r\n\r\n{" % port)
+        answers, last = {}, 0.0
+        while not self.stop.is_set():
+            while len(answers) < SLOW_CLIENTS:
+                s = socket.create_connection(("127.0.0.1", port), timeout=10)
+                s.sendall(head)
+                answers[s] = b""
+            for s in select.select(list(answers), [], [], 0.2)[0]:
+                chunk = s.recv(65536)
+                answers[s] += chunk
+                if not chunk:  # answered and closed
+                    self.counts["slow_408" if answers[s].startswith(b"HTTP/1.1 408 ") else "slow_other"] += 1
+                    del answers[s]
+                    s.close()
+            if time.monotonic() - last >= 1:
+                last = time.monotonic()
+                for s in answers:
+                    try:
+                        s.send(b" ")
+                    except OSError:
+                        pass  # closed by the server: the select above reads its answer
+        for s in answers:
+            s.close()
+
+    def _strangers(self):
+        host = f"127.0.0.1:{self.server.port}"
+        body = b'{"src": ["Ein Hund."]}'
+        strangers = [({"Host": f"evil.example:{self.server.port}", "Content-Type": "application/json"}, 403, "Host"),
+                     ({"Host": host, "Origin": "http://evil.example", "Content-Type": "application/json"}, 403,
+                      "Origin"),
+                     ({"Host": host, "Content-Type": "text/plain"}, 415, "Content-Type")]
+        while not self.stop.wait(0.2):
+            for headers, want, header in strangers:
+                c = http.client.HTTPConnection("127.0.0.1", self.server.port, timeout=10)
+                c.putrequest("POST", "/v1/translate", skip_host=True, skip_accept_encoding=True)
+                for name, value in {**headers, "Content-Length": str(len(body))}.items():
+                    c.putheader(name, value)
+                c.endheaders(body)
+                r = c.getresponse()
+                answer = json.loads(r.read())
+                c.close()
+                good = r.status == want and answer.get("header") == header
+                self.counts["refused_" + header.lower().replace("-", "_") if good else "strangers_wrong"] += 1
+
+    def _health(self):
+        while not self.stop.wait(0.2):
+            start = time.monotonic()
+            try:
+                ok = self.server.request("/health", timeout=5)[0] == 200
+            except OSError:
+                ok = False
+            self.health_ms.append(1000 * (time.monotonic() - start))
+            self.counts["health_answered" if ok else "health_failed"] += 1
+
+    def finish(self):
+        """Stops the attack once the first SLOW_CLIENTS slow clients have been cut off (30 s at most:
+        --timeout is 10 s); returns its figures (with /metrics' count of slow and refused connections)."""
+        deadline = time.monotonic() + 30
+        while self.counts["slow_408"] + self.counts["slow_other"] < SLOW_CLIENTS and time.monotonic() < deadline:
+            time.sleep(0.1)
+        self.stop.set()
+        for t in self.threads:
+            t.join()
+        metrics = self.server.request("/metrics")[2]
+        counted = {key: float(m.group(1)) if (m := re.search(rf"^{re.escape(name)} (\S+)$", metrics, re.M)) else 0.0
+                   for key, name in [("slow", "seqgrad_connections_slow_total"),
+                                     ("host", 'seqgrad_connections_refused_total{reason="host"}'),
+                                     ("origin", 'seqgrad_connections_refused_total{reason="origin"}')]}
+        c = self.counts
+        return {**c, "health_p99_ms": percentile(self.health_ms, 0.99), "health_max_ms": max(self.health_ms),
+                "metrics_slow": counted["slow"],
+                # every cut-off slow client and refused stranger counted (a slow one cut off as the attack
+                # ended may be in /metrics only)
+                "network_ok": c["slow_other"] == 0 and c["strangers_wrong"] == 0 and c["health_failed"] == 0 and
+                c["slow_408"] > 0 and c["slow_408"] <= counted["slow"] <= c["slow_408"] + SLOW_CLIENTS and
+                (counted["host"], counted["origin"]) == (c["refused_host"], c["refused_origin"])}
+
+
 def run_soak(a):
     if not 100 <= a.soak <= 100000 or not 1 <= a.soak_clients <= 64:
         sys.exit("serve_load.py: --soak must lie in [100, 100000] and --soak-clients in [1, 64] (the test is bounded)")
@@ -296,15 +443,63 @@ def run_soak(a):
     server = Server(a.seqgrad, "--checkpoint", a.checkpoint, "--threads", str(a.threads), "--max-wait-ms", "5",
                     "--http-threads", str(max(64, a.soak_clients)))
     try:
+        attack = NetworkAttack(server)
         row = soak(server, a.soak, a.soak_clients, sentences, expected)
+        row.update(attack.finish())
     finally:
         status, _, err = server.stop()
     row["exit_status"] = status
     print(json.dumps(row))
-    ok = row["wrong"] == 0 and row["alive"] and status == 0 and row["rss_growth_pct"] <= 5
+    ok = row["wrong"] == 0 and row["alive"] and status == 0 and row["rss_growth_pct"] <= 5 and row["network_ok"]
     if not ok:
         print(f"serve_load.py: the soak failed: {row['wrong']} wrong answers, server alive {row['alive']}, exit "
-              f"status {status}, RSS growth {row['rss_growth_pct']:.1f}%\n{err[-2000:]}", file=sys.stderr)
+              f"status {status}, RSS growth {row['rss_growth_pct']:.1f}%, slow clients and strangers "
+              f"{'as expected' if row['network_ok'] else 'NOT as expected'}\n{err[-2000:]}", file=sys.stderr)
+    return 0 if ok else 1
+
+
+def run_explain_flood(a):
+    """Plain one-sentence requests from the most --clients clients, alone and then while
+    --explain-flood clients keep sending the largest explain requests (until the plain ones end),
+    each load on a fresh server; prints both rows and the p99 ratio."""
+    clients = max(int(c) for c in a.clients.split(","))
+    if not 1 <= clients <= 64 or not 1 <= a.requests <= 1000 or not 1 <= a.explain_flood <= 16:
+        sys.exit("serve_load.py: --clients must lie in [1, 64], --requests in [1, 1000] and --explain-flood in [1, 16]")
+    sentences = test_sentences(a.data_dir, clients * a.requests)[:200]
+    expected = dict(zip(sentences, translate_cli(a.seqgrad, a.checkpoint, sentences, "--threads", str(a.threads))))
+    rows, ok = [], True
+    for flood in (0, a.explain_flood):
+        server = Server(a.seqgrad, "--checkpoint", a.checkpoint, "--threads", str(a.threads), "--max-wait-ms", "5",
+                        "--http-threads", str(max(64, clients + flood)))
+        explained, stop = [], threading.Event()
+
+        def explainer(e):
+            while not stop.is_set():
+                status, _, body = server.request("/v1/translate", body=largest_explain(sentences[e]))
+                explained.append(status == 200 and "beam_tree" in body["translations"][0])
+
+        floods = [threading.Thread(target=explainer, args=(e,)) for e in range(flood)]
+        try:
+            for t in floods:
+                t.start()
+            if flood:  # the plain load starts once the explain requests decode
+                while not explained and "seqgrad_decoding_sentences 0\n" in server.request("/metrics")[2]:
+                    time.sleep(0.01)
+            row = load(server, clients, a.requests, sentences, expected, batch_dependent=False)
+        finally:
+            stop.set()
+            for t in floods:
+                t.join()
+            status, _, err = server.stop()
+        row.update(explain_clients=flood, explain_answers=len(explained), explain_wrong=explained.count(False))
+        ok = ok and status == 0 and not row["failures"] and not row["explain_wrong"]
+        row["failures"] = len(row["failures"])
+        rows.append(row)
+        print(json.dumps(row))
+    ratio = rows[1]["p99_ms"] / rows[0]["p99_ms"]
+    print(f"p99 of plain requests ({clients} clients): {rows[0]['p99_ms']:.1f} ms alone, {rows[1]['p99_ms']:.1f} ms "
+          f"beside {a.explain_flood} clients of explain requests (beam {EXPLAIN_BEAM}, {EXPLAIN_STEPS} steps; "
+          f"{rows[1]['explain_answers']} answered): {ratio:.2f}x")
     return 0 if ok else 1
 
 

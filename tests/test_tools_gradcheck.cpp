@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "core/autograd.h"
+#include "core/rng.h"
 #include "ops/ops.h"
 #include "tools/gradcheck.h"
 #include "tools/op_cases.h"
@@ -247,6 +248,47 @@ Tensor op_embedding(X x, bool wrong) {  // y = W[ids];  dW = Σ dy over the rows
   });
 }
 
+// Smooth, high-curvature ops whose wrong backward is off by a few percent: what a difference
+// quotient's curvature error (eps f''/2 between its one-sided slopes) must not hide, nor be taken
+// for a kink. `off` scales the wrong backward (1.02: 2 % too large).
+Tensor op_exp_k(X x, bool wrong, double k, double off) {  // y = exp(kx);  dx = dy k y
+  Tensor y = exp(mul(x[0].detach(), k));
+  return record("exp_k", y, {x[0]}, [k, scale = wrong ? off : 1.0](const Tensor& dy, Grads& g) {
+    g.add(0, mul(dy, mul(g.output(), k * scale)));
+  }, SaveOutput::yes);
+}
+
+Tensor op_softplus_beta(X x, bool wrong, double beta, double off) {  // y = log(1 + exp(βx)) / β;  dx = dy σ(βx)
+  Tensor y = softplus(x[0].detach(), beta, 1e9);
+  return record("softplus_beta", y, {x[0]}, [xs = save(x[0]), beta, scale = wrong ? off : 1.0](const Tensor& dy, Grads& g) {
+    g.add(0, mul(dy, mul(sigmoid(mul(xs.get(), beta)), scale)));
+  });
+}
+
+Tensor op_cube_scaled(X x, bool wrong, double off) {  // y = x³;  dx = 3 x² dy
+  Tensor y = pow(x[0].detach(), 3.0);
+  return record("cube", y, {x[0]}, [xs = save(x[0]), scale = wrong ? off : 1.0](const Tensor& dy, Grads& g) {
+    g.add(0, mul(dy, mul(mul(xs.get(), xs.get()), 3.0 * scale)));
+  });
+}
+
+// y = x²;  dx = 2 x dy. The wrong one moves element 0 of the gradient by the gradient's rms: the
+// smallest error fast mode's guarantee covers.
+Tensor op_square_rms(X x, bool wrong) {
+  Tensor y = mul(x[0].detach(), x[0].detach());
+  return record("square_rms", y, {x[0]}, [xs = save(x[0]), wrong](const Tensor& dy, Grads& g) {
+    Tensor dx = mul(mul(dy, xs.get()), 2.0);
+    if (wrong) {
+      std::vector<double> v = dx.to_vector<double>(), shift(v.size(), 0.0);
+      double squares = 0;
+      for (double e : v) squares += e * e;
+      shift[0] = std::sqrt(squares / static_cast<double>(v.size()));
+      dx = add(dx, from_vector(shift, dx.shape(), {.dtype = dx.dtype()}));
+    }
+    g.add(0, dx);
+  });
+}
+
 Tensor op_biased(X x, bool wrong) {  // y = 2x;  dx = 2 dy (wrong: plus a constant, nonzero for dy = 0)
   Tensor y = mul(x[0].detach(), 2.0);
   return record("biased", y, {x[0]}, [wrong](const Tensor& dy, Grads& g) {
@@ -256,10 +298,9 @@ Tensor op_biased(X x, bool wrong) {  // y = 2x;  dx = 2 dy (wrong: plus a consta
 
 
 // One mutant: a family, the mistake, the op (wrong or right), its inputs and declared sparsity.
-// A mutant whose mistake is the declaration itself (wrong_jacobian: the wrong twin's) is claimed by
-// compressed mode alone: full and fast mode never read a declaration. One wrong element among n is
-// claimed by fast mode in float64 only: a projection's tolerance, rtol |vᵀJu|, sees an element whose
-// error exceeds about rtol sqrt(n) of its gradient (0.06 in float64 at n = 4096; 0.6 in float32).
+// A mutant whose mistake is the declaration itself (wrong_jacobian: the wrong twin's, with a right
+// backward) is claimed by compressed mode alone: full and fast mode never read a declaration, and
+// its backward is right. Every other mutant is claimed by every mode in every precision.
 struct Mutant {
   const char* family = "";
   const char* mistake = "";
@@ -268,12 +309,8 @@ struct Mutant {
   Jacobian jacobian = {};
   std::vector<double> kinks = {};
   std::optional<Jacobian> wrong_jacobian = {};
-  bool one_element = false;  // one wrong element in a large input
   bool declaration_only() const { return wrong_jacobian && jacobian.kind != Jacobian::Kind::dense; }
-  bool claimed_by(GradcheckMode mode, GradcheckPrecision precision) const {
-    if (declaration_only()) return mode == GradcheckMode::compressed;
-    return !(one_element && mode == GradcheckMode::fast && precision != GradcheckPrecision::f64);
-  }
+  bool claimed_by(GradcheckMode mode) const { return !declaration_only() || mode == GradcheckMode::compressed; }
 };
 
 std::vector<Mutant> mutants() {
@@ -312,7 +349,21 @@ std::vector<Mutant> mutants() {
       {"layout", "square: sliced view (offset 1) read from the storage's start", {in({2, 3}, S)},
        [](X x, bool w) { return op_square_offset(x, w); }, E},
       {"large input", "huber: element 0's gradient tripled in a 64x64 input", {in({64, 64})},
-       [](X x, bool w) { return op_huber(x, w); }, E, {-1.0, 1.0}, {}, true},
+       [](X x, bool w) { return op_huber(x, w); }, E, {-1.0, 1.0}},
+      {"large input", "square: element 0 off by the gradient's rms in a 32x32 input", {in({32, 32})},
+       [](X x, bool w) { return op_square_rms(x, w); }, E},
+      {"curvature", "exp(2x): backward 2% too large", {in({3, 4})}, [](X x, bool w) { return op_exp_k(x, w, 2, 1.02); },
+       E},
+      {"curvature", "exp(4x): backward 3% too large", {in({3, 4})}, [](X x, bool w) { return op_exp_k(x, w, 4, 1.03); },
+       E},
+      {"curvature", "exp(4x): backward 2% too small", {in({3, 4})}, [](X x, bool w) { return op_exp_k(x, w, 4, 0.98); },
+       E},
+      {"curvature", "softplus, beta 8: backward 2% too large", {in({3, 4})},
+       [](X x, bool w) { return op_softplus_beta(x, w, 8, 1.02); }, E},
+      {"curvature", "x³: backward 3% too large", {in({3, 4})}, [](X x, bool w) { return op_cube_scaled(x, w, 1.03); },
+       E},
+      {"curvature", "x³: backward 2% too small", {in({3, 4})}, [](X x, bool w) { return op_cube_scaled(x, w, 0.98); },
+       E},
       {"sparsity", "softmax declared elementwise (correct backward)", {in({2, 4})},
        [](X x, bool) { return op_softmax(x, false); }, R, {}, E},
       {"sparsity", "x + Σx declared elementwise, backward (1 + n) dy", {in({3, 4})},
@@ -360,7 +411,7 @@ oc::RowResult check(const oc::OpCase& row, GradcheckMode mode, GradcheckPrecisio
 TEST_CASE("mutation test: every wrong backward is rejected in every mode and precision that claims it, every "
           "correct one accepted") {
   std::vector<Mutant> all = mutants();
-  REQUIRE(all.size() >= 30);
+  REQUIRE(all.size() >= 39);
   std::string header = "| family | mistake |", rule = "|---|---|", totals = "| | caught / claimed, correct accepted |";
   std::vector<std::string> lines(all.size());
   for (size_t i = 0; i < all.size(); ++i) lines[i] = fmt::format("| {} | {} |", all[i].family, all[i].mistake);
@@ -376,7 +427,7 @@ TEST_CASE("mutation test: every wrong backward is rejected in every mode and pre
         CHECK(right.ok);
         CHECK(wrong.problem.empty());  // judged by a check, not by a throw
         accepted += right.ok ? 1 : 0;
-        if (!m.claimed_by(mode, precision)) {
+        if (!m.claimed_by(mode)) {
           lines[i] += " - |";
           continue;
         }
@@ -397,7 +448,7 @@ TEST_CASE("mutation test: every wrong backward is rejected in every mode and pre
   MESSAGE(fmt::format("{}\n{}\n{}\n{}", header, rule, fmt::join(lines, "\n"), totals));
 }
 
-TEST_CASE("fast mode costs two forwards per input and one backward per output") {
+TEST_CASE("fast mode: each projection costs two forwards, and one backward per output") {
   Tensor a = randn({4, 5}, {.dtype = DType::f64}).requires_grad_();
   Tensor b = randn({5, 3}, {.dtype = DType::f64}).requires_grad_();
   GradcheckFn fn = [](X x) { return tanh(matmul(x[0], x[1])); };
@@ -406,10 +457,14 @@ TEST_CASE("fast mode costs two forwards per input and one backward per output") 
   INFO(fast.format());
   CHECK(full.ok());
   CHECK(fast.ok());
-  CHECK(full.forwards == 1 + 2 * (20 + 15));
-  CHECK(fast.forwards == 1 + 2 * 2);
+  CHECK(full.forwards == 2 + 2 * (20 + 15));  // the unperturbed outputs, then a pair per element
+  int pa = fast_projections(20, 1e-3, 1e-6), pb = fast_projections(15, 1e-3, 1e-6);
+  CHECK(pa == 3);  // one projection misses an element off by the rms with probability 0.0028: 3 reach 1e-6
+  CHECK(fast.forwards == 1 + 2 * (pa + pb));
+  CHECK(fast.backwards == full.backwards);
   REQUIRE(fast.inputs.size() == 2);
   CHECK(fast.inputs[0].method == GradcheckMode::fast);
+  CHECK(fast.inputs[0].projections == pa);
   CHECK(fast.inputs[0].output == 0);
   CHECK(fast.format().find("vᵀJu") != std::string::npos);
 }
@@ -497,7 +552,7 @@ TEST_CASE("non-differentiable points are reported, not failed; a wrong gradient 
   auto at = [](std::vector<double> v) { return from_vector(v, {static_cast<int64_t>(v.size())}, {.dtype = DType::f64}).requires_grad_(); };
   SUBCASE("relu at 0") {
     Tensor x = at({-1.0, 0.0, 2.0});
-    GradcheckReport r = gradcheck([](X v) { return relu(v[0]); }, {x}, {.name = "relu"});
+    GradcheckReport r = gradcheck([](X v) { return relu(v[0]); }, {x}, {.name = "relu", .declares_kinks = true});
     INFO(r.format());
     CHECK(r.ok());
     REQUIRE(r.kinks() == 1);
@@ -518,13 +573,15 @@ TEST_CASE("non-differentiable points are reported, not failed; a wrong gradient 
   }
   SUBCASE("a max tie and a clamp bound") {
     // max(dim) sends the gradient to one of the tied elements, where central differences see half
-    GradcheckReport tie = gradcheck([](X v) { return max(v[0], 0, false).values; }, {at({1.0, 1.0, 0.0})});
+    GradcheckReport tie = gradcheck([](X v) { return max(v[0], 0, false).values; }, {at({1.0, 1.0, 0.0})},
+                                    {.declares_kinks = true});
     INFO(tie.format());
     CHECK(tie.ok());
     CHECK(tie.kinks() == 2);
     // amax splits it evenly between them: what central differences see, so nothing to report
     CHECK(gradcheck([](X v) { return amax(v[0], {0}); }, {at({1.0, 1.0, 0.0})}).kinks() == 0);
-    GradcheckReport bound = gradcheck([](X v) { return clamp(v[0], -1.0, 1.0); }, {at({1.0, 0.5, -1.0})});
+    GradcheckReport bound = gradcheck([](X v) { return clamp(v[0], -1.0, 1.0); }, {at({1.0, 0.5, -1.0})},
+                                      {.declares_kinks = true});
     INFO(bound.format());
     CHECK(bound.ok());
     CHECK(bound.kinks() == 2);
@@ -537,6 +594,200 @@ TEST_CASE("non-differentiable points are reported, not failed; a wrong gradient 
     CHECK(r.kinks() == 0);
     CHECK(r.moved == std::vector<std::string>{"input 0 (1,): 0 -> 0.1"});
     CHECK(x.to_vector<double>()[1] == doctest::Approx(0.1));
+  }
+}
+
+TEST_CASE("kinks are confirmed by halving the step: curvature is not a kink") {
+  // exp(kx) with a backward 2-3 % off: at float32's and bf16's step the one-sided slopes differ by
+  // eps f'' (beyond the tolerance) with the analytical value between them. Halving the step halves
+  // that gap, so no element is set aside: each is judged on the extrapolated difference, and fails.
+  for (GradcheckPrecision precision : kPrecisions) {
+    for (auto [k, off] : {std::pair{2.0, 1.02}, std::pair{4.0, 1.03}}) {
+      oc::OpCase wrong{.op = "exp_k", .inputs = {oc::in({4, 6})},
+                       .fn = [k, off](X x) { return op_exp_k(x, true, k, off); }, .kinks = {5.0}};
+      oc::OpCase right{.op = "exp_k", .inputs = {oc::in({3, 4})}, .fn = [k](X x) { return op_exp_k(x, false, k, 1); }};
+      for (GradcheckMode mode : kModes) {
+        oc::RowResult w = check(wrong, mode, precision), r = check(right, mode, precision);
+        INFO(fmt::format("{} {} k = {}\nwrong:\n{}{}right:\n{}", precision_name(precision), mode_name(mode), k, w.first.format(), w.second.format(), r.format()));
+        CHECK_FALSE(w.ok);
+        CHECK(w.first.kinks() == 0);  // declared kinks (at 5, far away) would have set them aside
+        CHECK(r.ok);
+        CHECK(r.first.kinks() + r.second.kinks() == 0);
+      }
+    }
+  }
+  // bf16: a correct x³ is nowhere non-differentiable (its extrapolated slopes agree exactly)
+  oc::OpCase cube{.op = "cube", .inputs = {oc::in({3, 4})}, .fn = [](X x) { return op_cube_scaled(x, false, 1); }};
+  oc::RowResult r = check(cube, GradcheckMode::full, GradcheckPrecision::bf16);
+  INFO(r.format());
+  CHECK(r.ok);
+  CHECK(r.first.kinks() + r.second.kinks() == 0);
+}
+
+TEST_CASE("a row that declares no kinks fails on a confirmed one, named, with the way out") {
+  oc::OpCase row{.op = "relu_at_zero", .inputs = {oc::values({-1, 0, 2}, {3})}, .fn = [](X x) { return relu(x[0]); }};
+  oc::RowResult r = oc::check_op_case(row);
+  INFO(r.format());
+  CHECK_FALSE(r.ok);
+  CHECK(r.headline().find("first order: FAILED jacobian: input 0: a kink at (1,) (value 0) that the op does not "
+                          "declare: one-sided slopes 0 left, ") == 0);
+  CHECK(r.headline().find("--move-kinks") != std::string::npos);
+  // moved off it, the row passes; declared, the kink is reported and set aside
+  CHECK(oc::check_op_case(row, {.move_kinks = true}).ok);
+  row.kinks = {0.0};
+  oc::RowResult declared = oc::check_op_case(row);
+  CHECK(declared.ok);
+  CHECK(declared.first.kinks() == 1);
+}
+
+TEST_CASE("second order: a Huber loss with declared kinks passes float32 in every mode, on and near the kinks") {
+  // 4096 float32 values from a normal, not moved off the kinks at ±1 (about 20 lie within a step of
+  // one), and a few placed on them and a fraction of the step (0.01) from them
+  std::vector<double> v(4096);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = normal_at(7, 0, i);
+  for (auto [i, value] : {std::pair{0, 1.0}, std::pair{1, -1.0}, std::pair{2, 1 + 0.01 / 3}, std::pair{3, 1 - 0.005},
+                          std::pair{4, -1 + 0.002}})
+    v[i] = value;
+  GradcheckFn huber = [](X x) { return op_huber(x, false); };
+  GradcheckTolerances t = precision_defaults(GradcheckPrecision::f32);
+  for (GradcheckMode mode : kModes) {
+    GradcheckOptions opt{.eps = t.eps, .atol = t.atol, .rtol = t.rtol, .name = "huber", .allow_float32 = true,
+                         .mode = mode, .jacobian = Jacobian::elementwise(), .declares_kinks = true};
+    Tensor x = from_vector(v, {64, 64}, {.dtype = DType::f32}).requires_grad_();
+    GradcheckReport first = gradcheck(huber, {x}, opt), second = gradgradcheck(huber, {x}, opt);
+    INFO(fmt::format("{}\n{}{}", mode_name(mode), first.format(), second.format()));
+    CHECK(first.ok());
+    CHECK(second.ok());
+    CHECK(second.kinks() >= 2);  // the two elements on a kink at least
+    // not declared, the same kinks fail the second order, named
+    opt.declares_kinks = false;
+    GradcheckReport undeclared = gradgradcheck(huber, {x}, opt);
+    CHECK_FALSE(undeclared.ok());
+    CHECK(undeclared.headline().find("that the op does not declare") != std::string::npos);
+  }
+}
+
+TEST_CASE("reports: the headline names the failed check and its cause") {
+  // a backward that forgot sum_to on a broadcast weight: the engine refuses the gradient's shape
+  GradcheckFn bias = [](X x) {
+    Tensor y = add(x[0].detach(), x[1].detach());
+    return record("bias_no_sum_to", y, {x[0], x[1]}, [](const Tensor& dy, Grads& g) { g.add(0, dy), g.add(1, dy); });
+  };
+  Tensor a = randn({2, 3}, {.dtype = DType::f64}).requires_grad_(), b = randn({3}, {.dtype = DType::f64}).requires_grad_();
+  GradcheckReport r = gradcheck(bias, {a, b}, {.name = "bias"});
+  INFO(r.format());
+  CHECK(r.headline() == "FAILED gradient shapes and dtypes equal the inputs': the backward gives a gradient of the "
+                        "wrong shape: bias_no_sum_to backward: gradient for input 1 has shape (2, 3), expected (3,) (a "
+                        "broadcast input's gradient must be summed back to its shape: sum_to(g, x.shape()))");
+  CHECK(r.format().find("gradcheck bias: " + r.headline()) == 0);
+  oc::OpCase row{.op = "bias", .inputs = {oc::in({2, 3}), oc::in({3})}, .fn = bias};
+  CHECK(oc::check_op_case(row).headline() == "first order: " + r.headline());
+
+  // second order: the random upstream gradient is labelled as such, and a backward that detaches
+  // what it differentiates (every analytical second-order value 0) gets the hint
+  Tensor x = randn({3, 2}, {.dtype = DType::f64}).requires_grad_();
+  GradcheckReport second = gradgradcheck([](X v) { return op_tanh(v, true, 1); }, {x}, {.name = "tanh"});
+  std::string text = second.format();
+  INFO(text);
+  CHECK_FALSE(second.ok());
+  CHECK(text.find("  random dy (3, 2) float64 (full)") != std::string::npos);
+  CHECK(text.find("input 1") == std::string::npos);
+  CHECK(second.headline().find("FAILED jacobian: input 0 (3, 2): 6 of 6 gradient elements differ") == 0);
+  CHECK(second.headline().find("the analytical second-order gradient is zero everywhere: the backward may not be "
+                               "differentiable") != std::string::npos);
+}
+
+namespace {
+
+// Fast mode's projections alone (no full recheck, no invariants) on y = x² with element 0 of the
+// gradient moved by its rms, over seeds 1..seeds: how often all projections pass.
+struct MissCount {
+  int misses = 0, false_failures = 0, projections = 0;
+};
+MissCount fast_misses(GradcheckPrecision precision, Shape shape, int seeds) {
+  GradcheckTolerances t = precision_defaults(precision);
+  std::vector<double> v(shape.numel());
+  for (size_t i = 0; i < v.size(); ++i) v[i] = normal_at(11, 0, i);
+  DType dtype = precision == GradcheckPrecision::f64 ? DType::f64 : DType::f32;
+  Tensor x = from_vector(v, shape, {.dtype = dtype}).requires_grad_();
+  MissCount c;
+  for (int seed = 1; seed <= seeds; ++seed) {
+    GradcheckOptions opt{.eps = t.eps, .atol = t.atol, .rtol = t.rtol, .seed = static_cast<uint64_t>(seed),
+                         .allow_float32 = true, .check_zero_grad = false, .check_repeat = false,
+                         .mode = GradcheckMode::fast, .check_inputs_unchanged = false, .fast_recheck = false};
+    GradcheckReport wrong = gradcheck([](X x) { return op_square_rms(x, true); }, {x}, opt);
+    GradcheckReport right = gradcheck([](X x) { return op_square_rms(x, false); }, {x}, opt);
+    c.misses += wrong.ok() ? 1 : 0;
+    c.false_failures += right.ok() ? 0 : 1;
+    c.projections = wrong.inputs.at(0).projections;
+  }
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("fast mode: one element off by the gradient's rms is missed no more often than stated (200 seeds)") {
+  const int seeds = 200;
+  for (GradcheckPrecision precision : {GradcheckPrecision::f64, GradcheckPrecision::f32}) {
+    int64_t n = 4096;
+    double rtol = precision_defaults(precision).rtol, target = fast_miss_target(precision);
+    MissCount c = fast_misses(precision, {64, 64}, seeds);
+    double single = fast_miss_probability(n, rtol, 1), stated = fast_miss_probability(n, rtol, c.projections);
+    MESSAGE(fmt::format("fast mode, {}, n = {}: {} projections, {} of {} seeds missed the element (stated {:.2g}; "
+                        "one projection would miss {:.3f}), {} false failures", precision_name(precision), n,
+                        c.projections, c.misses, seeds, stated, single, c.false_failures));
+    CHECK(c.projections == fast_projections(n, rtol, target));
+    CHECK(stated <= target);
+    // 200 seeds at a miss rate of 1e-3 give 0.2 misses on average (3 or more: probability 0.001);
+    // one projection would miss 36 % (float32) or 4 % (float64) of them
+    CHECK(c.misses <= 2);
+    CHECK(c.false_failures == 0);
+  }
+  // the count the guarantee asks for at n = 65,536 (docs/adding-an-op.md): 8 in float64, 26 in float32
+  CHECK(fast_projections(65536, 1e-3, 1e-6) == 8);
+  CHECK(fast_projections(65536, 1e-2, 1e-3) == 26);
+}
+
+// The measurement behind docs/results.md#gradcheck-miss-rates (minutes: run it by name with
+// --no-skip). Every wrong twin in every mode and precision over 200 seeds (first order, and second
+// order for the mistakes made there), and fast mode's projections alone at n = 65,536.
+TEST_CASE("mutation test: miss rates over 200 seeds per mutant, mode and precision" * doctest::skip()) {
+  const int seeds = 200;
+  std::vector<Mutant> all = mutants();
+  std::string header = "| family | mistake |", rule = "|---|---|";
+  std::vector<std::string> lines(all.size());
+  for (size_t i = 0; i < all.size(); ++i) lines[i] = fmt::format("| {} | {} |", all[i].family, all[i].mistake);
+  for (GradcheckPrecision precision : kPrecisions) {
+    for (GradcheckMode mode : kModes) {
+      header += fmt::format(" {} {} |", mode_name(mode), precision_name(precision));
+      rule += "---|";
+      for (size_t i = 0; i < all.size(); ++i) {
+        const Mutant& m = all[i];
+        if (!m.claimed_by(mode)) {
+          lines[i] += " - |";
+          continue;
+        }
+        bool second = std::string(m.mistake).find("second order") != std::string::npos;
+        int misses = 0;
+        for (int seed = 1; seed <= seeds; ++seed) {
+          oc::RowResult r = oc::check_op_case(as_row(m, true), {.mode = mode, .precision = precision,
+                                                                .seed = static_cast<uint64_t>(seed),
+                                                                .second_order = second, .float32_agreement = false});
+          misses += r.ok ? 1 : 0;
+        }
+        CHECK(misses == 0);
+        lines[i] += fmt::format(" {}/{} |", misses, seeds);
+      }
+    }
+  }
+  MESSAGE(fmt::format("missed / seeds:\n{}\n{}\n{}", header, rule, fmt::join(lines, "\n")));
+  for (GradcheckPrecision precision : {GradcheckPrecision::f64, GradcheckPrecision::f32}) {
+    MissCount c = fast_misses(precision, {256, 256}, seeds);
+    MESSAGE(fmt::format("fast mode alone, {}, n = 65536: {} projections, {} of {} seeds missed the element off by the "
+                        "rms (stated {:.2g}), {} false failures", precision_name(precision), c.projections, c.misses,
+                        seeds, fast_miss_probability(65536, precision_defaults(precision).rtol, c.projections),
+                        c.false_failures));
+    CHECK(c.misses <= 2);
   }
 }
 
@@ -564,9 +815,11 @@ TEST_CASE("a failure names the worst element with its input value and tolerance"
   CHECK(worst.index == std::vector<int64_t>{1});  // 3x³ against 3x²: furthest apart at x = -2
   CHECK(worst.value == -2.0);
   CHECK(worst.tolerance == doctest::Approx(1e-5 + 1e-3 * std::abs(worst.numerical)));
-  CHECK(r.failures[0].find(fmt::format("worst at (1,): numerical {:.9g}, analytical {:.9g}, tolerance {:.3g}, input "
-                                       "value -2", worst.numerical, worst.analytical, worst.tolerance)) !=
-        std::string::npos);
+  // a failing element is differenced again at smaller steps, and judged on the extrapolated value
+  CHECK(worst.refined);
+  CHECK(r.failures[0].find(fmt::format("worst at (1,): numerical {:.9g} (from half and a quarter of the step, extrapolated), analytical "
+                                       "{:.9g}, tolerance {:.3g}, input value -2", worst.numerical, worst.analytical,
+                                       worst.tolerance)) != std::string::npos);
   CHECK(worst.analytical / worst.numerical == doctest::Approx(-2.0));  // 3x³ / 3x² = x
 }
 
@@ -616,7 +869,7 @@ TEST_CASE("every invariant has its own report line") {
   std::string text = ok.format();
   for (const char* line : {"ok    gradient shapes and dtypes equal the inputs'", "ok    backward twice gives the same gradients",
                            "ok    zero grad_output gives zero gradients", "ok    inputs unchanged by forward and backward",
-                           "ok    jacobian (full mode: 6 forwards)"}) {
+                           "ok    jacobian (full mode: 7 forwards)"}) {
     INFO(text);
     CHECK(text.find(line) != std::string::npos);
   }
@@ -693,9 +946,12 @@ TEST_CASE("record_outputs: an op with two differentiable outputs gradchecks, to 
     INFO(second.format());
     CHECK(second.ok());
   }
-  // fast mode: one projection per (input, output) pair
+  // fast mode: projections per (input, output) pair; s's 3 elements cost no more in full than 3 projections
   GradcheckReport fast = gradcheck(fn, {x, s}, {.mode = GradcheckMode::fast});
-  CHECK(fast.inputs.size() == 4);
+  REQUIRE(fast.inputs.size() == 3);
+  CHECK(fast.inputs[0].method == GradcheckMode::fast);
+  CHECK(fast.inputs[1].method == GradcheckMode::fast);
+  CHECK(fast.inputs[2].method == GradcheckMode::full);
 
   // gradients through one output alone, and through both: backward runs once per output used
   std::vector<Tensor> ys = scaled_with_stat(x, s);
@@ -764,7 +1020,8 @@ TEST_CASE("load_plugin: a missing file, a library without the entry point, and a
   for (const oc::OpCase& row : r.op_cases()) {
     oc::RowResult result = oc::check_op_case(row);
     INFO(row.name(), "\n", result.format());
-    CHECK(result.ok == (row.op.find("wrong") == std::string::npos));
+    bool meant_to_fail = row.op.find("wrong") != std::string::npos || row.op.find("undeclared") != std::string::npos;
+    CHECK(result.ok == !meant_to_fail);
   }
   for (const oc::ErrorCase& row : r.error_cases()) CHECK(oc::check_error_row(row).ok);
 }
@@ -813,10 +1070,11 @@ TEST_CASE("fast and compressed mode over the whole in-tree table: cost against f
   CHECK(full.failed == 0);
   CHECK(fast.failed == 0);
   CHECK(compressed.failed == 0);
-  // Measured: 10478 / 1186 = 8.8x for the Jacobian, 11767 / 2475 = 4.8x overall. Issue 27 asks
-  // for 10x; these rows are too small for it (fast mode spends 2 forwards per input, full mode
-  // 2 per element, and the inputs hold 2 to 36 elements), so this guards the measured ratios.
-  CHECK(full.numerical >= 8 * fast.numerical);
-  CHECK(full.evaluations >= 4 * fast.evaluations);
+  // Measured: 11526 / 3737 = 3.1x for the Jacobian, 12859 / 5070 = 2.5x overall. These rows are
+  // small (2 to 36 elements per input) and fast mode now spends as many projections as its miss
+  // rate needs (3 for n = 20 in float64, two forwards each; an input that needs as many as it has
+  // elements is checked in full): its gain is on large inputs (8 projections at n = 65,536).
+  CHECK(full.numerical >= 3 * fast.numerical);
+  CHECK(full.evaluations >= 2 * fast.evaluations);
   CHECK(compressed.numerical < full.numerical);
 }

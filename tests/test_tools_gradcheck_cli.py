@@ -45,7 +45,7 @@ class GradcheckCli(unittest.TestCase):
     def test_precisions_report_their_step_and_tolerances(self):
         p = gradcheck("softmax", "relu", "--dtype", "bf16")
         self.assertStatus(p, 0)
-        self.assertIn("(full mode, bf16: eps 0.125, atol 0.01, rtol 0.05 or the row's where looser", p.stdout)
+        self.assertIn("(full mode, bf16: eps 0.125, atol 0.01, rtol 0.01 or the row's where looser", p.stdout)
         p = gradcheck("logsumexp/large_values", "--dtype", "bf16")
         self.assertStatus(p, 0)
         self.assertRegex(p.stdout, r"skip\s+logsumexp/large_values\s+the row opts out of bf16")
@@ -117,6 +117,33 @@ class GradcheckCli(unittest.TestCase):
         first = json.loads(p.stdout)["rows"][0]["first_order"]
         self.assertEqual(first["moved"], ["input 0 (1,): 0 -> 0.1"])
         self.assertEqual(first["inputs"][0]["kinks"], [])
+
+    def test_undeclared_kink_fails_named_and_passes_moved(self):
+        p = gradcheck("--plugin", PLUGIN, "relu_kink_undeclared")
+        self.assertStatus(p, 1)
+        self.assertRegex(p.stdout, r"FAIL\s+relu_kink_undeclared\s+first order: FAILED jacobian: input 0: a kink at "
+                                   r"\(1,\) \(value 0\) that the op does not declare")
+        self.assertIn("--move-kinks", p.stdout)
+        self.assertStatus(gradcheck("--plugin", PLUGIN, "relu_kink_undeclared", "--move-kinks"), 0)
+
+    def test_headline_names_the_failed_check_and_its_cause(self):
+        # a backward that forgot sum_to on a broadcast weight: the shapes check, not a zero error
+        p = gradcheck("--plugin", PLUGIN, "bias_wrong")
+        self.assertStatus(p, 1)
+        self.assertRegex(p.stdout, r"FAIL\s+bias_wrong\s+first order: FAILED gradient shapes and dtypes equal the "
+                                   r"inputs': the backward gives a gradient of the wrong shape: bias_wrong backward: "
+                                   r"gradient for input 1 has shape \(2, 3\), expected \(3,\)")
+        self.assertIn("sum_to(g, x.shape())", p.stdout)
+        self.assertNotIn("max abs 0.00e+00", p.stdout)
+        doc = json.loads(gradcheck("--plugin", PLUGIN, "bias_wrong", "--json").stdout)
+        self.assertTrue(doc["rows"][0]["first_order"]["headline"].startswith("FAILED gradient shapes"))
+
+    def test_fast_mode_reports_its_projections(self):
+        p = gradcheck("--plugin", PLUGIN, "cubic_wrong", "--fast", "--no-second-order", "--json")
+        self.assertStatus(p, 1)
+        inputs = json.loads(p.stdout)["rows"][0]["first_order"]["inputs"]
+        # 3 elements: as few as the projections the miss rate needs, so checked in full
+        self.assertEqual(inputs[0]["method"], "full")
 
     def test_plugin_rows(self):
         p = gradcheck("--plugin", PLUGIN, "cubic", "scaled_rows")

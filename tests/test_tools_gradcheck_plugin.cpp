@@ -1,7 +1,8 @@
 // A `seqgrad gradcheck --plugin` library, as an op author builds one: ops with custom backwards
 // and their rows. Loaded by tests/test_tools_gradcheck.cpp and tests/test_tools_gradcheck_cli.py.
-// "cubic_wrong" is deliberately wrong, so the tests see a plugin row fail; "relu_at_zero" sits on a
-// kink it does not declare; "dropout" draws random numbers.
+// "cubic_wrong" and "bias_wrong" (a broadcast weight's gradient not summed back: sum_to forgotten)
+// are deliberately wrong, so the tests see plugin rows fail; "relu_at_zero" sits on a kink it
+// declares, "relu_kink_undeclared" on one it does not (and so fails); "dropout" draws random numbers.
 #include "core/autograd.h"
 #include "ops/ops.h"
 #include "tools/op_cases.h"
@@ -45,6 +46,19 @@ std::vector<Tensor> scaled_rows(const Tensor& x, const Tensor& w) {
   });
 }
 
+// y = x + b, b (H,) broadcast over x (B, H);  db = Σ_rows dy (the wrong one forgets sum_to)
+Tensor add_bias(const Tensor& x, const Tensor& b, bool wrong) {
+  Tensor y;
+  {
+    NoGradGuard no_grad;
+    y = add(x, b);
+  }
+  return record(wrong ? "bias_wrong" : "bias", y, {x, b}, [shape = b.shape(), wrong](const Tensor& dy, Grads& g) {
+    g.add(0, dy);
+    g.add(1, wrong ? dy : sum_to(dy, shape));
+  });
+}
+
 }  // namespace
 
 SG_REGISTER_OP_CASES(registry) {
@@ -56,7 +70,11 @@ SG_REGISTER_OP_CASES(registry) {
                       .outputs = [](X x) { return scaled_rows(x[0], x[1]); }});
   registry.add(OpCase{.op = "cubic_wrong", .inputs = {in({3})}, .fn = [](X x) { return cubic(x[0], true); },
                       .jacobian = Jacobian::elementwise()});
-  registry.add(OpCase{.op = "relu_at_zero", .inputs = {values({-1, 0, 2}, {3})}, .fn = [](X x) { return relu(x[0]); }});
+  registry.add(OpCase{.op = "bias_wrong", .inputs = {in({2, 3}), in({3})}, .fn = [](X x) { return add_bias(x[0], x[1], true); }});
+  registry.add(OpCase{.op = "relu_at_zero", .inputs = {values({-1, 0, 2}, {3})}, .fn = [](X x) { return relu(x[0]); },
+                      .kinks = {0.0}});
+  registry.add(OpCase{.op = "relu_kink_undeclared", .inputs = {values({-1, 0, 2}, {3})},
+                      .fn = [](X x) { return relu(x[0]); }});
   // kNoFloat32: the float32 kernel draws its mask from other numbers than the float64 one
   registry.add(OpCase{.op = "dropout", .inputs = {in({3, 4})}, .fn = [](X x) { return dropout(x[0], 0.3); },
                       .flags = kNoFloat32});

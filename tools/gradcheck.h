@@ -25,11 +25,12 @@ GradcheckMultiFn one_output(GradcheckFn fn);
 enum class GradcheckMode : uint8_t {
   // Central differences per input element: 2 forwards per element. The default.
   full,
-  // PyTorch's fast_mode: per (input, output) pair one projection vᵀJu with random u and v, from
-  // one backward per output and two forwards per input, passing when |analytical - numerical| <=
-  // atol + rtol |numerical| (a tolerance of the projection's size, not growing with the input's).
-  // Samples the Jacobian; an input whose projection differs is checked again in full, which names
-  // the element.
+  // Random projections vᵀJu (PyTorch's fast_mode, repeated): per input, fast_projections()
+  // independent directions u, each two forwards and no backward beyond one per output, each
+  // passing when |analytical - numerical| <= atol + rtol |numerical| (a tolerance of the
+  // projection's size). The count is chosen so that one element wrong by its gradient's rms is
+  // missed with probability at most fast_miss_target(). An input whose projection differs is
+  // checked again in full (GradcheckOptions::fast_recheck), which names the element.
   fast,
   // The full Jacobian, with the columns that never touch the same output perturbed together (the
   // sparsity GradcheckOptions::jacobian declares): 2 forwards per colour, after the declaration is
@@ -50,6 +51,15 @@ struct GradcheckTolerances {
   double eps, atol, rtol;
 };
 GradcheckTolerances precision_defaults(GradcheckPrecision precision);
+
+// Fast mode's guarantee. One projection misses an element wrong by δ with probability
+// (2/π) atan(rtol ‖g‖ / |δ|) (u_e / z is Cauchy: the element's direction against the
+// projection's own size); for δ the rms of the gradient, ‖g‖/|δ| = √n. Independent projections
+// miss together with that probability to the power of their number.
+double fast_miss_target(GradcheckPrecision precision);  // 1e-6 in float64, 1e-3 in float32 and bf16
+double fast_miss_probability(int64_t n, double rtol, int projections);
+// The fewest projections whose miss probability is at most `target` (at least 1).
+int fast_projections(int64_t n, double rtol, double target);
 
 // The Jacobian's declared sparsity (for GradcheckMode::compressed), for inputs of the outputs' shape.
 struct Jacobian {
@@ -84,19 +94,28 @@ struct GradcheckOptions {
   // (atomics, a reduction order that varies). 0 demands identical gradients.
   double nondet_tol = 0;
   bool check_inputs_unchanged = true;  // forward and backward must not write into their inputs
-  // Non-differentiable points: an element that fails, whose one-sided slopes differ (a kink: relu
-  // at 0, a max tie, a clamp bound) and whose analytical gradient lies between them, is reported
-  // as such instead of failing. move_kinks: such elements are moved kink_margin up and the whole
-  // check runs again there (the caller's input tensors change; the report lists every move).
+  // Non-differentiable points. A failing element is differenced again at half and a quarter of
+  // the step on each side: curvature's jump between the one-sided slopes shrinks with the step, a
+  // kink's stays. A kink (relu at 0, a max tie, a clamp bound) is confirmed when the jump left after
+  // Richardson extrapolation exceeds twice the tolerance and the analytical gradient lies between
+  // the two slopes; any other failing element is judged again on the extrapolated difference. A confirmed kink is
+  // set aside (reported, not failed) when the op declares that it has kinks (OpCase::kinks or
+  // kKinksAtTies); in an op that declares none it fails, named. move_kinks: confirmed kinks are
+  // moved kink_margin up and the whole check runs again there (the caller's input tensors change;
+  // the report lists every move).
+  bool declares_kinks = false;
   bool move_kinks = false;
   double kink_margin = 0.1;
   // Every evaluation of fn starts from the default generator's state at the first one, so an op
   // that draws random numbers (dropout) sees the same draws for every perturbation (RNG replay).
   bool replay_rng = true;
+  // Fast mode: an input whose projection differs is checked again in full, which names the
+  // element (true), or fails on the projection alone (false: for inputs too large for full mode).
+  bool fast_recheck = true;
 };
 
 // One element of one input: where it is and how far the two gradients are apart. In fast mode
-// one "element" is the projection vᵀJu of an (input, output) pair, with an empty index.
+// one "element" is a projection vᵀJu of an (input, output) pair, its index {projection number}.
 struct GradcheckElement {
   std::vector<int64_t> index;  // multi-index into the input
   double numerical = 0;
@@ -105,17 +124,22 @@ struct GradcheckElement {
   double rel_err = 0;  // abs_err / max(|numerical|, atol): tiny gradients do not blow it up
   double tolerance = 0;  // the element fails when abs_err exceeds it: atol + rtol |numerical|
   double value = 0;      // the input's value there (fast mode: none)
-  // A non-differentiable point: the slopes of one-sided differences to the left and the right.
+  // A non-differentiable point: the slopes of one-sided differences to the left and the right
+  // (extrapolated to a zero step); declared: the op declares kinks (set aside), else it fails.
   double left = 0, right = 0;
+  bool declared = true;
+  bool refined = false;  // numerical: extrapolated from half and a quarter of the step (it failed at the step)
 };
 
 struct GradcheckInput {
   int input = 0;    // index into the inputs vector
+  std::string label;  // "input 0"; in second order, "random dy" for the upstream gradients checked too
   int output = -1;  // fast mode: the output of the pair; -1: every output (weighted and summed)
   Shape shape;
   DType dtype = DType::f64;
   GradcheckMode method = GradcheckMode::full;  // how this input's numerical gradient was found
   int colours = 0;                             // compressed: forward pairs spent on this input
+  int projections = 0;                         // fast: independent projections of this input
   double max_abs_err = 0;
   double max_rel_err = 0;
   int failed_elements = 0;
@@ -143,6 +167,8 @@ struct GradcheckReport {
   int forwards = 0, backwards = 0;     // evaluations spent (the cost of the check)
   int numerical_forwards = 0;          // of which the numerical Jacobian took (what the mode changes)
   bool ok() const { return failures.empty(); }
+  // "ok", or the first failed check and its cause: "FAILED gradient shapes ...: input 1: ...".
+  std::string headline() const;
   int kinks() const;  // elements found at a non-differentiable point
   double max_abs_err() const;
   double max_rel_err() const;
@@ -173,8 +199,11 @@ GradcheckReport gradcheck(const GradcheckMultiFn& fn, const std::vector<Tensor>&
                           GradcheckOptions options = {});
 
 // Second order: gradchecks (inputs, dy...) -> autograd::grad(fn(inputs), inputs, dy, create_graph),
-// with each dy a random upstream gradient of its output's shape that is itself checked. The
-// declared sparsity carries over (the gradient of an element-wise op is element-wise in x and dy).
+// with each dy a random upstream gradient of its output's shape that is itself checked (labelled
+// "random dy" in the report). The declared sparsity and kinks carry over (the gradient of an
+// element-wise op is element-wise in x and dy). An input whose analytical second-order gradient
+// is zero everywhere while the numerical one is not gets a hint: the backward may not be
+// differentiable (a detached tensor or a raw kernel in it).
 GradcheckReport gradgradcheck(const GradcheckFn& fn, const std::vector<Tensor>& inputs,
                               GradcheckOptions options = {});
 GradcheckReport gradgradcheck(const GradcheckMultiFn& fn, const std::vector<Tensor>& inputs,

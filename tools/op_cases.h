@@ -55,6 +55,10 @@ enum Flags : unsigned {
   kNoGradgrad = 1u << 0,  // skip the second-order check
   kNoFloat32 = 1u << 1,   // skip the float32-vs-float64 agreement check (say why in a comment)
   kNoBf16 = 1u << 2,      // skip the bf16 gradcheck (--dtype bf16): bf16 cannot resolve the row (say why)
+  // max/min-like: non-differentiable where elements tie, at no fixed value to list in .kinks
+  // (distinct() inputs keep them apart, but bf16's step can reach across); kinks the checker
+  // confirms are reported, not failed, as for a row with .kinks
+  kKinksAtTies = 1u << 3,
 };
 
 struct OpCase {
@@ -63,8 +67,9 @@ struct OpCase {
   std::vector<InputSpec> inputs = {};
   GradcheckFn fn = {};       // one output; for an op with several, leave it empty and set `outputs`
   // Keep away from kinks: generated floating values are moved at least 0.1 away from these
-  // points (0 for relu/abs, the bounds for clamp), where the derivative jumps. A kink not declared
-  // is found by the checker and reported as a non-differentiable point instead of failing.
+  // points (0 for relu/abs, the bounds for clamp), where the derivative jumps. A row that declares
+  // kinks (here or with kKinksAtTies) has the kinks the checker confirms (a step reaching across
+  // one, a hand-picked value on one) reported and set aside; a row that declares none fails on one.
   std::vector<double> kinks = {};
   unsigned flags = kNone;
   // Tolerances; a row only loosens them with a reason in a comment (e.g. a float32 round trip).
@@ -79,6 +84,7 @@ struct OpCase {
   bool gradgrad() const { return !(flags & kNoGradgrad); }
   bool float32() const { return !(flags & kNoFloat32); }
   bool bf16() const { return !(flags & kNoBf16); }
+  bool declares_kinks() const { return !kinks.empty() || (flags & kKinksAtTies); }
   GradcheckMultiFn multi_fn() const;  // `outputs`, or `fn` as a one-output function
 };
 
@@ -190,6 +196,8 @@ struct RowResult {
   std::string skipped = {};     // not run, and why (a row that opts out of the precision asked for)
   double seconds = 0;
   std::string format() const;  // the reports and problems, for a failing row
+  // "ok", or the failure that decided it: "first order: FAILED jacobian: input 0 (3,): ...".
+  std::string headline() const;
 };
 RowResult check_op_case(const OpCase& row, const CheckOptions& options = {});
 // The gradcheck options check_op_case uses: the row's, in the chosen precision and mode, overridden.

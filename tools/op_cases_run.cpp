@@ -238,7 +238,7 @@ std::vector<Tensor> make_inputs(const OpCase& row, GradcheckPrecision precision)
 
 GradcheckOptions options_for(const OpCase& row) {
   return {.eps = row.eps, .atol = row.atol, .rtol = row.rtol, .name = row.name(), .jacobian = row.jacobian,
-          .nondet_tol = row.nondet_tol};
+          .nondet_tol = row.nondet_tol, .declares_kinks = row.declares_kinks()};
 }
 
 GradcheckOptions options_for(const OpCase& row, const CheckOptions& options) {
@@ -403,6 +403,16 @@ const char* row_kind_name(RowKind kind) {
     case RowKind::golden: return "golden";
   }
   return "?";
+}
+
+std::string RowResult::headline() const {
+  if (ok) return "ok";
+  if (!problem.empty()) return problem;
+  if (kind != RowKind::gradcheck) return "FAILED";
+  if (!first.checks.empty() && !first.ok()) return "first order: " + first.headline();
+  if (second_ran && !second.ok()) return "second order: " + second.headline();
+  if (!float32.ok) return fmt::format("FAILED {}: {}", float32.name, float32.detail);
+  return "FAILED";
 }
 
 std::string RowResult::format() const {

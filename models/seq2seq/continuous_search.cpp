@@ -67,7 +67,7 @@ std::vector<int64_t> ContinuousSearch::add(const std::vector<std::vector<int64_t
   for (const auto& s : sentences) {
     Hypothesis empty;
     empty.finished = false;
-    Sentence sentence{next_id_++, options, static_cast<int64_t>(s.size())};
+    Sentence sentence{next_id_++, options, static_cast<int64_t>(s.size()), 0, {}, std::nullopt};
     sentence.beams.open.push_back({empty, options.bos_id});
     if (record_trees && !greedy(options)) sentence.tree.emplace();
     ids.push_back(sentence.id);
@@ -172,9 +172,9 @@ bool ContinuousSearch::step_cohort(Cohort& cohort, std::vector<Finished>& done) 
       if (greedy(s.options)) {
         Hypothesis h = std::move(s.beams.open.front().hyp);
         h.score = h.log_prob;  // greedy_decode's score
-        done.push_back({s.id, {std::move(h)}});
+        done.push_back({s.id, {std::move(h)}, std::nullopt, nullptr});
       } else {
-        done.push_back({s.id, search::ranked_hypotheses(s.beams, s.options), std::move(s.tree)});
+        done.push_back({s.id, search::ranked_hypotheses(s.beams, s.options), std::move(s.tree), nullptr});
       }
       continue;
     }

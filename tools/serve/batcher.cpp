@@ -1,8 +1,11 @@
 // Continuous batching of the requests' sentences (tools/serve/batcher.h).
 #include "tools/serve/batcher.h"
 
+#include <malloc.h>
+
 #include <fmt/core.h>
 
+#include "core/allocator.h"
 #include "models/seq2seq/data.h"
 #include "tools/serve/request.h"
 
@@ -13,11 +16,31 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 constexpr double kMiB = 1 << 20;
+// An idle decoder returns cached memory after this long without work, and at most this often
+// while work comes and goes.
+constexpr std::chrono::milliseconds kReleaseAfter{200};
+
+// What the last requests left cached goes back to the system: the tensors' size-class cache
+// (every batch shape a burst decoded keeps its blocks) and the free pages of the C allocator's
+// per-thread arenas (the HTTP threads' bodies and answers: an explain answer's JSON is megabytes),
+// which glibc otherwise keeps at each arena's high-water mark. Else resident memory climbs to the
+// peak of the busiest moment and stays there.
+void return_cached_memory() {
+  cpu_memory::empty_cache();
+  malloc_trim(0);
+}
+
+// A request's large buffers (its body, up to --max-body-bytes, the parsed copy, an answer's text)
+// each get a mapping of their own, unmapped when freed. glibc's threshold otherwise rises to the
+// largest block freed so far, after which such buffers come from the HTTP threads' arenas, which
+// keep their pages: 80 bodies of 400 KB grew the server by 50 MB.
+constexpr int kMapFrom = 128 << 10;
 
 }  // namespace
 
 Batcher::Batcher(std::vector<BatchModel> models, const BatchLimits& limits, Metrics& metrics)
     : models_(std::move(models)), limits_(limits), metrics_(metrics), running_(models_.size()) {
+  mallopt(M_MMAP_THRESHOLD, kMapFrom);
   metrics_.set_batch_capacity(limits_.max_sentences);
   for (size_t m = 0; m < models_.size(); ++m)
     running_[m].search = std::make_unique<models::ContinuousSearch>(*models_[m].model);
@@ -85,10 +108,21 @@ bool Batcher::decoding() const { return live_.sentences > 0; }
 // BatchLimits::max_wait), then one step of every model's search.
 void Batcher::run() {
   std::unique_lock lock(mutex_);
+  auto released = Clock::now();
+  bool busy_since_release = false;
   for (;;) {
     if (!decoding()) {
-      changed_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      const auto arrived = [this] { return stopping_ || !queue_.empty(); };
+      if (busy_since_release && (Clock::now() - released >= kReleaseAfter ||
+                                 !changed_.wait_for(lock, kReleaseAfter, arrived))) {
+        lock.unlock();
+        return_cached_memory();
+        lock.lock();
+        released = Clock::now(), busy_since_release = false;
+      }
+      changed_.wait(lock, arrived);
       if (queue_.empty()) return;  // stopping, and everything is decoded
+      busy_since_release = true;
     }
     std::vector<std::shared_ptr<Job>> joining = take_jobs(lock);
     lock.unlock();

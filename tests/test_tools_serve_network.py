@@ -22,6 +22,7 @@ import http.client
 import json
 import os
 import re
+import resource
 import select
 import shutil
 import signal
@@ -412,6 +413,14 @@ class Flags(unittest.TestCase):
                                    text=True, timeout=60)
                 self.assertEqual(p.returncode, 2, p.stderr)
                 self.assertRegex(p.stderr, r"seqgrad serve: error: .*" + pattern)
+
+    def test_more_connections_than_descriptors(self):
+        p = subprocess.run([SEQGRAD, "serve", "--checkpoint", checkpoint(), "--port", "0", "--max-connections", "1000"],
+                           capture_output=True, text=True, timeout=60,
+                           preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (500, 500)))
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("--max-connections 1000 needs 1064 file descriptors, more than this process may open (500: see "
+                      "ulimit -n)", p.stderr)
 
 
 def main():

@@ -5,6 +5,7 @@
 #include <netdb.h>
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -26,6 +27,8 @@ namespace {
 
 constexpr std::chrono::milliseconds kLinger{2'000};  // reading what a refused client still sends
 constexpr size_t kReadChunk = 64 * 1024;  // read at once
+constexpr std::chrono::milliseconds kAcceptPause{100};  // after the process ran out of descriptors
+constexpr rlim_t kOwnDescriptors = 64;  // the process's own besides its connections: files, pipes, sockets
 
 bool iequals(std::string_view a, std::string_view b) {
   return a.size() == b.size() &&
@@ -105,6 +108,21 @@ void send_now(int fd, std::string_view data) {
   }
 }
 
+// Room for every connection's descriptor beside the process's own: raises the soft limit towards
+// the hard one where it is lower, and refuses what cannot fit.
+void reserve_descriptors(int connections) {
+  const rlim_t needed = static_cast<rlim_t>(connections) + kOwnDescriptors;
+  rlimit limit{};
+  ::getrlimit(RLIMIT_NOFILE, &limit);
+  if (limit.rlim_cur != RLIM_INFINITY && limit.rlim_cur < needed) {
+    limit.rlim_cur = limit.rlim_max == RLIM_INFINITY ? needed : std::min(needed, limit.rlim_max);
+    ::setrlimit(RLIMIT_NOFILE, &limit);
+  }
+  SG_CHECK_IO(limit.rlim_cur == RLIM_INFINITY || limit.rlim_cur >= needed,
+              "serve: --max-connections {} needs {} file descriptors, more than this process may open ({}: see "
+              "ulimit -n)", connections, needed, limit.rlim_cur);
+}
+
 }  // namespace
 
 struct Connections::Connection {
@@ -124,6 +142,7 @@ struct Connections::Connection {
 
 Connections::Connections(const ConnectionLimits& limits, Metrics& metrics, Answer answer)
     : limits_(limits), metrics_(metrics), answer_(std::move(answer)), scratch_(kReadChunk) {
+  reserve_descriptors(limits_.max_connections);
   wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   SG_CHECK_IO(wake_fd_ >= 0, "serve: eventfd: {}", std::strerror(errno));
   metrics_.set_http_workers(limits_.workers);
@@ -180,7 +199,8 @@ size_t Connections::run() {
   std::vector<pollfd> polled;
   while (!stopping_) {
     take_returned();
-    polled.assign({{wake_fd_, POLLIN, 0}, {open_ < limits_.max_connections ? listen_fd_ : -1, POLLIN, 0}});
+    const bool accepting = open_ < limits_.max_connections && Clock::now() >= accept_again_;
+    polled.assign({{wake_fd_, POLLIN, 0}, {accepting ? listen_fd_ : -1, POLLIN, 0}});
     Clock::time_point next = Clock::now() + std::chrono::seconds(1);
     for (const auto& [fd, c] : reading_) {
       polled.push_back({fd, POLLIN, 0});
@@ -206,6 +226,13 @@ size_t Connections::run() {
 void Connections::accept_new() {
   while (open_ < limits_.max_connections) {
     const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0 && (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)) {
+      // the connection stays in the backlog; polling the listening socket now would spin
+      fmt::print(stderr, "seqgrad serve: cannot accept a connection ({}): pausing for {} ms\n", std::strerror(errno),
+                 kAcceptPause.count());
+      accept_again_ = Clock::now() + kAcceptPause;
+      return;
+    }
     if (fd < 0) return;  // none left (EAGAIN), or the client gave up before it was accepted
     ++open_;
     metrics_.connection_opened();

@@ -91,6 +91,7 @@ class Connections {
   std::vector<char> scratch_;  // the reader's: what a recv gives, before it joins a connection's buffer
   int listen_fd_ = -1, wake_fd_ = -1;
   std::map<int, std::unique_ptr<Connection>> reading_;  // by fd: the connections the reader holds
+  Clock::time_point accept_again_;  // the reader's: no accepting before (out of descriptors)
   std::atomic<int> open_ = 0;  // all open connections, the reader's and the workers'
   std::atomic<bool> stopping_ = false;
   std::mutex mutex_;  // guards what follows

@@ -214,7 +214,14 @@ class Server {
     std::fflush(stdout);
     std::atomic<bool> finished = false;
     std::thread watcher([&] { stop_on_signal(finished); });
-    const size_t left = connections_.run();  // returns after stop(), once drained
+    size_t left = 0;
+    try {
+      left = connections_.run();  // returns after stop(), once drained
+    } catch (...) {
+      finished = true;
+      watcher.join();
+      throw;
+    }
     finished = true;
     watcher.join();
     if (left > 0) {

@@ -83,14 +83,16 @@ def beam_search(m, src_ids, max_len, beam_size, length_penalty=1.0):
         last = np.array([b[2] for b in beams], dtype=np.int64)
         log_probs, new_state, _ = m.decode_step(last, state, np.repeat(memory, n, 0), np.repeat(keys, n, 0),
                                                 np.repeat(src_keep, n, 0))
-        k = min(beam_size, log_probs.shape[1])
+        k = min(2 * beam_size, log_probs.shape[1])  # as seqgrad: beam_size open ones remain after an <eos>
         top_id = np.argsort(-log_probs, axis=1, kind="stable")[:, :k]
         cands = sorted(((beams[b][1] + float(log_probs[b, j]), b, int(j)) for b in range(n) for j in top_id[b]),
                        key=lambda c: -c[0])
         nxt, parents = [], []
-        for log_prob, b, token in cands:
+        for rank, (log_prob, b, token) in enumerate(cands):
             if len(nxt) >= beam_size:
                 break
+            if token == EOS and rank >= beam_size:
+                continue  # <eos> finishes only among the beam's best candidates (fairseq's rule, as seqgrad)
             if token == EOS:
                 finished.append((normalized(beams[b][0], log_prob), beams[b][0]))
                 if len(finished) >= beam_size:

@@ -408,10 +408,12 @@ def beam_search(model, src, lengths, max_len, beam_size, length_penalty=1.0):
         cands = sorted(((beams[b][2] + lp[b][j], b, ids[b][j]) for b in range(n) for j in range(len(lp[b]))),
                        key=lambda c: -c[0])
         nxt, parents = [], []
-        for log_prob, b, token in cands:
+        for rank, (log_prob, b, token) in enumerate(cands):
             if len(nxt) >= beam_size:
                 break
             attention = beams[b][1] + [weights[b, :src_len].tolist()]
+            if token == EOS and rank >= beam_size:
+                continue  # <eos> finishes only among the beam's best candidates (fairseq's rule, as seqgrad)
             if token == EOS:
                 finished.append((normalized(beams[b][0], log_prob), beams[b][0]))
                 if len(finished) >= beam_size:
@@ -617,9 +619,11 @@ def beam_transformer(decoder, src, lengths, max_len, beam_size):
                             for i in range(first, first + len(beams)) for j in range(len(lp[i]))), key=lambda c: -c[0])
             first += len(beams)
             nxt = []
-            for log_prob, i, token in cands:
+            for rank, (log_prob, i, token) in enumerate(cands):
                 if len(nxt) >= beam_size or len(finished[b]) >= beam_size:
                     break
+                if token == EOS and rank >= beam_size:
+                    continue  # <eos> finishes only among the beam's best candidates (fairseq's rule, as seqgrad)
                 if token == EOS:
                     finished[b].append((final_score(rows[i][0], log_prob, True), rows[i][0],
                                         attention[i, :, :src_len[b]]))

@@ -13,6 +13,7 @@
 
 #include "core/rng.h"
 #include "models/seq2seq/decode.h"
+#include "models/seq2seq/search_step.h"
 #include "tests/padded_source.h"
 
 using namespace seqgrad;
@@ -84,6 +85,34 @@ TEST_CASE("beam_search: a hypothesis still open when beam_size have finished nev
   CHECK(second.score == doctest::Approx(log_p(probs, kEos)).epsilon(1e-6));
   // decode() returns the best one
   CHECK(decode(model, s.src, s.lengths, {.max_len = 10, .beam_size = 2})[0].tokens == best.tokens);
+}
+
+TEST_CASE("beam_search: <eos> finishes a hypothesis only among the step's beam_size best candidates") {
+  // Beam 2, two open hypotheses: "a" (row 0, log p -1.0) and "b" (row 1, -1.2). The step's
+  // candidates, best first: "a" + <eos> (-1.5), "a a" (-1.6), "b" + <eos> (-1.7), "b b" (-1.8).
+  // fairseq's and CTranslate2's rule, which seqgrad follows: rank 0's <eos> finishes "a", "a a"
+  // opens, rank 2's <eos> lies outside the beam and is dropped, "b b" opens; one finished, two
+  // open, and the search goes on. Accepting <eos> at any rank (the rule before) would finish "b"
+  // as the second hypothesis and end the sentence before "a a" or "b b" could finish better.
+  using search::Candidate;
+  using search::SentenceBeams;
+  SentenceBeams beams;
+  beams.open.push_back({.hyp = {.tokens = {kA}, .log_prob = -1.0, .finished = false}, .last = kA});
+  beams.open.push_back({.hyp = {.tokens = {kB}, .log_prob = -1.2, .finished = false}, .last = kB});
+  const std::vector<const SentenceBeams::Open*> row_owner = {&beams.open[0], &beams.open[1]};
+  const std::vector<Candidate> candidates = {{-1.5, -0.5, 0, kEos}, {-1.6, -0.6, 0, kA},
+                                             {-1.7, -0.5, 1, kEos}, {-1.8, -0.6, 1, kB}};
+  const search::HostStep rows{search::HostRows(Tensor()), search::HostRows(Tensor()), search::HostAlternatives(Tensor(), 0)};
+  const DecodeOptions options{.max_len = 10, .beam_size = 2, .length_penalty = 0};
+  const std::vector<int64_t> parents = search::advance_sentence(beams, candidates, row_owner, rows, 0, 1, options, nullptr);
+  CHECK(parents == std::vector<int64_t>{0, 1});
+  REQUIRE(beams.finished.size() == 1);
+  CHECK(beams.finished[0].tokens == std::vector<int64_t>{kA});
+  CHECK(beams.finished[0].log_prob == doctest::Approx(-1.5));
+  REQUIRE(beams.open.size() == 2);
+  CHECK(beams.open[0].hyp.tokens == std::vector<int64_t>{kA, kA});
+  CHECK(beams.open[1].hyp.tokens == std::vector<int64_t>{kB, kB});
+  CHECK(beams.open[1].hyp.log_prob == doctest::Approx(-1.8));
 }
 
 TEST_CASE("beam_search: the beam tree records what was kept, finished and pruned at each step") {

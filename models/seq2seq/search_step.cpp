@@ -122,11 +122,22 @@ std::vector<int64_t> advance_sentence(SentenceBeams& beams, const std::vector<Ca
   std::vector<int64_t> parents;
   auto full = [&](size_t n) { return static_cast<int64_t>(n) >= options.beam_size; };
   int64_t pruned = 0;
-  for (const Candidate& c : candidates) {
+  for (size_t rank = 0; rank < candidates.size(); ++rank) {
+    const Candidate& c = candidates[rank];
     if (std::isinf(c.log_prob)) break;  // a forbidden <eos> (min_len), and all after it
     if (full(next.size()) || full(beams.finished.size())) {
       if (tree == nullptr || pruned++ == options.beam_size) break;
       record_node(tree, c, *row_owner[c.row], step, BeamNode::Fate::pruned, c.log_prob);
+      continue;
+    }
+    // <eos> finishes a hypothesis only among the step's beam_size best candidates (fairseq's and
+    // CTranslate2's rule): accepted from further down, short hypotheses fill the finished list and
+    // end the search before a better, longer one can finish
+    if (c.token == options.eos_id && static_cast<int64_t>(rank) >= options.beam_size) {
+      if (tree != nullptr && pruned < options.beam_size) {
+        ++pruned;
+        record_node(tree, c, *row_owner[c.row], step, BeamNode::Fate::pruned, c.log_prob);
+      }
       continue;
     }
     Hypothesis h = row_owner[c.row]->hyp;

@@ -108,7 +108,8 @@ std::vector<Candidate> ranked_candidates(const std::vector<const SentenceBeams::
                                          int64_t stride, int64_t take, int64_t first, int64_t count);
 
 // Extends sentence `beams` by one step from its candidates (best first): a candidate ending with
-// <eos> is finished, another becomes an open hypothesis, until beam_size of either kind exist.
+// <eos> among the first beam_size is finished (further down it is dropped), another becomes an
+// open hypothesis, until beam_size of either kind exist.
 // Returns the decoder rows the new open hypotheses continue (their parents). With `tree`, records
 // them and the next beam_size candidates, pruned.
 std::vector<int64_t> advance_sentence(SentenceBeams& beams, const std::vector<Candidate>& candidates,

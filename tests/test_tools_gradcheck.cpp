@@ -761,6 +761,8 @@ TEST_CASE("mutation test: miss rates over 200 seeds per mutant, mode and precisi
     for (GradcheckMode mode : kModes) {
       header += fmt::format(" {} {} |", mode_name(mode), precision_name(precision));
       rule += "---|";
+      auto start = std::chrono::steady_clock::now();
+      std::vector<std::string> column;
       for (size_t i = 0; i < all.size(); ++i) {
         const Mutant& m = all[i];
         if (!m.claimed_by(mode)) {
@@ -777,7 +779,11 @@ TEST_CASE("mutation test: miss rates over 200 seeds per mutant, mode and precisi
         }
         CHECK(misses == 0);
         lines[i] += fmt::format(" {}/{} |", misses, seeds);
+        column.push_back(fmt::format("{}: {}", m.mistake, misses));
       }
+      double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      MESSAGE(fmt::format("{} mode, {}: misses per {} seeds ({:.0f} s): {}", mode_name(mode), precision_name(precision),
+                          seeds, seconds, fmt::join(column, "; ")));
     }
   }
   MESSAGE(fmt::format("missed / seeds:\n{}\n{}\n{}", header, rule, fmt::join(lines, "\n")));

@@ -170,6 +170,7 @@ class Checker {
       if (x.dtype() == DType::f32 && !opt_.round_to_bf16) report_.precision = GradcheckPrecision::f32;
       wrt_.push_back(static_cast<int>(i));
       wrt_tensors_.push_back(x);
+      wrt_offsets_.push_back(element_offsets(x));
     }
     SG_CHECK_VALUE(!wrt_.empty(), "gradcheck {}: no input requires grad; call requires_grad_() on the inputs to "
                    "check", opt_.name);
@@ -455,13 +456,14 @@ class Checker {
     int64_t n = wrt_tensors_[k].numel();
     std::vector<Sides> sides(n);
     for (int64_t e = 0; e < n; ++e) sides[e] = sides_alone(k, e, opt_.eps);
-    judge_elements(k, sides, GradcheckMode::full, 0, check);
+    Finer finer = [&](int64_t e) { return std::pair{sides_alone(k, e, opt_.eps / 2), sides_alone(k, e, opt_.eps / 4)}; };
+    judge_elements(k, sides, finer, GradcheckMode::full, 0, check);
   }
 
   Sides sides_alone(size_t k, int64_t e, double eps) {
     const Tensor& x = wrt_tensors_[k];
     const std::vector<std::vector<double>>& y0 = base();
-    Moved m = move_both_ways(x, {element_offsets(x)[e]}, {1.0}, eps);
+    Moved m = move_both_ways(x, {wrt_offsets_[k][e]}, {1.0}, eps);
     Sides s{.down = moved_by(m.down[0], k, e, eps), .up = moved_by(m.up[0], k, e, eps)};
     s.right = weighted_difference(m.plus, y0) / s.up;
     s.left = weighted_difference(y0, m.minus) / s.down;
@@ -595,6 +597,18 @@ class Checker {
   // so one forward pair moves every element at one position of its row (a colour) at once; each
   // output difference then belongs to the one moved element of its row.
   void compressed_input(size_t k, size_t check) {
+    std::vector<Sides> sides = sides_by_colour(k, opt_.eps);
+    // In bf16 every element is looked at closer: its smaller steps, too, one forward pair per colour.
+    std::vector<Sides> half, quarter;
+    if (coarse()) half = sides_by_colour(k, opt_.eps / 2), quarter = sides_by_colour(k, opt_.eps / 4);
+    Finer finer = [&](int64_t e) {
+      if (!coarse()) return std::pair{sides_alone(k, e, opt_.eps / 2), sides_alone(k, e, opt_.eps / 4)};
+      return std::pair{half[e], quarter[e]};
+    };
+    judge_elements(k, sides, finer, GradcheckMode::compressed, static_cast<int>(rows_of(k).colours), check);
+  }
+
+  std::vector<Sides> sides_by_colour(size_t k, double eps) {
     const Tensor& x = wrt_tensors_[k];
     const auto [colours, stride] = rows_of(k);
     std::vector<int64_t> offs = element_offsets(x);
@@ -605,7 +619,7 @@ class Checker {
       std::vector<int64_t> members, moved;  // flat indices of colour c, and their storage offsets
       for (int64_t e = 0; e < n; ++e)
         if ((e / stride) % colours == c) members.push_back(e), moved.push_back(offs[e]);
-      Moved m = move_both_ways(x, moved, std::vector<double>(moved.size(), 1.0), opt_.eps);
+      Moved m = move_both_ways(x, moved, std::vector<double>(moved.size(), 1.0), eps);
       for (size_t i = 0; i < members.size(); ++i) {
         int64_t e = members[i];
         double up = 0, down = 0;
@@ -617,15 +631,15 @@ class Checker {
           }
         }
         Sides& s = sides[e];
-        s.up = moved_by(m.up[i], k, e, opt_.eps), s.down = moved_by(m.down[i], k, e, opt_.eps);
+        s.up = moved_by(m.up[i], k, e, eps), s.down = moved_by(m.down[i], k, e, eps);
         s.right = up / s.up, s.left = down / s.down;
       }
     }
-    judge_elements(k, sides, GradcheckMode::compressed, static_cast<int>(colours), check);
+    return sides;
   }
 
-  // A failing element, differenced again alone at half and a quarter of the step (four forwards).
-  // Each one-sided slope, at three steps, is extrapolated to a zero step through a parabola in
+  // A failing element (in bf16 every element), differenced again at half and a quarter of the step
+  // (four forwards alone; compressed mode moves a colour at once). Each one-sided slope, at three steps, is extrapolated to a zero step through a parabola in
   // the step (Richardson): curvature's share of the slopes (± eps f''/2, and eps² f'''/6) goes, a
   // kink's jump stays. A kink is confirmed when the extrapolated slopes still differ by more than
   // twice the tolerance and the analytical value lies between them; otherwise the element is
@@ -637,8 +651,10 @@ class Checker {
     bool kink = false;
     double left = 0, right = 0, derivative = 0;
   };
-  Closer look_closer(size_t k, int64_t e, const Sides& at_eps, double analytical) {
-    Sides half = sides_alone(k, e, opt_.eps / 2), quarter = sides_alone(k, e, opt_.eps / 4);
+  // An element's sides at half and a quarter of the step.
+  using Finer = std::function<std::pair<Sides, Sides>(int64_t e)>;
+  Closer look_closer(const Sides& at_eps, const std::pair<Sides, Sides>& finer, double analytical) {
+    const auto& [half, quarter] = finer;
     Closer c{.left = extrapolate({at_eps.down, half.down, quarter.down}, {at_eps.left, half.left, quarter.left}),
              .right = extrapolate({at_eps.up, half.up, quarter.up}, {at_eps.right, half.right, quarter.right})};
     c.derivative = (c.left + c.right) / 2;
@@ -670,7 +686,8 @@ class Checker {
   // element (in bf16 every element) is looked at closer (look_closer): a confirmed kink is listed
   // as such (failing when the op declares no kinks), any other element judged on the extrapolated
   // derivative.
-  void judge_elements(size_t k, const std::vector<Sides>& sides, GradcheckMode method, int colours, size_t check) {
+  void judge_elements(size_t k, const std::vector<Sides>& sides, const Finer& finer, GradcheckMode method, int colours,
+                      size_t check) {
     const Tensor& x = wrt_tensors_[k];
     std::vector<double> a = values_or_zeros(combined_[k], x.numel());
     std::vector<int64_t> offs = element_offsets(x);
@@ -682,7 +699,7 @@ class Checker {
       bool refined = false;
       bool fails = !(std::abs(a[e] - numerical) <= opt_.atol + opt_.rtol * std::abs(numerical));
       if ((fails || coarse()) && std::isfinite(a[e])) {
-        Closer c = look_closer(k, static_cast<int64_t>(e), sides[e], a[e]);
+        Closer c = look_closer(sides[e], finer(static_cast<int64_t>(e)), a[e]);
         if (c.kink) {
           in.kinks.push_back({.index = unravel(static_cast<int64_t>(e), x.shape()), .numerical = numerical,
                               .analytical = a[e], .value = value, .left = c.left, .right = c.right,
@@ -840,6 +857,7 @@ class Checker {
   GeneratorState rng_;  // before the first evaluation: every other one starts from it (replay_rng)
   std::vector<int> wrt_;
   std::vector<Tensor> wrt_tensors_;
+  std::vector<std::vector<int64_t>> wrt_offsets_;  // element_offsets of each, in row-major order
   std::vector<Tensor> outputs_, weights_, combined_;
   std::vector<std::vector<Tensor>> per_output_;  // fast mode: gradients of each output alone
   std::vector<std::vector<double>> forward_snapshot_;

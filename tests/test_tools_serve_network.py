@@ -293,6 +293,10 @@ class Refusals(unittest.TestCase):
         status, headers, _ = self.post({"Host": host, "Origin": f"http://{host}", **JSON})  # the explorer page's
         self.assertEqual(status, 200)
         self.assertNotIn("access-control-allow-origin", headers)
+        # the page's own origin through a TLS proxy that passes the Host on
+        status, headers, _ = self.post({"Host": f"localhost:{port}", "Origin": f"https://localhost:{port}", **JSON})
+        self.assertEqual(status, 200)
+        self.assertNotIn("access-control-allow-origin", headers)
         for origin in ["http://evil.example", f"http://localhost:{port}", "null", "https://app.example.evil"]:
             with self.subTest(origin=origin):
                 self.assertRefused(self.post({"Host": host, "Origin": origin, **JSON}), 403, "Origin",

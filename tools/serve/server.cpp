@@ -294,8 +294,9 @@ class Server {
   // user's browser post here (cross-site request forgery).
   std::string refused_origin(const httplib::Request& req) const {
     if (req.method == "GET" || req.method == "HEAD" || !req.has_header("Origin")) return {};
-    const std::string origin = req.get_header_value("Origin");
-    if (lower(origin) == "http://" + lower(req.get_header_value("Host")) || allowed_origin(origin)) return {};
+    const std::string origin = req.get_header_value("Origin"), host = lower(req.get_header_value("Host"));
+    // https too: behind a TLS proxy that passes the Host on, the page's origin is https://Host
+    if (lower(origin) == "http://" + host || lower(origin) == "https://" + host || allowed_origin(origin)) return {};
     return fmt::format("Origin {} may not send {} requests here (expected this server's own origin http://{} or an "
                        "origin given with --allow-origin)", quoted(origin), req.method,
                        req.get_header_value("Host"));

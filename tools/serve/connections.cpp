@@ -27,6 +27,7 @@ namespace {
 
 constexpr std::chrono::milliseconds kLinger{2'000};  // reading what a refused client still sends
 constexpr size_t kReadChunk = 64 * 1024;  // read at once
+constexpr int kReadsAtOnce = 16;           // from one connection, before the others' turn
 constexpr std::chrono::milliseconds kAcceptPause{100};  // after the process ran out of descriptors
 constexpr rlim_t kOwnDescriptors = 64;  // the process's own besides its connections: files, pipes, sockets
 
@@ -242,10 +243,11 @@ void Connections::accept_new() {
 
 // Reads what the socket holds, but never past the request being read (its head's limit, then its
 // body), so that a connection holds at most one request's bytes and a few of the next's, and no
-// more than it was sent (a slow client holds what it sent, not a buffer of the body's size).
+// more than it was sent (a slow client holds what it sent, not a buffer of the body's size). At
+// most kReadsAtOnce reads, so that a fast sender cannot keep the reader from the other connections.
 void Connections::read_from(Connection& c) {
   const int fd = c.fd;
-  for (;;) {
+  for (int reads = 0; reads < kReadsAtOnce; ++reads) {
     const bool lingering = c.state == Connection::State::lingering;
     const size_t limit = lingering ? kReadChunk : (c.head ? c.total : kMaxHeadBytes + 1) - c.buffer.size();
     const ssize_t n = ::recv(fd, scratch_.data(), std::min(kReadChunk, limit), 0);  // limit > 0: see frame()

@@ -40,6 +40,8 @@ constexpr int kLanes = 8;
   return v;
 }
 
+[[gnu::always_inline]] inline void store(float* p, const V& v) { std::memcpy(p, &v, sizeof v); }
+
 #if defined(__AVX2__) && defined(__FMA__)
 // Lane i enabled for i < count (count 0..8).
 [[gnu::always_inline]] inline __m256i first_lanes(int count) {
@@ -196,36 +198,44 @@ struct ColumnArgs {
   int64_t ldc;
 };
 
-// Row i of C at columns j..j+width (width <= 8): the dot products' order with the columns in the
-// lanes: sums[l] holds the terms p ≡ l (mod 8) of every column, and the eight are added in hsum4's
-// tree. The missing terms of the last partial group add 0 · 0, as dot_tile's zero-filled loads do.
-[[gnu::always_inline]] inline void column_tile(const ColumnArgs& g, int64_t i, int64_t j, int width) {
-  const float* a = g.a + i * g.lda;
-  const float* b = g.b + j;
-  auto row = [&](int64_t p) { return width == kLanes ? load(b + p * g.ldb) : load_first(b + p * g.ldb, width); };
-  V sums[kLanes];
-#pragma GCC unroll 8
-  for (int l = 0; l < kLanes; ++l) sums[l] = V{};
-  int64_t p = 0;
-  for (; p + kLanes <= g.k; p += kLanes)
-#pragma GCC unroll 8
-    for (int l = 0; l < kLanes; ++l) sums[l] = madd(broadcast(a[p + l]), row(p + l), sums[l]);
-  if (p < g.k) {
-    const V none{};
-    for (int l = 0; l < kLanes; ++l) sums[l] = p + l < g.k ? madd(broadcast(a[p + l]), row(p + l), sums[l])
-                                                            : madd(none, none, sums[l]);
-  }
-  const V total = ((sums[0] + sums[1]) + (sums[2] + sums[3])) + ((sums[4] + sums[5]) + (sums[6] + sums[7]));
-  float* out = g.c + i * g.ldc + j;
-  V v = broadcast(g.alpha) * total;
-  if (g.beta != 0.0f) v = v + broadcast(g.beta) * load_first(out, width);
-  store_first(out, v, width);
-}
-
-// C rows [i0, i1) × columns [j0, j1), eight columns at a time.
+// Rows [i0, i1) of C at columns [j0, j1), up to 256 columns at a time: the dot products' order
+// with the columns in the lanes. Partial sum l of every column is a row of `sums`, adding the terms
+// p ≡ l (mod 8): each term streams one row of B (consecutive rows of B are a row stride apart, so
+// tiles that read a column block of many rows would meet in a few cache sets). The missing terms
+// of a last partial group add 0 · 0, as dot_tile's zero-filled loads do; then hsum4's tree.
 void column_product(const ColumnArgs& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
-  for (int64_t i = i0; i < i1; ++i)
-    for (int64_t j = j0; j < j1; j += kLanes) column_tile(g, i, j, static_cast<int>(std::min<int64_t>(kLanes, j1 - j)));
+  constexpr int64_t kChunk = 256;
+  alignas(32) float sums[kLanes][kChunk];
+  const V none{}, alpha = broadcast(g.alpha), beta = broadcast(g.beta);
+  // the last group's first missing term (8: none missing); sums past k (k < 8) are never written
+  const int64_t missing = g.k % kLanes == 0 ? kLanes : g.k % kLanes;
+  for (int64_t i = i0; i < i1; ++i) {
+    const float* a = g.a + i * g.lda;
+    for (int64_t jc = j0; jc < j1; jc += kChunk) {
+      const int64_t width = std::min(kChunk, j1 - jc), full = width / kLanes * kLanes;
+      const int rest = static_cast<int>(width - full);
+      for (int64_t p = 0; p < g.k; ++p) {
+        const V x = broadcast(a[p]);
+        const float* bp = g.b + p * g.ldb + jc;
+        float* sp = sums[p % kLanes];
+        auto before = [&](int64_t v) { return p < kLanes ? none : load(sp + v); };  // a sum's first term adds to +0
+        for (int64_t v = 0; v < full; v += kLanes) store(sp + v, madd(x, load(bp + v), before(v)));
+        if (rest > 0) store(sp + full, madd(x, load_first(bp + full, rest), before(full)));
+      }
+      float* out = g.c + i * g.ldc + jc;
+      for (int64_t v = 0; v < width; v += kLanes) {
+        V s[kLanes];
+#pragma GCC unroll 8
+        for (int64_t l = 0; l < kLanes; ++l)
+          s[l] = l < missing ? load(sums[l] + v) : madd(none, none, l < g.k ? load(sums[l] + v) : none);
+        const V total = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+        const int count = static_cast<int>(std::min<int64_t>(kLanes, width - v));
+        V result = alpha * total;
+        if (g.beta != 0.0f) result = result + beta * load_first(out + v, count);
+        store_first(out + v, result, count);
+      }
+    }
+  }
 }
 
 // ---- one product, its pieces on the pool

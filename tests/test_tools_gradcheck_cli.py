@@ -50,7 +50,7 @@ class GradcheckCli(unittest.TestCase):
         self.assertStatus(p, 0)
         self.assertRegex(p.stdout, r"skip\s+logsumexp/large_values\s+the row opts out of bf16")
         p = gradcheck("exp", "--dtype", "float32", "--rtol", "0.02")
-        self.assertIn("float32: eps 0.01, atol 0.01, rtol 0.02", p.stdout)
+        self.assertIn("float32: eps 0.01, atol 0.001, rtol 0.02", p.stdout)
 
     def test_usage_errors_exit_2(self):
         for args, words in [(["--fast", "--compress"], "exclude each other"),

@@ -892,7 +892,9 @@ const char* precision_name(GradcheckPrecision precision) {
 
 // The step sits far above the precision's rounding (x ± eps is stored inexactly; the checker
 // divides by the step actually stored), the tolerances above what a difference quotient with that
-// step resolves: float64 PyTorch's values; float32 (24-bit mantissa) about 1e-2; bf16 (8 bits:
+// step resolves: float64 PyTorch's values; float32 (24-bit mantissa) rtol 1e-2 and atol 1e-3 (the
+// in-tree table passes every mode at atol 1e-3 and fails one row at 1e-4; atol 1e-2 let a
+// backward 2 % off pass in 8 % of seeds where the gradients are below 1); bf16 (8 bits:
 // 2⁻⁸ relative rounding) a step of 16 of its units at 1 (relative past 1). Its truncation error
 // (eps² f'''/6: 4 % for exp(4x)) is not in the tolerance: an element that fails at the step is
 // differenced again at half of it and judged on the extrapolated value (error eps⁴), so the rtol
@@ -902,7 +904,7 @@ const char* precision_name(GradcheckPrecision precision) {
 GradcheckTolerances precision_defaults(GradcheckPrecision precision) {
   switch (precision) {
     case GradcheckPrecision::f64: return {.eps = 1e-6, .atol = 1e-5, .rtol = 1e-3};
-    case GradcheckPrecision::f32: return {.eps = 1e-2, .atol = 1e-2, .rtol = 1e-2};
+    case GradcheckPrecision::f32: return {.eps = 1e-2, .atol = 1e-3, .rtol = 1e-2};
     case GradcheckPrecision::bf16: return {.eps = 0x1p-3, .atol = 1e-2, .rtol = 1e-2};
   }
   return {};

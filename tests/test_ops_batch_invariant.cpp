@@ -158,6 +158,8 @@ TEST_CASE("BatchInvariantMode is per scope and per thread; float64 products keep
     bool other_thread = true;
     std::thread([&] { other_thread = BatchInvariantMode::is_enabled(); }).join();
     CHECK_FALSE(other_thread);
+    // an empty sum (k = 0) is zero, whatever c held
+    CHECK(bits(matmul(zeros({2, 0}), zeros({0, 3}))) == std::vector<uint32_t>(6, 0));
     // float64: the usual kernels, still equal to the reference
     const Tensor a = random_tensor({3, 50}, 17).to(DType::f64), w = random_tensor({20, 50}, 18).to(DType::f64);
     const Tensor y = linear(a, w);

@@ -11,7 +11,7 @@
 //
 // B the transpose of (n, k) rows (linear's weight, the GRU's W_hh, attention's keys) is read as
 // dot products, the sums in the lanes of one vector per element (dot_tile); B with dense rows
-// (attention's values) eight columns per vector, one vector per partial sum (column_tile).
+// (attention's values) a row of B at a time into eight rows of partial sums (column_product).
 #include "ops/cpu/invariant_gemm.h"
 
 #include <algorithm>
@@ -207,8 +207,8 @@ void column_product(const ColumnArgs& g, int64_t i0, int64_t i1, int64_t j0, int
   constexpr int64_t kChunk = 256;
   alignas(32) float sums[kLanes][kChunk];
   const V none{}, alpha = broadcast(g.alpha), beta = broadcast(g.beta);
-  // the last group's first missing term (8: none missing); sums past k (k < 8) are never written
-  const int64_t missing = g.k % kLanes == 0 ? kLanes : g.k % kLanes;
+  // the last group's first missing term (8: none missing; 0: k = 0); sums past k (k < 8) are never written
+  const int64_t missing = g.k == 0 ? 0 : g.k % kLanes == 0 ? kLanes : g.k % kLanes;
   for (int64_t i = i0; i < i1; ++i) {
     const float* a = g.a + i * g.lda;
     for (int64_t jc = j0; jc < j1; jc += kChunk) {

@@ -372,7 +372,8 @@ class Refusals(unittest.TestCase):
         port, host = self.server.port, self.host.encode()
         with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
             s.sendall(b"POST /v1/translate HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
-                      b"Expect: 100-continue\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % (host, len(SENTENCE)))
+                      b"Expect: 100-continue\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"
+                      % (host, len(SENTENCE)))
             self.assertEqual(s.recv(25), b"HTTP/1.1 100 Continue\r\n\r\n")
             s.sendall(SENTENCE)
             answer = read_to_end(s)
@@ -384,7 +385,8 @@ class Refusals(unittest.TestCase):
         self.assertEqual(answer.count(b'{"status":"ok"}'), 3, answer)
 
     def test_a_500_tells_an_id_and_the_log_the_details(self):
-        status, _, body = self.post({"Host": self.host, **JSON}, body=json.dumps({"src": ["Ein Mann schläft."]}).encode())
+        failing = json.dumps({"src": ["Ein Mann schläft."]}).encode()
+        status, _, body = self.post({"Host": self.host, **JSON}, body=failing)
         self.assertEqual(status, 500, body)
         j = json.loads(body)
         self.assertEqual(set(j), {"status", "error", "id"})
@@ -404,7 +406,8 @@ class Refusals(unittest.TestCase):
 class Flags(unittest.TestCase):
     def test_bad_flags(self):
         for args, pattern in [
-            (["--http-threads", "8", "--max-connections", "4"], r"--max-connections 4 is smaller than --http-threads 8"),
+            (["--http-threads", "8", "--max-connections", "4"],
+             r"--max-connections 4 is smaller than --http-threads 8"),
             (["--allow-host", "app.example:80"], r"--allow-host 'app.example:80': expected a host name or address "
                                                  r"without a port"),
             (["--allow-origin", "https://app.example/"], r"--allow-origin 'https://app.example/': expected an origin"),

@@ -338,12 +338,12 @@ void Connections::refuse(Connection& c, int status, const std::string& reason, c
 }
 
 void Connections::expire(Clock::time_point now) {
+  const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(limits_.request_timeout).count();
   std::vector<Connection*> ended;
   for (auto& [fd, c] : reading_) {
     if (c->deadline > now) continue;
     if (c->state == Connection::State::reading)
-      refuse(*c, 408, "", fmt::format("the request did not arrive whole within --timeout {} s",
-                                      std::chrono::duration_cast<std::chrono::seconds>(limits_.request_timeout).count()));
+      refuse(*c, 408, "", fmt::format("the request did not arrive whole within --timeout {} s", seconds));
     else ended.push_back(c.get());
     if (c->state == Connection::State::idle) metrics_.connection_idle_closed();
   }

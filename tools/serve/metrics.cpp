@@ -134,8 +134,8 @@ std::string Metrics::exposition() const {
   out += fmt::format("# HELP seqgrad_connections_open Connections open now: being read, waiting for a worker, being "
                      "answered, or idle between requests.\n# TYPE seqgrad_connections_open gauge\n"
                      "seqgrad_connections_open {}\n", connections_open_);
-  out += fmt::format("# HELP seqgrad_connections_total Connections accepted.\n# TYPE seqgrad_connections_total counter\n"
-                     "seqgrad_connections_total {}\n", connections_);
+  out += fmt::format("# HELP seqgrad_connections_total Connections accepted.\n"
+                     "# TYPE seqgrad_connections_total counter\nseqgrad_connections_total {}\n", connections_);
   out += fmt::format("# HELP seqgrad_connections_slow_total Connections closed with 408: a request did not arrive "
                      "whole within --timeout.\n# TYPE seqgrad_connections_slow_total counter\n"
                      "seqgrad_connections_slow_total {}\n", connections_slow_);

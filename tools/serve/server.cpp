@@ -139,8 +139,12 @@ class ExchangeStream : public httplib::Stream {
     answer.append(ptr, size);
     return static_cast<ssize_t>(size);
   }
-  void get_remote_ip_and_port(std::string& ip, int& port) const override { socket_address(exchange_.fd, false, ip, port); }
-  void get_local_ip_and_port(std::string& ip, int& port) const override { socket_address(exchange_.fd, true, ip, port); }
+  void get_remote_ip_and_port(std::string& ip, int& port) const override {
+    socket_address(exchange_.fd, false, ip, port);
+  }
+  void get_local_ip_and_port(std::string& ip, int& port) const override {
+    socket_address(exchange_.fd, true, ip, port);
+  }
   // none that cpp-httplib should select() on (it answers 500 for a socket past FD_SETSIZE)
   socket_t socket() const override { return INVALID_SOCKET; }
 

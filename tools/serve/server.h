@@ -28,7 +28,8 @@ struct ServerOptions {
   int port = 8080;  // 0: any free port (printed)
   int http_threads = 64;              // requests answered at once
   int max_connections = 256;         // open at once; more wait in the listen backlog
-  std::chrono::seconds timeout{10};  // a request's head and body arrive within this, in total (else 408); an answer is written within it
+  std::chrono::seconds timeout{10};  // a request's head and body arrive within this in total (else 408);
+                                     // an answer is written within it
   std::chrono::seconds idle_timeout{5};   // a keep-alive connection without a request is closed after this
   std::chrono::seconds drain_timeout{5};  // after SIGTERM, for the requests in flight
   size_t max_body_bytes = 1 << 20;   // larger bodies are refused (413)

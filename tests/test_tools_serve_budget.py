@@ -120,11 +120,11 @@ class ExplainLimits(Base):
         sentences = test_sentences(DATA, 2)
         self.assertError(self.post({"src": sentences, "explain": True}), 422, "src",
                          r"src has 2 sentences: give 1 to 1 with explain \(--max-explain-sentences\)")
-        self.assertError(self.post({"src": sentences[:1], "beam": 9, "explain": True}), 422, "beam",
-                         r"beam = 9 is more than the server gives an explain request \(--max-explain-beam 8\)")
-        status, _, body = self.post({"src": sentences, "beam": 9})  # the limits are explain's only
+        self.assertError(self.post({"src": sentences[:1], "beam": 6, "explain": True}), 422, "beam",
+                         r"beam = 6 is more than the server gives an explain request \(--max-explain-beam 5\)")
+        status, _, body = self.post({"src": sentences, "beam": 6})  # the limits are explain's only
         self.assertEqual(status, 200, body)
-        status, _, body = self.post({"src": sentences[:1], "beam": 8, "explain": True})
+        status, _, body = self.post({"src": sentences[:1], "beam": 5, "explain": True})
         self.assertEqual(status, 200, body)
         self.assertIn("beam_tree", body["translations"][0])
         self.assertIn("internals", body["translations"][0])

@@ -41,7 +41,7 @@ void declare_options(Args& a) {
               "truncation, where `translate` truncates)")
       .option("max-src-bytes", "n", "bytes of one source sentence at most, refused (413) before it is tokenized", "4096")
       .option("max-explain-sentences", "n", "sentences in one explain request (the explorer's) at most", "1")
-      .option("max-explain-beam", "n", "beam of an explain request at most", "8")
+      .option("max-explain-beam", "n", "beam of an explain request at most", "5")
       .option("max-body-bytes", "n", "request bodies larger than this are answered 413", "1048576")
       .option("timeout", "seconds", "a request's head and body arrive within this in total, else 408 and the "
               "connection is closed; an answer is written within it", "10")

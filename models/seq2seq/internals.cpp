@@ -20,44 +20,56 @@ std::vector<std::vector<float>> host_rows(const Tensor& t) {
 
 }  // namespace
 
-AttentionInternals attention_internals(Seq2Seq& model, const Tensor& src, const std::vector<int64_t>& tokens,
-                                       bool finished, int64_t bos_id, int64_t eos_id) {
+AttentionInternalsPass::AttentionInternalsPass(Seq2Seq& model, const Tensor& src, std::vector<int64_t> tokens,
+                                               bool finished, int64_t bos_id, int64_t eos_id)
+    : model_(model), tokens_(std::move(tokens)), steps_(tokens_.size() + (finished ? 1 : 0)), previous_(bos_id),
+      eos_id_(eos_id) {
   SG_CHECK_SHAPE(src.ndim() == 2 && src.size(0) == 1 && src.size(1) > 0,
                  "attention_internals: expects one sentence's ids (1, S), got {}", src.shape());
+  SG_CHECK(!model.is_training(), "attention_internals: the model must be in eval mode");
   NoGradGuard no_grad;
-  EvalScope eval(model);
-  const Device device = src.device();
-  Tensor lengths = full({1}, static_cast<double>(src.size(1)), {.dtype = DType::i64, .device = device});
+  Tensor lengths = full({1}, static_cast<double>(src.size(1)), {.dtype = DType::i64, .device = src.device()});
   Tensor keep = nn::keep_mask(lengths, src.size(1), "attention_internals");  // (1, S)
   Encoder::Output encoded = model.encoder(src, keep);                       // outputs h (1, S, 2H)
-  AttnDecoder::Memory memory = model.decoder.prepare(encoded.outputs, keep);
-  const AttnDecoder& decoder = model.decoder;
-  const nn::AdditiveAttention* additive = decoder.additive_part();
-
-  AttentionInternals out;
-  out.kind = model.config().attention;
+  outputs_ = encoded.outputs;
+  memory_ = model.decoder.prepare(encoded.outputs, keep);
+  state_ = encoded.state;  // (L, 1, H)
+  const nn::AdditiveAttention* additive = model.decoder.additive_part();
+  out_.kind = model.config().attention;
   if (additive != nullptr) {
-    out.key_terms = host_rows(additive->project_keys(encoded.outputs));
-    out.v = nn::linear_weight(additive->w_v).contiguous().to_vector<float>();
+    out_.key_terms = host_rows(additive->project_keys(encoded.outputs));
+    out_.v = nn::linear_weight(additive->w_v).contiguous().to_vector<float>();
   } else {
-    out.key_terms = host_rows(encoded.outputs);
+    out_.key_terms = host_rows(encoded.outputs);
   }
-  Tensor state = encoded.state;  // (L, 1, H)
-  int64_t previous = bos_id;
-  const size_t steps = tokens.size() + (finished ? 1 : 0);
-  for (size_t t = 0; t < steps; ++t) {
-    Tensor query = state.select(0, state.size(0) - 1);  // s_{t-1} (1, H)
-    Tensor query_term = additive != nullptr ? additive->w_q(query) : (*decoder.query_projection())(query);
-    Tensor y_prev = full({1}, static_cast<double>(previous), {.dtype = DType::i64, .device = device});
-    AttnDecoder::Step step = decoder.step(y_prev, state, memory);
-    out.query_terms.push_back(host_rows(query_term).front());
-    out.energies.push_back(host_rows(step.energies).front());
-    out.weights.push_back(host_rows(step.weights).front());
-    out.contexts.push_back(host_rows(matmul(step.weights.unsqueeze(1), encoded.outputs)).front());  // (1, 1, 2H)
-    state = step.state;
-    previous = t < tokens.size() ? tokens[t] : eos_id;
+}
+
+bool AttentionInternalsPass::step() {
+  if (done()) return false;
+  NoGradGuard no_grad;
+  const AttnDecoder& decoder = model_.decoder;
+  const nn::AdditiveAttention* additive = decoder.additive_part();
+  Tensor query = state_.select(0, state_.size(0) - 1);  // s_{t-1} (1, H)
+  Tensor query_term = additive != nullptr ? additive->w_q(query) : (*decoder.query_projection())(query);
+  Tensor y_prev = full({1}, static_cast<double>(previous_), {.dtype = DType::i64, .device = query.device()});
+  AttnDecoder::Step step = decoder.attend(y_prev, state_, memory_);  // no logits: only the attention is read
+  out_.query_terms.push_back(host_rows(query_term).front());
+  out_.energies.push_back(host_rows(step.energies).front());
+  out_.weights.push_back(host_rows(step.weights).front());
+  out_.contexts.push_back(host_rows(matmul(step.weights.unsqueeze(1), outputs_)).front());  // (1, 1, 2H)
+  state_ = step.state;
+  const size_t t = out_.query_terms.size() - 1;
+  previous_ = t < tokens_.size() ? tokens_[t] : eos_id_;
+  return !done();
+}
+
+AttentionInternals attention_internals(Seq2Seq& model, const Tensor& src, const std::vector<int64_t>& tokens,
+                                       bool finished, int64_t bos_id, int64_t eos_id) {
+  EvalScope eval(model);
+  AttentionInternalsPass pass(model, src, tokens, finished, bos_id, eos_id);
+  while (pass.step()) {
   }
-  return out;
+  return pass.take();
 }
 
 namespace {
@@ -76,48 +88,62 @@ Tensor causal_map(const std::vector<Tensor>& rows) {
 
 }  // namespace
 
+TransformerInternalsPass::TransformerInternalsPass(TransformerTranslator& model, const Tensor& src,
+                                                   std::vector<int64_t> tokens, bool finished, int64_t bos_id,
+                                                   int64_t eos_id)
+    : model_(model), tokens_(std::move(tokens)), steps_(tokens_.size() + (finished ? 1 : 0)), previous_(bos_id),
+      eos_id_(eos_id), device_(src.device()) {
+  SG_CHECK_SHAPE(src.ndim() == 2 && src.size(0) == 1 && src.size(1) > 0,
+                 "transformer_internals: expects one sentence's ids (1, S), got {}", src.shape());
+  SG_CHECK(!model.is_training(), "transformer_internals: the model must be in eval mode");
+  NoGradGuard no_grad;
+  const int64_t layers = model.config().num_layers;
+  Tensor lengths = full({1}, static_cast<double>(src.size(1)), {.dtype = DType::i64, .device = src.device()});
+  state_ = model.start(src, lengths);
+  out_.heads = model.config().heads;
+  out_.head_dim = model.config().hidden_size / out_.heads;
+  out_.layers.resize(static_cast<size_t>(layers));
+  self_rows_.resize(layers), weights_.resize(layers), scores_.resize(layers), queries_.resize(layers);
+  for (int64_t l = 0; l < layers; ++l)  // start() encoded the source
+    out_.layers[l].encoder_weights = host_heads(model.encoder.layer(l).self_attn.last_head_weights());
+  if (steps_ == 0) done_ = true;
+}
+
+bool TransformerInternalsPass::step() {
+  if (done()) return false;
+  NoGradGuard no_grad;
+  const auto layers = static_cast<int64_t>(out_.layers.size());
+  const size_t t = self_rows_.front().size();
+  model_.step(*state_, full({1}, static_cast<double>(previous_), {.dtype = DType::i64, .device = device_}));
+  for (int64_t l = 0; l < layers; ++l) {  // what this step left in the modules, read before any other step runs
+    const auto& layer = model_.decoder.layer(l);
+    self_rows_[l].push_back(host_heads(layer.self_attn.last_head_weights()));  // (h, 1, t + 1)
+    weights_[l].push_back(host_heads(layer.multihead_attn.last_head_weights()));  // (h, 1, S)
+    scores_[l].push_back(host_heads(layer.multihead_attn.last_head_scores()));
+    queries_[l].push_back(host_heads(layer.multihead_attn.last_head_queries()));  // (h, 1, d)
+    if (t == 0) out_.layers[l].cross_keys = host_heads(layer.multihead_attn.last_head_keys());  // (h, S, d)
+  }
+  previous_ = t < tokens_.size() ? tokens_[t] : eos_id_;
+  if (t + 1 < steps_) return true;
+  for (int64_t l = 0; l < layers; ++l) {
+    TransformerInternals::Layer& layer = out_.layers[l];
+    layer.decoder_weights = causal_map(self_rows_[l]);
+    layer.cross_weights = cat(weights_[l], 1);  // (h, T, S)
+    layer.cross_scores = cat(scores_[l], 1);
+    layer.cross_queries = cat(queries_[l], 1);  // (h, T, d)
+  }
+  done_ = true;
+  return false;
+}
+
 TransformerInternals transformer_internals(TransformerTranslator& model, const Tensor& src,
                                            const std::vector<int64_t>& tokens, bool finished, int64_t bos_id,
                                            int64_t eos_id) {
-  SG_CHECK_SHAPE(src.ndim() == 2 && src.size(0) == 1 && src.size(1) > 0,
-                 "transformer_internals: expects one sentence's ids (1, S), got {}", src.shape());
-  NoGradGuard no_grad;
   EvalScope eval(model);
-  const Device device = src.device();
-  const int64_t layers = model.config().num_layers;
-  Tensor lengths = full({1}, static_cast<double>(src.size(1)), {.dtype = DType::i64, .device = device});
-  std::unique_ptr<TranslationModel::SearchState> state = model.start(src, lengths);
-
-  TransformerInternals out;
-  out.heads = model.config().heads;
-  out.head_dim = model.config().hidden_size / out.heads;
-  out.layers.resize(static_cast<size_t>(layers));
-  std::vector<std::vector<Tensor>> self_rows(layers), weights(layers), scores(layers), queries(layers);
-  for (int64_t l = 0; l < layers; ++l)  // start() encoded the source
-    out.layers[l].encoder_weights = host_heads(model.encoder.layer(l).self_attn.last_head_weights());
-  int64_t previous = bos_id;
-  const size_t steps = tokens.size() + (finished ? 1 : 0);
-  for (size_t t = 0; t < steps; ++t) {
-    model.step(*state, full({1}, static_cast<double>(previous), {.dtype = DType::i64, .device = device}));
-    for (int64_t l = 0; l < layers; ++l) {
-      const auto& layer = model.decoder.layer(l);
-      self_rows[l].push_back(host_heads(layer.self_attn.last_head_weights()));  // (h, 1, t + 1)
-      weights[l].push_back(host_heads(layer.multihead_attn.last_head_weights()));  // (h, 1, S)
-      scores[l].push_back(host_heads(layer.multihead_attn.last_head_scores()));
-      queries[l].push_back(host_heads(layer.multihead_attn.last_head_queries()));  // (h, 1, d)
-      if (t == 0) out.layers[l].cross_keys = host_heads(layer.multihead_attn.last_head_keys());  // (h, S, d)
-    }
-    previous = t < tokens.size() ? tokens[t] : eos_id;
+  TransformerInternalsPass pass(model, src, tokens, finished, bos_id, eos_id);
+  while (pass.step()) {
   }
-  if (steps == 0) return out;
-  for (int64_t l = 0; l < layers; ++l) {
-    TransformerInternals::Layer& layer = out.layers[l];
-    layer.decoder_weights = causal_map(self_rows[l]);
-    layer.cross_weights = cat(weights[l], 1);  // (h, T, S)
-    layer.cross_scores = cat(scores[l], 1);
-    layer.cross_queries = cat(queries[l], 1);  // (h, T, d)
-  }
-  return out;
+  return pass.take();
 }
 
 }  // namespace seqgrad::models

@@ -8,6 +8,7 @@
 // output at i.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "models/seq2seq/model.h"
@@ -30,6 +31,28 @@ struct AttentionInternals {
 // eval mode under NoGradGuard, and returns each step's terms.
 AttentionInternals attention_internals(Seq2Seq& model, const Tensor& src, const std::vector<int64_t>& tokens,
                                        bool finished, int64_t bos_id = 1, int64_t eos_id = 2);
+
+// attention_internals one decoder step at a time (the model in eval mode), so that a server can
+// interleave explaining a translation with its search's steps instead of holding them up for the
+// whole pass: the constructor encodes the sentence, each step() adds one step's terms and says
+// whether another remains; take() once it has none.
+class AttentionInternalsPass {
+ public:
+  AttentionInternalsPass(Seq2Seq& model, const Tensor& src, std::vector<int64_t> tokens, bool finished,
+                         int64_t bos_id = 1, int64_t eos_id = 2);
+  bool step();
+  bool done() const { return out_.query_terms.size() == steps_; }
+  AttentionInternals take() { return std::move(out_); }
+
+ private:
+  Seq2Seq& model_;
+  std::vector<int64_t> tokens_;
+  size_t steps_;
+  int64_t previous_, eos_id_;
+  Tensor outputs_, state_;
+  AttnDecoder::Memory memory_;
+  AttentionInternals out_;
+};
 
 // A Transformer's attention along one translation, every layer and head (BertViz's views): for
 // layer l and head j, q_t = W_q y_t and k_i = W_k m_i split into heads of d = E / h values,
@@ -58,5 +81,28 @@ struct TransformerInternals {
 TransformerInternals transformer_internals(TransformerTranslator& model, const Tensor& src,
                                            const std::vector<int64_t>& tokens, bool finished, int64_t bos_id = 1,
                                            int64_t eos_id = 2);
+
+// transformer_internals one step at a time, as AttentionInternalsPass. Each step() reads what its
+// own model step left in the attention modules, so passes and searches of one model may be
+// interleaved on one thread (never run on two at once).
+class TransformerInternalsPass {
+ public:
+  TransformerInternalsPass(TransformerTranslator& model, const Tensor& src, std::vector<int64_t> tokens,
+                           bool finished, int64_t bos_id = 1, int64_t eos_id = 2);
+  bool step();
+  bool done() const { return done_; }
+  TransformerInternals take() { return std::move(out_); }
+
+ private:
+  TransformerTranslator& model_;
+  std::vector<int64_t> tokens_;
+  size_t steps_;
+  int64_t previous_, eos_id_;
+  Device device_;
+  std::unique_ptr<TranslationModel::SearchState> state_;
+  std::vector<std::vector<Tensor>> self_rows_, weights_, scores_, queries_;
+  TransformerInternals out_;
+  bool done_ = false;
+};
 
 }  // namespace seqgrad::models

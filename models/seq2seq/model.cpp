@@ -132,6 +132,11 @@ AttnDecoder::Step AttnDecoder::step(const Tensor& y_prev, const Tensor& state, c
   return {out(a.features).squeeze(1), a.state, a.weights, a.energies};  // logits (B, V)
 }
 
+AttnDecoder::Step AttnDecoder::attend(const Tensor& y_prev, const Tensor& state, const Memory& memory) const {
+  Advance a = advance(dropout(embedding(y_prev)), Tensor(), state, memory);
+  return {Tensor(), a.state, a.weights, a.energies};
+}
+
 Tensor AttnDecoder::operator()(const Tensor& tgt_in, Tensor state, const Memory& memory) const {
   // What does not depend on the previous step is computed for every step at once: the embeddings,
   // their share of the GRU's input projection (one (B·T, E) product; the int8 GRU projects its

@@ -60,6 +60,9 @@ class AttnDecoder : public nn::Module {
   };
   // y_prev: (B,) previous target ids; state: (L, B, H).
   Step step(const Tensor& y_prev, const Tensor& state, const Memory& memory) const;
+  // step() without the output layer (its logits undefined): the state and the attention, for what
+  // reads only those (models/seq2seq/internals.h), at a fraction of a step's cost.
+  Step attend(const Tensor& y_prev, const Tensor& state, const Memory& memory) const;
 
   // Teacher forcing over tgt_in (B, T): logits (B, T, V).
   Tensor operator()(const Tensor& tgt_in, Tensor state, const Memory& memory) const;

@@ -150,12 +150,32 @@ std::vector<Translation> replay_batch(const Ensemble& models, const CheckpointIn
   return std::move(e.out);
 }
 
-void add_attention_internals(const Ensemble& models, const CheckpointInfo& info, Translation& t,
-                             const DecodeOptions& options) {
-  SG_CHECK_VALUE(!t.hyps.empty() && !t.src_tokens.empty(), "add_attention_internals: the translation has no {}",
+InternalsPass::InternalsPass(const Ensemble& models, const CheckpointInfo& info, Translation& t,
+                             const DecodeOptions& options)
+    : t_(t) {
+  SG_CHECK_VALUE(!t.hyps.empty() && !t.src_tokens.empty(), "InternalsPass: the translation has no {}",
                  t.hyps.empty() ? "hypothesis" : "source tokens");
   const std::vector<int64_t> ids = encode_sentence(info.src_vocab, t.src_tokens, 0);
-  add_internals(t, models, from_vector(ids, {static_cast<int64_t>(ids.size())}, {.dtype = DType::i64}), options);
+  const Tensor src = from_vector(ids, {1, static_cast<int64_t>(ids.size())}, {.dtype = DType::i64});
+  const Hypothesis& best = t.hyps.front();
+  if (auto* gru = dynamic_cast<Seq2Seq*>(&models.first()))
+    gru_ = std::make_unique<AttentionInternalsPass>(*gru, src, best.tokens, best.finished, options.bos_id,
+                                                    options.eos_id);
+  if (auto* transformer = dynamic_cast<TransformerTranslator*>(&models.first()))
+    transformer_ = std::make_unique<TransformerInternalsPass>(*transformer, src, best.tokens, best.finished,
+                                                              options.bos_id, options.eos_id);
+}
+
+bool InternalsPass::step() {
+  if (gru_) {
+    if (gru_->step()) return true;
+    if (!t_.internals) t_.internals = gru_->take();
+  }
+  if (transformer_) {
+    if (transformer_->step()) return true;
+    if (!t_.heads) t_.heads = transformer_->take();
+  }
+  return false;
 }
 
 Translator::Translator(const std::vector<std::string>& checkpoints, const ReadCheckpointOptions& options) {

@@ -58,9 +58,20 @@ std::vector<Translation> translate_batch(const Ensemble& models, const Checkpoin
 
 // What translate_batch's `explain` adds to a translation searched elsewhere (a continuous search,
 // models/seq2seq/continuous_search.h), from its src_tokens and best hypothesis: the attention
-// internals along that hypothesis (the first model's). ValueError for a translation without either.
-void add_attention_internals(const Ensemble& models, const CheckpointInfo& info, Translation& t,
-                             const DecodeOptions& options);
+// internals along that hypothesis (the first model's), computed one decoder step at a time so that
+// a server can interleave them with its search's steps. ValueError for a translation without
+// either. `t` must outlive the pass, and the models be in eval mode.
+class InternalsPass {
+ public:
+  InternalsPass(const Ensemble& models, const CheckpointInfo& info, Translation& t, const DecodeOptions& options);
+  // One step; false once the translation has its internals (set by the last step).
+  bool step();
+
+ private:
+  Translation& t_;
+  std::unique_ptr<AttentionInternalsPass> gru_;
+  std::unique_ptr<TransformerInternalsPass> transformer_;
+};
 
 // An output to replay: its target ids (without <bos> and <eos>) and whether it ended with <eos>.
 struct ForcedOutput {

@@ -21,6 +21,11 @@ void check_accepted(const tools::serve::TranslateRequest& r, const tools::serve:
       d.beam_size < 1 || d.beam_size > std::min(limits.max_beam, vocab) || d.nbest < 1 || d.nbest > d.beam_size ||
       d.min_len > d.max_len || d.max_len > limits.max_len)
     __builtin_trap();
+  for (const std::string& sentence : r.src)
+    if (static_cast<int64_t>(sentence.size()) > limits.max_src_bytes) __builtin_trap();
+  if (r.response.explain && (static_cast<int64_t>(r.src.size()) > limits.max_explain_sentences ||
+                             d.beam_size > limits.max_explain_beam))
+    __builtin_trap();
   try {
     d.validate();  // every option within its range in the decode options' table
   } catch (const ValueError&) {
@@ -45,6 +50,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const bool opennmt = (data[0] & 1) != 0, side_by_side = !opennmt && (data[0] & 0x20) != 0;
   const tools::serve::RequestLimits limits{.max_sentences = 1 + (data[0] >> 1 & 3), .max_beam = 4, .max_len = 20,
+                                           .max_src_bytes = 64, .max_explain_sentences = 1, .max_explain_beam = 2,
                                            .models = 1 + static_cast<size_t>(data[0] >> 3 & 1)};
   const std::vector<int64_t> vocab(limits.models, data[0] & 0x10 ? 3 : 50);
   std::vector<models::DecodeOptions> defaults(limits.models);

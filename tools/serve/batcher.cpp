@@ -3,6 +3,8 @@
 
 #include <malloc.h>
 
+#include <algorithm>
+
 #include <fmt/core.h>
 
 #include "core/allocator.h"
@@ -39,11 +41,12 @@ constexpr int kMapFrom = 128 << 10;
 }  // namespace
 
 Batcher::Batcher(std::vector<BatchModel> models, const BatchLimits& limits, Metrics& metrics)
-    : models_(std::move(models)), limits_(limits), metrics_(metrics), running_(models_.size()) {
+    : models_(std::move(models)), limits_(limits), metrics_(metrics) {
   mallopt(M_MMAP_THRESHOLD, kMapFrom);
   metrics_.set_batch_capacity(limits_.max_sentences);
   for (size_t m = 0; m < models_.size(); ++m)
-    running_[m].search = std::make_unique<models::ContinuousSearch>(*models_[m].model);
+    for (bool explained : {false, true})
+      running_.push_back({m, explained, std::make_unique<models::ContinuousSearch>(*models_[m].model), {}, {}});
   thread_ = std::thread([this] { run(); });
 }
 
@@ -102,7 +105,7 @@ void Batcher::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-bool Batcher::decoding() const { return live_.sentences > 0; }
+bool Batcher::decoding() const { return live_.sentences > 0 || !explaining_.empty(); }
 
 // Between two steps: the queued jobs that join (an idle decoder first waits for company, see
 // BatchLimits::max_wait), then one step of every model's search.
@@ -128,8 +131,15 @@ void Batcher::run() {
     lock.unlock();
     for (const std::shared_ptr<Job>& job : joining) job->forced.empty() ? start(job) : replay(job);
     metrics_.set_decoding(live_.sentences);
-    for (size_t m = 0; m < running_.size(); ++m)
-      if (!running_[m].search->empty()) step(m);
+    // explained jobs decode in searches of their own, stepped at every other turn while plain
+    // sentences decode: an explain request's rows (up to --max-explain-beam at every step, many
+    // times a plain request's work) then slow the others' steps by half as much
+    const bool plain = std::any_of(running_.begin(), running_.end(),
+                                   [](const Running& r) { return !r.explained && !r.search->empty(); });
+    ++turn_;
+    for (Running& running : running_)
+      if (!running.search->empty() && (!running.explained || !plain || turn_ % 2 == 0)) step(running);
+    explain_step();
     metrics_.set_decoding(live_.sentences);
     lock.lock();
   }
@@ -138,8 +148,11 @@ void Batcher::run() {
 // The queued jobs, oldest first, that fit beside what is decoding: within max_rows and
 // max_cache_bytes (every job fits those alone: submit refused the others), and max_sentences and
 // max_tokens (a job above those decodes alone). A later job never passes one that does not fit, so
-// a long request is not starved by short ones. An idle decoder waits until the oldest job has
-// waited max_wait or the jobs fill the limits (not when stopping: finish quickly).
+// a long request is not starved by short ones; but explained jobs have a lane of their own, at
+// most max_explaining decoding at once, and the others pass those that wait for it (an explain
+// request is many times a plain one's work: a flood of them must not hold the others up). An idle
+// decoder waits until the oldest job has waited max_wait or the jobs fill the limits (not when
+// stopping: finish quickly).
 std::vector<std::shared_ptr<Job>> Batcher::take_jobs(std::unique_lock<std::mutex>& lock) {
   const bool idle = !decoding();
   for (;;) {
@@ -147,6 +160,7 @@ std::vector<std::shared_ptr<Job>> Batcher::take_jobs(std::unique_lock<std::mutex
     Load load = live_;
     bool full = false;
     for (const std::shared_ptr<Job>& job : queue_) {
+      if (job->explain && load.explaining >= limits_.max_explaining) continue;  // waits in its lane
       const auto n = static_cast<int64_t>(job->src.size());
       const bool nothing_yet = load.sentences == 0;
       const bool fits = load.rows + job->rows <= limits_.max_rows &&
@@ -159,13 +173,14 @@ std::vector<std::shared_ptr<Job>> Batcher::take_jobs(std::unique_lock<std::mutex
       }
       taken.push_back(job);
       load.sentences += n, load.tokens += job->tokens, load.rows += job->rows, load.bytes += job->cache_bytes;
+      load.explaining += job->explain ? 1 : 0;
     }
     full = full || load.sentences >= limits_.max_sentences || load.tokens >= limits_.max_tokens ||
            load.rows >= limits_.max_rows;
     if (queue_.empty() || !idle || full || stopping_ || Clock::now() >= queue_.front()->queued + limits_.max_wait) {
       const auto now = Clock::now();
       for (const std::shared_ptr<Job>& job : taken) {
-        queue_.pop_front();  // taken is the queue's front, in order
+        queue_.erase(std::find(queue_.begin(), queue_.end(), job));
         queued_sentences_ -= static_cast<int64_t>(job->src.size());
         metrics_.job_started(std::chrono::duration<double>(now - job->queued).count());
       }
@@ -179,7 +194,7 @@ std::vector<std::shared_ptr<Job>> Batcher::take_jobs(std::unique_lock<std::mutex
 // The job's sentences join its model's search (its decoding options validated there; an explained
 // job's beam trees recorded); a job the search refuses is answered with the search's error.
 void Batcher::start(const std::shared_ptr<Job>& job) {
-  Running& running = running_[job->model];
+  Running& running = running_[2 * job->model + (job->explain ? 1 : 0)];
   const models::CheckpointInfo& info = *models_[job->model].info;
   std::vector<int64_t> added;
   try {
@@ -201,6 +216,7 @@ void Batcher::start(const std::shared_ptr<Job>& job) {
   live_.tokens += job->tokens;
   live_.rows += job->rows;
   live_.bytes += job->cache_bytes;
+  live_.explaining += job->explain ? 1 : 0;
 }
 
 // A forced job (one sentence per side-by-side request, the explain limits keep it small) is
@@ -220,17 +236,16 @@ void Batcher::replay(const std::shared_ptr<Job>& job) {
 
 // One step of the model's search; each finished sentence goes to its job, and a job whose
 // sentences have all finished is answered. A sentence whose step failed fails its job alone.
-void Batcher::step(size_t model) {
-  Running& running = running_[model];
+void Batcher::step(Running& running) {
   metrics_.step_decoded(running.search->sentences());
   std::vector<models::ContinuousSearch::Finished> finished;
   try {
     finished = running.search->step();
   } catch (...) {
-    fail(model, std::current_exception());
+    fail(running, std::current_exception());
     return;
   }
-  const text::Vocab& tgt_vocab = models_[model].info->tgt_vocab;
+  const text::Vocab& tgt_vocab = models_[running.model].info->tgt_vocab;
   for (models::ContinuousSearch::Finished& f : finished) {
     const Place place = running.places.extract(f.id).mapped();
     release(place);
@@ -257,29 +272,59 @@ void Batcher::release(const Place& place) {
   live_.bytes -= job.sentence_bytes[place.index];
 }
 
-// The job is done: with its translations (an explained job's attention internals computed first,
-// one sentence at a time), or with `error`. Its sentences still in the search finish unanswered.
+// The job's search is done: it is answered, with its translations or with `error` (its sentences
+// still in the search finish unanswered), or an explained job's attention internals start.
 void Batcher::answer(Running& running, const std::shared_ptr<Job>& job, std::exception_ptr error) {
   running.remaining.erase(job);
   if (!error && job->explain) {
-    const BatchModel& m = models_[job->model];
     try {
-      for (Translation& t : job->translations) models::add_attention_internals(*m.model, *m.info, t, job->options);
+      Explaining e{job, {}};
+      const BatchModel& m = models_[job->model];
+      for (Translation& t : job->translations)
+        e.passes.push_back(std::make_unique<models::InternalsPass>(*m.model, *m.info, t, job->options));
+      explaining_.push_back(std::move(e));
+      return;
     } catch (...) {
       error = std::current_exception();
     }
   }
+  done(job, error);
+}
+
+// One decoder step of every explained job's internals (a teacher-forced pass of its translation):
+// interleaved with the searches' steps, so that explaining a long translation never holds them up
+// for the whole pass. A job whose internals are all there is answered.
+void Batcher::explain_step() {
+  for (auto e = explaining_.begin(); e != explaining_.end();) {
+    bool more = false;
+    std::exception_ptr error;
+    try {
+      for (const std::unique_ptr<models::InternalsPass>& pass : e->passes) more = pass->step() || more;
+    } catch (...) {
+      error = std::current_exception();
+    }
+    if (more && !error) {
+      ++e;
+      continue;
+    }
+    done(e->job, error);
+    e = explaining_.erase(e);
+  }
+}
+
+void Batcher::done(const std::shared_ptr<Job>& job, std::exception_ptr error) {
+  live_.explaining -= job->explain ? 1 : 0;
   if (error) job->done.set_exception(error);
   else job->done.set_value();
 }
 
 // The search failed outside any one cohort's step (an internal error): its jobs get the error, and
 // it starts afresh.
-void Batcher::fail(size_t model, std::exception_ptr error) {
-  Running& running = running_[model];
+void Batcher::fail(Running& running, std::exception_ptr error) {
   for (const auto& [id, place] : running.places) release(place);
-  for (const auto& [job, remaining] : running.remaining) job->done.set_exception(error);
-  running = Running{std::make_unique<models::ContinuousSearch>(*models_[model].model), {}, {}};
+  for (const auto& [job, remaining] : running.remaining) done(job, error);
+  running.search = std::make_unique<models::ContinuousSearch>(*models_[running.model].model);
+  running.places.clear(), running.remaining.clear();
 }
 
 }  // namespace seqgrad::tools::serve

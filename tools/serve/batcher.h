@@ -33,6 +33,7 @@ struct BatchLimits {
   int64_t max_tokens = 2048;   // their source tokens at most
   int64_t max_rows = 512;      // their decoder rows (sentences x beam) at most
   int64_t max_cache_bytes = int64_t{512} << 20;  // their search state (models::search_state_bytes) at most
+  int64_t max_explaining = 1;  // explained jobs decoding at once (the others wait without holding up the queue)
   // An idle decoder waits this long after a job arrives for others to start with it; a busy one
   // adds arriving jobs at its next step.
   std::chrono::milliseconds max_wait{5};
@@ -87,9 +88,12 @@ class Batcher {
   };
   // What the searches hold, against BatchLimits.
   struct Load {
-    int64_t sentences = 0, tokens = 0, rows = 0, bytes = 0;
+    int64_t sentences = 0, tokens = 0, rows = 0, bytes = 0, explaining = 0;
   };
+  // A search of one model: its plain jobs', or its explained jobs'.
   struct Running {
+    size_t model;
+    bool explained;
     std::unique_ptr<models::ContinuousSearch> search;
     std::map<int64_t, Place> places;                     // by the search's sentence id
     std::map<std::shared_ptr<Job>, size_t> remaining;  // sentences of each job still decoding
@@ -100,17 +104,26 @@ class Batcher {
   std::vector<std::shared_ptr<Job>> take_jobs(std::unique_lock<std::mutex>& lock);
   void start(const std::shared_ptr<Job>& job);
   void replay(const std::shared_ptr<Job>& job);
-  void step(size_t model);
+  void step(Running& running);
   void release(const Place& place);
   void answer(Running& running, const std::shared_ptr<Job>& job, std::exception_ptr error);
-  void fail(size_t model, std::exception_ptr error);
+  void explain_step();
+  void done(const std::shared_ptr<Job>& job, std::exception_ptr error);
+  void fail(Running& running, std::exception_ptr error);
   void check_budget(const Job& job) const;
 
   std::vector<BatchModel> models_;
   const BatchLimits limits_;
   Metrics& metrics_;
-  std::vector<Running> running_;  // per model; touched by the decode thread only
+  std::vector<Running> running_;  // per model, plain then explained; touched by the decode thread only
+  int64_t turn_ = 0;              // the decode loop's turns
+  // An explained job whose search is done, and the passes computing its translations' internals.
+  struct Explaining {
+    std::shared_ptr<Job> job;
+    std::vector<std::unique_ptr<models::InternalsPass>> passes;
+  };
   Load live_;  // in the searches; touched by the decode thread only
+  std::vector<Explaining> explaining_;  // likewise
   std::mutex mutex_;
   std::condition_variable changed_;
   std::deque<std::shared_ptr<Job>> queue_;

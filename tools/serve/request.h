@@ -43,7 +43,7 @@ struct RequestLimits {
   // "explain" (every attention map, energy term and alternative, the beam tree): the explorer's
   // request, one sentence
   int64_t max_explain_sentences = 1;
-  int64_t max_explain_beam = 8;
+  int64_t max_explain_beam = 5;
   size_t models = 1;           // served checkpoints: "model" is an index below this
 };
 

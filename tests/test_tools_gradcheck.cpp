@@ -748,9 +748,10 @@ TEST_CASE("fast mode: one element off by the gradient's rms is missed no more of
   CHECK(fast_projections(65536, 1e-2, 1e-3) == 26);
 }
 
-// The measurement behind docs/results.md#gradcheck-miss-rates (minutes: run it by name with
-// --no-skip). Every wrong twin in every mode and precision over 200 seeds (first order, and second
-// order for the mistakes made there), and fast mode's projections alone at n = 65,536.
+// The measurement behind docs/results.md#gradcheck-miss-rates (11 minutes on 2 shared cores: run
+// it by name with --no-skip). Every wrong twin in every mode and precision over 200 seeds (first
+// order, and second order for the mistakes made there), and fast mode's projections alone at
+// n = 65,536 against the miss rate they are built for.
 TEST_CASE("mutation test: miss rates over 200 seeds per mutant, mode and precision" * doctest::skip()) {
   const int seeds = 200;
   std::vector<Mutant> all = mutants();
@@ -777,7 +778,10 @@ TEST_CASE("mutation test: miss rates over 200 seeds per mutant, mode and precisi
                                                                 .second_order = second, .float32_agreement = false});
           misses += r.ok ? 1 : 0;
         }
-        CHECK(misses == 0);
+        // Full and compressed mode in float64 compare every element against a tolerance far
+        // below every mistake here; elsewhere a miss is a wrong element within atol of a gradient
+        // near zero, or (fast mode) an error smaller than its guarantee covers: measured, not asserted.
+        if (precision == GradcheckPrecision::f64 && mode != GradcheckMode::fast) CHECK(misses == 0);
         lines[i] += fmt::format(" {}/{} |", misses, seeds);
         column.push_back(fmt::format("{}: {}", m.mistake, misses));
       }

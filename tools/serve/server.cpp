@@ -271,11 +271,13 @@ class Server {
 
   // Empty when the server answers to the request's Host: a loopback name or the address the
   // connection came in on (or the one it listens on), with its port; or an --allow-host name, with
-  // any port (behind a proxy). Else why not. A page that a DNS name rebound to this machine serves
-  // sends its own name, which none of these is.
+  // any port (behind a proxy). Else why not (answered 403, or 400 without a Host, as HTTP/1.1 says).
+  // A page that a DNS name rebound to this machine serves sends its own name, which none of these is.
   std::string refused_host(const httplib::Request& req) const {
     const std::vector<std::string>& allowed = options_.allow_hosts;
     if (std::find(allowed.begin(), allowed.end(), "*") != allowed.end()) return {};
+    // an HTTP/1.0 client (an old load balancer's health check) may send none; a browser always does
+    if (!req.has_header("Host") && req.version == "HTTP/1.0") return {};
     const std::string value = req.get_header_value("Host");
     std::vector<std::string> local = {"127.0.0.1", "localhost", "[::1]"};
     for (const std::string& address : {host_form(req.local_addr), lower(host_form(options_.host))})
@@ -332,7 +334,7 @@ class Server {
       request_started = Clock::now();
       for (const auto& [header, why] : {std::pair{"Host", refused_host(req)}, std::pair{"Origin", refused_origin(req)}})
         if (!why.empty()) {  // a stranger's page: no further requests on this connection
-          send_header_error(res, 403, header, why);
+          send_header_error(res, req.has_header(header) ? 403 : 400, header, why);
           metrics_.connection_refused(lower(header));
           refused_connection = true;
           return httplib::Server::HandlerResponse::Handled;

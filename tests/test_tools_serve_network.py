@@ -5,7 +5,8 @@ bounded):
     100,000 bytes and send one byte a second, and meanwhile GET /health, GET /metrics and a
     translation from a well-behaved client are answered while every slow one still holds its
     connection; a request that does not arrive whole within --timeout gets 408 and is closed, and
-    /metrics counts it; an idle keep-alive connection is closed after --idle-timeout;
+    /metrics counts it; an idle keep-alive connection is closed after --idle-timeout; beyond
+    --max-connections a connection waits in the listen backlog until one closes;
   * SIGTERM with a request that the decoder would hold for 10 s: the server closes it after
     --drain-timeout (the client gets no answer) and exits 0;
   * a Host the server does not answer to, a cross-origin POST and a body that is not
@@ -184,6 +185,29 @@ class SlowClients(unittest.TestCase):
                 self.assertEqual(answer.count(b"HTTP/1.1"), 1)
                 self.assertEqual(read_to_end(silent), b"")  # never sent a byte: closed, no answer
             self.assertEqual(metrics(server)["seqgrad_connections_idle_closed_total"], 2)
+        finally:
+            self.assertEqual(server.stop()[0], 0)
+
+    def test_connections_beyond_the_limit_wait_in_the_backlog(self):
+        server = Server(SEQGRAD, "--checkpoint", checkpoint(), "--threads", "1", "--http-threads", "1",
+                        "--max-connections", "2", "--idle-timeout", "2")
+        try:
+            silent = [socket.create_connection(("127.0.0.1", server.port), timeout=20) for _ in range(2)]
+            # the kernel completes the third connection, the server reads it once one of the two has
+            # been closed as idle: by then their end is there to read
+            answer = raw(server.port, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nConnection: close\r\n\r\n"
+                         % server.port)
+            self.assertTrue(answer.startswith(b"HTTP/1.1 200 "), answer)
+            closed = 0
+            for s in silent:
+                s.setblocking(False)
+                try:
+                    closed += s.recv(1) == b""
+                except BlockingIOError:
+                    pass
+                s.close()
+            self.assertGreaterEqual(closed, 1)
+            self.assertEqual(metrics(server)["seqgrad_connections_total"], 4)  # the three, and this one
         finally:
             self.assertEqual(server.stop()[0], 0)
 

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <optional>
 #include <string>
 
@@ -746,6 +747,12 @@ TEST_CASE("fast mode: one element off by the gradient's rms is missed no more of
   // the count the guarantee asks for at n = 65,536 (docs/adding-an-op.md): 8 in float64, 26 in float32
   CHECK(fast_projections(65536, 1e-3, 1e-6) == 8);
   CHECK(fast_projections(65536, 1e-2, 1e-3) == 26);
+  // a tolerance no projection can fail: no count suffices, and fast mode checks the input in full
+  CHECK(fast_projections(65536, 1e300, 1e-3) == std::numeric_limits<int>::max());
+  Tensor x = randn({8}, {.dtype = DType::f64}).requires_grad_();
+  GradcheckReport loose = gradcheck([](X v) { return op_square_rms(v, true); }, {x},
+                                    {.rtol = 1e300, .mode = GradcheckMode::fast});
+  CHECK(loose.inputs.at(0).method == GradcheckMode::full);
 }
 
 // The measurement behind docs/results.md#gradcheck-miss-rates (11 minutes on 2 shared cores: run

@@ -922,6 +922,7 @@ double fast_miss_probability(int64_t n, double rtol, int projections) {
 int fast_projections(int64_t n, double rtol, double target) {
   double one = fast_miss_probability(n, rtol, 1);
   if (one <= target) return 1;
+  if (!(one < 1)) return std::numeric_limits<int>::max();  // a tolerance no projection resolves: full mode
   return static_cast<int>(std::ceil(std::log(target) / std::log(one)));
 }
 

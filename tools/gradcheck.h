@@ -58,7 +58,8 @@ GradcheckTolerances precision_defaults(GradcheckPrecision precision);
 // miss together with that probability to the power of their number.
 double fast_miss_target(GradcheckPrecision precision);  // 1e-6 in float64, 1e-3 in float32 and bf16
 double fast_miss_probability(int64_t n, double rtol, int projections);
-// The fewest projections whose miss probability is at most `target` (at least 1).
+// The fewest projections whose miss probability is at most `target` (at least 1; INT_MAX where
+// no number does, a tolerance so loose one projection never fails: then fast mode checks in full).
 int fast_projections(int64_t n, double rtol, double target);
 
 // The Jacobian's declared sparsity (for GradcheckMode::compressed), for inputs of the outputs' shape.

@@ -158,6 +158,7 @@ def soak(server, total, clients, sentences, expected):
 
     wall = run_threads([client] * clients)
     alive = server.request("/health")[0] == 200
+    time.sleep(1)  # what the server holds after the load, not the last answers in flight (it releases when idle)
     end = status_mb(server.proc.pid, "VmRSS")
     growth = 100 * (end - rss["warm"]) / rss["warm"]
     return {"requests": total, "translated": counts["ok"], "malformed": counts["malformed"],

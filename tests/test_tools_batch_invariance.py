@@ -105,7 +105,7 @@ class BatchInvariance(unittest.TestCase):
     def test_serve_under_load_bit_for_bit(self):
         names = list(self.models)
         server = Server(SEQGRAD, "--checkpoint", *self.models.values(), "--threads", "1", "--max-wait-ms", "200",
-                        "--max-batch-sentences", "64")
+                        "--max-batch-sentences", "64", "--queue-size", "1024")  # every request queued, none refused
         try:
             for beam in BEAMS:
                 # every model at once: each sentence alone, and the sentences again four to a request

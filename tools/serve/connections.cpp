@@ -330,7 +330,8 @@ void Connections::refuse(Connection& c, int status, const std::string& reason, c
   send_now(c.fd, fmt::format("HTTP/1.1 {} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n"
                              "Connection: close\r\n\r\n{}", status, reason_phrase(status), body.size(), body));
   ::shutdown(c.fd, SHUT_WR);
-  status == 408 ? metrics_.connection_slow() : metrics_.connection_refused(reason);
+  if (status == 408) metrics_.connection_slow();
+  else metrics_.connection_refused(reason);
   c.state = Connection::State::lingering;
   c.deadline = Clock::now() + std::min(kLinger, limits_.request_timeout);
   c.buffer = {};
@@ -381,10 +382,11 @@ void Connections::take_returned() {
     back.swap(returned_);
   }
   for (Exchange& e : back) {
-    auto c = std::make_unique<Connection>(e.fd, Clock::now() + limits_.idle_timeout, std::move(e.rest), e.requests + 1);
-    Connection& ref = *c;
+    auto c = std::make_unique<Connection>(e.fd, Clock::now() + limits_.idle_timeout, std::move(e.rest),
+                                          e.requests + 1);
+    Connection& kept = *c;
     reading_.emplace(e.fd, std::move(c));
-    if (!ref.buffer.empty()) received(ref);  // pipelined: the next request has begun
+    if (!kept.buffer.empty()) received(kept);  // pipelined: the next request has begun
   }
 }
 

@@ -409,6 +409,32 @@ class Refusals(unittest.TestCase):
         self.assertEqual(answer.count(b"HTTP/1.1 200 OK"), 3, answer)
         self.assertEqual(answer.count(b'{"status":"ok"}'), 3, answer)
 
+    def test_a_request_split_anywhere_is_answered_alike(self):
+        # the reader frames the request from whatever pieces arrive: split at every byte, and two
+        # requests in one connection split at every byte of the second's head
+        port, host = self.server.port, self.host.encode()
+        request = (b"POST /v1/translate HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
+                   b"Content-Length: %d\r\n\r\n%s" % (host, len(SENTENCE), SENTENCE))
+        whole = raw(port, request.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n", 1))
+        self.assertTrue(whole.startswith(b"HTTP/1.1 200 "), whole)
+        body = whole.partition(b"\r\n\r\n")[2]
+        last = b"GET /health HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n" % host
+        for data, cuts in [(request + last, range(1, len(request))),
+                           (request + last, range(len(request), len(request) + len(last)))]:
+            for cut in cuts:
+                with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
+                    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                    s.sendall(data[:cut])
+                    time.sleep(0.001)
+                    s.sendall(data[cut:])
+                    answer = read_to_end(s)
+                with self.subTest(cut=cut):
+                    first, _, rest = answer.partition(b"\r\n\r\n")
+                    self.assertTrue(first.startswith(b"HTTP/1.1 200 "), answer[:300])
+                    self.assertEqual(rest[:len(body)], body)
+                    self.assertTrue(rest[len(body):].startswith(b"HTTP/1.1 200 OK"), answer[-300:])
+                    self.assertTrue(answer.endswith(b'{"status":"ok"}'), answer[-300:])
+
     def test_a_500_tells_an_id_and_the_log_the_details(self):
         failing = json.dumps({"src": ["Ein Mann schläft."]}).encode()
         status, _, body = self.post({"Host": self.host, **JSON}, body=failing)

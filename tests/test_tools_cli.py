@@ -363,7 +363,14 @@ class CliTable(Base):
                          r"no checkpoint at runs/default/best.safetensors", status=1)
         self.assertFails(run("export", "--checkpoint", self.out("x")), r"--out <dir> is required", status=2)
         info = json.loads(run("info", "--json").stdout)
-        self.assertEqual(sorted(info), ["bf16_gemm", "blas", "cpu_kernels", "int8_gemm", "threads", "version"])
+        self.assertEqual(sorted(info), ["bf16_gemm", "blas", "cpu_kernels", "int8_gemm", "sentencepiece", "threads",
+                                        "version"])
+        # the plugin is found beside libseqgrad.so (the build folder's models/), or the build has none
+        sentencepiece = info["sentencepiece"]
+        if sentencepiece["available"]:
+            self.assertTrue(sentencepiece["plugin"].endswith("/models/libseqgrad_sentencepiece.so"), sentencepiece)
+        else:
+            self.assertRegex(sentencepiece["plugin"], r"not built|none loaded")
         self.assertEqual(sorted(info["bf16_gemm"]), ["kernels", "used_by_amp", "why"])
         self.assertIn(info["int8_gemm"]["kernels"], ["onednn", "reference"])
         # the bf16 rule (ops/bf16_gemm.h): bf16 products for training only where they run natively (AMX

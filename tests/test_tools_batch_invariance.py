@@ -40,9 +40,9 @@ SEQGRAD = DATA = None
 TMP = tempfile.mkdtemp(prefix="seqgrad_batch_invariance_")
 BATCH_SIZES = (2, 5, 16)
 BEAMS = (1, 4)
-# The fields a served answer shares with translate --json's (the server adds none of its own to a
-# sentence's scores).
-SCORED_FIELDS = ("translation", "tgt_tokens", "score", "log_prob", "token_log_probs", "nbest")
+# The fields a served answer shares with translate --json's: the tokens, every score and the
+# attention's summary (coverage, entropy, diagonal distance).
+SCORED_FIELDS = ("translation", "tgt_tokens", "score", "log_prob", "token_log_probs", "nbest", "attention")
 
 
 def exact(value):

@@ -611,7 +611,8 @@ TEST_CASE("kinks are confirmed by halving the step: curvature is not a kink") {
       oc::OpCase right{.op = "exp_k", .inputs = {oc::in({3, 4})}, .fn = [k](X x) { return op_exp_k(x, false, k, 1); }};
       for (GradcheckMode mode : kModes) {
         oc::RowResult w = check(wrong, mode, precision), r = check(right, mode, precision);
-        INFO(fmt::format("{} {} k = {}\nwrong:\n{}{}right:\n{}", precision_name(precision), mode_name(mode), k, w.first.format(), w.second.format(), r.format()));
+        INFO(fmt::format("{} {} k = {}\nwrong:\n{}{}right:\n{}", precision_name(precision), mode_name(mode), k,
+                         w.first.format(), w.second.format(), r.format()));
         CHECK_FALSE(w.ok);
         CHECK(w.first.kinks() == 0);  // declared kinks (at 5, far away) would have set them aside
         CHECK(r.ok);

@@ -224,7 +224,8 @@ class Checker {
       // The engine refuses a gradient of the wrong shape or dtype as the backward adds it (Grads::add):
       // that is the shapes check's failure, not a crash of the backward.
       std::string what = e.what();
-      bool shape = dynamic_cast<const ShapeError*>(&e) != nullptr, dtype = dynamic_cast<const DTypeError*>(&e) != nullptr;
+      bool shape = dynamic_cast<const ShapeError*>(&e) != nullptr;
+      bool dtype = dynamic_cast<const DTypeError*>(&e) != nullptr;
       if ((shape || dtype) && what.find("backward: gradient for input") != std::string::npos) {
         fail(add_check(kShapesCheck), fmt::format("the backward gives a gradient of the wrong {}: {}{}",
                                                   shape ? "shape" : "dtype", what,
@@ -436,7 +437,8 @@ class Checker {
     for (const GradcheckInput& in : report_.inputs)
       for (const GradcheckElement& e : in.kinks) kinks += e.declared ? 1 : 0;
     if (refined_ > 0) notes.push_back(fmt::format("{} element(s) differenced again at smaller steps", refined_));
-    if (kinks > 0) notes.push_back(fmt::format("{} element(s) at a declared non-differentiable point, not counted", kinks));
+    if (kinks > 0)
+      notes.push_back(fmt::format("{} element(s) at a declared non-differentiable point, not counted", kinks));
     GradcheckCheck& c = report_.checks[check];
     c.name = fmt::format("jacobian ({} mode: {} forwards{}{})", mode_name(opt_.mode), report_.numerical_forwards,
                          notes.empty() ? "" : "; ", fmt::join(notes, "; "));
@@ -456,7 +458,9 @@ class Checker {
     int64_t n = wrt_tensors_[k].numel();
     std::vector<Sides> sides(n);
     for (int64_t e = 0; e < n; ++e) sides[e] = sides_alone(k, e, opt_.eps);
-    Finer finer = [&](int64_t e) { return std::pair{sides_alone(k, e, opt_.eps / 2), sides_alone(k, e, opt_.eps / 4)}; };
+    Finer finer = [&](int64_t e) {
+      return std::pair{sides_alone(k, e, opt_.eps / 2), sides_alone(k, e, opt_.eps / 4)};
+    };
     judge_elements(k, sides, finer, GradcheckMode::full, 0, check);
   }
 
@@ -483,7 +487,8 @@ class Checker {
 
   // sum_j sum_o w_jo (a_jo - b_jo), differenced element by element before weighting, so large
   // outputs that the perturbation does not touch cancel exactly instead of swamping the sum.
-  double weighted_difference(const std::vector<std::vector<double>>& a, const std::vector<std::vector<double>>& b) const {
+  double weighted_difference(const std::vector<std::vector<double>>& a,
+                             const std::vector<std::vector<double>>& b) const {
     double s = 0;
     for (size_t j = 0; j < a.size(); ++j) {
       const std::vector<double>& w = weights_values(j);
@@ -639,14 +644,15 @@ class Checker {
   }
 
   // A failing element (in bf16 every element), differenced again at half and a quarter of the step
-  // (four forwards alone; compressed mode moves a colour at once). Each one-sided slope, at three steps, is extrapolated to a zero step through a parabola in
-  // the step (Richardson): curvature's share of the slopes (± eps f''/2, and eps² f'''/6) goes, a
-  // kink's jump stays. A kink is confirmed when the extrapolated slopes still differ by more than
-  // twice the tolerance and the analytical value lies between them; otherwise the element is
-  // judged on their mean (its error falls from eps² to eps⁴: what a coarse step cannot resolve,
-  // such as exp(4x) in bf16, is resolved here). A kink just beside the element rather than on it
-  // leaves the slope on its other side clean at every step, and the analytical value equal to it:
-  // either a confirmed kink, or, where the extrapolated slopes happen to agree, a mean equal to it.
+  // (four forwards alone; compressed mode moves a colour at once). Each one-sided slope, at three
+  // steps, is extrapolated to a zero step through a parabola in the step (Richardson): curvature's
+  // share of the slopes (± eps f''/2, and eps² f'''/6) goes, a kink's jump stays. A kink is
+  // confirmed when the extrapolated slopes still differ by more than twice the tolerance and the
+  // analytical value lies between them; otherwise the element is judged on their mean (its error
+  // falls from eps² to eps⁴: what a coarse step cannot resolve, such as exp(4x) in bf16, is
+  // resolved here). A kink just beside the element rather than on it leaves the slope on its other
+  // side clean at every step, and the analytical value equal to it: either a confirmed kink, or,
+  // where the extrapolated slopes happen to agree, a mean equal to it.
   struct Closer {
     bool kink = false;
     double left = 0, right = 0, derivative = 0;
@@ -690,7 +696,7 @@ class Checker {
                       size_t check) {
     const Tensor& x = wrt_tensors_[k];
     std::vector<double> a = values_or_zeros(combined_[k], x.numel());
-    std::vector<int64_t> offs = element_offsets(x);
+    const std::vector<int64_t>& offs = wrt_offsets_[k];
     GradcheckInput in = input_summary(k, -1, method);
     in.colours = colours;
     std::vector<Ranked> ranked;
@@ -722,8 +728,8 @@ class Checker {
       std::string line = fmt::format("{} {}: {} of {} gradient elements differ; worst at {}: numerical {:.9g}{}, "
                                      "analytical {:.9g}, tolerance {:.3g}, input value {:.9g}", done.label, done.shape,
                                      done.failed_elements, x.numel(), index_string(bad.index), bad.numerical,
-                                     bad.refined ? " (from half and a quarter of the step, extrapolated)" : "", bad.analytical,
-                                     bad.tolerance, bad.value);
+                                     bad.refined ? " (from half and a quarter of the step, extrapolated)" : "",
+                                     bad.analytical, bad.tolerance, bad.value);
       if (evaluate_with_grad_ && all_zero && wrt_[k] < first_dy_)
         line += "; the analytical second-order gradient is zero everywhere: the backward may not be differentiable "
                 "(a detached tensor or a raw kernel in it; write it with tensor-level ops on saved inputs, or set "
@@ -734,8 +740,8 @@ class Checker {
 
   std::string undeclared_kink_line(const GradcheckInput& in, const GradcheckElement& kink) const {
     return fmt::format("{}: a kink at {} (value {:.6g}) that the op does not declare: one-sided slopes {:.6g} left, "
-                       "{:.6g} right, a jump that stays when the step is halved; declare the op's kinks (OpCase::kinks) "
-                       "or move off it (--move-kinks, GradcheckOptions::move_kinks)", in.label,
+                       "{:.6g} right, a jump that stays when the step is halved; declare the op's kinks "
+                       "(OpCase::kinks) or move off it (--move-kinks, GradcheckOptions::move_kinks)", in.label,
                        index_string(kink.index), kink.value, kink.left, kink.right);
   }
 
@@ -1009,7 +1015,8 @@ std::string GradcheckReport::format_kinks() const {
 
 std::string GradcheckReport::headline() const {
   for (const GradcheckCheck& c : checks)
-    if (c.ran && !c.ok) return fmt::format("FAILED {}: {}", c.name.substr(0, c.name.find(" (")), c.detail.substr(0, c.detail.find('\n')));
+    if (c.ran && !c.ok)
+      return fmt::format("FAILED {}: {}", c.name.substr(0, c.name.find(" (")), c.detail.substr(0, c.detail.find('\n')));
   return ok() ? "ok" : "FAILED " + failures.front();
 }
 

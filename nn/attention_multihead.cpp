@@ -80,7 +80,9 @@ Tensor MultiHeadAttention::project_heads(const Tensor& x, int which) const {
 void MultiHeadAttention::prepare_keys(AttentionMemory& memory) const {
   check_feature_size(kOp, "keys", memory.keys, options_.kdim, "kdim");
   check_feature_size(kOp, "values", memory.values, options_.vdim, "vdim");
-  memory.projected = {project_heads(memory.keys, 1), project_heads(memory.values, 2)};  // (B, h, K, d) each
+  // (B, h, K, d) each, laid out as such once: every decoder step's products read them as one
+  // stride-collapsible batch (a head-split view would be copied by each product, every step)
+  memory.projected = {project_heads(memory.keys, 1).contiguous(), project_heads(memory.values, 2).contiguous()};
 }
 
 Tensor MultiHeadAttention::attend_queries(const Tensor& queries, const AttentionMemory& memory) const {

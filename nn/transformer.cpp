@@ -2,6 +2,7 @@
 // torch.nn.TransformerEncoderLayer / TransformerDecoderLayer, and the decoder's cached step.
 #include "nn/transformer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -132,7 +133,29 @@ Tensor TransformerDecoderLayer::operator()(const Tensor& tgt, const Tensor& memo
   return caller_major(forward_batch_first(x, m, tgt_mask, memory_mask), options_);
 }
 
-Tensor TransformerDecoderLayer::step(const Tensor& x, Tensor& keys, Tensor& values,
+namespace {
+
+// `cache` (B, h, capacity, d) holding t positions, with `heads` (B, h, 1, d) written at position t.
+// In place while there is room; when there is none, into a buffer twice as long, so T steps copy
+// O(T) positions in all (a cat per step copies O(T²)). Under autograd the graph must reach every
+// cached position, which an in-place write into a view cannot keep: then the cache grows by cat.
+Tensor append_position(const Tensor& cache, int64_t t, const Tensor& heads) {
+  if (GradMode::is_enabled() && (heads.requires_grad() || (cache.defined() && cache.requires_grad())))
+    return t == 0 ? heads : cat({cache.narrow(2, 0, t), heads}, 2);
+  Tensor out = cache;
+  if (!cache.defined() || cache.size(2) <= t || cache.size(0) != heads.size(0)) {
+    const int64_t capacity = std::max<int64_t>(16, 2 * (t + 1));
+    out = empty({heads.size(0), heads.size(1), capacity, heads.size(3)},
+                {.dtype = heads.dtype(), .device = heads.device()});
+    if (t > 0) out.narrow(2, 0, t).copy_(cache.narrow(2, 0, t));
+  }
+  out.narrow(2, t, 1).copy_(heads);
+  return out;
+}
+
+}  // namespace
+
+Tensor TransformerDecoderLayer::step(const Tensor& x, Tensor& keys, Tensor& values, int64_t cached,
                                      const AttentionMemory& memory) const {
   SG_CHECK(x.defined(), "{}: the step's input is undefined", kOp);
   SG_CHECK_SHAPE(x.ndim() == 2 && x.size(1) == options_.d_model,
@@ -141,9 +164,9 @@ Tensor TransformerDecoderLayer::step(const Tensor& x, Tensor& keys, Tensor& valu
   // every cached position, which is the causal mask's row for it.
   auto self_attend = [&](const Tensor& y) {  // y (B, 1, E)
     AttentionMemory own = self_attn.prepare(y, y);  // projected: this position's heads (B, h, 1, d)
-    keys = keys.defined() ? cat({keys, own.projected[0]}, 2) : own.projected[0];
-    values = values.defined() ? cat({values, own.projected[1]}, 2) : own.projected[1];
-    own.projected = {keys, values};  // (B, h, t + 1, d)
+    keys = append_position(keys, cached, own.projected[0]);
+    values = append_position(values, cached, own.projected[1]);
+    own.projected = {keys.narrow(2, 0, cached + 1), values.narrow(2, 0, cached + 1)};  // (B, h, t + 1, d)
     return self_attn.attend(y, own);
   };
   auto cross_attend = [&](const Tensor& y) { return multihead_attn.attend(y, memory); };
@@ -202,13 +225,14 @@ Tensor TransformerDecoder::step(const Tensor& x, State& state) const {
            state.memory.size(), options_.num_layers);
   Tensor h = x;  // (B, E)
   for (int64_t i = 0; i < options_.num_layers; ++i)
-    h = layer(i).step(h, state.keys[i], state.values[i], state.memory[i]);
+    h = layer(i).step(h, state.keys[i], state.values[i], state.steps, state.memory[i]);
   ++state.steps;
   return final_norm(h);
 }
 
 TransformerDecoder::State TransformerDecoder::State::select_rows(const Tensor& index) const {
   State out;
+  // the rows of the whole buffer (its capacity at most twice the positions cached): the appends go on in place
   auto rows = [&index](const Tensor& t) { return t.defined() ? index_select(t, 0, index) : t; };
   for (size_t i = 0; i < memory.size(); ++i) {
     out.keys.push_back(rows(keys[i]));

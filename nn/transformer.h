@@ -104,10 +104,11 @@ class TransformerDecoderLayer : public detail::TransformerLayerBase {
                     const Tensor& memory_mask = {}) const;
   Tensor forward_batch_first(const Tensor& x, const Tensor& memory, const Tensor& tgt_mask = {},
                              const Tensor& memory_mask = {}) const;  // x (B, T, E), memory (B, S, E)
-  // One target position x (B, E) after `keys` and `values` (B, h, t, d), the self-attention's
-  // projected heads of the t positions before it (undefined when t = 0), to which this position's
-  // are appended; memory: multihead_attn.prepare(memory, memory, memory_mask). -> (B, E)
-  Tensor step(const Tensor& x, Tensor& keys, Tensor& values, const AttentionMemory& memory) const;
+  // One target position x (B, E) after the `cached` positions before it, whose self-attention
+  // heads are the first `cached` of `keys` and `values` (B, h, capacity, d) (undefined when
+  // cached = 0); this position's are written after them, in place (the buffers grow, doubling,
+  // when full); memory: multihead_attn.prepare(memory, memory, memory_mask). -> (B, E)
+  Tensor step(const Tensor& x, Tensor& keys, Tensor& values, int64_t cached, const AttentionMemory& memory) const;
 
   MultiHeadAttention self_attn;
   MultiHeadAttention multihead_attn;
@@ -165,9 +166,13 @@ class TransformerDecoder : public detail::TransformerStack<TransformerDecoderLay
 
   // What incremental decoding carries from one position to the next, for a batch of B rows.
   struct State {
-    std::vector<Tensor> keys, values;    // per layer: self-attention heads so far (B, h, steps, d)
+    // per layer: the self-attention heads so far, the first `steps` positions of (B, h, capacity, d)
+    // buffers written in place (cached_keys/cached_values: those positions)
+    std::vector<Tensor> keys, values;
     std::vector<AttentionMemory> memory;  // per layer: the cross-attention's keys and values, projected once
     int64_t steps = 0;                    // target positions decoded so far
+    Tensor cached_keys(size_t layer) const { return keys[layer].narrow(2, 0, steps); }      // (B, h, steps, d)
+    Tensor cached_values(size_t layer) const { return values[layer].narrow(2, 0, steps); }  // (B, h, steps, d)
     // The rows `index` (int64 (N,)) of every tensor, in that order: a beam search's surviving
     // hypotheses (N may differ from B, e.g. B sentences expanded to B·beam rows).
     State select_rows(const Tensor& index) const;

@@ -461,11 +461,16 @@ Tensor& Tensor::fill_(double value) {
 Tensor& Tensor::copy_(const Tensor& src) {
   SG_CHECK_SHAPE(broadcast_shapes(shape(), src.shape(), "copy_") == shape(),
                  "copy_: source shape {} cannot be broadcast to {}", src.shape(), shape());
-  return inplace("copy_", *this, src.requires_grad(), [&](const Tensor& self) {
-    Tensor s = src.device() == device() ? src : to_device(src, device());  // across devices, as PyTorch
-    s = s.dtype() == dtype() ? s : to_dtype(s, dtype());
-    return add(mul(self, 0.0), s);
-  });
+  Tensor s = src.device() == device() ? src : to_device(src, device());  // across devices, as PyTorch
+  s = s.dtype() == dtype() ? s : to_dtype(s, dtype());
+  if (!(GradMode::is_enabled() && (requires_grad() || src.requires_grad()))) {
+    // nothing to record: the values themselves (a decoder's cache append; self's old contents, even
+    // NaN in a fresh buffer, play no part)
+    backend_for(*this).copy(s.shape() == shape() ? s : s.expand(shape()), *this);
+    bump_version();
+    return *this;
+  }
+  return inplace("copy_", *this, src.requires_grad(), [&](const Tensor& self) { return add(mul(self, 0.0), s); });
 }
 
 Tensor& Tensor::add_(const Tensor& other, double alpha) {

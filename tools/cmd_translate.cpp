@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <numeric>
 #include <string_view>
 #include <tuple>
 
@@ -28,6 +29,8 @@ namespace seqgrad::tools {
 namespace {
 
 constexpr size_t kMaxBatch = 64;  // sentences decoded together when more input is waiting
+// translate reads up to this many waiting lines and decodes them in order of length, kMaxBatch at a time
+constexpr size_t kSortWindow = 16 * kMaxBatch;
 
 struct Loaded {
   models::LoadedCheckpoint checkpoint;  // the first checkpoint's: its vocabularies and config serve them all
@@ -103,6 +106,31 @@ class LineReader {
   std::string buffer_;
   bool eof_ = false;
 };
+
+// translate_batch of `sentences`, returned in their order, but decoded kMaxBatch at a time in order
+// of length (bytes, standing for tokens), as CTranslate2 sorts: a batch steps until its longest
+// output ends, so sentences of like lengths waste fewer steps on finished rows and on padding.
+// Batch invariance (ops/batch_invariant.h) keeps each sentence's tokens and scores to the bit.
+// Sampling draws from one stream in input order, so it decodes the sentences in that order.
+std::vector<Translation> translate_by_length(const models::Ensemble& models, const models::CheckpointInfo& info,
+                                             const std::vector<std::string>& sentences,
+                                             const models::DecodeOptions& options, int64_t truncate,
+                                             Generator* sampling, bool explain) {
+  std::vector<size_t> order(sentences.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  if (!options.sampling)
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return sentences[a].size() < sentences[b].size(); });
+  std::vector<Translation> done(sentences.size());
+  for (size_t first = 0; first < order.size(); first += kMaxBatch) {
+    const size_t end = std::min(order.size(), first + kMaxBatch);
+    std::vector<std::string> batch;
+    for (size_t i = first; i < end; ++i) batch.push_back(sentences[order[i]]);
+    std::vector<Translation> out = translate_batch(models, info, batch, options, truncate, sampling, explain);
+    for (size_t i = first; i < end; ++i) done[order[i]] = std::move(out[i - first]);
+  }
+  return done;
+}
 
 void common_options(Args& a) {
   a.list_option("checkpoint", "file", "checkpoint to load; several (each ending in .safetensors) decode as an "
@@ -281,10 +309,10 @@ int translate_main(int argc, char** argv) {
   int status = 0;
   size_t number = 0;
   for (;;) {
-    std::vector<std::string> sentences = from_stdin ? reader.next_batch(kMaxBatch) : a.positionals();
+    std::vector<std::string> sentences = from_stdin ? reader.next_batch(kSortWindow) : a.positionals();
     if (sentences.empty()) break;
-    std::vector<Translation> done =
-        translate_batch(l.ensemble(), l.checkpoint.info, sentences, options, truncate, &sampling, a.flag("per-head"));
+    std::vector<Translation> done = translate_by_length(l.ensemble(), l.checkpoint.info, sentences, options, truncate,
+                                                        &sampling, a.flag("per-head"));
     for (size_t i = 0; i < done.size(); ++i) {
       const Translation& t = done[i];
       std::string where = fmt::format("{} {}", unit, ++number);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <tuple>
 
 #include <fmt/core.h>
@@ -98,7 +99,9 @@ Tensor sample_tokens(const Tensor& log_probs, const SamplingOptions& s, const st
 }
 
 // Greedy decoding and sampling: one hypothesis per sentence, each step's token picked by
-// pick(log_probs (N, V) with early <eos> forbidden, step) -> ids (N,) on the device.
+// pick(log_probs (N, V) with early <eos> forbidden, step, live) -> ids (N,) on the device, where
+// row r extends sentence live[r]. A sentence whose hypothesis ends leaves the decoder's rows, so a
+// step computes only the unfinished ones (under batch invariance the others' bits do not change).
 template <class Pick>
 std::vector<Hypothesis> decode_one_each(const Ensemble& models, const Tensor& src, const Tensor& lengths,
                                         const DecodeOptions& options, Pick pick) {
@@ -111,19 +114,30 @@ std::vector<Hypothesis> decode_one_each(const Ensemble& models, const Tensor& sr
   Tensor y = full({batch}, static_cast<double>(options.bos_id), {.dtype = DType::i64, .device = src.device()});
   std::vector<Hypothesis> out(batch);
   for (Hypothesis& h : out) h.finished = false;
-  for (int64_t t = 0; t < options.max_len; ++t) {
+  std::vector<int64_t> live(batch);  // the sentence of each decoder row
+  std::iota(live.begin(), live.end(), int64_t{0});
+  for (int64_t t = 0; t < options.max_len && !live.empty(); ++t) {
     Stepper::Output s = stepper.step(y);
-    y = pick(forbid_early_eos(s.log_probs, t, options), t);
+    y = pick(forbid_early_eos(s.log_probs, t, options), t, live);
     std::vector<int64_t> ids = y.to_vector<int64_t>();
     std::vector<double> lp = gather(s.log_probs, 1, y.unsqueeze(1)).squeeze(1).to_vector<double>();
     HostStep rows{HostRows(s.weights), HostRows(s.energies), HostAlternatives(s.log_probs, options.top_alternatives)};
-    for (int64_t b = 0; b < batch; ++b) {
-      if (out[b].finished) continue;
-      rows.append(out[b], b, src_len[b], lp[b], options);
-      if (ids[b] == options.eos_id) out[b].finished = true;
-      else out[b].tokens.push_back(ids[b]);
+    std::vector<int64_t> going_on;  // the rows whose sentences continue
+    for (size_t r = 0; r < live.size(); ++r) {
+      Hypothesis& h = out[live[r]];
+      rows.append(h, static_cast<int64_t>(r), src_len[live[r]], lp[r], options);
+      if (ids[r] == options.eos_id) h.finished = true;
+      else h.tokens.push_back(ids[r]), going_on.push_back(static_cast<int64_t>(r));
     }
-    if (std::all_of(out.begin(), out.end(), [](const Hypothesis& h) { return h.finished; })) break;
+    if (going_on.size() == live.size() || going_on.empty()) {
+      if (going_on.empty()) live.clear();
+      continue;
+    }
+    stepper.keep_rows(going_on);
+    y = index_select(y, 0, ids_tensor(going_on, y.device()));
+    std::vector<int64_t> still;
+    for (int64_t r : going_on) still.push_back(live[r]);
+    live = std::move(still);
   }
   for (Hypothesis& h : out) h.score = h.log_prob;
   return out;
@@ -152,7 +166,7 @@ double final_score(const Hypothesis& h, const DecodeOptions& options) {
 
 std::vector<Hypothesis> greedy_decode(const Ensemble& models, const Tensor& src, const Tensor& lengths,
                                       const DecodeOptions& options) {
-  return decode_one_each(models, src, lengths, options, [](const Tensor& log_probs, int64_t) {
+  return decode_one_each(models, src, lengths, options, [](const Tensor& log_probs, int64_t, const auto&) {
     return argmax(log_probs, -1);
   });
 }
@@ -163,9 +177,10 @@ std::vector<Hypothesis> sample_decode(const Ensemble& models, const Tensor& src,
   options.validate();
   const int64_t batch = src.size(0);
   const uint64_t first = generator.reserve(static_cast<uint64_t>(batch * options.max_len));
-  return decode_one_each(models, src, lengths, options, [&](const Tensor& log_probs, int64_t t) {
+  return decode_one_each(models, src, lengths, options,
+                         [&](const Tensor& log_probs, int64_t t, const std::vector<int64_t>& live) {
     std::vector<double> uniforms;  // one counter per (sentence, step): see the header
-    for (int64_t b = 0; b < batch; ++b)
+    for (int64_t b : live)
       uniforms.push_back(uniform_at_f64(generator.seed(), first + static_cast<uint64_t>(b * options.max_len + t), 0));
     return sample_tokens(log_probs, *options.sampling, uniforms);
   });

@@ -154,8 +154,9 @@ void TransformerTranslator::merge(SearchState& into, SearchState&& from) const {
   for (size_t i = 0; i < a.rows.memory.size(); ++i) {
     a.rows.memory[i] = concat_memories(a.rows.memory[i], b.rows.memory[i], 2);  // projected heads (B, h, K, d)
     if (a.rows.keys[i].defined()) {
-      a.rows.keys[i] = cat({a.rows.keys[i], b.rows.keys[i]}, 0);  // (N, h, steps, d)
-      a.rows.values[i] = cat({a.rows.values[i], b.rows.values[i]}, 0);
+      // (N, h, steps, d): the cached positions of each (the buffers' capacities may differ)
+      a.rows.keys[i] = cat({a.rows.cached_keys(i), b.rows.cached_keys(i)}, 0);
+      a.rows.values[i] = cat({a.rows.cached_values(i), b.rows.cached_values(i)}, 0);
     }
   }
   // The rows' memories become the sentences' (one per row), as the GRU's merge does.

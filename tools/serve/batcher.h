@@ -2,9 +2,10 @@
 // decode thread keeps a models::ContinuousSearch per served model, adds the queued jobs' sentences
 // to it at every step boundary and hands each sentence back as soon as it finishes, so concurrent
 // requests share every decoder step and none waits for another's longer sentences. Explained jobs
-// join the search too (their beam trees recorded, their attention internals computed once they
-// finish), so the explorer's requests share the batch budget and never hold the others up for a
-// whole search.
+// (the explorer's) decode step by step too, in a search of their own per model stepped at every
+// other turn while plain sentences decode, one at a time; their beam trees are recorded and their
+// attention internals computed one step per turn once they finish. So they share the batch budget
+// and never hold the others up for a whole search or pass.
 #pragma once
 #include <chrono>
 #include <condition_variable>

@@ -26,8 +26,8 @@ void declare_options(Args& a) {
       .option("threads", "n", fmt::format("compute threads, at most {} (default: all cores)", max_threads()))
       .option("http-threads", "n", "requests answered at once (GET /health and /metrics have a thread of their own)",
               "64")
-      .option("max-connections", "n", "connections open at once (being read, answered, or idle); more wait in the "
-              "kernel's listen backlog", "256")
+      .option("max-connections", "n", "connections open at once (being read, answered, or idle); at the limit a new "
+              "one takes an idle one's place, else waits in the kernel's listen backlog", "256")
       .option("max-batch-sentences", "n", "sentences decoded together at most", "32")
       .option("max-batch-tokens", "n", "source tokens decoded together at most", "2048")
       .option("max-batch-rows", "n", "decoder rows (sentences x beam) decoded together at most; a larger request is "

@@ -200,7 +200,7 @@ size_t Connections::run() {
   std::vector<pollfd> polled;
   while (!stopping_) {
     take_returned();
-    const bool accepting = open_ < limits_.max_connections && Clock::now() >= accept_again_;
+    const bool accepting = (open_ < limits_.max_connections || oldest_idle()) && Clock::now() >= accept_again_;
     polled.assign({{wake_fd_, POLLIN, 0}, {accepting ? listen_fd_ : -1, POLLIN, 0}});
     Clock::time_point next = Clock::now() + std::chrono::seconds(1);
     for (const auto& [fd, c] : reading_) {
@@ -224,8 +224,10 @@ size_t Connections::run() {
   return drain();
 }
 
+// At --max-connections, a new connection takes the place of the one that has waited longest for a
+// request (as nginx reuses idle keep-alive connections), so idle ones never keep clients out.
 void Connections::accept_new() {
-  while (open_ < limits_.max_connections) {
+  while (open_ < limits_.max_connections || oldest_idle()) {
     const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0 && (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)) {
       // the connection stays in the backlog; polling the listening socket now would spin
@@ -235,6 +237,10 @@ void Connections::accept_new() {
       return;
     }
     if (fd < 0) return;  // none left (EAGAIN), or the client gave up before it was accepted
+    if (open_ >= limits_.max_connections) {
+      metrics_.connection_idle_closed();
+      drop(*oldest_idle());
+    }
     ++open_;
     metrics_.connection_opened();
     reading_.emplace(fd, std::make_unique<Connection>(fd, Clock::now() + limits_.idle_timeout));
@@ -388,6 +394,19 @@ void Connections::take_returned() {
     reading_.emplace(e.fd, std::move(c));
     if (!kept.buffer.empty()) received(kept);  // pipelined: the next request has begun
   }
+}
+
+// The connection that has waited longest for a request and has none arriving (its first bytes
+// not yet read would make it a request), or null.
+Connections::Connection* Connections::oldest_idle() const {
+  Connection* oldest = nullptr;
+  for (const auto& [fd, c] : reading_) {
+    char byte;
+    if (c->state == Connection::State::idle && (!oldest || c->deadline < oldest->deadline) &&
+        ::recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) <= 0)
+      oldest = c.get();
+  }
+  return oldest;
 }
 
 void Connections::drop(Connection& c) {

@@ -2,8 +2,9 @@
 // body within --timeout in total) before a worker sees it, so a client that sends slowly holds a
 // buffer, never a worker. Complete requests go to the worker pool (GET /health and GET /metrics to a
 // thread of their own, so they are answered while every worker is taken); a keep-alive connection
-// comes back to the reader between requests and is closed after --idle-timeout. Beyond
-// --max-connections, new connections wait in the kernel's listen backlog. Malformed heads (400),
+// comes back to the reader between requests and is closed after --idle-timeout. At
+// --max-connections, a new connection takes an idle one's place, else waits in the kernel's listen
+// backlog. Malformed heads (400),
 // chunked bodies (411), bodies over the limit (413), heads over kMaxHeadBytes (431) and requests
 // late past their deadline (408) are answered here, and their connection closed.
 #pragma once
@@ -80,7 +81,8 @@ class Connections {
   void answer_on_worker(Exchange exchange);
   void finished(Exchange exchange, bool keep);
   void take_returned();
-  void drop(Connection& c);  // the reader's: closes it
+  Connection* oldest_idle() const;  // of those waiting for a request with none arriving; null if none
+  void drop(Connection& c);         // the reader's: closes it
   void close(int fd);         // any thread: and counts it closed
   size_t drain();
   void wake();

@@ -144,9 +144,10 @@ std::string Metrics::exposition() const {
          "# TYPE seqgrad_connections_refused_total counter\n";
   for (const auto& [reason, count] : connections_refused_)
     out += fmt::format("seqgrad_connections_refused_total{{reason=\"{}\"}} {}\n", reason, count);
-  out += fmt::format("# HELP seqgrad_connections_idle_closed_total Keep-alive connections closed after "
-                     "--idle-timeout without a request.\n# TYPE seqgrad_connections_idle_closed_total counter\n"
-                     "seqgrad_connections_idle_closed_total {}\n", connections_idle_closed_);
+  out += fmt::format("# HELP seqgrad_connections_idle_closed_total Connections closed without a request "
+                     "after --idle-timeout, or to make room at --max-connections.\n"
+                     "# TYPE seqgrad_connections_idle_closed_total counter\nseqgrad_connections_idle_closed_total {}\n",
+                     connections_idle_closed_);
   out += fmt::format("# HELP seqgrad_http_workers Requests answered at once at most (--http-threads).\n"
                      "# TYPE seqgrad_http_workers gauge\nseqgrad_http_workers {}\n", http_workers_);
   out += fmt::format("# HELP seqgrad_http_answering Requests being answered now (GET /health and /metrics have a "

@@ -44,7 +44,7 @@ class Metrics {
   void connection_closed();
   void connection_slow();  // answered 408: its request did not arrive whole within --timeout
   void connection_refused(const std::string& reason);  // closed after its request was refused
-  void connection_idle_closed();  // no request within --idle-timeout
+  void connection_idle_closed();  // no request within --idle-timeout, or room made at --max-connections
   void exchange_queued();         // a complete request waits for a worker
   void exchange_started();        // a worker answers it
   void exchange_finished();

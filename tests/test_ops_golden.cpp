@@ -45,6 +45,31 @@ TEST_CASE("softmax gradient by hand") {
   check_values(x.grad(), {2.0 / 9, -2.0 / 9});
 }
 
+TEST_CASE("float32 softmax and log_softmax: near float64's; masked entries appended keep the row's bits") {
+  // The float32 rows sum their exps in eight interleaved lanes with a polynomial exp (ops/cpu/rows.cpp):
+  // lengths around the lane count and a vocabulary's row, against the same values in float64.
+  manual_seed(11);
+  for (int64_t n : {1, 7, 8, 9, 23, 8000}) {
+    CAPTURE(n);
+    const Tensor x = mul(randn({3, n}), 4.0);  // logits spread over about +-12
+    const Tensor x64 = x.to(DType::f64);
+    // float32's rounding of a sum of n terms, a thousand per lane at n = 8,000: 1e-6 relative, 1e-5 there
+    const double tol = n < 100 ? 1e-6 : 1e-5;
+    check_values(softmax(x, -1), softmax(x64, -1).to_vector<double>(), tol);
+    check_values(log_softmax(x, -1), log_softmax(x64, -1).to_vector<double>(), tol);
+    // the same rows with 5 masked (-inf) entries after them, as a source padded to a longer batch's
+    // length: the real entries' bits unchanged, the masked ones exactly 0 (-inf in log space)
+    const Tensor padded = cat({x, full({3, 5}, -kInf)}, 1);
+    for (bool log : {false, true}) {
+      CAPTURE(log);
+      const Tensor alone = log ? log_softmax(x, -1) : softmax(x, -1);
+      const Tensor with_padding = log ? log_softmax(padded, -1) : softmax(padded, -1);
+      CHECK(with_padding.narrow(1, 0, n).contiguous().to_vector<float>() == alone.to_vector<float>());
+      for (float v : with_padding.narrow(1, n, 5).contiguous().to_vector<float>()) CHECK(v == (log ? -kInf : 0.0));
+    }
+  }
+}
+
 TEST_CASE("matmul of small integers") {
   // [[1, 2], [3, 4]] · [[5, 6], [7, 8]] = [[1·5 + 2·7, 1·6 + 2·8], [3·5 + 4·7, 3·6 + 4·8]] = [[19, 22], [43, 50]]
   Tensor a = f64({1, 2, 3, 4}, {2, 2}), b = f64({5, 6, 7, 8}, {2, 2});

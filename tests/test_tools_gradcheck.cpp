@@ -811,6 +811,40 @@ TEST_CASE("mutation test: miss rates over 200 seeds per mutant, mode and precisi
   }
 }
 
+// Issue 50's reproduction (a measurement for docs/results.md#gradcheck-miss-rates, minutes: run
+// it by name with --no-skip): y = x² in 64x64 with element (0, 0)'s gradient dropped, an error of
+// |g_0| = |2 w_0 x_0|, which the seed's output weight w_0 puts below the gradient's rms in many
+// seeds, outside fast mode's guarantee. Fast mode (with its full recheck) over seeds 1-200, full
+// mode over seeds 1-40.
+TEST_CASE("fast mode: one gradient element dropped in a 64x64 input, over 200 seeds" * doctest::skip()) {
+  GradcheckFn dropped = [](X in) {
+    Tensor y = mul(in[0].detach(), in[0].detach());
+    return record("square_dropped", y, {in[0]}, [xs = save(in[0])](const Tensor& dy, Grads& g) {
+      std::vector<double> keep(xs.get().numel(), 1.0);
+      keep[0] = 0;
+      g.add(0, mul(mul(mul(dy, xs.get()), 2.0), from_vector(keep, xs.get().shape(), {.dtype = dy.dtype()})));
+    });
+  };
+  for (GradcheckPrecision precision : {GradcheckPrecision::f64, GradcheckPrecision::f32}) {
+    std::vector<double> v(4096);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = normal_at(3, 0, i);
+    DType dtype = precision == GradcheckPrecision::f64 ? DType::f64 : DType::f32;
+    Tensor x = from_vector(v, {64, 64}, {.dtype = dtype}).requires_grad_();
+    GradcheckTolerances t = precision_defaults(precision);
+    int fast = 0, full = 0;
+    for (int seed = 1; seed <= 200; ++seed) {
+      GradcheckOptions opt{.eps = t.eps, .atol = t.atol, .rtol = t.rtol, .seed = static_cast<uint64_t>(seed),
+                           .allow_float32 = true, .mode = GradcheckMode::fast};
+      fast += gradcheck(dropped, {x}, opt).ok() ? 1 : 0;
+      opt.mode = GradcheckMode::full;
+      if (seed <= 40) full += gradcheck(dropped, {x}, opt).ok() ? 1 : 0;
+    }
+    MESSAGE(fmt::format("{}: fast mode passed {} of seeds 1-200, full mode {} of seeds 1-40", precision_name(precision),
+                        fast, full));
+    CHECK(full <= 1);
+  }
+}
+
 TEST_CASE("stochastic ops: RNG replay gives every evaluation the same draws") {
   Tensor x = randn({4, 5}, {.dtype = DType::f64}).requires_grad_();
   GradcheckFn drop = [](X v) { return dropout(v[0], 0.5); };

@@ -166,6 +166,19 @@ TEST_CASE("topk ranks NaN after every number, largest and smallest, ties by inde
   // float32, as decoding's log-probabilities are
   auto [f, f_idx] = topk(f64({nan, -1, nan, -0.5}).to(DType::f32), 2);
   CHECK(f_idx.to_vector<int64_t>() == std::vector<int64_t>{3, 1});
+  // a small k (one pass keeping the k best so far) ranks as the whole row's order does: the
+  // first k of topk(row, 4096), ties (only 1000 values) by index and NaNs last, both ways
+  const Tensor long_row = from_vector(row, {4096}, kF64);
+  for (bool largest : {true, false})
+    for (int64_t k : {1, 10, 32}) {
+      CAPTURE(largest);
+      CAPTURE(k);
+      auto [small_v, small_idx] = topk(long_row, k, 0, largest);
+      auto [all_v, all_idx] = topk(long_row, 4096, 0, largest);
+      CHECK(small_idx.to_vector<int64_t>() == all_idx.narrow(0, 0, k).to_vector<int64_t>());
+    }
+  auto [nan_first, nan_first_idx] = topk(f64({nan, nan, 2, 1}), 3);  // NaNs met first still rank last
+  CHECK(nan_first_idx.to_vector<int64_t>() == std::vector<int64_t>{2, 3, 0});
 }
 
 TEST_CASE("argmax ties pick the first index; topk; comparisons") {

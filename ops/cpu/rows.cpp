@@ -15,6 +15,7 @@ namespace seqgrad::cpu::SG_CPU_ISA {
 namespace {
 
 constexpr int kLanes = 8;  // interleaved partial results: an AVX register of floats
+constexpr int64_t kSmallTopk = 32;  // topk keeps a sorted list of at most this many, else partial_sort
 
 // exp(d) for d = x - max <= 0, and exactly 0 where vec::exp would clamp (d = -inf: a masked entry
 // keeps weight 0, so padding adds nothing to a product's sums)
@@ -133,15 +134,26 @@ void CpuBackend::topk(const Tensor& x_in, int64_t k, bool largest, const Tensor&
     std::vector<int64_t> order(cols);
     for (int64_t r = 0; r < rows; ++r) {
       const T* row = px + r * cols;
-      std::iota(order.begin(), order.end(), 0);
       // a strict weak order even with NaN (which compares false with everything: partial_sort
-      // with the bare comparison is undefined behaviour): NaN ranks after every number
-      std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int64_t i, int64_t j) {
+      // with the bare comparison is undefined behaviour): NaN ranks after every number; ties by index
+      auto before = [&](int64_t i, int64_t j) {
         const bool nan_i = std::isnan(static_cast<double>(row[i])), nan_j = std::isnan(static_cast<double>(row[j]));
         if (nan_i || nan_j) return nan_i != nan_j ? nan_j : i < j;
         if (row[i] == row[j]) return i < j;
         return largest ? row[i] > row[j] : row[i] < row[j];
-      });
+      };
+      if (0 < k && k <= kSmallTopk) {  // a beam's 2 x beam of a vocabulary: one pass, each entry against the k-th so far
+        order.clear();
+        for (int64_t j = 0; j < cols; ++j) {
+          if (static_cast<int64_t>(order.size()) == k && !before(j, order.back())) continue;
+          if (static_cast<int64_t>(order.size()) == k) order.pop_back();
+          order.insert(std::upper_bound(order.begin(), order.end(), j, before), j);
+        }
+      } else {
+        order.resize(cols);
+        std::iota(order.begin(), order.end(), 0);
+        std::partial_sort(order.begin(), order.begin() + k, order.end(), before);
+      }
       for (int64_t j = 0; j < k; ++j) {
         pv[r * k + j] = row[order[j]];
         pi[r * k + j] = order[j];

@@ -148,8 +148,9 @@ const OpCaseRegistry& builtin_registry();
 //   SG_REGISTER_OP_CASES(registry) {
 //     registry.add(OpCase{.op = "softsign", .inputs = {in({3, 4})}, .fn = ..., .kinks = {0.0}});
 //   }
-// The version guards against a plugin built with a different op_cases.h.
-constexpr int kPluginAbiVersion = 1;
+// The version guards against a plugin built with a different op_cases.h or gradcheck.h (2: the
+// checker's reports gained the headline, labels and projection counts).
+constexpr int kPluginAbiVersion = 2;
 #define SG_REGISTER_OP_CASES(registry)                                                              \
   extern "C" int seqgrad_op_cases_abi_version() { return ::seqgrad::op_cases::kPluginAbiVersion; } \
   extern "C" void seqgrad_register_op_cases(::seqgrad::op_cases::OpCaseRegistry& registry)

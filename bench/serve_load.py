@@ -13,8 +13,9 @@ checked against `seqgrad translate` one sentence per call); those that differ ar
 ("batch-changed"), not failed: before int8 products scaled each activation row by its own range, a
 batch's range changed some (docs/results.md#serve-load).
 
-With --soak N, it instead sends N requests from --soak-clients clients to the float32 server, one in
-ten of them malformed (bad JSON, invalid UTF-8, wrong types, unknown fields, values out of range,
+With --soak N, it instead sends N requests from --soak-clients clients to the server of --checkpoint
+(float32 or int8, GRU or Transformer): every translation, its score and its token log-probabilities
+must equal `seqgrad translate`'s to the bit (batch invariance), and one in ten of them is malformed (bad JSON, invalid UTF-8, wrong types, unknown fields, values out of range,
 and the serve test's hostile bodies on both routes: nesting 60,000 deep in every field, overflowing
 numbers, duplicate keys, keys as long as the body): every malformed one must get its 4xx with a
 bounded message, every other one its translation, the server must keep
@@ -116,7 +117,14 @@ def largest_explain(sentence):
             "explain": True}
 
 
-def soak(server, total, clients, sentences, expected):
+def translate_scores(seqgrad, checkpoint, sentences, threads):
+    """Each sentence's score and token log-probabilities from `seqgrad translate --json` (one batch),
+    which the server's answers must equal bit for bit whatever the load (batch invariance)."""
+    lines = translate_cli(seqgrad, checkpoint, sentences, "--threads", str(threads), "--json")
+    return {r["src"]: (r["score"], r["token_log_probs"]) for r in map(json.loads, lines)}
+
+
+def soak(server, total, clients, sentences, expected, scores):
     """`total` requests from `clients` threads, every tenth malformed; returns the row of figures."""
     counts = {"ok": 0, "malformed": 0, "over_budget": 0, "explain": 0}
     failures = []
@@ -149,7 +157,8 @@ def soak(server, total, clients, sentences, expected):
                 sentence = sentences[k % len(sentences)]
                 status, _, body = server.request("/v1/translate", body={"src": [sentence]})
                 got = body["translations"][0] if status == 200 else {}
-                good = got.get("src") == sentence and got.get("translation") == expected[sentence]
+                good = (got.get("src") == sentence and got.get("translation") == expected[sentence] and
+                        (got.get("score"), got.get("token_log_probs")) == scores[sentence])  # to the bit
                 kind = "ok"
             with lock:
                 counts[kind] += 1
@@ -446,7 +455,8 @@ def run_soak(a):
                     "--http-threads", str(max(64, a.soak_clients)))
     try:
         attack = NetworkAttack(server)
-        row = soak(server, a.soak, a.soak_clients, sentences, expected)
+        row = soak(server, a.soak, a.soak_clients, sentences, expected,
+                   translate_scores(a.seqgrad, a.checkpoint, sentences, a.threads))
         row.update(attack.finish())
     finally:
         status, _, err = server.stop()

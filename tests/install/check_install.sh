@@ -36,22 +36,6 @@ fail() { echo "install: $*" >&2; exit 1; }
 # $ORIGIN-relative run path, wherever the prefix lies.
 env -i "$root/bin/seqgrad" info >"$prefix/info.log" 2>&1 ||
   { cat "$prefix/info.log" >&2; fail "the installed seqgrad does not start in a clean environment"; }
-# The installed program loads its SentencePiece plugin only from its own prefix: with the installed
-# plugin removed from a copy of the prefix, it must not fall back on the build folder's (which is
-# right there, at the path the build wrote it), nor on any other absolute path of the build.
-build_plugin="$build/models/libseqgrad_sentencepiece.so"
-if [ -f "$build_plugin" ]; then
-  info=$(env -i "$root/bin/seqgrad" info --json)
-  grep -q "\"plugin\":\"$root/" <<<"$info" || fail "the installed seqgrad loads its plugin from outside its prefix: $info"
-  cp -a "$root" "$prefix/bare"
-  rm -f "$(find "$prefix/bare" -name libseqgrad_sentencepiece.so)"
-  bare=$(env -i "$prefix/bare/bin/seqgrad" info --json)
-  ! grep -q '"available":true' <<<"$bare" ||
-    fail "an installed seqgrad without its plugin loaded another (the build folder's, $build_plugin): $bare"
-  rm -rf "$prefix/bare"
-  echo "== the installed seqgrad loads the plugin of its own prefix only"
-  passed=$((passed + 1))
-fi
 examples=$(realpath "$src/../../examples")
 programs=("$src/custom_op.cpp" "$src/float_api.cpp" "$examples"/*.cpp)
 # Compile two at a time (the compiles take longer than the programs run), then run them in order.
@@ -75,6 +59,22 @@ for program in "${programs[@]}"; do
   passed=$((passed + 1))
 done
 
+# The installed program loads its SentencePiece plugin only from its own prefix: with the installed
+# plugin removed from a copy of the prefix, it must not fall back on the build folder's (which is
+# right there, at the path the build wrote it), nor on any other absolute path of the build.
+build_plugin="$build/models/libseqgrad_sentencepiece.so"
+if [ -f "$build_plugin" ]; then
+  info=$(env -i "$root/bin/seqgrad" info --json)
+  grep -q "\"plugin\":\"$root/" <<<"$info" || fail "the installed seqgrad loads its plugin from outside its prefix: $info"
+  cp -a "$root" "$prefix/bare"
+  rm -f "$(find "$prefix/bare" -name libseqgrad_sentencepiece.so)"
+  bare=$(env -i "$prefix/bare/bin/seqgrad" info --json)
+  ! grep -q '"available":true' <<<"$bare" ||
+    fail "an installed seqgrad without its plugin loaded another (the build folder's, $build_plugin): $bare"
+  rm -rf "$prefix/bare"
+  echo "== the installed seqgrad loads the plugin of its own prefix only"
+  passed=$((passed + 1))
+fi
 echo "== CMake: find_package(seqgrad), target_link_libraries(program seqgrad::seqgrad)"
 command -v cmake >/dev/null || fail "cmake is not installed (scripts/setup.sh --tests installs it)"
 [ -f "$(dirname "$pc_dir")/cmake/seqgrad/seqgradConfig.cmake" ] ||

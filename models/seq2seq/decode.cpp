@@ -221,8 +221,9 @@ std::vector<std::vector<Hypothesis>> beam_search(const Ensemble& models, const T
       for (const SentenceBeams::Open& o : sentences[b].open) owner.push_back(b), row_hyp.push_back(&o), last.push_back(o.last);
     if (owner.empty()) break;  // every sentence is done
     Stepper::Output s = stepper.step(ids_tensor(last, device));
-    Tensor log_probs = forbid_early_eos(s.log_probs.to(DType::f64), t, options);  // (N, V)
-    // 2 * beam_size continuations per row: at most one is <eos>, so beam_size open ones remain
+    Tensor log_probs = forbid_early_eos(s.log_probs, t, options);  // (N, V)
+    // 2 * beam_size continuations per row: at most one is <eos>, so beam_size open ones remain.
+    // Ranked in the model's dtype; only they are widened to double (exactly, in the same order).
     auto [top_lp, top_id] = topk(log_probs, std::min(2 * options.beam_size, log_probs.size(1)), -1);
     std::vector<double> lp = top_lp.to_vector<double>();
     std::vector<int64_t> ids = top_id.to_vector<int64_t>();

@@ -233,6 +233,40 @@ TEST_CASE("TransformerDecoder::step with its cache gives the full causal forward
     }
 }
 
+TEST_CASE("TransformerDecoder::step: the cache grows past its first buffer in place; under autograd it keeps the graph") {
+  manual_seed(10);
+  nn::TransformerDecoder dec({.layer = {.d_model = 8, .nhead = 2, .dim_feedforward = 16, .dropout = 0.0,
+                                        .batch_first = true, .norm_first = true},
+                              .num_layers = 2, .norm = true});
+  const int64_t B = 2, T = 40, S = 3;  // 40 positions: the 16-position buffer doubles twice
+  Tensor tgt = randn({B, T, 8}), memory = randn({B, S, 8});
+  Tensor src_lengths = full({B}, static_cast<double>(S), {.dtype = DType::i64});
+  Tensor whole = dec(tgt, memory, nn::causal_lengths(full({B}, static_cast<double>(T), {.dtype = DType::i64}), T),
+                     src_lengths);
+  {
+    NoGradGuard no_grad;
+    nn::TransformerDecoder::State state = dec.start(memory, src_lengths);
+    std::vector<int64_t> capacities;
+    for (int64_t i = 0; i < T; ++i) {
+      check_close(dec.step(tgt.select(1, i), state), whole.select(1, i), 1e-5, "step");
+      capacities.push_back(state.keys[0].size(2));
+      if (i == 20) state = state.select_rows(lengths1({0, 1}));  // rows kept as they are: a copy of the buffers
+    }
+    CHECK(capacities[15] == 16);  // positions 0..15 in the first buffer
+    CHECK(capacities[16] == 34);  // then twice the positions needed, written in place until full
+    CHECK(capacities[T - 1] >= T);
+    CHECK(state.cached_values(1).shape() == Shape{B, 2, T, 4});
+  }
+  // with gradients recorded the cache grows by cat, and a loss on the last step reaches the first input
+  Tensor x = tgt.detach().requires_grad_(true);
+  nn::TransformerDecoder::State state = dec.start(memory, src_lengths);
+  Tensor last;
+  for (int64_t i = 0; i < 3; ++i) last = dec.step(x.select(1, i), state);
+  sum(last).backward();
+  REQUIRE(x.grad().defined());
+  CHECK(sum(abs(x.grad().select(1, 0))).item() > 0);
+}
+
 TEST_CASE("Transformer: errors name the module, the option and the shapes") {
   CHECK_THROWS_WITH_AS(nn::TransformerEncoderLayer({.d_model = 6, .nhead = 4}),
                        "transformer: nhead = 4 must be positive and divide d_model = 6", ValueError);

@@ -18,8 +18,13 @@ constexpr int kLanes = 8;  // interleaved partial results: an AVX register of fl
 constexpr int64_t kSmallTopk = 32;  // topk keeps a sorted list of at most this many, else partial_sort
 
 // exp(d) for d = x - max <= 0, and exactly 0 where vec::exp would clamp (d = -inf: a masked entry
-// keeps weight 0, so padding adds nothing to a product's sums)
-[[gnu::always_inline]] inline float exp_below_max(float d) { return d < -87.33654f ? 0.0f : vec::exp(d); }
+// keeps weight 0, so padding adds nothing to a product's sums). NaN (a NaN entry, or inf - inf in a
+// row holding +inf) stays NaN, as std::exp keeps it, so the row's sum and every output are NaN, as
+// PyTorch's.
+[[gnu::always_inline]] inline float exp_below_max(float d) {
+  if (d != d) return d;
+  return d < -87.33654f ? 0.0f : vec::exp(d);
+}
 
 // The largest of n floats (NaN ignored, as std::max(max, x) ignores it), lane by lane then across.
 float row_max(const float* in, int64_t n) {

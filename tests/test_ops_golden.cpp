@@ -181,6 +181,30 @@ TEST_CASE("topk ranks NaN after every number, largest and smallest, ties by inde
   CHECK(nan_first_idx.to_vector<int64_t>() == std::vector<int64_t>{2, 3, 0});
 }
 
+TEST_CASE("float32 argmax of contiguous rows (the vectorised pass) agrees with float64's loop: ties, NaN, -inf, zeros") {
+  // float32 rows of the last dim take a pass of their own (ops/cpu/reduce.cpp); float64 and other
+  // layouts the general loop. Each case at lengths around the 8 lanes and a vocabulary's row.
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (int64_t n : {1, 7, 8, 9, 8000}) {
+    CAPTURE(n);
+    std::vector<double> ties(n), with_nan(n), all_minus_inf(n, -kInf), zeros(n);
+    for (int64_t i = 0; i < n; ++i) {
+      ties[i] = static_cast<double>((i * 37) % 11);     // each value again every 11 entries
+      with_nan[i] = i % 5 == 3 ? nan : static_cast<double>(i);  // the first NaN wins: index 3
+      zeros[i] = i % 2 == 0 ? -0.0 : 0.0;               // -0 == +0: the first index
+    }
+    for (const std::vector<double>* row : {&ties, &with_nan, &all_minus_inf, &zeros}) {
+      const Tensor x64 = from_vector(*row, {1, n}, kF64);
+      const double want = argmax(x64, 1).item();
+      CHECK(argmax(x64.to(DType::f32), 1).item() == want);
+      const Tensor column = x64.to(DType::f32).t();              // (n, 1)
+      const Tensor strided = cat({column, column}, 1);             // (n, 2): dim 0 two floats apart
+      CHECK(argmax(strided, 0).to_vector<int64_t>() == std::vector<int64_t>(2, static_cast<int64_t>(want)));  // the general loop
+    }
+    CHECK(argmax(from_vector(with_nan, {1, n}, kF64), 1).item() == static_cast<double>(n > 3 ? 3 : n - 1));
+  }
+}
+
 TEST_CASE("argmax ties pick the first index; topk; comparisons") {
   // [[1, 5, 5], [7, 7, 0]]: row 0 ties at 1 and 2 -> 1; row 1 ties at 0 and 1 -> 0
   Tensor x = f64({1, 5, 5, 7, 7, 0}, {2, 3});
